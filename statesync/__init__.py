@@ -1,0 +1,65 @@
+"""statesync: a replicated state object whose history is an append-only log in Redis.
+
+Every client keeps a local copy, applies the log in order, and changes it only by
+conditional appends against the revision it last saw (Pravega's State Synchronizer).
+Nothing here knows about streams.
+"""
+
+from statesync.backend import CompactOutcome, LogBackend
+from statesync.clock import Clock, ManualClock
+from statesync.codec import FORMAT_VERSION
+from statesync.config import SyncConfig
+from statesync.errors import (
+    BackendAccessError,
+    BackendProtocolError,
+    BackendUnavailableError,
+    BadEntryError,
+    ConflictRetriesExhaustedError,
+    CorruptEntryError,
+    EncodeError,
+    EntryTooLargeError,
+    InvalidConfigError,
+    InvalidNameError,
+    LogRegressedError,
+    PoisonedEntryError,
+    ReplicaNotLoadedError,
+    StateSyncError,
+    SynchronizerNotFoundError,
+    UnknownUpdateTypeError,
+    UpdateRejectedError,
+)
+from statesync.memory_backend import MemoryLogBackend
+from statesync.retry import RetryPolicy
+from statesync.synchronizer import StateSynchronizer, SyncStats
+from statesync.update import Update
+
+__all__ = [
+    "FORMAT_VERSION",
+    "BackendAccessError",
+    "BackendProtocolError",
+    "BackendUnavailableError",
+    "BadEntryError",
+    "Clock",
+    "CompactOutcome",
+    "ConflictRetriesExhaustedError",
+    "CorruptEntryError",
+    "EncodeError",
+    "EntryTooLargeError",
+    "InvalidConfigError",
+    "InvalidNameError",
+    "LogBackend",
+    "LogRegressedError",
+    "ManualClock",
+    "MemoryLogBackend",
+    "PoisonedEntryError",
+    "ReplicaNotLoadedError",
+    "RetryPolicy",
+    "StateSyncError",
+    "StateSynchronizer",
+    "SyncConfig",
+    "SyncStats",
+    "SynchronizerNotFoundError",
+    "UnknownUpdateTypeError",
+    "Update",
+    "UpdateRejectedError",
+]

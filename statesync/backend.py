@@ -1,0 +1,117 @@
+"""The storage protocol a synchronizer runs on, and the records it exchanges.
+
+A backend stores, per synchronizer name, an append-only log of opaque entries numbered by
+revision (1, 2, 3, ...), the server time of each append, up to two snapshots, and the last
+sequence number of each writer. Two backends implement it: :mod:`statesync.redis_backend`
+(the product) and :mod:`statesync.memory_backend` (single-process tests and simulations);
+the same test suite runs unchanged against both.
+
+Contract every backend keeps:
+
+* ``append`` is atomic. With ``expected_revision`` set it writes only if the head is exactly
+  that revision, else it returns a conflict and writes nothing.
+* ``append`` is idempotent per ``(writer, sequence)``: a sequence number at or below the
+  writer's last landed one writes nothing and returns :data:`~statesync.status.DUPLICATE`
+  with the revision of the last landed append (so a retry after a lost reply is safe).
+* ``read`` is atomic per call: if entries after ``after_revision`` were truncated it
+  returns the newest snapshot and the entries that follow it, never a gap.
+* The server time stamped on entries comes from one clock (the server's), never the client's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class RawEntry:
+    """An entry as stored: its revision, server time (ms) and undecoded payload."""
+
+    revision: int
+    server_time_ms: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What an append did.
+
+    ``status`` is ``OK`` (written at ``revision``), ``CONFLICT`` (not written; the head is
+    ``revision``) or ``DUPLICATE`` (not written; the writer's sequence already landed at
+    ``revision``).
+    """
+
+    status: int
+    revision: int
+    server_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """One page of the log.
+
+    ``snapshot`` is set when the reader was behind the truncation point: it holds the state
+    as of ``snapshot_revision`` and ``entries`` continue from there.
+    """
+
+    head_revision: int
+    incarnation: str
+    snapshot_revision: int
+    snapshot: bytes | None
+    entries: list[RawEntry]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactOutcome:
+    """What a compaction did: ``compacted`` False means a newer snapshot already existed."""
+
+    compacted: bool
+    truncated_through: int
+    removed_entries: int
+
+
+class LogBackend(Protocol):
+    """Storage for any number of synchronizer logs, addressed by name. Thread-safe."""
+
+    def initialize(self, name: str, snapshot: bytes, incarnation: str) -> bool:
+        """Create the log with ``snapshot`` at revision 0; ``False`` if it already existed."""
+        ...
+
+    def append(
+        self,
+        name: str,
+        payload: bytes,
+        *,
+        expected_revision: int | None,
+        writer: str,
+        sequence: int,
+        max_bytes: int,
+    ) -> AppendOutcome:
+        """Append one entry (see the module contract)."""
+        ...
+
+    def read(self, name: str, after_revision: int, limit: int) -> ReadResult:
+        """Return up to ``limit`` entries after ``after_revision`` (``-1``: from scratch)."""
+        ...
+
+    def wait(self, name: str, after_revision: int, timeout: float) -> bool:
+        """Block until the log has an entry after ``after_revision`` or ``timeout`` passes."""
+        ...
+
+    def compact(self, name: str, revision: int, snapshot: bytes) -> CompactOutcome:
+        """Store ``snapshot`` at ``revision``; drop the snapshot before the previous one and
+        the entries up to the previous snapshot's revision."""
+        ...
+
+    def delete(self, name: str) -> bool:
+        """Remove the log, snapshots and writer table; ``False`` if nothing existed."""
+        ...
+
+    def server_time_ms(self) -> int:
+        """The backend's clock, in milliseconds since the epoch."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. Idempotent."""
+        ...

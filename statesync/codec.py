@@ -1,0 +1,247 @@
+"""Encoding of log entries and snapshots: msgpack with an explicit type registry.
+
+Pure code: no I/O. Never pickle: decoding bytes read from Redis can only build plain
+msgpack values, tuples, frozensets, and instances of dataclasses registered here.
+
+Wire format (``FORMAT_VERSION`` 1)
+---------------------------------
+* Values are msgpack with three extension types:
+  ``1`` tuple (payload: msgpack array), ``2`` registered dataclass (payload: msgpack
+  ``[type_name, {field: value}]``), ``3`` frozenset (payload: msgpack array).
+* A log entry is the map ``{"v": 1, "w": writer_id, "u": [update, ...]}``: every update of
+  one ``update_state`` call travels in one entry and is applied atomically.
+* A snapshot is the map ``{"v": 1, "r": revision, "t": server_time_ms, "s": state}``.
+
+Any other shape, an unknown ``v``, or an unregistered type name is rejected with a
+specific exception; the caller turns it into a :class:`~statesync.errors.BadEntryError`
+naming the synchronizer and revision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from statesync.errors import EncodeError
+from statesync.update import Update
+
+FORMAT_VERSION = 1
+
+_EXT_TUPLE = 1
+_EXT_DATACLASS = 2
+_EXT_FROZENSET = 3
+
+
+class DecodeError(Exception):
+    """Bytes that are not a valid encoding. Internal: callers wrap it with context."""
+
+
+class UnknownTypeError(DecodeError):
+    """An encoded dataclass names a type that is not registered. Internal."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedEntry:
+    """One log entry after decoding: the updates of one append, in order."""
+
+    revision: int
+    server_time_ms: int
+    writer: str
+    updates: tuple[Update, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedSnapshot:
+    """A snapshot after decoding: the whole state as of ``revision``."""
+
+    revision: int
+    server_time_ms: int
+    state: Any
+
+
+def type_name_of(cls: type) -> str:
+    """The name a registered class is written under: ``cls.type_name`` or its ``__name__``."""
+    explicit = getattr(cls, "type_name", None)
+    return explicit if isinstance(explicit, str) else cls.__name__
+
+
+class TypeRegistry:
+    """The dataclasses a codec may encode and decode, by their type names.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class Point:
+    ...     x: int
+    ...     y: int
+    >>> codec = Codec(TypeRegistry([Point]))
+    >>> codec.decode_value(codec.encode_value({"p": Point(1, 2), "k": (1, 2)}))
+    {'p': Point(x=1, y=2), 'k': (1, 2)}
+    """
+
+    def __init__(self, types: Iterable[type] = ()) -> None:
+        self._by_name: dict[str, type] = {}
+        self._by_type: dict[type, str] = {}
+        for cls in types:
+            self.register(cls)
+
+    def register(self, cls: type) -> None:
+        """Register a dataclass; a second class under the same name is an error."""
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            raise EncodeError(
+                f"{cls!r} is not a dataclass type; only dataclasses can be registered"
+            )
+        name = type_name_of(cls)
+        existing = self._by_name.get(name)
+        if existing is not None and existing is not cls:
+            raise EncodeError(
+                f"type name {name!r} is registered twice ({existing!r} and {cls!r}); "
+                "set a distinct `type_name` class attribute on one of them"
+            )
+        self._by_name[name] = cls
+        self._by_type[cls] = name
+
+    @property
+    def fingerprint(self) -> frozenset[tuple[str, type]]:
+        """A hashable identity of what is registered (two equal registries decode alike)."""
+        return frozenset(self._by_name.items())
+
+    def name_of(self, cls: type) -> str | None:
+        return self._by_type.get(cls)
+
+    def lookup(self, name: str) -> type | None:
+        return self._by_name.get(name)
+
+    def __contains__(self, cls: object) -> bool:
+        return cls in self._by_type
+
+
+class Codec:
+    """Encodes and decodes values, log entries and snapshots with one :class:`TypeRegistry`."""
+
+    def __init__(self, registry: TypeRegistry) -> None:
+        self.registry = registry
+
+    # -- values -----------------------------------------------------------------------------
+    def encode_value(self, value: Any) -> bytes:
+        try:
+            packed: bytes = msgpack.packb(
+                value, default=self._default, use_bin_type=True, strict_types=True
+            )
+        except EncodeError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise EncodeError(f"cannot encode {type(value).__name__}: {exc}") from exc
+        return packed
+
+    def decode_value(self, data: bytes) -> Any:
+        try:
+            return msgpack.unpackb(
+                data, ext_hook=self._ext_hook, raw=False, strict_map_key=False, use_list=True
+            )
+        except DecodeError:
+            raise
+        except Exception as exc:  # msgpack raises several unrelated types on garbage
+            raise DecodeError(f"not valid msgpack: {exc}") from exc
+
+    def _default(self, obj: Any) -> msgpack.ExtType:
+        if type(obj) is tuple:
+            return msgpack.ExtType(_EXT_TUPLE, self.encode_value(list(obj)))
+        if type(obj) is frozenset:
+            return msgpack.ExtType(_EXT_FROZENSET, self.encode_value(list(obj)))
+        name = self.registry.name_of(type(obj))
+        if name is not None:
+            fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+            return msgpack.ExtType(_EXT_DATACLASS, self.encode_value([name, fields]))
+        if type(obj) is int:
+            raise EncodeError(f"integer {obj} is outside msgpack's range -2**63 .. 2**64-1")
+        if dataclasses.is_dataclass(obj):
+            raise EncodeError(
+                f"dataclass {type(obj).__qualname__} is not registered with this synchronizer "
+                "(pass it in update_types= or state_types=)"
+            )
+        raise EncodeError(
+            f"values of type {type(obj).__qualname__} cannot be stored: use msgpack types "
+            "(None, bool, int, float, str, bytes, list, dict), tuple, frozenset or a "
+            "registered dataclass"
+        )
+
+    def _ext_hook(self, code: int, data: bytes) -> Any:
+        if code == _EXT_TUPLE:
+            return tuple(self._expect(self.decode_value(data), list, "tuple payload"))
+        if code == _EXT_FROZENSET:
+            try:
+                return frozenset(self._expect(self.decode_value(data), list, "frozenset payload"))
+            except TypeError as exc:
+                raise DecodeError(f"frozenset member is not hashable: {exc}") from exc
+        if code == _EXT_DATACLASS:
+            payload = self._expect(self.decode_value(data), list, "dataclass payload")
+            if len(payload) != 2 or not isinstance(payload[0], str):
+                raise DecodeError("dataclass payload is not [type_name, fields]")
+            name, fields = payload[0], self._expect(payload[1], dict, "dataclass fields")
+            cls = self.registry.lookup(name)
+            if cls is None:
+                raise UnknownTypeError(f"unregistered type {name!r}")
+            try:
+                return cls(**fields)
+            except Exception as exc:  # wrong fields, or the class's own validation
+                raise DecodeError(
+                    f"cannot build {name} from {sorted(map(str, fields))}: {exc}"
+                ) from exc
+        raise DecodeError(f"unknown msgpack extension type {code}")
+
+    @staticmethod
+    def _expect(value: Any, kind: type, what: str) -> Any:
+        if not isinstance(value, kind):
+            raise DecodeError(f"{what} is {type(value).__name__}, expected {kind.__name__}")
+        return value
+
+    # -- entries ----------------------------------------------------------------------------
+    def encode_entry(self, writer: str, updates: Iterable[Update]) -> bytes:
+        update_list = list(updates)
+        for update in update_list:
+            if not isinstance(update, Update):
+                raise EncodeError(f"{update!r} is not an Update")
+            if type(update) not in self.registry:
+                raise EncodeError(
+                    f"update type {type(update).__qualname__} is not registered "
+                    "(pass it in update_types=)"
+                )
+        return self.encode_value({"v": FORMAT_VERSION, "w": writer, "u": update_list})
+
+    def decode_entry(self, revision: int, server_time_ms: int, data: bytes) -> DecodedEntry:
+        body = self._expect(self.decode_value(data), dict, "entry")
+        self._check_version(body)
+        updates = body.get("u")
+        writer = body.get("w")
+        if not isinstance(updates, list) or not isinstance(writer, str):
+            raise DecodeError("entry lacks its writer 'w' or update list 'u'")
+        for update in updates:
+            if not isinstance(update, Update):
+                raise DecodeError(f"entry holds {type(update).__name__}, not an Update")
+        return DecodedEntry(revision, server_time_ms, writer, tuple(updates))
+
+    # -- snapshots --------------------------------------------------------------------------
+    def encode_snapshot(self, revision: int, server_time_ms: int, state: Any) -> bytes:
+        return self.encode_value(
+            {"v": FORMAT_VERSION, "r": revision, "t": server_time_ms, "s": state}
+        )
+
+    def decode_snapshot(self, data: bytes) -> DecodedSnapshot:
+        body = self._expect(self.decode_value(data), dict, "snapshot")
+        self._check_version(body)
+        revision, server_time = body.get("r"), body.get("t")
+        if not isinstance(revision, int) or not isinstance(server_time, int) or "s" not in body:
+            raise DecodeError("snapshot lacks its revision 'r', time 't' or state 's'")
+        return DecodedSnapshot(revision, server_time, body["s"])
+
+    @staticmethod
+    def _check_version(body: dict[Any, Any]) -> None:
+        version = body.get("v")
+        if version != FORMAT_VERSION:
+            raise DecodeError(
+                f"format version {version!r} is not supported (this library reads {FORMAT_VERSION})"
+            )

@@ -1,0 +1,157 @@
+"""Exceptions raised by :mod:`statesync`.
+
+Every exception derives from :class:`StateSyncError`. Each class says, through its
+``retriable`` attribute, whether calling the same operation again later can succeed
+without anyone changing anything (``True``: a transient outage or lost race) or whether
+the cause must be fixed first (``False``: bad input, corrupt data, a programming error).
+
+Errors from the Redis client are translated at the backend boundary with
+``raise ... from`` so the original error stays available as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class StateSyncError(Exception):
+    """Root of every error raised by statesync."""
+
+    retriable: bool = False
+
+
+class InvalidNameError(StateSyncError, ValueError):
+    """A synchronizer name or key prefix breaks the naming rule."""
+
+
+class InvalidConfigError(StateSyncError, ValueError):
+    """A configuration value is out of its documented range."""
+
+
+class EncodeError(StateSyncError, TypeError):
+    """A value cannot be encoded: an unregistered type or a type msgpack cannot carry."""
+
+
+class EntryTooLargeError(StateSyncError, ValueError):
+    """An encoded log entry is larger than ``SyncConfig.max_entry_bytes``; nothing was written."""
+
+    def __init__(self, name: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"synchronizer {name!r}: encoded entry is {size} bytes, "
+            f"over the limit of {limit} bytes (SyncConfig.max_entry_bytes); nothing was appended"
+        )
+        self.name = name
+        self.size = size
+        self.limit = limit
+
+
+class UpdateRejectedError(StateSyncError):
+    """An update's ``apply_to`` raised against the writer's own state; it was not appended.
+
+    The original exception is ``__cause__``.
+    """
+
+    def __init__(self, name: str, revision: int, update: object) -> None:
+        super().__init__(
+            f"synchronizer {name!r}: {type(update).__name__}.apply_to raised at revision "
+            f"{revision}; the update was not appended"
+        )
+        self.name = name
+        self.revision = revision
+        self.update = update
+
+
+class BadEntryError(StateSyncError):
+    """A log entry or snapshot read back from the backend cannot be applied.
+
+    The replica's local state stays at ``last_good_revision``. Other replicas that can
+    apply the entry are not affected. Not retriable: the entry must be fixed, or a
+    snapshot written past it by :meth:`StateSynchronizer.compact` from a healthy replica.
+    """
+
+    def __init__(self, name: str, revision: int, last_good_revision: int, reason: str) -> None:
+        super().__init__(
+            f"synchronizer {name!r}: entry at revision {revision} cannot be applied "
+            f"({reason}); local state stays at revision {last_good_revision}"
+        )
+        self.name = name
+        self.revision = revision
+        self.last_good_revision = last_good_revision
+        self.reason = reason
+
+
+class CorruptEntryError(BadEntryError):
+    """The entry's bytes are not a valid encoded entry of a supported format version."""
+
+
+class UnknownUpdateTypeError(BadEntryError):
+    """The entry names an update or state type that this replica has not registered."""
+
+
+class PoisonedEntryError(BadEntryError):
+    """The entry decoded, but one of its updates raised while being applied."""
+
+
+class SynchronizerNotFoundError(StateSyncError, LookupError):
+    """The synchronizer does not exist (never initialized, or deleted)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"synchronizer {name!r} does not exist: call initialize() first (or it was deleted)"
+        )
+        self.name = name
+
+
+class ReplicaNotLoadedError(StateSyncError):
+    """The local copy has not been loaded yet: call ``initialize`` or ``fetch_updates``."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"synchronizer {name!r}: no local state yet; call initialize() or fetch_updates()"
+        )
+        self.name = name
+
+
+class LogRegressedError(StateSyncError):
+    """The shared log is behind or different from what this replica has already applied.
+
+    Happens when Redis lost acknowledged writes (a failover to a replica that had not
+    received them, a restart without persistence) or when the synchronizer was deleted and
+    created again. The local copy is kept; call :meth:`StateSynchronizer.resync` to drop it
+    and adopt the log's state.
+    """
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"synchronizer {name!r}: {detail}; call resync() to adopt the log")
+        self.name = name
+
+
+class ConflictRetriesExhaustedError(StateSyncError):
+    """``update_state`` lost the race for the log on every attempt within its budget."""
+
+    retriable = True
+
+    def __init__(self, name: str, attempts: int, elapsed: float) -> None:
+        super().__init__(
+            f"synchronizer {name!r}: conditional update still conflicting after {attempts} "
+            f"attempts in {elapsed:.3f}s (SyncConfig.retry); nothing was appended by this call"
+        )
+        self.name = name
+        self.attempts = attempts
+        self.elapsed = elapsed
+
+
+class BackendUnavailableError(StateSyncError, ConnectionError):
+    """The backend (Redis) could not be reached or did not answer in time.
+
+    For an append, the outcome may be unknown to the caller; appends are idempotent per
+    writer, so the library never applies one twice, and the state shows whether it landed.
+    """
+
+    retriable = True
+
+
+class BackendAccessError(StateSyncError, PermissionError):
+    """The backend refused the command: authentication or ACL permissions."""
+
+
+class BackendProtocolError(StateSyncError):
+    """The backend answered in a way the protocol does not allow (wrong key type, bad reply)."""

@@ -1,0 +1,233 @@
+"""The Redis implementation of :class:`~statesync.backend.LogBackend`.
+
+The only module of :mod:`statesync` that talks to Redis. Keys follow
+:class:`~statesync.names.KeyLayout`; each mutation is one Lua script from
+:mod:`statesync.scripts`, so it is atomic on the server. Redis errors are translated here,
+at the boundary, into :mod:`statesync.errors` (``raise ... from``).
+
+redis-py's own command retries are switched off for this client: a blind re-send of a
+script after a lost reply is exactly what the writer sequence numbers exist to make safe,
+so retries happen one level up, where the same sequence number is re-sent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from statesync import status
+from statesync.backend import AppendOutcome, CompactOutcome, RawEntry, ReadResult
+from statesync.errors import (
+    BackendAccessError,
+    BackendProtocolError,
+    BackendUnavailableError,
+    StateSyncError,
+)
+from statesync.names import KeyLayout, validate_name
+from statesync.scripts import SCRIPT_NAMES, script_source
+
+#: Longest single ``XREAD BLOCK`` (ms); waits loop over chunks so a dead server is noticed.
+_MAX_BLOCK_MS = 5_000
+_BLOCKING_SOCKET_MARGIN = 5.0
+
+
+@contextmanager
+def translate_redis_errors(operation: str, name: str) -> Iterator[None]:
+    """Turn redis-py exceptions raised inside the block into :mod:`statesync.errors`."""
+    try:
+        yield
+    except StateSyncError:
+        raise
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise BackendUnavailableError(
+            f"synchronizer {name!r}: Redis unavailable during {operation}: {exc}"
+        ) from exc
+    except (redis.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
+        raise BackendAccessError(
+            f"synchronizer {name!r}: Redis refused {operation}: {exc}"
+        ) from exc
+    except redis.ResponseError as exc:
+        raise BackendProtocolError(
+            f"synchronizer {name!r}: Redis rejected {operation}: {exc}"
+        ) from exc
+    except redis.RedisError as exc:
+        raise BackendProtocolError(
+            f"synchronizer {name!r}: Redis error during {operation}: {exc}"
+        ) from exc
+
+
+def _no_retry() -> Retry:
+    return Retry(NoBackoff(), 0)
+
+
+class RedisLogBackend:
+    """Synchronizer logs stored in one Redis (or Valkey) server. Thread-safe.
+
+    Who may call what: any thread may call any method; blocking waits use a separate
+    connection pool so they never hold up appends and reads.
+    """
+
+    def __init__(self, client: redis.Redis, *, key_prefix: str = "statesync") -> None:
+        self._prefix = validate_name(key_prefix, what="key prefix")
+        self._client = client
+        pool = client.connection_pool
+        blocking_kwargs = dict(pool.connection_kwargs)
+        blocking_kwargs["socket_timeout"] = _MAX_BLOCK_MS / 1000 + _BLOCKING_SOCKET_MARGIN
+        blocking_kwargs["retry"] = _no_retry()
+        self._blocking = redis.Redis(
+            connection_pool=redis.ConnectionPool(
+                connection_class=pool.connection_class, **blocking_kwargs
+            )
+        )
+        self._scripts: dict[str, Script] = {
+            script: client.register_script(script_source(script)) for script in SCRIPT_NAMES
+        }
+        self._layouts: dict[str, KeyLayout] = {}
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        key_prefix: str = "statesync",
+        socket_timeout: float = 10.0,
+        **redis_kwargs: Any,
+    ) -> RedisLogBackend:
+        """Connect to ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
+        client = redis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=min(socket_timeout, 5.0),
+            retry=_no_retry(),
+            retry_on_timeout=False,
+            **redis_kwargs,
+        )
+        return cls(client, key_prefix=key_prefix)
+
+    @property
+    def client(self) -> redis.Redis:
+        """The command client (for callers composing their own keys with this server)."""
+        return self._client
+
+    def keys(self, name: str) -> KeyLayout:
+        layout = self._layouts.get(name)
+        if layout is None:
+            layout = self._layouts[name] = KeyLayout(self._prefix, name)
+        return layout
+
+    def _run(self, script: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        with translate_redis_errors(script, name):
+            return self._scripts[script](keys=list(keys), args=list(args))
+
+    # -- LogBackend -------------------------------------------------------------------------
+    def initialize(self, name: str, snapshot: bytes, incarnation: str) -> bool:
+        k = self.keys(name)
+        reply = self._run(
+            "initialize",
+            name,
+            [k.meta, k.snapshots, k.log, k.writers],
+            [snapshot, incarnation, 1],
+        )
+        return status.raise_for_status("initialize", name, reply) == status.OK
+
+    def append(
+        self,
+        name: str,
+        payload: bytes,
+        *,
+        expected_revision: int | None,
+        writer: str,
+        sequence: int,
+        max_bytes: int,
+    ) -> AppendOutcome:
+        k = self.keys(name)
+        expected = -1 if expected_revision is None else expected_revision
+        reply = self._run(
+            "append",
+            name,
+            [k.meta, k.log, k.writers],
+            [expected, payload, max_bytes, writer, sequence],
+        )
+        code = status.raise_for_status("append", name, reply)
+        if code == status.OK:
+            return AppendOutcome(code, int(reply[1]), int(reply[2]))
+        return AppendOutcome(code, int(reply[1]))
+
+    def read(self, name: str, after_revision: int, limit: int) -> ReadResult:
+        k = self.keys(name)
+        reply = self._run("read", name, [k.meta, k.log, k.snapshots], [after_revision, limit])
+        status.raise_for_status("read", name, reply)
+        try:
+            _, head, incarnation, snapshot_revision, snapshot, entries = reply
+            return ReadResult(
+                int(head),
+                incarnation.decode() if isinstance(incarnation, bytes) else str(incarnation),
+                int(snapshot_revision),
+                snapshot,
+                [_raw_entry(entry) for entry in entries],
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise BackendProtocolError(
+                f"synchronizer {name!r}: malformed read reply: {exc}"
+            ) from exc
+
+    def wait(self, name: str, after_revision: int, timeout: float) -> bool:
+        k = self.keys(name)
+        last_id = f"{max(after_revision, 0)}-0"
+        remaining_ms = max(1, math.ceil(timeout * 1000))
+        while remaining_ms > 0:
+            block = min(remaining_ms, _MAX_BLOCK_MS)
+            with translate_redis_errors("wait", name):
+                reply = self._blocking.xread({k.log: last_id}, count=1, block=block)
+            if reply:
+                return True
+            remaining_ms -= block
+        return False
+
+    def compact(self, name: str, revision: int, snapshot: bytes) -> CompactOutcome:
+        k = self.keys(name)
+        reply = self._run(
+            "compact", name, [k.meta, k.log, k.snapshots, k.writers], [revision, snapshot]
+        )
+        code = status.raise_for_status("compact", name, reply)
+        if code == status.OK:
+            return CompactOutcome(True, int(reply[1]), int(reply[2]))
+        return CompactOutcome(False, int(reply[1]), 0)
+
+    def delete(self, name: str) -> bool:
+        with translate_redis_errors("delete", name):
+            return int(self._client.delete(*self.keys(name).all)) > 0
+
+    def server_time_ms(self) -> int:
+        with translate_redis_errors("time", "-"):
+            seconds, micros = self._client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def close(self) -> None:
+        self._blocking.close()
+        self._client.close()
+
+
+def _raw_entry(entry: Any) -> RawEntry:
+    """Parse one XRANGE item; malformed items become a payload that fails to decode."""
+    entry_id, fields = entry
+    revision_part, _, sequence_part = entry_id.partition(b"-")
+    revision = int(revision_part)
+    values = dict(zip(fields[::2], fields[1::2], strict=False))
+    payload = values.get(b"d")
+    time_ms = values.get(b"t", b"0")
+    if sequence_part != b"0" or payload is None:
+        # Not written by append.lua. Keep the revision so the error can name it.
+        return RawEntry(revision, 0, b"")
+    try:
+        server_time = int(time_ms)
+    except ValueError:
+        server_time = 0
+    return RawEntry(revision, server_time, payload)

@@ -1,0 +1,39 @@
+"""The :class:`Update` base class: one change to a replicated state.
+
+An update is a small frozen dataclass registered with the synchronizer. Its
+:meth:`Update.apply_to` is a *pure function* of the state: it returns the new state and
+must not mutate its argument, read clocks, draw random numbers or do I/O. Every replica
+applies the same updates in the same order and so reaches the same state.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+
+class Update(ABC):
+    """One change to a replicated state, appended to the log and applied by every replica.
+
+    Subclasses are frozen dataclasses whose fields are msgpack-able values or other
+    registered dataclasses. ``apply_to`` may raise to reject an update: the writer then
+    gets :class:`~statesync.errors.UpdateRejectedError` and nothing is appended.
+
+    Example::
+
+        @dataclass(frozen=True)
+        class Add(Update):
+            amount: int
+            def apply_to(self, state: dict) -> dict:
+                return {**state, "total": state["total"] + self.amount}
+    """
+
+    __slots__ = ()
+
+    #: Name under which the type is written to the log. Defaults to the class name;
+    #: set it to keep old logs readable after renaming the class.
+    type_name: ClassVar[str | None] = None
+
+    @abstractmethod
+    def apply_to(self, state: Any) -> Any:
+        """Return the state that results from applying this update to ``state``."""

@@ -1,0 +1,83 @@
+"""Shared fixtures. Every Redis here is real: ``REDIS_URL``, a container, or a server binary.
+
+A test that needs Redis *fails* when none can be had (``pytest.fail``), it never skips.
+``backend`` runs a test once per backend (in-memory and Redis), tooz-style.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from readergroup.embedded_redis import (
+    LocalRedisServer,
+    RedisServer,
+    local_redis_server,
+    redis_server,
+)
+from readergroup.errors import EmbeddedRedisError
+from statesync import MemoryLogBackend, snapshot_cache
+from statesync.backend import LogBackend
+from statesync.redis_backend import RedisLogBackend
+
+
+@pytest.fixture(scope="session")
+def redis_handle() -> Iterator[RedisServer]:
+    try:
+        with redis_server() as server:
+            yield server
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"a real Redis is required and none could be had: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def redis_url(redis_handle: RedisServer) -> str:
+    return redis_handle.url
+
+
+@pytest.fixture
+def private_redis() -> Iterator[LocalRedisServer]:
+    """A persistent server binary of this test's own, which the test may stop and restart."""
+    try:
+        with local_redis_server(persistent=True) as server:
+            yield server
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"a Redis server binary is required: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def unique_name() -> str:
+    """A synchronizer name no other test (or earlier run on a shared REDIS_URL) uses."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["memory", "redis"])
+def backend(request: pytest.FixtureRequest) -> Iterator[LogBackend]:
+    if request.param == "memory":
+        yield MemoryLogBackend()
+        return
+    url = request.getfixturevalue("redis_url")
+    redis_backend = RedisLogBackend.from_url(url)
+    try:
+        yield redis_backend
+    finally:
+        redis_backend.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_snapshot_cache() -> None:
+    snapshot_cache.clear()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses a Redis fixture, so CI can prove none of them was skipped."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        params = getattr(item, "callspec", None)
+        uses_redis = bool(names & {"redis_url", "redis_handle", "private_redis"}) or (
+            params is not None and params.params.get("backend") == "redis"
+        )
+        if uses_redis:
+            item.add_marker(pytest.mark.redis)

@@ -1,0 +1,50 @@
+"""Update types shared by the tests (importable by worker processes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from statesync import Update
+
+
+@dataclass(frozen=True)
+class Add(Update):
+    amount: int
+
+    def apply_to(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, "total": state["total"] + self.amount}
+
+
+@dataclass(frozen=True)
+class Put(Update):
+    key: str
+    value: Any
+
+    def apply_to(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, self.key: self.value}
+
+
+@dataclass(frozen=True)
+class FailIfNegative(Update):
+    """Rejects itself when the total would go negative (a writer-side check)."""
+
+    amount: int
+
+    def apply_to(self, state: dict[str, Any]) -> dict[str, Any]:
+        if state["total"] + self.amount < 0:
+            raise ValueError("total would go negative")
+        return {**state, "total": state["total"] + self.amount}
+
+
+@dataclass(frozen=True)
+class Explode(Update):
+    """Always raises: used to build poisoned entries that bypass the writer's check."""
+
+    type_name = "Explode"
+
+    def apply_to(self, state: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+
+ALL_TYPES = [Add, Put, FailIfNegative]

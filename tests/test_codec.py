@@ -1,0 +1,140 @@
+"""The wire format: round trips, registry rules, and garbage that must never crash."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from statesync import EncodeError
+from statesync.codec import Codec, DecodeError, TypeRegistry, UnknownTypeError
+from tests.support.model import Add, Put
+
+
+@dataclass(frozen=True)
+class Point:
+    x: int
+    y: tuple[int, ...]
+
+
+CODEC = Codec(TypeRegistry([Add, Put, Point]))
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.binary(max_size=20)
+)
+hashables = st.recursive(scalars, lambda inner: st.tuples(inner, inner), max_leaves=4)
+values = st.recursive(
+    scalars | st.builds(Point, st.integers(-(2**63), 2**63), st.tuples(st.integers(0, 9))),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(hashables, inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.frozensets(hashables, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(values)
+def test_every_supported_value_round_trips(value: object) -> None:
+    assert CODEC.decode_value(CODEC.encode_value(value)) == value
+
+
+@given(st.lists(st.builds(Add, st.integers(-1000, 1000)), max_size=5), st.text(max_size=10))
+def test_entries_round_trip(updates: list[Add], writer: str) -> None:
+    entry = CODEC.decode_entry(7, 1234, CODEC.encode_entry(writer, updates))
+    assert entry.revision == 7 and entry.server_time_ms == 1234
+    assert entry.writer == writer and list(entry.updates) == updates
+
+
+def test_snapshot_round_trip_keeps_revision_and_time() -> None:
+    snap = CODEC.decode_snapshot(CODEC.encode_snapshot(42, 99, {"p": Point(1, (2, 3))}))
+    assert (snap.revision, snap.server_time_ms, snap.state) == (42, 99, {"p": Point(1, (2, 3))})
+
+
+def test_tuples_and_frozensets_keep_their_types() -> None:
+    decoded = CODEC.decode_value(CODEC.encode_value({(1, 2): frozenset({3}), "t": (4,)}))
+    assert decoded == {(1, 2): frozenset({3}), "t": (4,)}
+    assert type(decoded["t"]) is tuple
+
+
+def test_unregistered_dataclass_is_a_clear_encode_error() -> None:
+    @dataclass(frozen=True)
+    class Stranger:
+        a: int
+
+    with pytest.raises(EncodeError, match="Stranger is not registered"):
+        CODEC.encode_value({"x": Stranger(1)})
+
+
+def test_out_of_range_integers_are_named() -> None:
+    with pytest.raises(EncodeError, match="outside msgpack's range"):
+        CODEC.encode_value([2**64])
+
+
+def test_unsupported_types_are_refused() -> None:
+    with pytest.raises(EncodeError, match="cannot be stored"):
+        CODEC.encode_value({1, 2})  # a mutable set: ambiguous, refused
+    with pytest.raises(EncodeError):
+        CODEC.encode_value(object())
+
+
+def test_two_classes_under_one_name_are_refused() -> None:
+    @dataclass(frozen=True)
+    class Add:  # same name as the registered tests.support.model.Add
+        amount: int
+
+    with pytest.raises(EncodeError, match="registered twice"):
+        TypeRegistry([Add, __import__("tests.support.model", fromlist=["Add"]).Add])
+
+
+def test_non_update_in_an_entry_is_refused() -> None:
+    with pytest.raises(EncodeError, match="not an Update"):
+        CODEC.encode_entry("w", [Point(1, ())])  # type: ignore[list-item]
+
+
+def test_unknown_type_names_are_reported_as_unknown() -> None:
+    other = Codec(TypeRegistry([Add, Put, Point]))
+    only_add = Codec(TypeRegistry([Add]))
+    payload = other.encode_entry("w", [Put("k", 1)])
+    with pytest.raises(UnknownTypeError, match="'Put'"):
+        only_add.decode_entry(1, 0, payload)
+
+
+def test_newer_format_versions_are_refused() -> None:
+    payload = msgpack.packb({"v": 2, "w": "w", "u": []})
+    with pytest.raises(DecodeError, match="format version 2"):
+        CODEC.decode_entry(1, 0, payload)
+
+
+def test_wrong_fields_for_a_registered_type_are_corrupt() -> None:
+    bad = msgpack.packb(
+        {"v": 1, "w": "w", "u": [msgpack.ExtType(2, msgpack.packb(["Add", {"nope": 1}]))]}
+    )
+    with pytest.raises(DecodeError, match="cannot build Add"):
+        CODEC.decode_entry(1, 0, bad)
+
+
+@given(st.binary(max_size=200))
+def test_garbage_bytes_only_ever_raise_decode_error(data: bytes) -> None:
+    for decode in (
+        lambda: CODEC.decode_entry(1, 0, data),
+        lambda: CODEC.decode_snapshot(data),
+    ):
+        with contextlib.suppress(DecodeError):
+            decode()
+
+
+@given(values)
+def test_well_formed_msgpack_that_is_not_an_entry_raises_decode_error(value: object) -> None:
+    with pytest.raises(DecodeError):
+        CODEC.decode_entry(1, 0, CODEC.encode_value([value]))

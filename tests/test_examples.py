@@ -1,0 +1,29 @@
+"""Every example runs, in short mode, against the test Redis and reports success."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_example(script: str, redis_url: str, *args: str) -> str:
+    env = {**os.environ, "REDIS_URL": redis_url}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_statesync_counter_example(redis_url: str) -> None:
+    out = run_example("statesync_counter.py", redis_url, "--workers", "3", "--updates", "40")
+    assert "total=120 expected=120" in out and "VERIFIED" in out
