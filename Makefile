@@ -24,7 +24,8 @@ test: $(STAMP)
 	$(PY) -m pytest --junitxml=.artifacts/junit.xml $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check statesync readergroup tests bench examples tools
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
