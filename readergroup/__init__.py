@@ -1,7 +1,95 @@
 """readergroup: Pravega-style streams and reader groups on Redis, built on :mod:`statesync`."""
 
-from readergroup.errors import EmbeddedRedisError, ReaderGroupError
+from readergroup.autoscale import AutoScaler, ScaleAction, plan_scaling
+from readergroup.batch_client import BatchClient
+from readergroup.client_factory import EventStreamClientFactory
+from readergroup.config import ClientConfig
+from readergroup.errors import (
+    AccessDeniedError,
+    CoordinationError,
+    EmbeddedRedisError,
+    EventTooLargeError,
+    InvalidConfigError,
+    InvalidKeyRangesError,
+    InvalidNameError,
+    InvalidStreamCutError,
+    ReaderGroupError,
+    RedisUnavailableError,
+    ScaleConflictError,
+    ScopeNotEmptyError,
+    ScopeNotFoundError,
+    SegmentNotFoundError,
+    SerializationError,
+    StreamNotFoundError,
+    StreamNotSealedError,
+    StreamSealedError,
+    TruncatedDataError,
+    WriteFailedError,
+    WriterClosedError,
+)
+from readergroup.planning import SegmentRange
+from readergroup.redis_io import SegmentEvent
+from readergroup.routing import key_position, segment_id
+from readergroup.serializers import (
+    BytesSerializer,
+    JsonSerializer,
+    MsgpackSerializer,
+    Serializer,
+    UTF8StringSerializer,
+)
+from readergroup.stream_config import ScalingPolicy, StreamConfiguration
+from readergroup.stream_cut import StreamCut
+from readergroup.stream_manager import SegmentInfo, StreamInfo, StreamManager
+from readergroup.writer import EventPointer, EventStreamWriter, EventWriterConfig, WriteFuture
 
 __version__ = "0.1.0"
 
-__all__ = ["EmbeddedRedisError", "ReaderGroupError", "__version__"]
+__all__ = [
+    "AccessDeniedError",
+    "AutoScaler",
+    "BatchClient",
+    "BytesSerializer",
+    "ClientConfig",
+    "CoordinationError",
+    "EmbeddedRedisError",
+    "EventPointer",
+    "EventStreamClientFactory",
+    "EventStreamWriter",
+    "EventTooLargeError",
+    "EventWriterConfig",
+    "InvalidConfigError",
+    "InvalidKeyRangesError",
+    "InvalidNameError",
+    "InvalidStreamCutError",
+    "JsonSerializer",
+    "MsgpackSerializer",
+    "ReaderGroupError",
+    "RedisUnavailableError",
+    "ScaleAction",
+    "ScaleConflictError",
+    "ScalingPolicy",
+    "ScopeNotEmptyError",
+    "ScopeNotFoundError",
+    "SegmentEvent",
+    "SegmentInfo",
+    "SegmentNotFoundError",
+    "SegmentRange",
+    "SerializationError",
+    "Serializer",
+    "StreamConfiguration",
+    "StreamCut",
+    "StreamInfo",
+    "StreamManager",
+    "StreamNotFoundError",
+    "StreamNotSealedError",
+    "StreamSealedError",
+    "TruncatedDataError",
+    "UTF8StringSerializer",
+    "WriteFailedError",
+    "WriteFuture",
+    "WriterClosedError",
+    "__version__",
+    "key_position",
+    "plan_scaling",
+    "segment_id",
+]

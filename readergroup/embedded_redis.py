@@ -209,7 +209,7 @@ def _container_engine_answers() -> bool:
     if os.environ.get("READERGROUP_NO_CONTAINERS") == "1":
         return False
     try:
-        import docker  # noqa: PLC0415 (optional: ships with the test extra)
+        import docker
     except ImportError:
         return False
     try:
@@ -224,7 +224,7 @@ def _container_engine_answers() -> bool:
 
 @contextlib.contextmanager
 def _container_redis() -> Iterator[RedisServer]:
-    from testcontainers.redis import RedisContainer  # noqa: PLC0415 (optional)
+    from testcontainers.redis import RedisContainer
 
     with RedisContainer("redis:7-alpine") as container:
         host = container.get_container_host_ip()

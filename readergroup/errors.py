@@ -1,10 +1,15 @@
-"""Exceptions raised by :mod:`readergroup`. Every one derives from :class:`ReaderGroupError`."""
+"""Exceptions raised by :mod:`readergroup`. Every one derives from :class:`ReaderGroupError`.
+
+``retriable`` says whether the same call can succeed later without anyone fixing anything.
+Redis errors and :mod:`statesync` errors are translated at the boundary
+(:func:`readergroup.redis_io.translate_errors`) with ``raise ... from``.
+"""
 
 from __future__ import annotations
 
 
 class ReaderGroupError(Exception):
-    """Root of every error raised by readergroup; ``retriable`` says if a retry can succeed."""
+    """Root of every error raised by readergroup."""
 
     retriable: bool = False
 
@@ -12,3 +17,96 @@ class ReaderGroupError(Exception):
 class EmbeddedRedisError(ReaderGroupError):
     """No Redis could be had: no ``REDIS_URL``, no container engine, no server binary, or the
     server binary failed to start (its log is quoted)."""
+
+
+class InvalidNameError(ReaderGroupError, ValueError):
+    """A scope, stream, reader group or reader name breaks the naming rule."""
+
+
+class InvalidConfigError(ReaderGroupError, ValueError):
+    """A configuration value is out of its documented range."""
+
+
+class InvalidKeyRangesError(ReaderGroupError, ValueError):
+    """New key ranges of a scale do not exactly cover the ranges of the sealed segments."""
+
+
+class InvalidStreamCutError(ReaderGroupError, ValueError):
+    """A stream cut's text is malformed, or the cut does not fit the stream."""
+
+
+class EventTooLargeError(ReaderGroupError, ValueError):
+    """A serialized event exceeds the stream's ``max_event_size``; nothing was written."""
+
+
+class SerializationError(ReaderGroupError, ValueError):
+    """A serializer could not encode or decode an event."""
+
+
+class ScopeNotFoundError(ReaderGroupError, LookupError):
+    """The scope does not exist."""
+
+
+class ScopeNotEmptyError(ReaderGroupError):
+    """``delete_scope`` on a scope that still has streams (or reader groups)."""
+
+
+class StreamNotFoundError(ReaderGroupError, LookupError):
+    """The stream does not exist in the scope."""
+
+
+class StreamSealedError(ReaderGroupError):
+    """The stream is sealed: no more events can be written to it."""
+
+
+class StreamNotSealedError(ReaderGroupError):
+    """``delete_stream`` needs a sealed stream; call ``seal_stream`` first."""
+
+
+class ScaleConflictError(ReaderGroupError):
+    """The segments to seal are no longer active (another scale won the race)."""
+
+
+class SegmentNotFoundError(ReaderGroupError, LookupError):
+    """The segment does not exist (never created, or deleted by truncation)."""
+
+
+class TruncatedDataError(ReaderGroupError):
+    """A read asked for data below the stream's head: it was deleted by truncation."""
+
+    def __init__(self, segment: str, offset: int, head: int) -> None:
+        super().__init__(
+            f"segment {segment}: offset {offset} is below the head {head}; that data was truncated"
+        )
+        self.segment = segment
+        self.offset = offset
+        self.head = head
+
+
+class WriterClosedError(ReaderGroupError):
+    """The writer was closed; it accepts no more events."""
+
+
+class WriteFailedError(ReaderGroupError):
+    """An event could not be written within the writer's delivery timeout.
+
+    Retriable: the cause (``__cause__``) was transient, typically Redis being unreachable.
+    The event was not acknowledged; it may or may not be in the stream.
+    """
+
+    retriable = True
+
+
+class RedisUnavailableError(ReaderGroupError, ConnectionError):
+    """Redis could not be reached or did not answer in time."""
+
+    retriable = True
+
+
+class AccessDeniedError(ReaderGroupError, PermissionError):
+    """Redis refused the command: authentication failed or the ACL user lacks permission."""
+
+
+class CoordinationError(ReaderGroupError):
+    """The shared state (a state synchronizer) refused or failed an operation; see
+    ``__cause__`` for the :mod:`statesync` error."""

@@ -112,6 +112,11 @@ class RedisLogBackend:
         return cls(client, key_prefix=key_prefix)
 
     @property
+    def blocking_client(self) -> redis.Redis:
+        """A client whose sockets tolerate ``XREAD BLOCK`` of up to 5 s (its own pool)."""
+        return self._blocking
+
+    @property
     def client(self) -> redis.Redis:
         """The command client (for callers composing their own keys with this server)."""
         return self._client

@@ -155,7 +155,7 @@ class StateSynchronizer(Generic[S]):
         **kwargs: Any,
     ) -> StateSynchronizer[Any]:
         """Connect to the Redis at ``url`` with a backend owned by the new synchronizer."""
-        from statesync.redis_backend import RedisLogBackend  # noqa: PLC0415 (keeps core free of redis)
+        from statesync.redis_backend import RedisLogBackend
 
         config = config or SyncConfig()
         backend = RedisLogBackend.from_url(

@@ -81,3 +81,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         )
         if uses_redis:
             item.add_marker(pytest.mark.redis)
+
+
+@pytest.fixture
+def scope(redis_url: str) -> str:
+    """A fresh scope, created, whose name no other test uses."""
+    from readergroup import StreamManager
+
+    name = f"s{uuid.uuid4().hex[:10]}"
+    with StreamManager.from_url(redis_url) as manager:
+        manager.create_scope(name)
+    return name
+
+
+@pytest.fixture
+def manager(redis_url: str) -> Iterator[object]:
+    from readergroup import StreamManager
+
+    with StreamManager.from_url(redis_url) as stream_manager:
+        yield stream_manager

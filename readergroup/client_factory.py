@@ -1,0 +1,99 @@
+"""``EventStreamClientFactory``: creates writers, batch clients (and readers) for one scope,
+all sharing one Redis connection and one metadata cache."""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any, TypeVar
+
+from readergroup.batch_client import BatchClient
+from readergroup.config import ClientConfig
+from readergroup.metadata_cache import StreamMetadataCache
+from readergroup.names import validate_name
+from readergroup.redis_io import RedisConnection
+from readergroup.serializers import Serializer
+from readergroup.writer import EventStreamWriter, EventWriterConfig
+
+T = TypeVar("T")
+
+
+class EventStreamClientFactory:
+    """Entry point for data-plane clients of one scope.
+
+    Example::
+
+        with EventStreamClientFactory.from_url("shop", url) as factory:
+            writer = factory.create_event_writer("orders", UTF8StringSerializer())
+            writer.write_event("hello", routing_key="customer-7").result(timeout=5)
+
+    Closing the factory closes (flushes) every writer it created, then the connection.
+    """
+
+    def __init__(
+        self, scope: str, connection: RedisConnection, *, owns_connection: bool = False
+    ) -> None:
+        self._scope = validate_name(scope, "scope")
+        self._connection = connection
+        self._owns_connection = owns_connection
+        self._metadata = StreamMetadataCache(connection, connection.config.metadata_ttl)
+        self._closeables: list[Any] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(
+        cls, scope: str, url: str, config: ClientConfig | None = None
+    ) -> EventStreamClientFactory:
+        return cls(scope, RedisConnection.from_url(url, config), owns_connection=True)
+
+    @property
+    def scope(self) -> str:
+        return self._scope
+
+    @property
+    def connection(self) -> RedisConnection:
+        return self._connection
+
+    @property
+    def metadata(self) -> StreamMetadataCache:
+        return self._metadata
+
+    def create_event_writer(
+        self,
+        stream: str,
+        serializer: Serializer[T],
+        config: EventWriterConfig | None = None,
+        **kwargs: Any,
+    ) -> EventStreamWriter[T]:
+        """A writer for ``stream`` of this scope. Raises StreamNotFoundError if it is missing."""
+        validate_name(stream, "stream")
+        writer: EventStreamWriter[T] = EventStreamWriter(
+            self._connection, self._metadata, self._scope, stream, serializer, config, **kwargs
+        )
+        with self._lock:
+            self._closeables.append(writer)
+        return writer
+
+    def create_batch_client(self) -> BatchClient:
+        return BatchClient(self._connection, self._scope)
+
+    def close(self) -> None:
+        with self._lock:
+            closeables, self._closeables = self._closeables, []
+        try:
+            for item in closeables:
+                item.close()
+        finally:
+            if self._owns_connection:
+                self._connection.close()
+
+    def __enter__(self) -> EventStreamClientFactory:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

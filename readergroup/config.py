@@ -1,0 +1,47 @@
+"""Client configuration shared by managers, writers and readers (frozen, validated)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from readergroup.errors import InvalidConfigError
+from statesync import RetryPolicy
+from statesync.errors import StateSyncError
+from statesync.names import validate_name as validate_key_prefix
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClientConfig:
+    """How a client talks to Redis.
+
+    Attributes:
+        key_prefix: first part of every key this library writes (default ``"rg"``).
+        socket_timeout: seconds a Redis command may take (default 10.0; > 0).
+        retry: bound on retries after conflicts or Redis outages (default
+            ``RetryPolicy()``: 64 attempts within 30 s, jittered exponential backoff).
+        metadata_ttl: seconds a writer or reader trusts cached stream metadata before it
+            re-reads it (default 5.0; >= 0). Sealed-segment errors refresh it at once.
+        redis_options: extra keyword arguments for ``redis.Redis.from_url``: TLS files
+            (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``), ``username``/``password``
+            for ACL users, and so on (default none).
+    """
+
+    key_prefix: str = "rg"
+    socket_timeout: float = 10.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    metadata_ttl: float = 5.0
+    redis_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        try:
+            validate_key_prefix(self.key_prefix, what="key prefix")
+        except StateSyncError as exc:
+            raise InvalidConfigError(str(exc)) from exc
+        if not self.socket_timeout > 0:
+            raise InvalidConfigError(f"socket_timeout must be > 0, got {self.socket_timeout}")
+        if not isinstance(self.retry, RetryPolicy):
+            raise InvalidConfigError("retry must be a statesync.RetryPolicy")
+        if not self.metadata_ttl >= 0:
+            raise InvalidConfigError(f"metadata_ttl must be >= 0, got {self.metadata_ttl}")

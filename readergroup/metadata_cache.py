@@ -1,0 +1,66 @@
+"""Cached stream metadata for writers and readers (``cachetools.TTLCache``).
+
+A writer routes every event with the stream's active segments; reading the metadata for each
+event would cost a round trip. The cache keeps one state synchronizer per stream and trusts
+its local copy for ``ClientConfig.metadata_ttl`` seconds; a sealed-segment error invalidates
+the entry so the next lookup fetches at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from cachetools import TTLCache
+
+from readergroup.errors import StreamNotFoundError
+from readergroup.names import stream_sync_name
+from readergroup.redis_io import RedisConnection, translate_errors
+from readergroup.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
+from statesync import StateSynchronizer, SynchronizerNotFoundError
+
+
+class StreamMetadataCache:
+    """Stream metadata by ``(scope, stream)``, refreshed at most every ``ttl`` seconds.
+
+    Thread-safe. ``timer`` is injectable (defaults to the monotonic clock).
+    """
+
+    def __init__(
+        self, connection: RedisConnection, ttl: float, timer: Callable[[], float] | None = None
+    ) -> None:
+        self._connection = connection
+        self._fresh: TTLCache[tuple[str, str], StreamState] = (
+            TTLCache(maxsize=1024, ttl=ttl, timer=timer)
+            if timer
+            else TTLCache(maxsize=1024, ttl=ttl)
+        )
+        self._syncs: dict[tuple[str, str], StateSynchronizer[StreamState]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, scope: str, stream: str) -> StreamState:
+        key = (scope, stream)
+        with self._lock:
+            cached = self._fresh.get(key)
+            if cached is not None:
+                return cached
+            sync = self._syncs.get(key)
+            if sync is None:
+                sync = self._syncs[key] = self._connection.synchronizer(
+                    stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
+                )
+        try:
+            with translate_errors("read stream metadata"):
+                sync.fetch_updates()
+        except Exception as exc:
+            if isinstance(exc.__cause__, SynchronizerNotFoundError):
+                raise StreamNotFoundError(f"stream {scope}/{stream} does not exist") from exc
+            raise
+        state: StreamState = sync.state
+        with self._lock:
+            self._fresh[key] = state
+        return state
+
+    def invalidate(self, scope: str, stream: str) -> None:
+        with self._lock:
+            self._fresh.pop((scope, stream), None)

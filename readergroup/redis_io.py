@@ -1,0 +1,418 @@
+"""The Redis side of readergroup: one connection object, the segment data plane, and error
+translation. The only module of :mod:`readergroup` that imports ``redis``.
+
+Key layout (``prefix`` is ``ClientConfig.key_prefix``; each segment is its own hash tag, so
+its keys share a Redis Cluster slot and its scripts run there):
+
+* ``<prefix>:{<scope>/<stream>/<segment id>}:events``: stream; event at offset *o* has
+  id ``<o + 1>-0`` and fields ``k`` (routing key, if any), ``p`` (payload), ``w`` (writer ms),
+  ``t`` (server ms), ``b`` (byte offset in the segment);
+* ``...:meta``: hash of ``created_ms``, ``sealed``, ``events`` (= tail offset), ``bytes``,
+  ``head``;
+* ``...:writers``  hash: writer id -> last batch sequence number (idempotent appends).
+
+Offsets count events from 0 within a segment; a *position* is the offset of the next event to
+read, so ``tail - position`` is the lag in events and ``bytes - b`` the lag in bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from readergroup import segment_status
+from readergroup.config import ClientConfig
+from readergroup.errors import (
+    AccessDeniedError,
+    CoordinationError,
+    ReaderGroupError,
+    RedisUnavailableError,
+    SegmentNotFoundError,
+    TruncatedDataError,
+)
+from readergroup.routing import segment_name
+from readergroup.scripts import SCRIPT_NAMES, script_source
+from statesync import StateSynchronizer, SyncConfig, Update
+from statesync.errors import BackendAccessError, BackendUnavailableError, StateSyncError
+from statesync.redis_backend import RedisLogBackend
+
+MAX_BLOCK_SECONDS = 5.0
+"""Longest single blocking read; callers loop for longer waits (a dead server is noticed)."""
+
+
+@contextmanager
+def translate_errors(operation: str) -> Iterator[None]:
+    """Re-raise redis-py and statesync errors from the block as :class:`ReaderGroupError`."""
+    try:
+        yield
+    except ReaderGroupError:
+        raise
+    except (redis.ConnectionError, redis.TimeoutError, BackendUnavailableError) as exc:
+        raise RedisUnavailableError(f"Redis unavailable during {operation}: {exc}") from exc
+    except (redis.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
+        raise AccessDeniedError(f"Redis refused {operation}: {exc}") from exc
+    except BackendAccessError as exc:
+        raise AccessDeniedError(f"Redis refused {operation}: {exc}") from exc
+    except StateSyncError as exc:
+        error = CoordinationError(f"{operation}: {exc}")
+        error.retriable = exc.retriable
+        raise error from exc
+    except redis.RedisError as exc:
+        raise ReaderGroupError(f"Redis error during {operation}: {exc}") from exc
+
+
+class SegmentEvent:
+    """One event as stored in a segment: a lazy view over the raw Redis reply.
+
+    Attributes are decoded when read, so a reader that only needs payloads pays for nothing
+    else. ``append_events.lua`` writes the fields in a fixed order (``k`` first when present,
+    then ``p w t b``); entries in any other shape are decoded by name.
+    """
+
+    __slots__ = ("_base", "_fields", "_id", "segment")
+
+    def __init__(self, segment: int, entry_id: bytes, fields: list[bytes]) -> None:
+        self.segment = segment
+        self._id = entry_id
+        if len(fields) == 10 and fields[0] == b"k" and fields[8] == b"b":
+            self._base = 2
+        elif len(fields) == 8 and fields[0] == b"p" and fields[6] == b"b":
+            self._base = 0
+        else:
+            named = dict(zip(fields[::2], fields[1::2], strict=False))
+            self._base = 0 if b"k" not in named else 2
+            ordered = [b"k", named[b"k"]] if b"k" in named else []
+            for name in (b"p", b"w", b"t", b"b"):
+                ordered += (name, named.get(name, b"" if name == b"p" else b"0"))
+            fields = ordered
+        self._fields = fields
+
+    @property
+    def offset(self) -> int:
+        """Offset of the event in its segment (0 for the first event ever written)."""
+        entry_id = self._id
+        return int(entry_id[: entry_id.index(b"-")]) - 1
+
+    @property
+    def routing_key(self) -> str | None:
+        if self._base == 0:
+            return None
+        return self._fields[1].decode("utf-8", "surrogateescape")
+
+    @property
+    def payload(self) -> bytes:
+        return self._fields[self._base + 1]
+
+    @property
+    def writer_ms(self) -> int:
+        """The writer's clock when ``write_event`` was called (ms since the epoch)."""
+        return int(self._fields[self._base + 3])
+
+    @property
+    def server_ms(self) -> int:
+        """The Redis server's clock when the event was appended (ms since the epoch)."""
+        return int(self._fields[self._base + 5])
+
+    @property
+    def byte_offset(self) -> int:
+        """Payload bytes before this event in its segment (for lag in bytes)."""
+        return int(self._fields[self._base + 7])
+
+    def as_tuple(self) -> tuple[int, int, str | None, bytes, int, int, int]:
+        return (
+            self.segment,
+            self.offset,
+            self.routing_key,
+            self.payload,
+            self.writer_ms,
+            self.server_ms,
+            self.byte_offset,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SegmentEvent) and self.as_tuple() == other.as_tuple()
+
+    def __hash__(self) -> int:
+        return hash((self.segment, self._id))
+
+    def __repr__(self) -> str:
+        return (
+            f"SegmentEvent(segment={self.segment}, offset={self.offset}, "
+            f"routing_key={self.routing_key!r}, payload={self.payload[:32]!r}, "
+            f"server_ms={self.server_ms})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentState:
+    """A segment's data-plane counters: ``head`` and ``tail`` offsets, bytes, sealed flag."""
+
+    segment: int
+    exists: bool
+    head: int
+    tail: int
+    bytes: int
+    sealed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatch:
+    """Events bound for one segment, sent as one idempotent ``append_events.lua`` call.
+
+    ``event_args`` is the flattened ARGV tail: per event the wire routing key (``""`` for
+    none, else ``"k" + key``), the payload and the writer timestamp in ms.
+    """
+
+    scope: str
+    stream: str
+    segment: int
+    writer: str
+    sequence: int
+    count: int
+    event_args: list[Any]
+    max_event_size: int
+
+    @classmethod
+    def of(
+        cls,
+        scope: str,
+        stream: str,
+        segment: int,
+        writer: str,
+        sequence: int,
+        events: Sequence[tuple[str | None, bytes, int]],
+        max_event_size: int,
+    ) -> AppendBatch:
+        """Build a batch from ``(routing key, payload, writer ms)`` tuples."""
+        args: list[Any] = []
+        for key, payload, writer_ms in events:
+            args += (wire_key(key), payload, writer_ms)
+        return cls(scope, stream, segment, writer, sequence, len(events), args, max_event_size)
+
+    def script_args(self) -> list[Any]:
+        return [self.writer, self.sequence, self.max_event_size, self.count, *self.event_args]
+
+
+def wire_key(routing_key: str | None) -> str:
+    """How ``append_events.lua`` receives a routing key: ``""`` for none, else ``"k" + key``."""
+    return "" if routing_key is None else "k" + routing_key
+
+
+@dataclass(frozen=True, slots=True)
+class AppendReply:
+    status: int
+    first_offset: int = -1
+    server_ms: int = 0
+    tail: int = -1
+
+
+def _raw_reply(response: Any, **options: Any) -> Any:
+    return response
+
+
+def parse_event(segment: int, entry: Any) -> SegmentEvent:
+    """A :class:`SegmentEvent` over one raw XRANGE/XREAD item ``[id, [field, value, ...]]``."""
+    return SegmentEvent(segment, entry[0], entry[1])
+
+
+class RedisConnection:
+    """One Redis client (and its pool) shared by everything a factory or manager creates.
+
+    Thread-safe. redis-py's own retries are off: appends are retried one level up with the
+    same sequence number, which the scripts deduplicate.
+    """
+
+    def __init__(self, client: redis.Redis, config: ClientConfig) -> None:
+        self.config = config
+        self.client = client
+        self.log_backend = RedisLogBackend(client, key_prefix=config.key_prefix)
+        # events are parsed by parse_event from the raw reply: skip redis-py's dict building
+        for command_client in (client, self.log_backend.blocking_client):
+            command_client.set_response_callback("XRANGE", _raw_reply)
+            command_client.set_response_callback("XREAD", _raw_reply)
+        self._scripts: dict[str, Script] = {
+            name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
+        }
+        self._sync_config = SyncConfig(
+            key_prefix=config.key_prefix, retry=config.retry, socket_timeout=config.socket_timeout
+        )
+
+    @classmethod
+    def from_url(cls, url: str, config: ClientConfig | None = None) -> RedisConnection:
+        config = config or ClientConfig()
+        with translate_errors("connect"):
+            client = redis.Redis.from_url(
+                url,
+                socket_timeout=config.socket_timeout,
+                socket_connect_timeout=min(config.socket_timeout, 5.0),
+                retry=Retry(NoBackoff(), 0),
+                **dict(config.redis_options),
+            )
+        return cls(client, config)
+
+    def synchronizer(
+        self,
+        name: str,
+        update_types: Sequence[type[Update]],
+        state_types: Sequence[type] = (),
+        writer_label: str | None = None,
+    ) -> StateSynchronizer[Any]:
+        """A state synchronizer on this connection (it does not own the connection)."""
+        return StateSynchronizer(
+            self.log_backend,
+            name,
+            update_types=update_types,
+            state_types=state_types,
+            config=self._sync_config,
+            writer_label=writer_label,
+        )
+
+    def server_time_ms(self) -> int:
+        with translate_errors("TIME"):
+            return self.log_backend.server_time_ms()
+
+    def close(self) -> None:
+        self.log_backend.close()
+
+    # -- segment keys -----------------------------------------------------------------------
+    def segment_keys(self, scope: str, stream: str, segment: int) -> tuple[str, str, str]:
+        """(meta, events, writers) keys of one segment."""
+        base = f"{self.config.key_prefix}:{{{scope}/{stream}/{segment}}}"
+        return f"{base}:meta", f"{base}:events", f"{base}:writers"
+
+    # -- segment operations -----------------------------------------------------------------
+    def create_segments(
+        self, scope: str, stream: str, segments: Sequence[int], now_ms: int
+    ) -> None:
+        """Create segments' meta hashes (idempotent: an existing segment is left alone)."""
+        with translate_errors("create segments"):
+            pipe = self.client.pipeline(transaction=False)
+            for segment in segments:
+                pipe.hsetnx(self.segment_keys(scope, stream, segment)[0], "created_ms", now_ms)
+            pipe.execute()
+
+    def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]:
+        """Send every batch in one pipelined round trip; one reply per batch, in order."""
+        script = self._scripts["append_events"]
+        with translate_errors("append"):
+            pipe = self.client.pipeline(transaction=False)
+            for batch in batches:
+                meta, events, writers = self.segment_keys(batch.scope, batch.stream, batch.segment)
+                script(keys=[meta, events, writers], args=batch.script_args(), client=pipe)
+            replies = pipe.execute(raise_on_error=False)
+        results = []
+        for batch, reply in zip(batches, replies, strict=True):
+            if isinstance(reply, Exception):
+                with translate_errors("append"):
+                    raise reply
+            name = segment_name(batch.scope, batch.stream, batch.segment)
+            code = segment_status.check("append_events", name, reply)
+            if code == segment_status.OK:
+                results.append(AppendReply(code, int(reply[1]), int(reply[3])))
+            elif code == segment_status.SEALED:
+                results.append(AppendReply(code, tail=int(reply[1])))
+            else:
+                results.append(AppendReply(code))
+        return results
+
+    def _run(
+        self, script: str, scope: str, stream: str, segment: int, keys: int, *args: Any
+    ) -> Any:
+        meta, events, writers = self.segment_keys(scope, stream, segment)
+        with translate_errors(script):
+            reply = self._scripts[script](keys=[meta, events, writers][:keys], args=list(args))
+        segment_status.check(script, segment_name(scope, stream, segment), reply)
+        return reply
+
+    def seal(self, scope: str, stream: str, segment: int) -> int:
+        """Seal a segment (idempotent); return its final tail offset."""
+        return int(self._run("seal_segment", scope, stream, segment, 1)[1])
+
+    def truncate(self, scope: str, stream: str, segment: int, offset: int) -> int:
+        """Delete events below ``offset``; return how many were removed."""
+        return int(self._run("truncate_segment", scope, stream, segment, 2, offset)[2])
+
+    def offset_at_time(self, scope: str, stream: str, segment: int, server_ms: int) -> int:
+        return int(self._run("offset_at_time", scope, stream, segment, 2, server_ms)[1])
+
+    def read_range(
+        self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int
+    ) -> tuple[SegmentState, list[SegmentEvent]]:
+        """Events ``[start, stop)`` (``stop=-1``: to the tail), at most ``limit``, with the
+        segment's state read atomically alongside. Raises TruncatedDataError below the head."""
+        meta, events, _ = self.segment_keys(scope, stream, segment)
+        last = "+" if stop < 0 else f"{stop}-0"
+        with translate_errors("read"):
+            pipe = self.client.pipeline(transaction=True)  # MULTI/EXEC: state and events agree
+            pipe.hmget(meta, "created_ms", "sealed", "events", "bytes", "head")
+            pipe.xrange(events, f"{start + 1}-0", last, count=limit)
+            (created, sealed, tail, size, head), entries = pipe.execute()
+        name = segment_name(scope, stream, segment)
+        if created is None:
+            raise SegmentNotFoundError(f"segment {name} does not exist")
+        state = SegmentState(
+            segment, True, int(head or 0), int(tail or 0), int(size or 0), sealed == b"1"
+        )
+        if start < state.head:
+            raise TruncatedDataError(name, start, state.head)
+        return state, [parse_event(segment, entry) for entry in entries]
+
+    def segment_states(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, SegmentState]:
+        """Head, tail, bytes and sealed flag of each segment, in one round trip."""
+        with translate_errors("segment state"):
+            pipe = self.client.pipeline(transaction=False)
+            for segment in segments:
+                meta = self.segment_keys(scope, stream, segment)[0]
+                pipe.hmget(meta, "created_ms", "sealed", "events", "bytes", "head")
+            replies = pipe.execute()
+        states = {}
+        for segment, (created, sealed, events, size, head) in zip(segments, replies, strict=True):
+            states[segment] = SegmentState(
+                segment,
+                created is not None,
+                int(head or 0),
+                int(events or 0),
+                int(size or 0),
+                sealed == b"1",
+            )
+        return states
+
+    def read_blocking(
+        self,
+        scope: str,
+        stream: str,
+        positions: Mapping[int, int],
+        timeout: float,
+        limit: int,
+    ) -> dict[int, list[SegmentEvent]]:
+        """Events at or after each segment's position, from several segments in one call,
+        blocking up to ``timeout`` seconds (at most 5 per call) until at least one has
+        something (``XREAD BLOCK``; no busy loop). Segments with nothing new are absent."""
+        if not positions:
+            return {}
+        by_key = {self.segment_keys(scope, stream, s)[1]: s for s in positions}
+        streams: dict[Any, Any] = {key: f"{positions[s]}-0" for key, s in by_key.items()}
+        block = max(1, int(min(timeout, MAX_BLOCK_SECONDS) * 1000))
+        with translate_errors("read"):
+            reply: Any = self.log_backend.blocking_client.xread(streams, count=limit, block=block)
+        result: dict[int, list[SegmentEvent]] = {}
+        items = reply.items() if isinstance(reply, dict) else (reply or [])  # RESP3 or RESP2
+        for key, entries in items:
+            segment = by_key[key.decode() if isinstance(key, bytes) else str(key)]
+            result[segment] = [parse_event(segment, entry) for entry in entries]
+        return result
+
+    def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None:
+        with translate_errors("delete segments"):
+            keys = [k for s in segments for k in self.segment_keys(scope, stream, s)]
+            for start in range(0, len(keys), 300):
+                self.client.delete(*keys[start : start + 300])

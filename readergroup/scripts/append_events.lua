@@ -1,0 +1,60 @@
+-- append_events.lua: append a batch of events to one segment, atomically and idempotently.
+--
+-- KEYS[1]  segment meta hash (created_ms, sealed, events, bytes, head)
+-- KEYS[2]  segment event stream (entry id "<offset + 1>-0")
+-- KEYS[3]  segment writer table hash (writer id -> last batch sequence)
+-- ARGV[1]  writer id
+-- ARGV[2]  batch sequence number (increasing per writer; a retry re-sends the same one)
+-- ARGV[3]  largest payload allowed, bytes
+-- ARGV[4]  n, the number of events
+-- ARGV[5 .. 4 + 3n]  per event: routing key ("" for none, else "k" .. key), payload,
+--                    writer timestamp (ms)
+--
+-- Each event is stored with fields k (routing key, only if any), p (payload), w (writer ms),
+-- t (server ms, from TIME), b (byte offset of the event in the segment).
+--
+-- Returns:
+--   {0, first_offset, n, server_ms}  appended at offsets first_offset .. first_offset + n - 1
+--   {1, tail}                        the segment is sealed; nothing written
+--   {2}                              the segment does not exist; nothing written
+--   {3, index, size}                 event `index` (1-based) is too large; nothing written
+--   {6, last_sequence}               this batch already landed (a retry); nothing written
+local meta = redis.call('HMGET', KEYS[1], 'created_ms', 'sealed', 'events', 'bytes')
+if not meta[1] then
+  return {2}
+end
+local events = tonumber(meta[3] or 0)
+if meta[2] == '1' then
+  return {1, events}
+end
+local last = redis.call('HGET', KEYS[3], ARGV[1])
+if last and tonumber(last) >= tonumber(ARGV[2]) then
+  return {6, tonumber(last)}
+end
+local n = tonumber(ARGV[4])
+local limit = tonumber(ARGV[3])
+for i = 1, n do
+  local size = string.len(ARGV[3 + 3 * i])
+  if size > limit then
+    return {3, i, size}
+  end
+end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local bytes = tonumber(meta[4] or 0)
+for i = 1, n do
+  local base = 1 + 3 * i
+  local key = ARGV[base + 1]
+  local payload = ARGV[base + 2]
+  local id = string.format('%d-0', events + i)
+  if key == '' then
+    redis.call('XADD', KEYS[2], id, 'p', payload, 'w', ARGV[base + 3], 't', ms, 'b', bytes)
+  else
+    redis.call('XADD', KEYS[2], id, 'k', string.sub(key, 2), 'p', payload,
+      'w', ARGV[base + 3], 't', ms, 'b', bytes)
+  end
+  bytes = bytes + string.len(payload)
+end
+redis.call('HSET', KEYS[1], 'events', events + n, 'bytes', bytes)
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+return {0, events, n, ms}
