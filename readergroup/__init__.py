@@ -27,7 +27,20 @@ from readergroup.errors import (
     WriteFailedError,
     WriterClosedError,
 )
+from readergroup.group_config import ReaderConfig, ReaderGroupConfig
+from readergroup.group_manager import (
+    ReaderGroup,
+    ReaderGroupManager,
+    ReaderGroupNotFoundError,
+    SegmentDistribution,
+)
+from readergroup.group_state import (
+    ReaderAlreadyOnlineError,
+    ReaderNotInGroupError,
+    SegmentNotOwnedError,
+)
 from readergroup.planning import SegmentRange
+from readergroup.reader import EventRead, EventStreamReader, RebalanceListener
 from readergroup.redis_io import SegmentEvent
 from readergroup.routing import key_position, segment_id
 from readergroup.serializers import (
@@ -53,7 +66,9 @@ __all__ = [
     "CoordinationError",
     "EmbeddedRedisError",
     "EventPointer",
+    "EventRead",
     "EventStreamClientFactory",
+    "EventStreamReader",
     "EventStreamWriter",
     "EventTooLargeError",
     "EventWriterConfig",
@@ -63,16 +78,26 @@ __all__ = [
     "InvalidStreamCutError",
     "JsonSerializer",
     "MsgpackSerializer",
+    "ReaderAlreadyOnlineError",
+    "ReaderConfig",
+    "ReaderGroup",
+    "ReaderGroupConfig",
     "ReaderGroupError",
+    "ReaderGroupManager",
+    "ReaderGroupNotFoundError",
+    "ReaderNotInGroupError",
+    "RebalanceListener",
     "RedisUnavailableError",
     "ScaleAction",
     "ScaleConflictError",
     "ScalingPolicy",
     "ScopeNotEmptyError",
     "ScopeNotFoundError",
+    "SegmentDistribution",
     "SegmentEvent",
     "SegmentInfo",
     "SegmentNotFoundError",
+    "SegmentNotOwnedError",
     "SegmentRange",
     "SerializationError",
     "Serializer",

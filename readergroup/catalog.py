@@ -1,6 +1,7 @@
-"""The catalog of scopes and their streams, as a replicated state. Pure code.
+"""The catalog of scopes, their streams and reader groups, as a replicated state. Pure code.
 
-State (synchronizer ``catalog``): ``{"scopes": {scope: {stream: created_ms}}}``. Updates are
+State (synchronizer ``catalog``): ``{"scopes": {scope: {stream: created_ms}}, "groups":
+{scope: {group: created_ms}}}``. Updates are
 appended conditionally; their generators (in :class:`~readergroup.stream_manager.StreamManager`)
 check preconditions on the current state, so ``apply_to`` only ever sees valid updates.
 """
@@ -14,12 +15,41 @@ from statesync import Update
 
 Catalog = dict[str, Any]
 
-EMPTY_CATALOG: Catalog = {"scopes": {}}
+EMPTY_CATALOG: Catalog = {"scopes": {}, "groups": {}}
 
 
 def scopes_of(catalog: Catalog) -> dict[str, dict[str, int]]:
     scopes: dict[str, dict[str, int]] = catalog["scopes"]
     return scopes
+
+
+def groups_of(catalog: Catalog, scope: str) -> dict[str, int]:
+    groups: dict[str, int] = catalog.get("groups", {}).get(scope, {})
+    return groups
+
+
+@dataclass(frozen=True)
+class AddGroup(Update):
+    scope: str
+    group: str
+    created_ms: int
+
+    def apply_to(self, state: Catalog) -> Catalog:
+        groups = dict(state.get("groups", {}))
+        groups[self.scope] = {**groups.get(self.scope, {}), self.group: self.created_ms}
+        return {**state, "groups": groups}
+
+
+@dataclass(frozen=True)
+class RemoveGroup(Update):
+    scope: str
+    group: str
+
+    def apply_to(self, state: Catalog) -> Catalog:
+        groups = dict(state.get("groups", {}))
+        remaining = {g: t for g, t in groups.get(self.scope, {}).items() if g != self.group}
+        groups[self.scope] = remaining
+        return {**state, "groups": groups}
 
 
 @dataclass(frozen=True)
@@ -66,4 +96,11 @@ class RemoveStream(Update):
         return {**state, "scopes": scopes}
 
 
-UPDATE_TYPES: tuple[type[Update], ...] = (CreateScope, DeleteScope, AddStream, RemoveStream)
+UPDATE_TYPES: tuple[type[Update], ...] = (
+    CreateScope,
+    DeleteScope,
+    AddStream,
+    RemoveStream,
+    AddGroup,
+    RemoveGroup,
+)

@@ -9,8 +9,11 @@ from typing import Any, TypeVar
 
 from readergroup.batch_client import BatchClient
 from readergroup.config import ClientConfig
+from readergroup.group_config import ReaderConfig
+from readergroup.group_manager import join_group
 from readergroup.metadata_cache import StreamMetadataCache
 from readergroup.names import validate_name
+from readergroup.reader import EventStreamReader
 from readergroup.redis_io import RedisConnection
 from readergroup.serializers import Serializer
 from readergroup.writer import EventStreamWriter, EventWriterConfig
@@ -73,6 +76,27 @@ class EventStreamClientFactory:
         with self._lock:
             self._closeables.append(writer)
         return writer
+
+    def create_reader(
+        self,
+        reader_id: str,
+        group: str,
+        serializer: Serializer[T],
+        config: ReaderConfig | None = None,
+        **kwargs: Any,
+    ) -> EventStreamReader[T]:
+        """Join ``reader_id`` to reader group ``group`` of this scope and return its reader.
+
+        Raises ReaderAlreadyOnlineError if a live reader with this id is online; the same id
+        after the first is gone (or was declared dead) rejoins.
+        """
+        member, group_config = join_group(self._connection, self._scope, group, reader_id)
+        reader: EventStreamReader[T] = EventStreamReader(
+            self._connection, member, group_config, serializer, config, **kwargs
+        )
+        with self._lock:
+            self._closeables.append(reader)
+        return reader
 
     def create_batch_client(self) -> BatchClient:
         return BatchClient(self._connection, self._scope)

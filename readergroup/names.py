@@ -51,5 +51,10 @@ def stream_sync_name(scope: str, stream: str) -> str:
     return f"stream:{scope}/{stream}"
 
 
+def group_sync_name(scope: str, group: str) -> str:
+    """Name of the state synchronizer holding a reader group's state."""
+    return f"group:{scope}/{group}"
+
+
 CATALOG_SYNC_NAME = "catalog"
 """Name of the state synchronizer listing scopes and their streams."""

@@ -411,6 +411,38 @@ class RedisConnection:
             result[segment] = [parse_event(segment, entry) for entry in entries]
         return result
 
+    def heartbeat(
+        self, key: str, reader_id: str, generation: int
+    ) -> tuple[int, dict[str, tuple[int, int]]]:
+        """Renew ``reader_id``'s heartbeat (``""``: renew none); return the server time and every
+        reader's ``(generation, server ms)``."""
+        with translate_errors("heartbeat"):
+            now_ms, flat = self._scripts["heartbeat"](keys=[key], args=[reader_id, generation])
+        beats: dict[str, tuple[int, int]] = {}
+        for name, value in zip(flat[::2], flat[1::2], strict=False):
+            generation_text, _, ms_text = value.partition(b" ")
+            try:
+                beats[name.decode()] = (int(generation_text), int(ms_text))
+            except ValueError:
+                continue  # a malformed row is ignored: that reader then looks silent
+        return int(now_ms), beats
+
+    def forget_heartbeat(self, key: str, reader_id: str) -> None:
+        with translate_errors("heartbeat"):
+            self.client.hdel(key, reader_id)
+
+    def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
+        """``XREAD BLOCK`` over arbitrary stream keys (segments and state logs) in one call:
+        returns key -> raw entries for the keys that had something (at most 5 s per call)."""
+        if not positions:
+            return {}
+        block = max(1, int(min(timeout, MAX_BLOCK_SECONDS) * 1000))
+        streams: dict[Any, Any] = dict(positions)
+        with translate_errors("read"):
+            reply: Any = self.log_backend.blocking_client.xread(streams, count=limit, block=block)
+        items = reply.items() if isinstance(reply, dict) else (reply or [])
+        return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in items}
+
     def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None:
         with translate_errors("delete segments"):
             keys = [k for s in segments for k in self.segment_keys(scope, stream, s)]

@@ -26,6 +26,7 @@ _EXPECTED: dict[str, frozenset[int]] = {
     "seal_segment": frozenset({OK}),
     "truncate_segment": frozenset({OK}),
     "offset_at_time": frozenset({OK}),
+    "heartbeat": frozenset({OK}),
 }
 
 

@@ -132,12 +132,21 @@ class StreamManager:
 
     # -- catalog ----------------------------------------------------------------------------
     def _catalog_state(self) -> dict[str, dict[str, int]]:
+        return catalog.scopes_of(self.catalog())
+
+    def catalog(self) -> catalog.Catalog:
+        """The whole catalog, fetched now."""
         with translate_errors("read catalog"):
             if not self._catalog.is_loaded:
                 self._catalog.initialize(catalog.EMPTY_CATALOG)
             else:
                 self._catalog.fetch_updates()
-            return catalog.scopes_of(self._catalog.state)
+            state: catalog.Catalog = self._catalog.state
+            return state
+
+    def update_catalog(self, generator: Any) -> Any:
+        """Conditionally update the catalog (for reader group registration)."""
+        return self._update_catalog(generator)
 
     def _update_catalog(self, generator: Any) -> Any:
         self._catalog_state()
@@ -163,9 +172,10 @@ class StreamManager:
             scopes = catalog.scopes_of(state)
             if scope not in scopes:
                 return [], False
-            if scopes[scope]:
+            if scopes[scope] or catalog.groups_of(state, scope):
                 raise ScopeNotEmptyError(
-                    f"scope {scope!r} still has streams {sorted(scopes[scope])}; delete them first"
+                    f"scope {scope!r} still has streams {sorted(scopes[scope])} or reader groups "
+                    f"{sorted(catalog.groups_of(state, scope))}; delete them first"
                 )
             return [catalog.DeleteScope(scope)], True
 

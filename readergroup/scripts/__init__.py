@@ -12,6 +12,7 @@ SCRIPT_NAMES = (
     "seal_segment",
     "truncate_segment",
     "offset_at_time",
+    "heartbeat",
 )
 
 

@@ -1,0 +1,303 @@
+"""A reader group's shared state and the updates that change it. Pure code.
+
+The state lives in a state synchronizer named ``group:<scope>/<group>``. Every segment the
+group knows is in exactly one of four places:
+
+* ``assigned``: owned by an online reader, with its last committed position and the fencing
+  token of that ownership;
+* ``unassigned``: free, with the position the next owner starts from;
+* ``future``: a successor waiting for its predecessors (listed) to complete;
+* ``completed``: read to the end of a sealed segment.
+
+Transitions (each an :class:`~statesync.Update`, appended conditionally; the ``check_*``
+functions below are run by the writer on the current state first, so an update that would fail
+is never appended, and fenced readers get a specific error):
+
+* :class:`AddReader`: a reader joins with a fresh membership generation;
+* :class:`RemoveReader`: a reader leaves (graceful, with its positions) or is declared dead
+  (its segments return at their last committed positions);
+* :class:`AcquireSegments`: unassigned -> assigned, each with a new fencing token;
+* :class:`ReleaseSegments`: assigned -> unassigned at the given positions;
+* :class:`CompleteSegment`: assigned -> completed; its successors enter ``future`` (or
+  ``unassigned`` once no predecessor is pending);
+* :class:`CommitPositions`: an owner records how far the application has processed.
+
+Fencing: every update from a reader names its membership generation and, per segment, the
+fencing token it holds. A reader that was removed, or lost a segment, is refused atomically
+(the conditional append re-checks against the newest state). Tokens only grow, so an
+application can fence its own sinks with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from readergroup.errors import ReaderGroupError
+from readergroup.group_config import ReaderGroupConfig
+from readergroup.stream_cut import StreamCut
+from statesync import Update
+
+#: A segment of a group: ``("scope/stream", segment id)``.
+SegKey = tuple[str, int]
+
+
+class ReaderNotInGroupError(ReaderGroupError):
+    """The reader is not (or no longer) an online member: it was declared dead, exceeded
+    ``max_poll_interval``, or left. Create a reader with the same id to rejoin."""
+
+
+class ReaderAlreadyOnlineError(ReaderGroupError):
+    """Another live reader with this id is online in the group."""
+
+
+class SegmentNotOwnedError(ReaderGroupError):
+    """The reader does not own the segment (any more) under the fencing token it presented."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderRecord:
+    reader_id: str
+    generation: int
+    joined_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    reader: str
+    position: int
+    token: int
+    acquired_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    scope: str
+    name: str
+    config: ReaderGroupConfig
+    readers: Mapping[str, ReaderRecord]
+    assigned: Mapping[SegKey, Assignment]
+    unassigned: Mapping[SegKey, int]
+    future: Mapping[SegKey, tuple[SegKey, ...]]
+    completed: frozenset[SegKey]
+    next_generation: int = 1
+    next_token: int = 1
+    generation: int = 0
+    """Group generation: bumped by resets; readers re-initialize when it changes."""
+    created_ms: int = 0
+
+    def owned_by(self, reader_id: str) -> dict[SegKey, Assignment]:
+        return {s: a for s, a in self.assigned.items() if a.reader == reader_id}
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.readers, 0)
+        for assignment in self.assigned.values():
+            counts[assignment.reader] = counts.get(assignment.reader, 0) + 1
+        return counts
+
+    @property
+    def live_segments(self) -> set[SegKey]:
+        """Segments not completed: assigned, unassigned or future."""
+        return set(self.assigned) | set(self.unassigned) | set(self.future)
+
+    def positions(self) -> dict[SegKey, int]:
+        """Committed position of every segment that has one (assigned or unassigned)."""
+        out = dict(self.unassigned)
+        out.update({s: a.position for s, a in self.assigned.items()})
+        return out
+
+
+def new_group(
+    scope: str, name: str, config: ReaderGroupConfig, starts: Mapping[SegKey, int], now_ms: int
+) -> GroupState:
+    """A group whose segments all start unassigned at ``starts``."""
+    return GroupState(scope, name, config, {}, {}, dict(starts), {}, frozenset(), created_ms=now_ms)
+
+
+# -- checks (raise the specific error a writer should see) ------------------------------------
+def check_member(state: GroupState, reader_id: str, generation: int) -> ReaderRecord:
+    record = state.readers.get(reader_id)
+    if record is None or record.generation != generation:
+        raise ReaderNotInGroupError(
+            f"reader {reader_id!r} (generation {generation}) is not online in group "
+            f"{state.scope}/{state.name}; create the reader again to rejoin"
+        )
+    return record
+
+
+def check_owner(
+    state: GroupState, reader_id: str, generation: int, segment: SegKey, token: int
+) -> Assignment:
+    check_member(state, reader_id, generation)
+    assignment = state.assigned.get(segment)
+    if assignment is None or assignment.reader != reader_id or assignment.token != token:
+        raise SegmentNotOwnedError(
+            f"reader {reader_id!r} does not own segment {segment} under fencing token {token}"
+        )
+    return assignment
+
+
+# -- updates ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AddReader(Update):
+    reader_id: str
+    joined_ms: int
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        if self.reader_id in state.readers:
+            raise ReaderAlreadyOnlineError(f"reader {self.reader_id!r} is already online")
+        record = ReaderRecord(self.reader_id, state.next_generation, self.joined_ms)
+        return replace(
+            state,
+            readers={**state.readers, self.reader_id: record},
+            next_generation=state.next_generation + 1,
+        )
+
+
+@dataclass(frozen=True)
+class RemoveReader(Update):
+    """Remove a reader; its segments become unassigned at ``positions`` where given (a graceful
+    leave), else at their last committed positions (a crash or a fenced reader)."""
+
+    reader_id: str
+    generation: int
+    positions: tuple[tuple[SegKey, int], ...] = ()
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_member(state, self.reader_id, self.generation)
+        given = dict(self.positions)
+        assigned = dict(state.assigned)
+        unassigned = dict(state.unassigned)
+        for segment, assignment in state.assigned.items():
+            if assignment.reader == self.reader_id:
+                del assigned[segment]
+                unassigned[segment] = max(
+                    assignment.position, given.get(segment, assignment.position)
+                )
+        readers = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
+        return replace(state, readers=readers, assigned=assigned, unassigned=unassigned)
+
+
+@dataclass(frozen=True)
+class AcquireSegments(Update):
+    reader_id: str
+    generation: int
+    segments: tuple[SegKey, ...]
+    now_ms: int
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_member(state, self.reader_id, self.generation)
+        assigned = dict(state.assigned)
+        unassigned = dict(state.unassigned)
+        token = state.next_token
+        for segment in self.segments:
+            if segment not in unassigned:
+                raise SegmentNotOwnedError(f"segment {segment} is not unassigned")
+            assigned[segment] = Assignment(
+                self.reader_id, unassigned.pop(segment), token, self.now_ms
+            )
+            token += 1
+        return replace(state, assigned=assigned, unassigned=unassigned, next_token=token)
+
+
+@dataclass(frozen=True)
+class ReleaseSegments(Update):
+    """Give segments back at the given positions: ``(segment, token, position)``."""
+
+    reader_id: str
+    generation: int
+    releases: tuple[tuple[SegKey, int, int], ...]
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        assigned = dict(state.assigned)
+        unassigned = dict(state.unassigned)
+        for segment, token, position in self.releases:
+            current = check_owner(state, self.reader_id, self.generation, segment, token)
+            del assigned[segment]
+            unassigned[segment] = max(position, current.position)
+        return replace(state, assigned=assigned, unassigned=unassigned)
+
+
+@dataclass(frozen=True)
+class CommitPositions(Update):
+    """Record processed positions: ``(segment, token, position)``; positions never go back."""
+
+    reader_id: str
+    generation: int
+    positions: tuple[tuple[SegKey, int, int], ...]
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        assigned = dict(state.assigned)
+        for segment, token, position in self.positions:
+            current = check_owner(state, self.reader_id, self.generation, segment, token)
+            assigned[segment] = replace(current, position=max(position, current.position))
+        return replace(state, assigned=assigned)
+
+
+@dataclass(frozen=True)
+class CompleteSegment(Update):
+    """The owner read a sealed segment to its end. ``successors`` lists each successor with all
+    its predecessors and the position it starts from (its head)."""
+
+    reader_id: str
+    generation: int
+    segment: SegKey
+    token: int
+    successors: tuple[tuple[SegKey, tuple[SegKey, ...], int], ...]
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_owner(state, self.reader_id, self.generation, self.segment, self.token)
+        assigned = dict(state.assigned)
+        del assigned[self.segment]
+        completed = state.completed | {self.segment}
+        live = (set(assigned) | set(state.unassigned) | set(state.future)) - {self.segment}
+        future = dict(state.future)
+        unassigned = dict(state.unassigned)
+        for successor, predecessors, start in self.successors:
+            if successor in completed or successor in assigned or successor in unassigned:
+                continue
+            pending = tuple(p for p in predecessors if p in live and p != self.segment)
+            if successor in future:
+                pending = tuple(p for p in future[successor] if p != self.segment)
+            if pending:
+                future[successor] = pending
+            else:
+                future.pop(successor, None)
+                unassigned[successor] = start
+        return replace(
+            state, assigned=assigned, unassigned=unassigned, future=future, completed=completed
+        )
+
+
+STATE_TYPES: tuple[type, ...] = (GroupState, ReaderRecord, Assignment, ReaderGroupConfig, StreamCut)
+UPDATE_TYPES: tuple[type[Update], ...] = (
+    AddReader,
+    RemoveReader,
+    AcquireSegments,
+    ReleaseSegments,
+    CommitPositions,
+    CompleteSegment,
+)
+
+
+def check_invariants(state: GroupState) -> None:
+    """Raise AssertionError unless every segment is in exactly one place, every assignment
+    belongs to an online reader, and tokens are unique and below ``next_token``."""
+    places: list[Iterable[SegKey]] = [
+        state.assigned,
+        state.unassigned,
+        state.future,
+        state.completed,
+    ]
+    seen: set[SegKey] = set()
+    for place in places:
+        for segment in place:
+            assert segment not in seen, f"segment {segment} is in two places"
+            seen.add(segment)
+    tokens = [a.token for a in state.assigned.values()]
+    assert len(set(tokens)) == len(tokens), "two assignments share a fencing token"
+    assert all(t < state.next_token for t in tokens)
+    for segment, assignment in state.assigned.items():
+        assert assignment.reader in state.readers, f"{segment} owned by offline {assignment.reader}"
+    for successor, pending in state.future.items():
+        assert pending, f"future segment {successor} has no pending predecessor"

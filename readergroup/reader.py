@@ -1,0 +1,543 @@
+"""``EventStreamReader``: one member of a reader group, reading the segments it owns.
+
+A reader runs two threads:
+
+* the **application's**, inside ``read_next_event``/``read_batch``: it serves buffered events,
+  fetches more with one ``XREAD BLOCK`` over every owned segment *and* the group's state log
+  and the streams' metadata logs (so a rebalance or a scale wakes it at once, with no polling),
+  releases and acquires segments (fair share), completes sealed segments read to their end,
+  and commits;
+* a **heartbeat** thread: renews the heartbeat, removes members whose session expired (judged
+  on Redis server time), and gives the segments back when the application stopped calling
+  ``read_next_event`` for ``max_poll_interval``.
+
+Positions: for each owned segment the reader tracks *returned* (after the last event handed
+out) and *consumed* (after the last event the application moved past: every event returned
+before the current read call, commit-on-get). Auto-commit and releases use *consumed*; manual
+mode commits *returned* on ``commit()`` and releases at the committed position. Either way an
+event is never skipped: a crash re-delivers from the last commit (at-least-once).
+
+Fencing: a reader that has not renewed its heartbeat within ``session_timeout`` (on its own
+monotonic clock, measured from when the last successful heartbeat was *sent*) stops handing out
+events and raises :class:`ReaderNotInGroupError`; by then other members may have taken its
+segments, and its commits are refused by the state's conditional updates.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from readergroup.errors import ReaderGroupError, RedisUnavailableError, TruncatedDataError
+from readergroup.group_config import AUTO, ReaderConfig, ReaderGroupConfig
+from readergroup.group_state import (
+    Assignment,
+    GroupState,
+    ReaderNotInGroupError,
+    SegKey,
+    SegmentNotOwnedError,
+)
+from readergroup.membership import GroupMember
+from readergroup.names import split_scoped_stream, stream_sync_name
+from readergroup.redis_io import RedisConnection, SegmentEvent, translate_errors
+from readergroup.serializers import Serializer
+from readergroup.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
+from statesync import StateSynchronizer
+from statesync.clock import Clock
+from statesync.system_clock import SYSTEM_CLOCK
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class EventRead(Generic[T]):
+    """What ``read_next_event`` returns. ``event`` is ``None`` when nothing came in time.
+
+    ``position`` is ``(stream, segment, offset + 1)``: where the reader stands in that segment
+    after this event. ``fencing_token`` grows with every change of the segment's owner; pass it
+    to your sink to refuse writes from a reader that lost the segment.
+    """
+
+    event: T | None
+    routing_key: str | None = None
+    stream: str | None = None
+    segment: int | None = None
+    offset: int | None = None
+    timestamp: int | None = None
+    """The writer's clock at ``write_event`` (ms since the epoch)."""
+    server_time_ms: int | None = None
+    fencing_token: int | None = None
+    is_checkpoint: bool = False
+    checkpoint_name: str | None = None
+
+    @property
+    def position(self) -> tuple[str, int, int] | None:
+        if self.stream is None or self.segment is None or self.offset is None:
+            return None
+        return self.stream, self.segment, self.offset + 1
+
+
+_NOTHING: EventRead[Any] = EventRead(None)
+
+
+class RebalanceListener(Protocol):
+    """Called from the reading thread when this reader's segments change."""
+
+    def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None: ...
+
+    def on_segments_released(self, reader_id: str, segments: Sequence[SegKey]) -> None: ...
+
+
+@dataclass
+class _Owned:
+    """Local bookkeeping for one owned segment (reading thread only)."""
+
+    key: SegKey
+    scope: str
+    stream: str
+    segment: int
+    data_key: str
+    token: int
+    committed: int
+    fetch: int
+    returned: int
+    consumed: int
+    buffer: deque[SegmentEvent] = field(default_factory=deque)
+    final_tail: int = -1
+    """The tail of a sealed segment, once known; -1 while it may still grow."""
+
+
+class EventStreamReader(Generic[T]):
+    """Reads events of type ``T`` as member ``reader_id`` of a reader group.
+
+    Create with :meth:`EventStreamClientFactory.create_reader`. Use as a context manager or an
+    iterator (``for event in reader``). Only one thread may read; ``close`` may come from any.
+    """
+
+    def __init__(
+        self,
+        connection: RedisConnection,
+        member: GroupMember,
+        group_config: ReaderGroupConfig,
+        serializer: Serializer[T],
+        config: ReaderConfig | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self._connection = connection
+        self._member = member
+        self._group = group_config
+        self._serializer = serializer
+        self._config = config or ReaderConfig()
+        self._clock = clock or SYSTEM_CLOCK
+        self.reader_id = member.reader_id
+        self._owned: dict[SegKey, _Owned] = {}
+        self._listeners: list[RebalanceListener] = []
+        self._streams: dict[str, StateSynchronizer[StreamState]] = {}
+        self._fenced: str | None = None
+        self._closed = False
+        self._stop = threading.Event()
+        self._group_dirty = True
+        self._streams_dirty = True
+        self._round_robin: deque[SegKey] = deque()
+        self._session = group_config.session_timeout
+        now = self._clock.monotonic()
+        self._last_refresh = now
+        self._last_commit = now
+        self._last_poll = now
+        self._last_beat_ok = now
+        self._group_log = connection.log_backend.keys(member.sync.name).log
+        self._seen_revision = -1
+        """Group-log revision the reading thread last acted on (the heartbeat thread may have
+        fetched further; the reading thread must still be woken for those entries)."""
+        self._heartbeat_thread = threading.Thread(
+            target=self._heartbeat_loop, name=f"rg-heartbeat-{self.reader_id}", daemon=True
+        )
+        self._heartbeat_thread.start()
+
+    # -- public API -------------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        return self._member.generation
+
+    def add_rebalance_listener(self, listener: RebalanceListener) -> None:
+        self._listeners.append(listener)
+
+    def owned_segments(self) -> dict[SegKey, int]:
+        """Owned segment -> fencing token."""
+        return {key: owned.token for key, owned in self._owned.items()}
+
+    def fencing_token(self, stream: str, segment: int) -> int | None:
+        owned = self._owned.get((stream, segment))
+        return None if owned is None else owned.token
+
+    def read_next_event(self, timeout: float | None = None) -> EventRead[T]:
+        """The next event of any owned segment, or ``EventRead(None)`` after ``timeout`` s
+        (default: ``group_refresh_time``). Raises ReaderNotInGroupError once fenced."""
+        batch = self._read(1, self._group.group_refresh_time if timeout is None else timeout)
+        return batch[0] if batch else _NOTHING
+
+    def read_batch(
+        self, max_events: int = 1000, timeout: float | None = None
+    ) -> list[EventRead[T]]:
+        """Up to ``max_events`` events at once (for throughput); empty after ``timeout``."""
+        if max_events < 1:
+            raise ValueError("max_events must be >= 1")
+        return self._read(
+            max_events, self._group.group_refresh_time if timeout is None else timeout
+        )
+
+    def commit(self, positions: Mapping[SegKey, int] | None = None) -> None:
+        """Commit how far the application has processed: by default every returned event;
+        or the given ``segment -> position`` (segments no longer owned are refused)."""
+        self._check_usable()
+        if positions is None:
+            chosen = {
+                k: (o.token, o.returned) for k, o in self._owned.items() if o.returned > o.committed
+            }
+        else:
+            chosen = {}
+            for key, position in positions.items():
+                owned = self._owned.get(key)
+                if owned is None:
+                    raise SegmentNotOwnedError(f"reader {self.reader_id!r} does not own {key}")
+                chosen[key] = (owned.token, position)
+        self._commit(chosen)
+
+    def run(self, handler: Any, *, max_workers: int = 4, **options: Any) -> Any:
+        """Handle events with ``handler`` in ``max_workers`` threads, each segment strictly in
+        order, committing after the handler returns; stops on SIGINT/SIGTERM or ``stop``.
+        See :func:`readergroup.runner.run`."""
+        from readergroup.runner import run
+
+        return run(self, handler, max_workers=max_workers, **options)
+
+    def close(self) -> None:
+        """Graceful leave: commit, give segments back at the consumed positions, stop."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._heartbeat_thread.join(10)
+        if self._fenced is None:
+            for owned in self._owned.values():
+                owned.consumed = owned.returned
+            try:
+                with translate_errors("leave"):
+                    self._commit(self._auto_positions())
+                    self._member.leave(
+                        {k: self._release_position(o) for k, o in self._owned.items()}
+                    )
+            except ReaderGroupError:
+                pass  # the session will expire and others take over at committed positions
+        self._owned.clear()
+
+    def __enter__(self) -> EventStreamReader[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[EventRead[T]]:
+        """Yield events until the reader is closed (timeouts are skipped)."""
+        while not self._closed:
+            event = self.read_next_event()
+            if event.event is not None or event.is_checkpoint:
+                yield event
+
+    # -- reading ----------------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ReaderGroupError("the reader is closed")
+        if self._fenced is not None:
+            raise ReaderNotInGroupError(self._fenced)
+        if self._clock.monotonic() - self._last_beat_ok > self._session:
+            self._fence(
+                f"reader {self.reader_id!r} could not renew its heartbeat within the session "
+                f"timeout ({self._session}s); its segments may be owned by others now"
+            )
+            raise ReaderNotInGroupError(self._fenced or "")
+
+    def _fence(self, reason: str) -> None:
+        if self._fenced is None:
+            self._fenced = reason
+        released = list(self._owned)
+        self._owned.clear()
+        if released:
+            self._notify(released=released)
+
+    def _read(self, max_events: int, timeout: float) -> list[EventRead[T]]:
+        self._check_usable()
+        now = self._clock.monotonic()
+        self._last_poll = now
+        for owned in self._owned.values():  # commit-on-get: what was returned is processed
+            owned.consumed = owned.returned
+        deadline = now + max(0.0, timeout)
+        while True:
+            try:
+                with translate_errors("read"):
+                    self._maintain()
+            except ReaderNotInGroupError as exc:
+                self._fence(str(exc))
+                raise
+            events = self._take(max_events)
+            if events:
+                return events
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                return []
+            self._fetch(min(remaining, self._group.group_refresh_time))
+            self._check_usable()
+
+    def _take(self, max_events: int) -> list[EventRead[T]]:
+        out: list[EventRead[T]] = []
+        rotation = self._round_robin
+        for _ in range(len(rotation)):
+            if len(out) >= max_events:
+                break
+            key = rotation[0]
+            rotation.rotate(-1)
+            owned = self._owned.get(key)
+            if owned is None or not owned.buffer:
+                continue
+            while owned.buffer and len(out) < max_events:
+                raw = owned.buffer.popleft()
+                owned.returned = raw.offset + 1
+                out.append(
+                    EventRead(
+                        self._serializer.deserialize(raw.payload),
+                        raw.routing_key,
+                        owned.key[0],
+                        owned.segment,
+                        raw.offset,
+                        raw.writer_ms,
+                        raw.server_ms,
+                        owned.token,
+                    )
+                )
+                if max_events == 1:
+                    break
+        return out
+
+    def _fetch(self, block: float) -> None:
+        """One ``XREAD BLOCK`` over owned segments plus the group and stream logs."""
+        positions: dict[str, str] = {}
+        by_key: dict[str, _Owned] = {}
+        for owned in self._owned.values():
+            if owned.final_tail >= 0 and owned.fetch >= owned.final_tail:
+                continue  # read to the end of its seal: nothing more will come
+            if len(owned.buffer) < self._config.max_buffered_events:
+                positions[owned.data_key] = f"{owned.fetch}-0"
+                by_key[owned.data_key] = owned
+        positions[self._group_log] = f"{max(self._seen_revision, 0)}-0"
+        stream_logs: dict[str, str] = {}
+        for name, sync in self._streams.items():
+            log = self._connection.log_backend.keys(sync.name).log
+            positions[log] = f"{max(sync.revision, 0)}-0"
+            stream_logs[log] = name
+        try:
+            reply = self._connection.read_keys(positions, block, self._config.read_batch)
+        except RedisUnavailableError:
+            self._clock.sleep(min(block, 0.5))  # back off; the lease check fences if it lasts
+            return
+        for key, entries in reply.items():
+            target = by_key.get(key)
+            if target is not None:
+                self._buffer(target, entries)
+            elif key == self._group_log:
+                self._group_dirty = True
+            elif key in stream_logs:
+                self._streams_dirty = True
+
+    def _buffer(self, owned: _Owned, entries: list[Any]) -> None:
+        for entry in entries:
+            event = SegmentEvent(owned.segment, entry[0], entry[1])
+            offset = event.offset
+            if offset < owned.fetch:
+                continue
+            if offset > owned.fetch:  # the stream was truncated under this reader
+                skipped = owned.fetch
+                owned.fetch = offset
+                raise TruncatedDataError(f"{owned.key}", skipped, offset)
+            owned.buffer.append(event)
+            owned.fetch = offset + 1
+
+    # -- group maintenance (reading thread) -------------------------------------------------
+    def _maintain(self) -> None:
+        now = self._clock.monotonic()
+        refresh_due = now - self._last_refresh >= self._group.group_refresh_time
+        if (
+            self._group.commit_mode == AUTO
+            and now - self._last_commit >= self._group.auto_commit_interval
+        ):
+            self._commit(self._auto_positions())
+            self._last_commit = now
+        if self._group_dirty or refresh_due:
+            self._group_dirty = False
+            self._last_refresh = now
+            self._rebalance()
+        if self._streams_dirty or refresh_due:
+            self._streams_dirty = False
+            self._complete_finished()
+
+    def _auto_positions(self) -> dict[SegKey, tuple[int, int]]:
+        return {
+            k: (o.token, o.consumed) for k, o in self._owned.items() if o.consumed > o.committed
+        }
+
+    def _release_position(self, owned: _Owned) -> int:
+        return owned.consumed if self._group.commit_mode == AUTO else owned.committed
+
+    def _commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
+        if not positions:
+            return
+        try:
+            self._member.commit(positions)
+        except SegmentNotOwnedError:
+            self._group_dirty = True  # ownership moved: reconcile on the next maintenance
+            raise
+        for key, (_, position) in positions.items():
+            owned = self._owned.get(key)
+            if owned is not None:
+                owned.committed = max(owned.committed, position)
+
+    def _rebalance(self) -> None:
+        release_at = {k: self._release_position(o) for k, o in self._owned.items()}
+        acquired, released = self._member.rebalance(release_at)
+        state = self._member.state
+        self._seen_revision = self._member.sync.revision
+        self._reconcile(state, released)
+        for key, assignment in acquired.items():
+            self._adopt(key, assignment)
+        if acquired:
+            self._notify(acquired=list(acquired))
+
+    def _reconcile(self, state: GroupState, released: list[SegKey]) -> None:
+        """Drop local segments the group no longer gives this reader (released, taken away)."""
+        mine = state.owned_by(self.reader_id)
+        lost = [k for k, o in self._owned.items() if k not in mine or mine[k].token != o.token]
+        for key in lost:
+            del self._owned[key]
+        for key, assignment in mine.items():
+            if key not in self._owned:
+                self._adopt(key, assignment)
+        gone = sorted(set(lost) | set(released))
+        if gone:
+            self._notify(released=gone)
+
+    def _adopt(self, key: SegKey, assignment: Assignment) -> None:
+        scope, stream = split_scoped_stream(key[0], None)
+        data_key = self._connection.segment_keys(scope, stream, key[1])[1]
+        position = assignment.position
+        self._owned[key] = _Owned(
+            key,
+            scope,
+            stream,
+            key[1],
+            data_key,
+            assignment.token,
+            position,
+            position,
+            position,
+            position,
+        )
+        if key not in self._round_robin:
+            self._round_robin.append(key)
+        self._stream_sync(key[0])
+
+    def _stream_sync(self, scoped: str) -> StateSynchronizer[StreamState]:
+        sync = self._streams.get(scoped)
+        if sync is None:
+            scope, stream = split_scoped_stream(scoped, None)
+            sync = self._connection.synchronizer(
+                stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
+            )
+            sync.fetch_updates()
+            self._streams[scoped] = sync
+        return sync
+
+    def _complete_finished(self) -> None:
+        """Complete owned segments that are sealed and consumed to their end."""
+        for scoped, sync in self._streams.items():
+            sync.fetch_updates()
+            state: StreamState = sync.state
+            for owned in [o for o in self._owned.values() if o.key[0] == scoped]:
+                record = state.segments.get(owned.segment)
+                if record is None or record.active:
+                    continue
+                if owned.final_tail < 0:
+                    seg = self._connection.segment_states(
+                        owned.scope, owned.stream, [owned.segment]
+                    )
+                    if not seg[owned.segment].sealed:  # an interrupted scale: finish its seal
+                        self._connection.seal(owned.scope, owned.stream, owned.segment)
+                        seg = self._connection.segment_states(
+                            owned.scope, owned.stream, [owned.segment]
+                        )
+                    owned.final_tail = seg[owned.segment].tail
+                if owned.consumed >= owned.final_tail and not owned.buffer:
+                    successors = tuple(
+                        (
+                            (scoped, succ),
+                            tuple((scoped, p) for p in state.segments[succ].predecessors),
+                            state.head.get(succ, 0),
+                        )
+                        for succ in record.successors
+                    )
+                    self._member.complete(owned.key, owned.token, successors)
+                    del self._owned[owned.key]
+                    self._notify(released=[owned.key])
+                    self._group_dirty = True
+
+    def _notify(self, acquired: Sequence[SegKey] = (), released: Sequence[SegKey] = ()) -> None:
+        for listener in self._listeners:
+            if acquired:
+                listener.on_segments_acquired(self.reader_id, list(acquired))
+            if released:
+                listener.on_segments_released(self.reader_id, list(released))
+
+    # -- heartbeat thread -------------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        interval = self._group.heartbeat_interval
+        while not self._stop.is_set():
+            sent = self._clock.monotonic()
+            wait = interval
+            try:
+                with translate_errors("heartbeat"):
+                    liveness = self._member.heartbeat()
+                if liveness.member:
+                    self._last_beat_ok = sent
+                elif self._fenced is None:
+                    self._fenced = (
+                        f"reader {self.reader_id!r} was removed from the group (its session "
+                        "expired, or reader_offline was called); create it again to rejoin"
+                    )
+                if liveness.removed:
+                    self._group_dirty = True
+                if liveness.next_expiry_ms is not None:
+                    until = (liveness.next_expiry_ms - liveness.now_ms) / 1000
+                    wait = max(0.05, min(interval, until))
+            except ReaderGroupError:
+                wait = min(interval, 0.5)
+            if self._fenced is None and sent - self._last_poll > self._group.max_poll_interval:
+                self._fenced = (
+                    f"reader {self.reader_id!r} did not call read_next_event for "
+                    f"max_poll_interval={self._group.max_poll_interval}s; its segments were "
+                    "given back at their committed positions"
+                )
+                self._leave_quietly()
+                return
+            if self._fenced is not None:
+                self._leave_quietly()
+                return
+            self._stop.wait(wait)
+
+    def _leave_quietly(self) -> None:
+        try:
+            with translate_errors("leave"):
+                self._member.leave()
+        except ReaderGroupError:
+            pass
