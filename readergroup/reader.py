@@ -216,7 +216,8 @@ class EventStreamReader(Generic[T]):
         return run(self, handler, max_workers=max_workers, **options)
 
     def close(self) -> None:
-        """Graceful leave: commit, give segments back at the consumed positions, stop."""
+        """Graceful leave: in auto mode commit everything returned and give segments back
+        there; in manual mode give them back at the last committed positions. Then stop."""
         if self._closed:
             return
         self._closed = True
@@ -227,7 +228,8 @@ class EventStreamReader(Generic[T]):
                 owned.consumed = owned.returned
             try:
                 with translate_errors("leave"):
-                    self._commit(self._auto_positions())
+                    if self._group.commit_mode == AUTO:  # manual mode commits only on commit()
+                        self._commit(self._auto_positions())
                     self._member.leave(
                         {k: self._release_position(o) for k, o in self._owned.items()}
                     )

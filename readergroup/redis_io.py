@@ -241,7 +241,10 @@ class RedisConnection:
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
         self._sync_config = SyncConfig(
-            key_prefix=config.key_prefix, retry=config.retry, socket_timeout=config.socket_timeout
+            key_prefix=config.key_prefix,
+            retry=config.retry,
+            socket_timeout=config.socket_timeout,
+            compact_every=1000,
         )
 
     @classmethod

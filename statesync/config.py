@@ -30,6 +30,9 @@ class SyncConfig:
             entries, keyed by a digest of the snapshot bytes and the registered types) so that
             synchronizers reading the same snapshot decode it once (default True). States are
             then shared objects: ``apply_to`` must return new values, never mutate.
+        compact_every: if set, the client whose append lands at a revision that is a multiple
+            of it compacts right after (best effort), so logs stay short without a separate
+            compactor (default None: never automatically; 10 to 10,000,000).
     """
 
     key_prefix: str = "statesync"
@@ -38,6 +41,7 @@ class SyncConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     socket_timeout: float = 10.0
     share_decoded_snapshots: bool = True
+    compact_every: int | None = None
 
     def __post_init__(self) -> None:
         validate_name(self.key_prefix, what="key prefix")
@@ -47,6 +51,10 @@ class SyncConfig:
             )
         if not 1 <= self.read_batch <= 100_000:
             raise InvalidConfigError(f"read_batch must be 1..100000, got {self.read_batch}")
+        if self.compact_every is not None and not 10 <= self.compact_every <= 10_000_000:
+            raise InvalidConfigError(
+                f"compact_every must be 10..10000000, got {self.compact_every}"
+            )
         if not isinstance(self.retry, RetryPolicy):
             raise InvalidConfigError("retry must be a RetryPolicy")
         if not self.socket_timeout > 0:

@@ -32,6 +32,7 @@ an internal lock, except ``wait_for_updates``, which never takes it.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import uuid
@@ -53,6 +54,7 @@ from statesync.errors import (
     LogRegressedError,
     PoisonedEntryError,
     ReplicaNotLoadedError,
+    StateSyncError,
     UnknownUpdateTypeError,
     UpdateRejectedError,
 )
@@ -89,6 +91,8 @@ class SyncStats:
     """Log entries applied by fetching (own appends are applied without a fetch)."""
     snapshots_loaded: int = 0
     """Times the local copy was replaced by a snapshot (fresh start or behind truncation)."""
+    auto_compactions: int = 0
+    """Compactions this client ran because of ``SyncConfig.compact_every``."""
 
 
 class StateSynchronizer(Generic[S]):
@@ -273,6 +277,7 @@ class StateSynchronizer(Generic[S]):
                     self._replica = Replica(
                         new_state, outcome.revision, replica.incarnation, outcome.server_time_ms
                     )
+                    self._maybe_compact(outcome.revision)
                     return result
                 if outcome.status == status.DUPLICATE:
                     # An earlier try of this very append landed; its reply was lost.
@@ -363,6 +368,15 @@ class StateSynchronizer(Generic[S]):
         return f"StateSynchronizer(name={self._name!r}, revision={self.revision})"
 
     # -- internals --------------------------------------------------------------------------
+    def _maybe_compact(self, revision: int) -> None:
+        """Compact after landing a multiple of ``compact_every`` (best effort: an error here
+        leaves the log longer, never the state wrong)."""
+        every = self._config.compact_every
+        if every and revision % every == 0:
+            with contextlib.suppress(StateSyncError):
+                self.compact()
+                self._stats.auto_compactions += 1
+
     def _retrying(self, budget: RetryBudget, operation: Callable[[], T]) -> T:
         """Run ``operation``, retrying on :class:`BackendUnavailableError` within ``budget``."""
         while True:

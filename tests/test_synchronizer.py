@@ -319,3 +319,16 @@ def test_delete_and_recreate_is_detected(backend: LogBackend, unique_name: str) 
     assert old.state == {"total": 1}  # the local copy is kept until resync
     old.resync()
     assert old.state == {"total": 50} and old.revision == 0
+
+
+def test_compact_every_keeps_the_log_short(backend: LogBackend, unique_name: str) -> None:
+    sync = make(backend, unique_name, config=SyncConfig(compact_every=10))
+    sync.initialize({"total": 0})
+    for _ in range(35):
+        sync.update_state(lambda s: [Add(1)])
+    assert sync.stats.auto_compactions == 3
+    page = backend.read(unique_name, -1, 1000)
+    assert page.snapshot_revision == 30 and len(page.entries) == 5  # snapshot 30, then 31..35
+    fresh = make(backend, unique_name)
+    fresh.fetch_updates()
+    assert fresh.state == {"total": 35}

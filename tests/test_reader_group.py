@@ -1,0 +1,365 @@
+"""Reader groups on a real Redis, within one process (threads where needed)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from readergroup import (
+    EventStreamClientFactory,
+    InvalidConfigError,
+    ReaderAlreadyOnlineError,
+    ReaderConfig,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ReaderGroupNotFoundError,
+    ReaderNotInGroupError,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamCut,
+    StreamManager,
+    UTF8StringSerializer,
+)
+from statesync import ManualClock
+
+FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.1}
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def stream4(redis_url: str, scope: str) -> str:
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(
+            scope, "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4))
+        )
+    return f"{scope}/orders"
+
+
+@pytest.fixture
+def factory(redis_url: str, scope: str) -> Iterator[EventStreamClientFactory]:
+    with EventStreamClientFactory.from_url(scope, redis_url) as f:
+        yield f
+
+
+def write(factory: EventStreamClientFactory, count: int, prefix: str = "e", keys: int = 16) -> None:
+    with factory.create_event_writer("orders", UTF8StringSerializer()) as writer:
+        for i in range(count):
+            writer.write_event(f"{prefix}{i}", routing_key=f"k{i % keys}")
+
+
+def drain(reader: Any, quiet: float = 0.5) -> list[Any]:
+    got = []
+    while True:
+        event = reader.read_next_event(timeout=quiet)
+        if event.event is None:
+            return got
+        got.append(event)
+
+
+def make_group(redis_url: str, scope: str, name: str = "billing", **config: Any) -> None:
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        rgm.create_reader_group(name, ReaderGroupConfig(streams=[f"{scope}/orders"], **config))
+
+
+def test_the_documented_usage(redis_url: str, scope: str, stream4: str) -> None:
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        factory.create_event_writer("orders", UTF8StringSerializer()).write_event(
+            "hi", routing_key="customer-7"
+        ).result(5)
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        rgm.create_reader_group("billing", ReaderGroupConfig(streams=[f"{scope}/orders"]))
+        assert rgm.list_reader_groups() == ["billing"]
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        reader = factory.create_reader("r1", "billing", UTF8StringSerializer(), ReaderConfig())
+        ev = reader.read_next_event(timeout=2.0)
+        assert (ev.event, ev.routing_key) == ("hi", "customer-7")
+        assert ev.position == (stream4, ev.segment, ev.offset + 1)
+        assert ev.fencing_token is not None and not ev.is_checkpoint and ev.checkpoint_name is None
+        assert reader.read_next_event(timeout=0.2).event is None
+        reader.close()
+
+
+def test_two_readers_split_the_stream_and_read_everything_once(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    write(factory, 400)
+    make_group(redis_url, scope, **FAST)
+    a = factory.create_reader("a", "billing", UTF8StringSerializer())
+    b = factory.create_reader("b", "billing", UTF8StringSerializer())
+    got: dict[str, list[Any]] = defaultdict(list)
+    deadline = time.monotonic() + 30
+    while sum(len(v) for v in got.values()) < 400 and time.monotonic() < deadline:
+        for name, reader in (("a", a), ("b", b)):
+            got[name] += reader.read_batch(100, timeout=0.05)
+    assert len(a.owned_segments()) == len(b.owned_segments()) == 2
+    everything = sorted(e.event for v in got.values() for e in v)
+    assert everything == sorted(f"e{i}" for i in range(400))  # each exactly once
+    a.close()
+    b.close()
+
+
+def test_per_key_order_within_a_reader(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    write(factory, 300, keys=5)
+    make_group(redis_url, scope)
+    with factory.create_reader("solo", "billing", UTF8StringSerializer()) as reader:
+        events = drain(reader)
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for event in events:
+        by_key[event.routing_key].append(int(event.event[1:]))
+    assert all(seq == sorted(seq) for seq in by_key.values()) and len(events) == 300
+
+
+def test_a_second_live_reader_with_the_same_id_is_refused_and_rejoins_later(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    make_group(redis_url, scope, **FAST)
+    first = factory.create_reader("same", "billing", UTF8StringSerializer())
+    with pytest.raises(ReaderAlreadyOnlineError, match="already online"):
+        factory.create_reader("same", "billing", UTF8StringSerializer())
+    first.close()
+    again = factory.create_reader("same", "billing", UTF8StringSerializer())  # static membership
+    assert again.generation > first.generation
+    again.close()
+
+
+def test_auto_commit_resumes_after_the_last_processed_event(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    write(factory, 100)
+    make_group(redis_url, scope, auto_commit_interval=1.0)
+    clock = ManualClock(100.0)
+    reader = factory.create_reader("r", "billing", UTF8StringSerializer(), clock=clock)
+    first = [reader.read_next_event(timeout=2) for _ in range(30)]
+    clock.advance(1.5)  # the auto-commit interval passes
+    first.append(reader.read_next_event(timeout=2))  # moving on marks the 30th as processed
+    reader._stop.set()  # simulate a crash after the commit: no graceful leave
+    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    group.reader_offline("r")
+    positions = group.refresh().unassigned
+    assert sum(positions.values()) == 30  # exactly what was processed: commit-on-get
+    again = factory.create_reader("r2", "billing", UTF8StringSerializer())
+    rest = drain(again)
+    seen = {e.event for e in first} | {e.event for e in rest}
+    assert seen == {f"e{i}" for i in range(100)}  # nothing lost (some may repeat)
+    again.close()
+
+
+def test_manual_commit_and_release_at_the_committed_position(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    write(factory, 40, keys=1)  # one key: one segment holds everything
+    make_group(redis_url, scope, commit_mode="manual")
+    reader = factory.create_reader("m", "billing", UTF8StringSerializer())
+    events = [reader.read_next_event(timeout=2) for _ in range(10)]
+    reader.commit()
+    for _ in range(5):
+        reader.read_next_event(timeout=2)  # read but never committed
+    reader.close()
+    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    segment = (f"{scope}/orders", events[0].segment)
+    assert group.refresh().unassigned[segment] == 10  # manual mode releases at the commit
+
+
+def test_reader_offline_fences_the_reader(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    write(factory, 20)
+    make_group(redis_url, scope, **FAST)
+    reader = factory.create_reader("victim", "billing", UTF8StringSerializer())
+    reader.read_next_event(timeout=2)
+    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    assert group.reader_offline("victim") is True
+    assert group.get_online_readers() == []
+    with pytest.raises(ReaderNotInGroupError):
+        for _ in range(50):
+            reader.read_next_event(timeout=0.1)
+    with pytest.raises(ReaderNotInGroupError):
+        reader._member.commit({next(iter(group.refresh().unassigned)): (1, 5)})  # server side
+    reader.close()
+
+
+def test_fencing_tokens_grow_with_each_new_owner(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    make_group(redis_url, scope, **FAST)
+    one = factory.create_reader("one", "billing", UTF8StringSerializer())
+    one.read_next_event(timeout=0.3)
+    before = one.owned_segments()
+    one.close()
+    two = factory.create_reader("two", "billing", UTF8StringSerializer())
+    two.read_next_event(timeout=0.3)
+    after = two.owned_segments()
+    assert set(before) == set(after)
+    assert all(after[s] > before[s] for s in after)
+    two.close()
+
+
+def test_max_poll_interval_gives_segments_back(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    make_group(redis_url, scope, max_poll_interval=0.5, **FAST)
+    slow = factory.create_reader("slow", "billing", UTF8StringSerializer())
+    slow.read_next_event(timeout=0.2)
+    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    wait_until(lambda: group.get_online_readers() == [])  # the application stopped calling
+    assert len(group.refresh().unassigned) == 4
+    with pytest.raises(ReaderNotInGroupError, match="max_poll_interval"):
+        slow.read_next_event(timeout=0.1)
+    slow.close()
+    back = factory.create_reader("slow", "billing", UTF8StringSerializer())
+    back.close()
+
+
+def test_rebalance_listeners_hear_about_moves(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    make_group(redis_url, scope, **FAST)
+    heard: list[tuple[str, str, int]] = []
+
+    class Listener:
+        def on_segments_acquired(self, reader_id: str, segments: Any) -> None:
+            heard.append(("acquired", reader_id, len(segments)))
+
+        def on_segments_released(self, reader_id: str, segments: Any) -> None:
+            heard.append(("released", reader_id, len(segments)))
+
+    a = factory.create_reader("a", "billing", UTF8StringSerializer())
+    a.add_rebalance_listener(Listener())
+    a.read_next_event(timeout=0.2)
+    b = factory.create_reader("b", "billing", UTF8StringSerializer())
+    wait_until(
+        lambda: (a.read_next_event(0.05), b.read_next_event(0.05)) and len(b.owned_segments()) == 2
+    )
+    assert ("acquired", "a", 4) in heard and ("released", "a", 2) in heard
+    a.close()
+    b.close()
+
+
+def test_a_joining_reader_receives_its_share_promptly(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    make_group(redis_url, scope)  # default timing
+    stop = threading.Event()
+    a = factory.create_reader("a", "billing", UTF8StringSerializer())
+
+    def keep_reading() -> None:
+        while not stop.is_set():
+            a.read_next_event(timeout=0.5)
+
+    thread = threading.Thread(target=keep_reading)
+    thread.start()
+    wait_until(lambda: len(a.owned_segments()) == 4)
+    b = factory.create_reader("b", "billing", UTF8StringSerializer())
+    joined = time.monotonic()
+    while len(b.owned_segments()) < 2:
+        b.read_next_event(timeout=0.1)
+        assert time.monotonic() - joined < 10, "share not received"
+    stop.set()
+    thread.join(10)
+    a.close()
+    b.close()
+
+
+def test_reading_across_a_split_and_a_merge_completes_segments_without_checkpoints(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    make_group(redis_url, scope, **FAST)
+    reader = factory.create_reader("r", "billing", UTF8StringSerializer())
+    write(factory, 50, prefix="a")
+    with StreamManager.from_url(redis_url) as sm:
+        split = sm.scale_stream(scope, "orders", [0], [(0.0, 0.125), (0.125, 0.25)])
+        write(factory, 50, prefix="b")
+        sm.scale_stream(scope, "orders", [split[1], 1], [(0.125, 0.5)])
+        write(factory, 50, prefix="c")
+    events = drain(reader, quiet=1.5)
+    by_key: dict[str, list[str]] = defaultdict(list)
+    for event in events:
+        by_key[event.routing_key].append(event.event)
+    assert sorted(e.event for e in events) == sorted(f"{p}{i}" for p in "abc" for i in range(50))
+    for key, seq in by_key.items():
+        generations = [s[0] for s in seq]
+        assert generations == sorted(generations), f"{key} read out of write order: {seq}"
+    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    assert group.get_segment_distribution().completed == 3  # 0, split[1] and 1
+    reader.close()
+
+
+def test_start_positions_tail_time_and_cut(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    write(factory, 20, prefix="old")
+    with StreamManager.from_url(redis_url) as sm:
+        tail = sm.tail_cut(scope, "orders")
+        now = sm.connection.server_time_ms()
+    wait_until(lambda: StreamManager.from_url(redis_url).connection.server_time_ms() > now)
+    write(factory, 10, prefix="new")
+    for name, start in (("from-tail", tail), ("from-time", now + 1), ("from-cut", tail)):
+        make_group(redis_url, scope, name=name, start=start)
+        with factory.create_reader("r", name, UTF8StringSerializer()) as reader:
+            assert sorted(e.event for e in drain(reader)) == sorted(f"new{i}" for i in range(10))
+    make_group(redis_url, scope, name="at-tail", start="tail")
+    with factory.create_reader("r", "at-tail", UTF8StringSerializer()) as reader:
+        assert drain(reader, quiet=0.3) == []
+
+
+def test_group_administration_errors(redis_url: str, scope: str, stream4: str) -> None:
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        with pytest.raises(ReaderGroupNotFoundError):
+            rgm.get_reader_group("nope")
+        with pytest.raises(InvalidConfigError):
+            ReaderGroupConfig(streams=[stream4], session_timeout=1, heartbeat_interval=1)
+        bad_cut = StreamCut(scope, "orders", {0: 0})
+        with pytest.raises(Exception, match="cover"):
+            rgm.create_reader_group("g", ReaderGroupConfig(streams=[stream4], start=bad_cut))
+        assert rgm.list_reader_groups() == []
+        rgm.create_reader_group("g", ReaderGroupConfig(streams=[stream4]))
+        assert rgm.create_reader_group("g", ReaderGroupConfig(streams=[stream4])) is False
+        assert rgm.delete_reader_group("g") is True
+        assert rgm.list_reader_groups() == []
+
+
+def test_runner_processes_segments_in_parallel_and_each_in_order(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    write(factory, 400, keys=8)
+    make_group(redis_url, scope, commit_mode="manual")
+    reader = factory.create_reader("runner", "billing", UTF8StringSerializer())
+    seen: dict[int, list[int]] = defaultdict(list)
+    active: dict[int, int] = defaultdict(int)
+    overlap: list[int] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    total = [0]
+
+    def handler(event: Any) -> None:
+        with lock:
+            active[event.segment] += 1
+            if active[event.segment] > 1:
+                overlap.append(event.segment)
+        time.sleep(0.0005)
+        with lock:
+            active[event.segment] -= 1
+            seen[event.segment].append(event.offset)
+            total[0] += 1
+            if total[0] == 400:
+                stop.set()
+
+    stats = reader.run(handler, max_workers=4, stop=stop, handle_signals=False)
+    assert stats.handled == 400 and not overlap
+    assert all(offsets == sorted(offsets) for offsets in seen.values())
+    committed = reader._member.refresh().positions()
+    assert sum(committed.values()) == 400  # committed only after handling, and all of it
+    reader.close()
