@@ -31,6 +31,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/statesync_bench.py
 	$(PY) bench/stream_bench.py
+	$(PY) bench/readergroup_bench.py
 
 clean:
 	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

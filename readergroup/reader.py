@@ -52,32 +52,72 @@ from statesync.system_clock import SYSTEM_CLOCK
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
 class EventRead(Generic[T]):
     """What ``read_next_event`` returns. ``event`` is ``None`` when nothing came in time.
 
-    ``position`` is ``(stream, segment, offset + 1)``: where the reader stands in that segment
-    after this event. ``fencing_token`` grows with every change of the segment's owner; pass it
-    to your sink to refuse writes from a reader that lost the segment.
+    Attributes: ``event``, ``routing_key``, ``stream`` (``"scope/stream"``), ``segment``,
+    ``offset``, ``position`` (``(stream, segment, offset + 1)``: where the reader stands in that
+    segment after this event), ``timestamp`` (the writer's clock at ``write_event``, ms),
+    ``server_time_ms`` (when Redis appended it), ``fencing_token`` (grows with every change of
+    the segment's owner: pass it to your sink to refuse a reader that lost the segment),
+    ``is_checkpoint`` and ``checkpoint_name``. Details are decoded from the stored event on
+    first access, so reading many events stays cheap.
     """
 
-    event: T | None
-    routing_key: str | None = None
-    stream: str | None = None
-    segment: int | None = None
-    offset: int | None = None
-    timestamp: int | None = None
-    """The writer's clock at ``write_event`` (ms since the epoch)."""
-    server_time_ms: int | None = None
-    fencing_token: int | None = None
-    is_checkpoint: bool = False
-    checkpoint_name: str | None = None
+    __slots__ = ("_raw", "checkpoint_name", "event", "fencing_token", "is_checkpoint", "stream")
+
+    def __init__(
+        self,
+        event: T | None,
+        raw: SegmentEvent | None = None,
+        stream: str | None = None,
+        fencing_token: int | None = None,
+        *,
+        is_checkpoint: bool = False,
+        checkpoint_name: str | None = None,
+    ) -> None:
+        self.event = event
+        self._raw = raw
+        self.stream = stream
+        self.fencing_token = fencing_token
+        self.is_checkpoint = is_checkpoint
+        self.checkpoint_name = checkpoint_name
+
+    @property
+    def routing_key(self) -> str | None:
+        return None if self._raw is None else self._raw.routing_key
+
+    @property
+    def segment(self) -> int | None:
+        return None if self._raw is None else self._raw.segment
+
+    @property
+    def offset(self) -> int | None:
+        return None if self._raw is None else self._raw.offset
+
+    @property
+    def timestamp(self) -> int | None:
+        return None if self._raw is None else self._raw.writer_ms
+
+    @property
+    def server_time_ms(self) -> int | None:
+        return None if self._raw is None else self._raw.server_ms
 
     @property
     def position(self) -> tuple[str, int, int] | None:
-        if self.stream is None or self.segment is None or self.offset is None:
+        if self._raw is None or self.stream is None:
             return None
-        return self.stream, self.segment, self.offset + 1
+        return self.stream, self._raw.segment, self._raw.offset + 1
+
+    def __repr__(self) -> str:
+        if self.is_checkpoint:
+            return f"EventRead(checkpoint={self.checkpoint_name!r})"
+        if self._raw is None:
+            return "EventRead(event=None)"
+        return (
+            f"EventRead(event={self.event!r}, routing_key={self.routing_key!r}, "
+            f"stream={self.stream!r}, segment={self.segment}, offset={self.offset})"
+        )
 
 
 _NOTHING: EventRead[Any] = EventRead(None)
@@ -295,33 +335,25 @@ class EventStreamReader(Generic[T]):
             self._check_usable()
 
     def _take(self, max_events: int) -> list[EventRead[T]]:
+        """Up to ``max_events`` buffered events, round-robin over segments."""
         out: list[EventRead[T]] = []
         rotation = self._round_robin
+        deserialize = self._serializer.deserialize
         for _ in range(len(rotation)):
-            if len(out) >= max_events:
+            wanted = max_events - len(out)
+            if wanted <= 0:
                 break
             key = rotation[0]
             rotation.rotate(-1)
             owned = self._owned.get(key)
             if owned is None or not owned.buffer:
                 continue
-            while owned.buffer and len(out) < max_events:
-                raw = owned.buffer.popleft()
-                owned.returned = raw.offset + 1
-                out.append(
-                    EventRead(
-                        self._serializer.deserialize(raw.payload),
-                        raw.routing_key,
-                        owned.key[0],
-                        owned.segment,
-                        raw.offset,
-                        raw.writer_ms,
-                        raw.server_ms,
-                        owned.token,
-                    )
-                )
-                if max_events == 1:
-                    break
+            buffer, stream, token = owned.buffer, key[0], owned.token
+            raw = buffer[0]
+            for _ in range(min(wanted, len(buffer))):
+                raw = buffer.popleft()
+                out.append(EventRead(deserialize(raw.payload), raw, stream, token))
+            owned.returned = raw.offset + 1
         return out
 
     def _fetch(self, block: float) -> None:
@@ -355,17 +387,23 @@ class EventStreamReader(Generic[T]):
                 self._streams_dirty = True
 
     def _buffer(self, owned: _Owned, entries: list[Any]) -> None:
-        for entry in entries:
-            event = SegmentEvent(owned.segment, entry[0], entry[1])
-            offset = event.offset
-            if offset < owned.fetch:
-                continue
-            if offset > owned.fetch:  # the stream was truncated under this reader
-                skipped = owned.fetch
-                owned.fetch = offset
-                raise TruncatedDataError(f"{owned.key}", skipped, offset)
-            owned.buffer.append(event)
-            owned.fetch = offset + 1
+        """Append fetched entries; offsets are consecutive, so only the ends are checked."""
+        if not entries:
+            return
+        segment = owned.segment
+        events = [SegmentEvent(segment, entry[0], entry[1]) for entry in entries]
+        first, last = events[0].offset, events[-1].offset
+        if first < owned.fetch:  # overlap with what is buffered already: drop the old part
+            events = [e for e in events if e.offset >= owned.fetch]
+            if not events:
+                return
+            first = events[0].offset
+        if first > owned.fetch or last - first + 1 != len(events):
+            skipped = owned.fetch
+            owned.fetch = last + 1
+            raise TruncatedDataError(f"{owned.key}", skipped, first)  # truncated under us
+        owned.buffer.extend(events)
+        owned.fetch = last + 1
 
     # -- group maintenance (reading thread) -------------------------------------------------
     def _maintain(self) -> None:

@@ -32,7 +32,7 @@ class BytesSerializer:
         return bytes(value)
 
     def deserialize(self, data: bytes) -> bytes:
-        return bytes(data)
+        return data if type(data) is bytes else bytes(data)
 
 
 class UTF8StringSerializer:
