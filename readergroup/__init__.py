@@ -29,12 +29,16 @@ from readergroup.errors import (
 )
 from readergroup.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.group_manager import (
+    CheckpointResult,
+    GroupMetrics,
+    Lag,
     ReaderGroup,
     ReaderGroupManager,
     ReaderGroupNotFoundError,
     SegmentDistribution,
 )
 from readergroup.group_state import (
+    CheckpointError,
     ReaderAlreadyOnlineError,
     ReaderNotInGroupError,
     SegmentNotOwnedError,
@@ -42,6 +46,7 @@ from readergroup.group_state import (
 from readergroup.planning import SegmentRange
 from readergroup.reader import EventRead, EventStreamReader, RebalanceListener
 from readergroup.redis_io import SegmentEvent
+from readergroup.retention import RetentionManager
 from readergroup.routing import key_position, segment_id
 from readergroup.serializers import (
     BytesSerializer,
@@ -50,7 +55,7 @@ from readergroup.serializers import (
     Serializer,
     UTF8StringSerializer,
 )
-from readergroup.stream_config import ScalingPolicy, StreamConfiguration
+from readergroup.stream_config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from readergroup.stream_cut import StreamCut
 from readergroup.stream_manager import SegmentInfo, StreamInfo, StreamManager
 from readergroup.writer import EventPointer, EventStreamWriter, EventWriterConfig, WriteFuture
@@ -62,6 +67,8 @@ __all__ = [
     "AutoScaler",
     "BatchClient",
     "BytesSerializer",
+    "CheckpointError",
+    "CheckpointResult",
     "ClientConfig",
     "CoordinationError",
     "EmbeddedRedisError",
@@ -72,11 +79,13 @@ __all__ = [
     "EventStreamWriter",
     "EventTooLargeError",
     "EventWriterConfig",
+    "GroupMetrics",
     "InvalidConfigError",
     "InvalidKeyRangesError",
     "InvalidNameError",
     "InvalidStreamCutError",
     "JsonSerializer",
+    "Lag",
     "MsgpackSerializer",
     "ReaderAlreadyOnlineError",
     "ReaderConfig",
@@ -88,6 +97,8 @@ __all__ = [
     "ReaderNotInGroupError",
     "RebalanceListener",
     "RedisUnavailableError",
+    "RetentionManager",
+    "RetentionPolicy",
     "ScaleAction",
     "ScaleConflictError",
     "ScalingPolicy",

@@ -42,6 +42,12 @@ class ReaderGroupConfig:
         max_poll_interval: a reader whose application has not called ``read_next_event`` for
             this long gives its segments back and must rejoin (default 300.0; Kafka's
             ``max.poll.interval.ms``).
+        end: for bounded reads, where each stream ends: one :class:`StreamCut` per stream
+            (a mapping from stream name, or a single cut for a one-stream group); readers then
+            report end of data there (default None: unbounded).
+        retention_subscriber: what consumption-based retention must keep for this group:
+            ``"committed"`` (data before its committed positions may go; the default),
+            ``"checkpoint"`` (only data before its last completed checkpoint), or ``"none"``.
     """
 
     streams: Sequence[str]
@@ -53,6 +59,8 @@ class ReaderGroupConfig:
     auto_commit_interval: float = 5.0
     max_segment_moves: int = 16
     max_poll_interval: float = 300.0
+    end: StreamCut | Mapping[str, StreamCut] | None = None
+    retention_subscriber: str = "committed"
 
     def __post_init__(self) -> None:
         if isinstance(self.streams, str) or not self.streams:
@@ -89,9 +97,27 @@ class ReaderGroupConfig:
             raise InvalidConfigError(f"max_segment_moves must be 1..1024: {self.max_segment_moves}")
         if not self.max_poll_interval > 0:
             raise InvalidConfigError(f"max_poll_interval must be > 0: {self.max_poll_interval}")
+        if isinstance(self.end, Mapping):
+            object.__setattr__(self, "end", dict(self.end))
+            if not all(isinstance(c, StreamCut) for c in self.end.values()):
+                raise InvalidConfigError("end must map stream names to StreamCuts")
+        elif self.end is not None and not isinstance(self.end, StreamCut):
+            raise InvalidConfigError("end must be a StreamCut, a mapping of them, or None")
+        if self.retention_subscriber not in ("committed", "checkpoint", "none"):
+            raise InvalidConfigError(
+                "retention_subscriber must be 'committed', 'checkpoint' or 'none': "
+                f"{self.retention_subscriber!r}"
+            )
 
     def scoped_streams(self, default_scope: str) -> list[tuple[str, str]]:
         return [split_scoped_stream(s, default_scope) for s in self.streams]
+
+    def end_for(self, stream: str, scoped: str) -> StreamCut | None:
+        if isinstance(self.end, Mapping):
+            return self.end.get(stream, self.end.get(scoped))
+        if isinstance(self.end, StreamCut) and self.end.scoped_stream == scoped:
+            return self.end
+        return None
 
     def start_for(self, stream: str, scoped: str) -> StartPosition:
         if isinstance(self.start, Mapping):

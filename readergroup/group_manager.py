@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from readergroup import catalog
 from readergroup.config import ClientConfig
-from readergroup.errors import InvalidStreamCutError, ReaderGroupError, ScopeNotFoundError
+from readergroup.errors import ReaderGroupError, ScopeNotFoundError
 from readergroup.group_config import ReaderGroupConfig, StartPosition
+from readergroup.group_positions import cuts_by_stream, resolve_group
 from readergroup.group_state import (
     STATE_TYPES,
     UPDATE_TYPES,
+    Checkpoint,
+    CheckpointError,
+    CreateCheckpoint,
+    FailCheckpoint,
     GroupState,
     RemoveReader,
+    ResetGroup,
     SegKey,
+    check_new_checkpoint,
     new_group,
 )
 from readergroup.membership import GroupMember
@@ -50,6 +61,56 @@ def heartbeat_key(connection: RedisConnection, sync_name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointResult:
+    """A completed checkpoint: its positions, and the same as one stream cut per stream."""
+
+    name: str
+    positions: dict[SegKey, int]
+    completed_ms: int
+
+    @property
+    def stream_cuts(self) -> dict[str, StreamCut]:
+        return cuts_by_stream(self.positions)
+
+
+@dataclass(frozen=True, slots=True)
+class Lag:
+    """How far behind: events and bytes not yet processed, and the age of the oldest."""
+
+    events: int = 0
+    bytes: int = 0
+    ms: int = 0
+
+    def __add__(self, other: Lag) -> Lag:
+        return Lag(self.events + other.events, self.bytes + other.bytes, max(self.ms, other.ms))
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentLag:
+    stream: str
+    segment: int
+    reader: str | None
+    """Owner, or ``None`` while unassigned or waiting for predecessors."""
+    position: int
+    tail: int
+    lag: Lag
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetrics:
+    """Lag per segment, per reader and for the whole group, as of the last commits.
+
+    ``ms`` is the server-clock age of the oldest event not yet committed (0 when caught up):
+    how far behind in time, which Kafka's lag in offsets cannot say.
+    """
+
+    server_ms: int
+    segments: list[SegmentLag]
+    readers: dict[str, Lag]
+    total: Lag
+
+
+@dataclass(frozen=True, slots=True)
 class SegmentDistribution:
     """Who owns what: reader -> segments, and the segments nobody owns yet."""
 
@@ -64,6 +125,7 @@ class ReaderGroup:
 
     def __init__(self, connection: RedisConnection, scope: str, name: str) -> None:
         self._connection = connection
+        self._streams = StreamManager(connection)
         self.scope = scope
         self.name = name
         self.sync: StateSynchronizer[GroupState] = connection.synchronizer(
@@ -101,6 +163,187 @@ class ReaderGroup:
             assigned, sorted(state.unassigned), sorted(state.future), len(state.completed)
         )
 
+    def is_end_of_data(self) -> bool:
+        """A bounded group whose every segment was read to its end cut."""
+        return self.refresh().end_of_data
+
+    def get_stream_cuts(self) -> dict[str, StreamCut]:
+        """The group's committed positions as one stream cut per stream."""
+        return cuts_by_stream(self.refresh().positions())
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def initiate_checkpoint(
+        self,
+        name: str,
+        timeout: float = 30.0,
+        *,
+        declare_offline: bool = False,
+        silent: bool = False,
+    ) -> CheckpointResult:
+        """Take a group-wide checkpoint; block until every reader online now acknowledged it.
+
+        Each reader hands the application an event with ``is_checkpoint`` True and
+        ``checkpoint_name`` ``name`` (the place to save its state) and acknowledges on its next
+        read; other readers keep reading meanwhile. After ``timeout`` the checkpoint fails with
+        CheckpointError naming the readers that did not acknowledge (and, with
+        ``declare_offline``, they are declared offline so the group moves on). At most three
+        checkpoints may be outstanding.
+        """
+        validate_name(name, "checkpoint")
+        now = self._connection.server_time_ms()
+
+        def create(state: GroupState) -> Any:
+            check_new_checkpoint(state, name)
+            return [CreateCheckpoint(name, now, silent)]
+
+        with translate_errors("checkpoint"):
+            self.sync.update_state(create)
+        deadline = time.monotonic() + timeout
+        while True:
+            checkpoint = self.refresh().checkpoint(name)
+            if checkpoint is None or checkpoint.failed:
+                reason = checkpoint.failed if checkpoint else "it was dropped"
+                raise CheckpointError(f"checkpoint {name!r} failed: {reason}")
+            if checkpoint.completed_ms >= 0:
+                return CheckpointResult(name, dict(checkpoint.positions), checkpoint.completed_ms)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self._fail_checkpoint(checkpoint, timeout, declare_offline)
+            with translate_errors("checkpoint"):
+                self.sync.wait_for_updates(min(remaining, 1.0))  # blocks on the state log
+
+    def _fail_checkpoint(self, checkpoint: Checkpoint, timeout: float, offline: bool) -> NoReturn:
+        pending = checkpoint.pending
+        reason = f"readers {list(pending)} did not acknowledge it within {timeout}s" + (
+            " and were declared offline" if offline else ""
+        )
+        with translate_errors("checkpoint"):
+            self.sync.update_state(lambda s: [FailCheckpoint(checkpoint.name, reason)])
+        if offline:
+            for reader_id in pending:
+                self.reader_offline(reader_id)
+        raise CheckpointError(f"checkpoint {checkpoint.name!r} failed: {reason}", pending)
+
+    def generate_stream_cuts(self, timeout: float = 30.0) -> dict[str, StreamCut]:
+        """A silent checkpoint: each reader reports its processed positions without handing the
+        application an event. Returns one stream cut per stream."""
+        name = f"silent-{uuid.uuid4().hex[:12]}"
+        return self.initiate_checkpoint(name, timeout, silent=True).stream_cuts
+
+    # -- resets -----------------------------------------------------------------------------
+    def reset_reader_group(
+        self,
+        start: StartPosition | Mapping[str, StartPosition] | CheckpointResult | None = None,
+        *,
+        shift_by: int | None = None,
+        timeout: float = 30.0,
+    ) -> dict[SegKey, int]:
+        """Start the group over while its readers run; return the new start positions.
+
+        ``start``: a completed checkpoint (the result, or its name), a StreamCut, a server time
+        in ms, ``"head"``, ``"tail"``, a mapping per stream, or ``None`` for the configured
+        start; or ``shift_by=N`` to move every segment N events back (negative: forward) from
+        its committed position, within that segment. Running readers re-initialize
+        transparently: they drop what they buffered, acknowledge, and acquire segments at the new
+        positions. This call returns once every online reader acknowledged (readers that do not
+        within ``timeout`` are declared offline), so no read that starts afterwards returns an
+        event from before the reset point.
+        """
+        state = self.refresh()
+        starts = self._reset_starts(state, start, shift_by)
+        end = self._end_for(state, starts)
+        update = ResetGroup(tuple(starts.items()), None if end is None else tuple(end.items()))
+        with translate_errors("reset"):
+            self.sync.update_state(lambda s: [update])
+        deadline = time.monotonic() + timeout
+        while self.refresh().reset_pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for reader_id in self.sync.state.reset_pending:
+                    self.reader_offline(reader_id)
+                break
+            with translate_errors("reset"):
+                self.sync.wait_for_updates(min(remaining, 1.0))
+        return starts
+
+    def _reset_starts(
+        self,
+        state: GroupState,
+        start: StartPosition | Mapping[str, StartPosition] | CheckpointResult | None,
+        shift_by: int | None,
+    ) -> dict[SegKey, int]:
+        if shift_by is not None:
+            if start is not None:
+                raise ValueError("give either start or shift_by, not both")
+            return self._shifted(state, shift_by)
+        if isinstance(start, CheckpointResult):
+            return dict(start.positions)
+        if isinstance(start, str) and start not in ("head", "tail"):
+            checkpoint = state.checkpoint(start)
+            if checkpoint is None or checkpoint.completed_ms < 0:
+                raise CheckpointError(f"no completed checkpoint named {start!r} in this group")
+            return dict(checkpoint.positions)
+        return resolve_group(self._streams, self.scope, state.config, start)[0]
+
+    def _shifted(self, state: GroupState, shift_by: int) -> dict[SegKey, int]:
+        shifted: dict[SegKey, int] = {}
+        for (scoped, segment), position in state.positions().items():
+            scope, _, stream = scoped.partition("/")
+            seg = self._connection.segment_states(scope, stream, [segment])[segment]
+            shifted[(scoped, segment)] = min(seg.tail, max(seg.head, position - shift_by))
+        return shifted
+
+    def _end_for(self, state: GroupState, starts: Mapping[SegKey, int]) -> dict[SegKey, int] | None:
+        if state.end is None:
+            return None
+        cuts: dict[str, StartPosition] = dict(cuts_by_stream(starts))
+        return resolve_group(self._streams, self.scope, state.config, cuts)[1]
+
+    # -- lag --------------------------------------------------------------------------------
+    def get_metrics(self) -> GroupMetrics:
+        """Lag per segment, reader and group in events, bytes and milliseconds."""
+        state = self.refresh()
+        now = self._connection.server_time_ms()
+        owners = {s: a.reader for s, a in state.assigned.items()}
+        wanted = {**dict.fromkeys(state.future, 0), **state.positions()}
+        by_stream: dict[str, dict[int, int]] = {}
+        for (scoped, segment), position in wanted.items():
+            by_stream.setdefault(scoped, {})[segment] = position
+        rows: list[SegmentLag] = []
+        for scoped, positions in sorted(by_stream.items()):
+            scope, _, stream = scoped.partition("/")
+            probe = self._connection.lag_probe(scope, stream, positions)
+            for segment, position in sorted(positions.items()):
+                tail, size, byte_at, server_at = probe[segment]
+                end = state.end.get((scoped, segment), tail) if state.end else tail
+                tail = min(tail, end)
+                lag = Lag(
+                    max(0, tail - position),
+                    max(0, size - byte_at) if position < tail else 0,
+                    max(0, now - server_at) if server_at >= 0 and position < tail else 0,
+                )
+                rows.append(
+                    SegmentLag(scoped, segment, owners.get((scoped, segment)), position, tail, lag)
+                )
+        readers: dict[str, Lag] = {r: Lag() for r in state.readers}
+        total = Lag()
+        for row in rows:
+            total = total + row.lag
+            if row.reader is not None:
+                readers[row.reader] = readers.get(row.reader, Lag()) + row.lag
+        return GroupMetrics(now, rows, readers, total)
+
+    # -- notifications ----------------------------------------------------------------------
+    def watch(
+        self,
+        on_segments_changed: Callable[[int], Any] | None = None,
+        on_end_of_data: Callable[[], Any] | None = None,
+    ) -> GroupWatcher:
+        """Call ``on_segments_changed(count)`` whenever the number of segments the group reads
+        (assigned plus unassigned) changes, and ``on_end_of_data()`` once a bounded group is
+        done. Driven by blocking on the group's state log, not by polling. ``stop()`` it."""
+        return GroupWatcher(self, on_segments_changed, on_end_of_data)
+
     def reader_offline(self, reader_id: str, positions: dict[SegKey, int] | None = None) -> bool:
         """Declare ``reader_id`` offline: its segments return at ``positions`` where given,
         else at their last committed positions. ``False`` if it was not online."""
@@ -116,6 +359,49 @@ class ReaderGroup:
             removed = bool(self.sync.update_state(remove))
             self.heartbeats.forget(reader_id)
         return removed
+
+
+class GroupWatcher:
+    """A background thread that blocks on a group's state log and calls listeners."""
+
+    def __init__(
+        self,
+        group: ReaderGroup,
+        on_segments_changed: Callable[[int], Any] | None,
+        on_end_of_data: Callable[[], Any] | None,
+    ) -> None:
+        self._sync: StateSynchronizer[GroupState] = group._connection.synchronizer(
+            group.sync.name, UPDATE_TYPES, STATE_TYPES
+        )
+        self._on_segments = on_segments_changed
+        self._on_end = on_end_of_data
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"rg-watch-{group.name}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        count, ended = -1, False
+        while not self._stop.is_set():
+            try:
+                self._sync.fetch_updates()
+                state: GroupState = self._sync.state
+                segments = len(state.assigned) + len(state.unassigned)
+                if segments != count and self._on_segments is not None:
+                    self._on_segments(segments)
+                count = segments
+                if state.end_of_data and not ended:
+                    ended = True
+                    if self._on_end is not None:
+                        self._on_end()
+                self._sync.wait_for_updates(0.5)
+            except Exception:
+                self._stop.wait(0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
 
 
 class ReaderGroupManager:
@@ -156,37 +442,13 @@ class ReaderGroupManager:
     ) -> None:
         self.close()
 
-    def _starts(self, config: ReaderGroupConfig) -> dict[SegKey, int]:
-        starts: dict[SegKey, int] = {}
-        for scope, stream in config.scoped_streams(self.scope):
-            scoped = f"{scope}/{stream}"
-            cut = self.resolve_start(scope, stream, config.start_for(stream, scoped))
-            for segment, offset in cut.positions.items():
-                starts[(scoped, segment)] = offset
-        return starts
-
-    def resolve_start(self, scope: str, stream: str, start: StartPosition) -> StreamCut:
-        """The stream cut a start position means now."""
-        if isinstance(start, StreamCut):
-            if (start.scope, start.stream) != (scope, stream):
-                raise InvalidStreamCutError(
-                    f"start cut is for {start.scoped_stream}, not {scope}/{stream}"
-                )
-            self._streams.check_cut(start)
-            return start
-        if start == "head":
-            return self._streams.head_cut(scope, stream)
-        if start == "tail":
-            return self._streams.tail_cut(scope, stream)
-        assert isinstance(start, int)
-        return self._streams.cut_at_time(scope, stream, start)
-
     def create_reader_group(self, name: str, config: ReaderGroupConfig) -> bool:
         """Create group ``name``; ``False`` if it existed (its configuration is kept)."""
         validate_name(name, "reader group")
         if not isinstance(config, ReaderGroupConfig):
             raise TypeError("config must be a ReaderGroupConfig")
-        starts = self._starts(config)  # validates every stream and start first
+        # validates every stream, start and end first
+        starts, end = resolve_group(self._streams, self.scope, config)
         now = self._connection.server_time_ms()
         scope = self.scope
 
@@ -202,7 +464,7 @@ class ReaderGroupManager:
             group_sync_name(scope, name), UPDATE_TYPES, STATE_TYPES
         )
         with translate_errors("create reader group"):
-            sync.initialize(new_group(scope, name, config, starts, now))
+            sync.initialize(new_group(scope, name, config, starts, now, end))
         return created
 
     def get_reader_group(self, name: str) -> ReaderGroup:

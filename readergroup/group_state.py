@@ -55,6 +55,41 @@ class SegmentNotOwnedError(ReaderGroupError):
     """The reader does not own the segment (any more) under the fencing token it presented."""
 
 
+class CheckpointError(ReaderGroupError):
+    """A checkpoint could not be taken: too many outstanding, a duplicate name, or it failed
+    (``pending_readers`` names the readers that did not acknowledge it in time)."""
+
+    def __init__(self, message: str, pending_readers: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.pending_readers = pending_readers
+
+
+MAX_OUTSTANDING_CHECKPOINTS = 3
+KEPT_CHECKPOINTS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A group-wide consistent cut, collected from every reader online when it was initiated.
+
+    ``positions`` holds, per segment, the position every event before which had been returned
+    to the application when its reader handed out the checkpoint (so the application's state
+    saved at that checkpoint covers exactly those events).
+    """
+
+    name: str
+    created_ms: int
+    pending: tuple[str, ...]
+    positions: Mapping[SegKey, int]
+    silent: bool = False
+    completed_ms: int = -1
+    failed: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.completed_ms >= 0 or bool(self.failed)
+
+
 @dataclass(frozen=True, slots=True)
 class ReaderRecord:
     reader_id: str
@@ -85,6 +120,29 @@ class GroupState:
     generation: int = 0
     """Group generation: bumped by resets; readers re-initialize when it changes."""
     created_ms: int = 0
+    checkpoints: tuple[Checkpoint, ...] = ()
+    """Outstanding checkpoints, then the last completed or failed ones (newest last)."""
+    end: Mapping[SegKey, int] | None = None
+    """Bounded reads: the end offset of every segment the group may read; ``None``: unbounded."""
+    reset_pending: tuple[str, ...] = ()
+    """Readers that have not yet acknowledged the latest reset."""
+
+    def checkpoint(self, name: str) -> Checkpoint | None:
+        for checkpoint in reversed(self.checkpoints):
+            if checkpoint.name == name:
+                return checkpoint
+        return None
+
+    def frozen_for(self, reader_id: str) -> bool:
+        """Whether ``reader_id`` must not move segments: a checkpoint or reset awaits it."""
+        if reader_id in self.reset_pending:
+            return True
+        return any(reader_id in c.pending for c in self.checkpoints if not c.done)
+
+    @property
+    def end_of_data(self) -> bool:
+        """Bounded group with every segment read to its end."""
+        return self.end is not None and not (self.assigned or self.unassigned or self.future)
 
     def owned_by(self, reader_id: str) -> dict[SegKey, Assignment]:
         return {s: a for s, a in self.assigned.items() if a.reader == reader_id}
@@ -108,10 +166,27 @@ class GroupState:
 
 
 def new_group(
-    scope: str, name: str, config: ReaderGroupConfig, starts: Mapping[SegKey, int], now_ms: int
+    scope: str,
+    name: str,
+    config: ReaderGroupConfig,
+    starts: Mapping[SegKey, int],
+    now_ms: int,
+    end: Mapping[SegKey, int] | None = None,
 ) -> GroupState:
-    """A group whose segments all start unassigned at ``starts``."""
-    return GroupState(scope, name, config, {}, {}, dict(starts), {}, frozenset(), created_ms=now_ms)
+    """A group whose segments all start unassigned at ``starts`` (reading up to ``end``, the
+    end offset of every segment it may read, if bounded)."""
+    return GroupState(
+        scope,
+        name,
+        config,
+        {},
+        {},
+        dict(starts),
+        {},
+        frozenset(),
+        created_ms=now_ms,
+        end=None if end is None else dict(end),
+    )
 
 
 # -- checks (raise the specific error a writer should see) ------------------------------------
@@ -162,6 +237,7 @@ class RemoveReader(Update):
     reader_id: str
     generation: int
     positions: tuple[tuple[SegKey, int], ...] = ()
+    now_ms: int = 0
 
     def apply_to(self, state: GroupState) -> GroupState:
         check_member(state, self.reader_id, self.generation)
@@ -175,7 +251,23 @@ class RemoveReader(Update):
                     assignment.position, given.get(segment, assignment.position)
                 )
         readers = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
-        return replace(state, readers=readers, assigned=assigned, unassigned=unassigned)
+        released = {
+            s: unassigned[s] for s, a in state.assigned.items() if a.reader == self.reader_id
+        }
+        checkpoints = tuple(
+            _acknowledged(c, self.reader_id, released, self.now_ms)
+            if self.reader_id in c.pending and not c.done
+            else c
+            for c in state.checkpoints
+        )
+        return replace(
+            state,
+            readers=readers,
+            assigned=assigned,
+            unassigned=unassigned,
+            checkpoints=checkpoints,
+            reset_pending=tuple(r for r in state.reset_pending if r != self.reader_id),
+        )
 
 
 @dataclass(frozen=True)
@@ -256,6 +348,8 @@ class CompleteSegment(Update):
         for successor, predecessors, start in self.successors:
             if successor in completed or successor in assigned or successor in unassigned:
                 continue
+            if state.end is not None and successor not in state.end:
+                continue  # past the end cut of a bounded group
             pending = tuple(p for p in predecessors if p in live and p != self.segment)
             if successor in future:
                 pending = tuple(p for p in future[successor] if p != self.segment)
@@ -269,7 +363,143 @@ class CompleteSegment(Update):
         )
 
 
-STATE_TYPES: tuple[type, ...] = (GroupState, ReaderRecord, Assignment, ReaderGroupConfig, StreamCut)
+def _acknowledged(
+    checkpoint: Checkpoint, reader_id: str, positions: Mapping[SegKey, int], now_ms: int
+) -> Checkpoint:
+    """The checkpoint after ``reader_id`` reported ``positions``; complete once nobody is left."""
+    pending = tuple(r for r in checkpoint.pending if r != reader_id)
+    merged = {**checkpoint.positions, **positions}
+    completed = max(now_ms, 0) if not pending else checkpoint.completed_ms
+    return replace(checkpoint, pending=pending, positions=merged, completed_ms=completed)
+
+
+@dataclass(frozen=True)
+class CreateCheckpoint(Update):
+    """Start checkpoint ``name``: every online reader must acknowledge it. Unassigned segments
+    are recorded at their positions now (no reader will report them)."""
+
+    name: str
+    created_ms: int
+    silent: bool = False
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_new_checkpoint(state, self.name)
+        checkpoint = Checkpoint(
+            self.name,
+            self.created_ms,
+            tuple(sorted(state.readers)),
+            dict(state.unassigned),
+            self.silent,
+        )
+        if not checkpoint.pending:
+            checkpoint = replace(
+                checkpoint, positions=state.positions(), completed_ms=self.created_ms
+            )
+        return replace(state, checkpoints=_trim((*state.checkpoints, checkpoint)))
+
+
+def check_new_checkpoint(state: GroupState, name: str) -> None:
+    if state.checkpoint(name) is not None:
+        raise CheckpointError(f"a checkpoint named {name!r} already exists in this group")
+    outstanding = [c.name for c in state.checkpoints if not c.done]
+    if len(outstanding) >= MAX_OUTSTANDING_CHECKPOINTS:
+        raise CheckpointError(
+            f"{len(outstanding)} checkpoints are outstanding ({outstanding}); the most is "
+            f"{MAX_OUTSTANDING_CHECKPOINTS}"
+        )
+
+
+def _trim(checkpoints: tuple[Checkpoint, ...]) -> tuple[Checkpoint, ...]:
+    """Keep every outstanding checkpoint and the newest finished ones."""
+    finished = [c for c in checkpoints if c.done][-KEPT_CHECKPOINTS:]
+    return tuple(c for c in checkpoints if not c.done or c in finished)
+
+
+@dataclass(frozen=True)
+class AckCheckpoint(Update):
+    """A reader's part of a checkpoint: the positions of every segment it owns."""
+
+    reader_id: str
+    generation: int
+    name: str
+    positions: tuple[tuple[SegKey, int], ...]
+    now_ms: int
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_member(state, self.reader_id, self.generation)
+        checkpoint = state.checkpoint(self.name)
+        if checkpoint is None or checkpoint.done or self.reader_id not in checkpoint.pending:
+            return state
+        updated = _acknowledged(checkpoint, self.reader_id, dict(self.positions), self.now_ms)
+        return replace(
+            state,
+            checkpoints=_trim(tuple(updated if c is checkpoint else c for c in state.checkpoints)),
+        )
+
+
+@dataclass(frozen=True)
+class FailCheckpoint(Update):
+    name: str
+    reason: str
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        checkpoints = tuple(
+            replace(c, failed=self.reason) if c.name == self.name and not c.done else c
+            for c in state.checkpoints
+        )
+        return replace(state, checkpoints=_trim(checkpoints))
+
+
+@dataclass(frozen=True)
+class ResetGroup(Update):
+    """Start over from ``starts``: every segment unassigned there, the generation bumped, and
+    every online reader asked to acknowledge before it reads again."""
+
+    starts: tuple[tuple[SegKey, int], ...]
+    end: tuple[tuple[SegKey, int], ...] | None = None
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        return replace(
+            state,
+            assigned={},
+            unassigned=dict(self.starts),
+            future={},
+            completed=frozenset(),
+            generation=state.generation + 1,
+            end=None if self.end is None else dict(self.end),
+            reset_pending=tuple(sorted(state.readers)),
+            checkpoints=_trim(
+                tuple(
+                    c if c.done else replace(c, failed="the reader group was reset")
+                    for c in state.checkpoints
+                )
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class AckReset(Update):
+    reader_id: str
+    generation: int
+    group_generation: int
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_member(state, self.reader_id, self.generation)
+        if state.generation != self.group_generation:
+            return state
+        return replace(
+            state, reset_pending=tuple(r for r in state.reset_pending if r != self.reader_id)
+        )
+
+
+STATE_TYPES: tuple[type, ...] = (
+    GroupState,
+    ReaderRecord,
+    Assignment,
+    Checkpoint,
+    ReaderGroupConfig,
+    StreamCut,
+)
 UPDATE_TYPES: tuple[type[Update], ...] = (
     AddReader,
     RemoveReader,
@@ -277,6 +507,11 @@ UPDATE_TYPES: tuple[type[Update], ...] = (
     ReleaseSegments,
     CommitPositions,
     CompleteSegment,
+    CreateCheckpoint,
+    AckCheckpoint,
+    FailCheckpoint,
+    ResetGroup,
+    AckReset,
 )
 
 

@@ -23,6 +23,8 @@ from readergroup.balance import (
     segments_to_release,
 )
 from readergroup.group_state import (
+    AckCheckpoint,
+    AckReset,
     AcquireSegments,
     AddReader,
     Assignment,
@@ -168,7 +170,8 @@ class GroupMember:
             record = state.readers.get(reader_id)
             if record is None or record.generation != generation:
                 return [], False
-            return [RemoveReader(reader_id, generation, tuple(positions))], True
+            update = RemoveReader(reader_id, generation, tuple(positions), self.server_ms)
+            return [update], True
 
         return bool(self.sync.update_state(remove))
 
@@ -188,6 +191,8 @@ class GroupMember:
         me, generation, moves = self.reader_id, self.generation, self._max_moves
         state = self.refresh()
         check_member(state, me, generation)
+        if state.frozen_for(me):
+            return {}, []  # a checkpoint or reset awaits this reader: move nothing until then
         released: list[SegKey] = []
         if segments_to_release(state, me, moves):
 
@@ -214,6 +219,28 @@ class GroupMember:
             state = self.sync.state
             acquired = {s: state.assigned[s] for s in chosen}
         return acquired, released
+
+    def ack_checkpoint(self, name: str, positions: Mapping[SegKey, int]) -> None:
+        """Report this reader's positions for checkpoint ``name``."""
+        update = AckCheckpoint(
+            self.reader_id, self.generation, name, tuple(positions.items()), self.server_ms
+        )
+        me, generation = self.reader_id, self.generation
+
+        def ack(state: GroupState) -> Any:
+            check_member(state, me, generation)
+            return [update]
+
+        self.sync.update_state(ack)
+
+    def ack_reset(self, group_generation: int) -> None:
+        me, generation = self.reader_id, self.generation
+
+        def ack(state: GroupState) -> Any:
+            check_member(state, me, generation)
+            return [AckReset(me, generation, group_generation)]
+
+        self.sync.update_state(ack)
 
     def commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
         """Record ``segment -> (token, position)``; fenced readers get an error, nothing lands."""

@@ -18,7 +18,7 @@ import re
 from readergroup.errors import InvalidNameError
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*\Z")
-_LIMITS = {"scope": 64, "stream": 64, "reader group": 64, "reader id": 128}
+_LIMITS = {"scope": 64, "stream": 64, "reader group": 64, "reader id": 128, "checkpoint": 128}
 
 
 def validate_name(name: object, kind: str) -> str:

@@ -147,7 +147,10 @@ class _Owned:
     consumed: int
     buffer: deque[SegmentEvent] = field(default_factory=deque)
     final_tail: int = -1
-    """The tail of a sealed segment, once known; -1 while it may still grow."""
+    """Where reading this segment ends: a sealed segment's tail once known, or a bounded
+    group's end offset; -1 while it may still grow."""
+    bounded: bool = False
+    """``final_tail`` is a bounded group's end (complete there even if the segment is active)."""
 
 
 class EventStreamReader(Generic[T]):
@@ -191,6 +194,13 @@ class EventStreamReader(Generic[T]):
         self._last_beat_ok = now
         self._group_log = connection.log_backend.keys(member.sync.name).log
         self._seen_revision = -1
+        self._group_generation = -1
+        self._checkpoint_due: str | None = None
+        """A checkpoint to hand to the application before any further event."""
+        self._checkpoint_ack: tuple[str, dict[SegKey, int]] | None = None
+        """A checkpoint handed out, to acknowledge when the application next reads."""
+        self._handled_checkpoints: set[str] = set()
+        self._end_of_data = False
         """Group-log revision the reading thread last acted on (the heartbeat thread may have
         fetched further; the reading thread must still be woken for those entries)."""
         self._heartbeat_thread = threading.Thread(
@@ -219,6 +229,10 @@ class EventStreamReader(Generic[T]):
         (default: ``group_refresh_time``). Raises ReaderNotInGroupError once fenced."""
         batch = self._read(1, self._group.group_refresh_time if timeout is None else timeout)
         return batch[0] if batch else _NOTHING
+
+    def is_end_of_data(self) -> bool:
+        """Whether this reader's bounded group has read every segment to its end cut."""
+        return self._end_of_data
 
     def read_batch(
         self, max_events: int = 1000, timeout: float | None = None
@@ -321,13 +335,18 @@ class EventStreamReader(Generic[T]):
         while True:
             try:
                 with translate_errors("read"):
+                    self._acknowledge_checkpoint()
                     self._maintain()
             except ReaderNotInGroupError as exc:
                 self._fence(str(exc))
                 raise
+            if self._checkpoint_due is not None:
+                return [self._hand_out_checkpoint()]
             events = self._take(max_events)
             if events:
                 return events
+            if self._end_of_data:
+                return []
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 return []
@@ -356,13 +375,27 @@ class EventStreamReader(Generic[T]):
             owned.returned = raw.offset + 1
         return out
 
+    def _hand_out_checkpoint(self) -> EventRead[T]:
+        name, self._checkpoint_due = self._checkpoint_due, None
+        assert name is not None
+        self._checkpoint_ack = (name, {k: o.returned for k, o in self._owned.items()})
+        return EventRead(None, is_checkpoint=True, checkpoint_name=name)
+
+    def _acknowledge_checkpoint(self) -> None:
+        """The application moved past the checkpoint event: report the positions it had."""
+        if self._checkpoint_ack is not None:
+            name, positions = self._checkpoint_ack
+            self._checkpoint_ack = None
+            self._member.ack_checkpoint(name, positions)
+            self._group_dirty = True
+
     def _fetch(self, block: float) -> None:
         """One ``XREAD BLOCK`` over owned segments plus the group and stream logs."""
         positions: dict[str, str] = {}
         by_key: dict[str, _Owned] = {}
         for owned in self._owned.values():
             if owned.final_tail >= 0 and owned.fetch >= owned.final_tail:
-                continue  # read to the end of its seal: nothing more will come
+                continue  # read to its end (seal or end cut): nothing more will come
             if len(owned.buffer) < self._config.max_buffered_events:
                 positions[owned.data_key] = f"{owned.fetch}-0"
                 by_key[owned.data_key] = owned
@@ -402,6 +435,8 @@ class EventStreamReader(Generic[T]):
             skipped = owned.fetch
             owned.fetch = last + 1
             raise TruncatedDataError(f"{owned.key}", skipped, first)  # truncated under us
+        if owned.bounded and last >= owned.final_tail:
+            events = [e for e in events if e.offset < owned.final_tail]
         owned.buffer.extend(events)
         owned.fetch = last + 1
 
@@ -445,15 +480,51 @@ class EventStreamReader(Generic[T]):
                 owned.committed = max(owned.committed, position)
 
     def _rebalance(self) -> None:
+        state = self._member.refresh()
+        if state.generation != self._group_generation:
+            self._reinitialize(state)
+            state = self._member.state
+        self._take_checkpoints(state)
         release_at = {k: self._release_position(o) for k, o in self._owned.items()}
         acquired, released = self._member.rebalance(release_at)
         state = self._member.state
         self._seen_revision = self._member.sync.revision
+        self._end_of_data = state.end_of_data
         self._reconcile(state, released)
         for key, assignment in acquired.items():
             self._adopt(key, assignment)
         if acquired:
             self._notify(acquired=list(acquired))
+
+    def _reinitialize(self, state: GroupState) -> None:
+        """The group was reset (or this is the first look): start over from its state."""
+        first = self._group_generation < 0
+        self._group_generation = state.generation
+        if not first:
+            dropped = list(self._owned)
+            self._owned.clear()
+            self._round_robin.clear()
+            self._checkpoint_due = None
+            self._checkpoint_ack = None
+            if dropped:
+                self._notify(released=dropped)
+        if self.reader_id in state.reset_pending:
+            self._member.ack_reset(state.generation)
+
+    def _take_checkpoints(self, state: GroupState) -> None:
+        """Queue (or, if silent, acknowledge at once) checkpoints that wait for this reader."""
+        for checkpoint in state.checkpoints:
+            name = checkpoint.name
+            if checkpoint.done or self.reader_id not in checkpoint.pending:
+                continue
+            if name in self._handled_checkpoints:
+                continue
+            if checkpoint.silent:
+                self._handled_checkpoints.add(name)
+                self._member.ack_checkpoint(name, {k: o.consumed for k, o in self._owned.items()})
+            elif self._checkpoint_due is None and self._checkpoint_ack is None:
+                self._handled_checkpoints.add(name)
+                self._checkpoint_due = name
 
     def _reconcile(self, state: GroupState, released: list[SegKey]) -> None:
         """Drop local segments the group no longer gives this reader (released, taken away)."""
@@ -472,7 +543,7 @@ class EventStreamReader(Generic[T]):
         scope, stream = split_scoped_stream(key[0], None)
         data_key = self._connection.segment_keys(scope, stream, key[1])[1]
         position = assignment.position
-        self._owned[key] = _Owned(
+        owned = _Owned(
             key,
             scope,
             stream,
@@ -484,6 +555,10 @@ class EventStreamReader(Generic[T]):
             position,
             position,
         )
+        end = self._member.state.end
+        if end is not None:
+            owned.final_tail, owned.bounded = end.get(key, position), True
+        self._owned[key] = owned
         if key not in self._round_robin:
             self._round_robin.append(key)
         self._stream_sync(key[0])
@@ -500,13 +575,15 @@ class EventStreamReader(Generic[T]):
         return sync
 
     def _complete_finished(self) -> None:
-        """Complete owned segments that are sealed and consumed to their end."""
+        """Complete owned segments that are sealed (or at a bounded end) and consumed."""
+        if self._member.state.frozen_for(self.reader_id):
+            return  # a checkpoint or reset awaits this reader: move nothing until then
         for scoped, sync in self._streams.items():
             sync.fetch_updates()
             state: StreamState = sync.state
             for owned in [o for o in self._owned.values() if o.key[0] == scoped]:
                 record = state.segments.get(owned.segment)
-                if record is None or record.active:
+                if record is None or (record.active and not owned.bounded):
                     continue
                 if owned.final_tail < 0:
                     seg = self._connection.segment_states(

@@ -446,6 +446,30 @@ class RedisConnection:
         items = reply.items() if isinstance(reply, dict) else (reply or [])
         return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in items}
 
+    def lag_probe(
+        self, scope: str, stream: str, positions: Mapping[int, int]
+    ) -> dict[int, tuple[int, int, int, int]]:
+        """Per segment ``(tail, bytes, byte offset at position, server ms at position)`` in one
+        round trip; the last two are the totals and ``-1`` when the position is at the tail."""
+        with translate_errors("lag"):
+            pipe = self.client.pipeline(transaction=False)
+            for segment, position in positions.items():
+                meta, events, _ = self.segment_keys(scope, stream, segment)
+                pipe.hmget(meta, "events", "bytes")
+                entry_id = f"{position + 1}-0"
+                pipe.xrange(events, entry_id, entry_id, count=1)
+            replies = pipe.execute()
+        out = {}
+        for index, segment in enumerate(positions):
+            (tail, size), entries = replies[2 * index], replies[2 * index + 1]
+            total = int(size or 0)
+            if entries:
+                event = SegmentEvent(segment, entries[0][0], entries[0][1])
+                out[segment] = (int(tail or 0), total, event.byte_offset, event.server_ms)
+            else:
+                out[segment] = (int(tail or 0), total, total, -1)
+        return out
+
     def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None:
         with translate_errors("delete segments"):
             keys = [k for s in segments for k in self.segment_keys(scope, stream, s)]

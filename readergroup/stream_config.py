@@ -59,20 +59,50 @@ class ScalingPolicy:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RetentionPolicy:
+    """What :class:`~readergroup.retention.RetentionManager` may delete (see its module).
+
+    Attributes:
+        consumption_based: delete only what every subscriber has passed (default True).
+        max_age_ms: data appended longer ago than this (server clock) is eligible (default None).
+        max_bytes: data beyond this many bytes from the tail is eligible (default None).
+    """
+
+    consumption_based: bool = True
+    max_age_ms: int | None = None
+    max_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_age_ms is not None and self.max_age_ms < 0:
+            raise InvalidConfigError(f"max_age_ms must be >= 0: {self.max_age_ms}")
+        if self.max_bytes is not None and self.max_bytes < 0:
+            raise InvalidConfigError(f"max_bytes must be >= 0: {self.max_bytes}")
+        if not self.consumption_based and self.max_age_ms is None and self.max_bytes is None:
+            raise InvalidConfigError(
+                "a retention policy that is not consumption based needs a limit"
+            )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class StreamConfiguration:
     """A stream's settings.
 
     Attributes:
         scaling_policy: default ``ScalingPolicy.fixed(1)``.
         max_event_size: largest serialized event in bytes (default 1 MiB; 1 B to 8 MiB).
+        retention: what :class:`~readergroup.retention.RetentionManager` may delete
+            (default None: nothing).
     """
 
     scaling_policy: ScalingPolicy = field(default_factory=lambda: ScalingPolicy.fixed(1))
     max_event_size: int = 1 * MiB
+    retention: RetentionPolicy | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.scaling_policy, ScalingPolicy):
             raise InvalidConfigError("scaling_policy must be a ScalingPolicy")
+        if self.retention is not None and not isinstance(self.retention, RetentionPolicy):
+            raise InvalidConfigError("retention must be a RetentionPolicy or None")
         if not 1 <= self.max_event_size <= MAX_EVENT_SIZE_LIMIT:
             raise InvalidConfigError(
                 f"max_event_size must be 1..{MAX_EVENT_SIZE_LIMIT} bytes, got {self.max_event_size}"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from readergroup.errors import ScaleConflictError, StreamSealedError
 from readergroup.routing import RangeMap, check_exact_cover, segment_id, uniform_ranges
-from readergroup.stream_config import ScalingPolicy, StreamConfiguration
+from readergroup.stream_config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from statesync import Update
 
 
@@ -227,6 +227,7 @@ STATE_TYPES: tuple[type, ...] = (
     EpochRecord,
     StreamConfiguration,
     ScalingPolicy,
+    RetentionPolicy,
 )
 UPDATE_TYPES: tuple[type[Update], ...] = (
     ScaleStream,

@@ -27,3 +27,8 @@ def run_example(script: str, redis_url: str, *args: str) -> str:
 def test_statesync_counter_example(redis_url: str) -> None:
     out = run_example("statesync_counter.py", redis_url, "--workers", "3", "--updates", "40")
     assert "total=120 expected=120" in out and "VERIFIED" in out
+
+
+def test_exactly_once_example(redis_url: str) -> None:
+    out = run_example("exactly_once.py", redis_url, "--events", "900")
+    assert "exact=True" in out and "VERIFIED" in out

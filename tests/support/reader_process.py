@@ -46,6 +46,10 @@ def main() -> int:
             except ReaderNotInGroupError as exc:
                 return fenced(reader, out, reader_id, str(exc))
             for event in batch:
+                if event.is_checkpoint:
+                    cp = {"r": reader_id, "cp": event.checkpoint_name, "w": time.time()}
+                    events.write(json.dumps(cp) + "\n")
+                    continue
                 record = {
                     "r": reader_id,
                     "s": event.stream,
