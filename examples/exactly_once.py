@@ -117,10 +117,10 @@ def main() -> int:
         counted = sum(checkpoint.positions.values())
         print(f"crashed after checkpoint {checkpoint.name} at {counted} events")
 
-        # restart: back to the last checkpoint, with the totals saved for it
-        group.reset_reader_group(start=checkpoint)
+        # restart: the old instances are gone; back to the last checkpoint and its totals
         for name in ("w0", "w1"):
             group.reader_offline(name)
+        group.reset_reader_group(start=checkpoint)
         restored = saved_totals(store, tag, checkpoint.name)
         workers = [Worker(factory, store, f"w{i}", tag) for i in range(2)]
         for worker in workers:
