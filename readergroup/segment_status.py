@@ -27,6 +27,7 @@ _EXPECTED: dict[str, frozenset[int]] = {
     "truncate_segment": frozenset({OK}),
     "offset_at_time": frozenset({OK}),
     "heartbeat": frozenset({OK}),
+    "commit_staged": frozenset({OK, SEALED, DUPLICATE}),
 }
 
 

@@ -100,3 +100,16 @@ def manager(redis_url: str) -> Iterator[object]:
 
     with StreamManager.from_url(redis_url) as stream_manager:
         yield stream_manager
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One real local SparkSession (local[2]) for the whole test session. Fails, never skips,
+    when pyspark or Java is missing."""
+    try:
+        from readergroup.spark.session import local_session
+    except ImportError as exc:
+        pytest.fail(f"pyspark is required for the Spark tests: {exc}", pytrace=False)
+    session = local_session(cores=2, app_name="readergroup-tests")
+    yield session
+    session.stop()

@@ -32,3 +32,8 @@ def test_statesync_counter_example(redis_url: str) -> None:
 def test_exactly_once_example(redis_url: str) -> None:
     out = run_example("exactly_once.py", redis_url, "--events", "900")
     assert "exact=True" in out and "VERIFIED" in out
+
+
+def test_spark_pipeline_example(redis_url: str) -> None:
+    out = run_example("spark_pipeline.py", redis_url, "--events", "1500")
+    assert "exact=True" in out and "VERIFIED" in out

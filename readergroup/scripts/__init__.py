@@ -13,6 +13,7 @@ SCRIPT_NAMES = (
     "truncate_segment",
     "offset_at_time",
     "heartbeat",
+    "commit_staged",
 )
 
 

@@ -1,0 +1,55 @@
+-- commit_staged.lua: move staged events into their segments, all or nothing, once per job.
+--
+-- KEYS[1]            the jobs hash of the stream (job id -> committed server ms)
+-- KEYS[2 .. 1+3n]    per target segment: meta hash, event stream, staging list
+-- ARGV[1]            job id (a batch write, or "<writer id>:<batch id>" for streaming)
+-- ARGV[2]            n, the number of target segments
+--
+-- A staging list holds, per event, three items: routing key ("" for none, else "k" .. key),
+-- payload, writer timestamp (ms). Events are appended exactly as append_events.lua would.
+--
+-- Returns:
+--   {0, events}     committed now; the staging lists are deleted
+--   {6, ms}         this job was committed before (a retry): nothing written
+--   {1, index}      target segment `index` (1-based) is sealed: nothing written
+--   {2, index}      target segment `index` does not exist: nothing written
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  return {6, tonumber(redis.call('HGET', KEYS[1], ARGV[1]))}
+end
+local n = tonumber(ARGV[2])
+for i = 1, n do
+  local meta = redis.call('HMGET', KEYS[3 * i - 1], 'created_ms', 'sealed')
+  if not meta[1] then
+    return {2, i}
+  end
+  if meta[2] == '1' then
+    return {1, i}
+  end
+end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local total = 0
+for i = 1, n do
+  local meta_key, events_key, stage_key = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local meta = redis.call('HMGET', meta_key, 'events', 'bytes')
+  local events = tonumber(meta[1] or 0)
+  local bytes = tonumber(meta[2] or 0)
+  local staged = redis.call('LRANGE', stage_key, 0, -1)
+  for j = 1, #staged, 3 do
+    local key, payload, writer_ms = staged[j], staged[j + 1], staged[j + 2]
+    events = events + 1
+    local id = string.format('%d-0', events)
+    if key == '' then
+      redis.call('XADD', events_key, id, 'p', payload, 'w', writer_ms, 't', ms, 'b', bytes)
+    else
+      redis.call('XADD', events_key, id, 'k', string.sub(key, 2), 'p', payload,
+        'w', writer_ms, 't', ms, 'b', bytes)
+    end
+    bytes = bytes + string.len(payload)
+    total = total + 1
+  end
+  redis.call('HSET', meta_key, 'events', events, 'bytes', bytes)
+  redis.call('DEL', stage_key)
+end
+redis.call('HSET', KEYS[1], ARGV[1], ms)
+return {0, total}

@@ -1,0 +1,530 @@
+"""The ``readergroup`` data source for PySpark 4 (batch and streaming reads, batch and
+streaming writes). Registered by short name through the ``pyspark_readergroup`` package, so
+``spark.read.format("readergroup")`` works with no user code once the ``spark`` extra is
+installed.
+
+Executors open their own Redis connections; the driver plans. Offsets are canonical JSON stream
+cuts (:mod:`readergroup.spark.options`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from readergroup.config import ClientConfig
+from readergroup.errors import (
+    InvalidConfigError,
+    InvalidStreamCutError,
+    ReaderGroupError,
+    SegmentNotFoundError,
+    TruncatedDataError,
+)
+from readergroup.planning import plan_ranges
+from readergroup.redis_io import RedisConnection, SegmentEvent
+from readergroup.retention import RetentionManager
+from readergroup.routing import key_position
+from readergroup.spark.options import (
+    BASE_COLUMNS,
+    SourceOptions,
+    decode_offset,
+    encode_offset,
+    limited_end,
+    split_ranges,
+)
+from readergroup.stream_cut import StreamCut
+from readergroup.stream_manager import StreamManager
+
+try:  # admission control and AvailableNow arrived in Spark 4.2
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    ADMISSION_CONTROL = True
+except ImportError:  # pragma: no cover - exercised only on Spark < 4.2
+    ADMISSION_CONTROL = False
+    ReadLimit = object  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+
+BASE_SCHEMA = StructType(
+    [
+        StructField("routing_key", StringType(), True),
+        StructField("event", BinaryType(), True),
+        StructField("segment_id", LongType(), False),
+        StructField("offset", LongType(), False),
+        StructField("timestamp", TimestampType(), False),
+    ]
+)
+STAGING_TTL_S = 24 * 3600
+
+
+def _connection(options: SourceOptions) -> RedisConnection:
+    return RedisConnection.from_url(options.redis_url, ClientConfig(key_prefix=options.key_prefix))
+
+
+class SegmentPartition(InputPartition):
+    """Events ``[start, end)`` of one segment, read by one Spark task."""
+
+    def __init__(self, segment: int, start: int, end: int) -> None:
+        super().__init__((segment, start, end))
+        self.segment = segment
+        self.start = start
+        self.end = end
+
+
+class _Planner:
+    """Driver-side planning shared by the batch and streaming readers."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def resolve(self, manager: StreamManager, which: str, timestamp: int | None) -> StreamCut:
+        o = self.options
+        if timestamp is not None:
+            return manager.cut_at_time(o.scope, o.stream, timestamp)
+        if which == "earliest":
+            return manager.head_cut(o.scope, o.stream)
+        if which == "latest":
+            return manager.tail_cut(o.scope, o.stream)
+        cut = StreamCut.from_text(which)
+        if (cut.scope, cut.stream) != (o.scope, o.stream):
+            raise InvalidConfigError(f"cut {cut} is not for {o.scope}/{o.stream}")
+        return cut
+
+    def checked_start(self, manager: StreamManager, start: StreamCut) -> StreamCut:
+        """``start``, or the head if ``start`` is before it and data loss is allowed."""
+        try:
+            manager.check_cut(start)
+            return start
+        except InvalidStreamCutError:
+            state = manager.stream_state(self.options.scope, self.options.stream)
+            lost = [
+                s for s in start.positions if s in state.segments and state.segments[s].truncated
+            ]
+            if not lost:
+                raise
+            if self.options.fail_on_data_loss:
+                raise TruncatedDataError(
+                    f"{start.scoped_stream}: segments {lost} of the start cut were truncated "
+                    "(set fail_on_data_loss=false to skip the lost data)",
+                    -1,
+                    -1,
+                ) from None
+            return manager.head_cut(self.options.scope, self.options.stream)
+
+    def partitions(
+        self, manager: StreamManager, start: StreamCut, end: StreamCut | None
+    ) -> list[SegmentPartition]:
+        o = self.options
+        state = manager.stream_state(o.scope, o.stream)
+        segments = list(state.segments)
+        tails = {
+            s: st.tail for s, st in manager.segment_states(o.scope, o.stream, segments).items()
+        }
+        ranges = plan_ranges(
+            state, dict(start.positions), None if end is None else dict(end.positions), tails
+        )
+        specs = split_ranges(ranges, o.max_events_per_partition, o.min_partitions)
+        return [SegmentPartition(p.segment, p.start, p.end) for p in specs]
+
+
+def read_partition(
+    options: SourceOptions, schema: StructType, partition: SegmentPartition
+) -> Iterator[pa.RecordBatch]:
+    """Executor side: read one partition in batches and yield Arrow record batches."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    connection = _connection(options)
+    try:
+        start = partition.start
+        while start < partition.end:
+            try:
+                _, events = connection.read_range(
+                    options.scope, options.stream, partition.segment, start, partition.end, 1000
+                )
+            except TruncatedDataError as exc:
+                if options.fail_on_data_loss:
+                    raise
+                start = max(start, exc.head)  # skip what retention deleted
+                continue
+            except SegmentNotFoundError:
+                if options.fail_on_data_loss:
+                    raise
+                return  # the whole segment was truncated away
+            if not events:
+                return
+            yield _to_arrow(events, arrow_schema, options.serializer)
+            start = events[-1].offset + 1
+    finally:
+        connection.close()
+
+
+def _to_arrow(events: Sequence[SegmentEvent], schema: pa.Schema, serializer: str) -> pa.RecordBatch:
+    """Events as one Arrow batch of ``schema`` (Spark's own Arrow form of the read schema),
+    built column by column."""
+    decoded: list[dict[str, Any]] = []
+    if serializer == "json":
+        for event in events:
+            try:
+                value = json.loads(event.payload)
+            except ValueError as exc:
+                raise ReaderGroupError(
+                    f"segment {event.segment} offset {event.offset}: event is not JSON: {exc}"
+                ) from exc
+            decoded.append(value if isinstance(value, dict) else {"value": value})
+    arrays = []
+    for field in schema:
+        name = field.name
+        if name == "routing_key":
+            values: list[Any] = [e.routing_key for e in events]
+        elif name == "event" and serializer == "utf8":
+            values = [e.payload.decode("utf-8", "replace") for e in events]
+        elif name == "event":
+            values = [e.payload for e in events]
+        elif name == "segment_id":
+            values = [e.segment for e in events]
+        elif name == "offset":
+            values = [e.offset for e in events]
+        elif name == "timestamp":
+            values = [e.writer_ms * 1000 for e in events]
+        else:
+            values = [d.get(name) for d in decoded] if decoded else [None] * len(events)
+        arrays.append(pa.array(values, type=field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+class ReaderGroupBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        connection = _connection(self.options)
+        try:
+            manager = StreamManager(connection)
+            planner = _Planner(self.options)
+            start = planner.resolve(
+                manager, self.options.start_stream_cut, self.options.starting_timestamp
+            )
+            end = planner.resolve(
+                manager, self.options.end_stream_cut, self.options.ending_timestamp
+            )
+            start = planner.checked_start(manager, start)
+            return planner.partitions(manager, start, end) or [SegmentPartition(-1, 0, 0)]
+        finally:
+            connection.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SegmentPartition)
+        if partition.segment < 0:
+            return iter(())
+        return read_partition(self.options, self.schema, partition)
+
+
+class ReaderGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reads between stream cuts. Deterministic for a given pair of offsets, so a
+    query restarted from its checkpoint re-reads exactly the same events."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        if options.max_events_per_trigger is not None and not ADMISSION_CONTROL:
+            raise InvalidConfigError(
+                "max_events_per_trigger needs Spark >= 4.2 (admission control for Python sources)"
+            )
+        self.options = options
+        self.schema = schema
+        self._target: dict[str, Any] | None = None
+
+    def _with(self, work: Any) -> Any:
+        connection = _connection(self.options)
+        try:
+            return work(StreamManager(connection), connection)
+        finally:
+            connection.close()
+
+    def initialOffset(self) -> dict[str, Any]:
+        def initial(manager: StreamManager, _: RedisConnection) -> dict[str, Any]:
+            cut = _Planner(self.options).resolve(
+                manager, self.options.start_stream_cut, self.options.starting_timestamp
+            )
+            return encode_offset(cut)
+
+        return dict(self._with(initial))
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.options.max_events_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_events_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        def latest(manager: StreamManager, _: RedisConnection) -> dict[str, Any]:
+            return encode_offset(manager.tail_cut(self.options.scope, self.options.stream))
+
+        self._target = self._with(latest)
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
+        o = self.options
+        budget = limit.max_rows if ADMISSION_CONTROL and isinstance(limit, ReadMaxRows) else None
+
+        def latest(manager: StreamManager, _: RedisConnection) -> dict[str, Any]:
+            state = manager.stream_state(o.scope, o.stream)
+            begin = decode_offset(start) if start else manager.head_cut(o.scope, o.stream)
+            end = decode_offset(self._target) if self._target else None
+            tails = {
+                s: st.tail
+                for s, st in manager.segment_states(o.scope, o.stream, list(state.segments)).items()
+            }
+            ranges = plan_ranges(
+                state, dict(begin.positions), None if end is None else dict(end.positions), tails
+            )
+            positions = limited_end(state, ranges, budget)
+            if not positions:
+                return encode_offset(begin)
+            return encode_offset(StreamCut(o.scope, o.stream, positions))
+
+        return dict(self._with(latest))
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, finish = decode_offset(start), decode_offset(end)
+        return list(
+            self._with(lambda manager, _: _Planner(self.options).partitions(manager, begin, finish))
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SegmentPartition)
+        return read_partition(self.options, self.schema, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Publish the committed cut so consumption-based retention keeps what is unread."""
+        cut = decode_offset(end)
+        name = self.options.subscriber_name or f"spark:{cut.scoped_stream}"
+
+        def publish(manager: StreamManager, _: RedisConnection) -> None:
+            RetentionManager(manager).publish(self.options.scope, self.options.stream, name, cut)
+
+        self._with(publish)
+
+    def stop(self) -> None:
+        return None
+
+
+@dataclass
+class StagedCommit(WriterCommitMessage):
+    """What one task staged: (segment, staging key) pairs and the event count."""
+
+    staged: list[tuple[int, str]]
+    events: int
+
+
+class _Stager:
+    """Executor side of the sink: route rows to segments and stage them in Redis."""
+
+    def __init__(self, options: SourceOptions, job: str) -> None:
+        self.options = options
+        self.job = job
+
+    def stage(self, rows: Iterator[Any]) -> StagedCommit:
+        o = self.options
+        connection = _connection(o)
+        try:
+            state = StreamManager(connection).stream_state(o.scope, o.stream)
+            ranges = state.range_map()
+            limit = state.config.max_event_size
+            part = uuid.uuid4().hex[:12]
+            by_segment: dict[int, list[tuple[str | None, bytes, int]]] = {}
+            now = int(time.time() * 1000)
+            for row in rows:
+                key, payload = _row_event(row)
+                if len(payload) > limit:
+                    raise ReaderGroupError(
+                        f"event of {len(payload)} bytes exceeds max_event_size {limit}; "
+                        "nothing from this write is committed"
+                    )
+                position = key_position(key) if key is not None else _spread(payload)
+                by_segment.setdefault(ranges.segment_at(position), []).append((key, payload, now))
+            staged = []
+            for segment, events in by_segment.items():
+                stage_key = connection.staging_key(o.scope, o.stream, self.job, segment, part)
+                connection.stage(stage_key, events, STAGING_TTL_S)
+                staged.append((segment, stage_key))
+            return StagedCommit(staged, sum(len(e) for e in by_segment.values()))
+        finally:
+            connection.close()
+
+
+def _spread(payload: bytes) -> float:
+    """Events without a routing key: a position derived from the payload (deterministic)."""
+    return key_position(payload.hex()[:64])
+
+
+def _row_event(row: Any) -> tuple[str | None, bytes]:
+    fields = row.asDict() if hasattr(row, "asDict") else dict(row)
+    if "event" not in fields:
+        raise ReaderGroupError("rows written to readergroup need an 'event' column")
+    event = fields["event"]
+    if isinstance(event, str):
+        payload = event.encode("utf-8")
+    elif isinstance(event, (bytes, bytearray)):
+        payload = bytes(event)
+    else:
+        raise ReaderGroupError(
+            f"the 'event' column must be string or binary, not {type(event).__name__}"
+        )
+    key = fields.get("routing_key")
+    return (None if key is None else str(key)), payload
+
+
+def commit_job(options: SourceOptions, job: str, messages: Sequence[Any]) -> int:
+    """Driver side: commit every task's staged events atomically (one script), once per job.
+    A sealed target (the stream scaled meanwhile) re-routes the staged events and retries."""
+    staged = [pair for m in messages if m is not None for pair in m.staged]
+    connection = _connection(options)
+    try:
+        for _ in range(16):
+            code, value = connection.commit_staged(options.scope, options.stream, job, staged)
+            if code != 1:  # committed now, or before
+                return value if code == 0 else 0
+            staged = _restage(connection, options, job, staged)
+        raise ReaderGroupError(f"job {job}: target segments kept sealing; nothing committed")
+    finally:
+        connection.close()
+
+
+def _restage(
+    connection: RedisConnection, options: SourceOptions, job: str, staged: list[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    state = StreamManager(connection).stream_state(options.scope, options.stream)
+    ranges = state.range_map()
+    regrouped: dict[int, list[tuple[str | None, bytes, int]]] = {}
+    for _, key in staged:
+        for routing_key, payload, ms in connection.read_staged(key):
+            position = key_position(routing_key) if routing_key is not None else _spread(payload)
+            regrouped.setdefault(ranges.segment_at(position), []).append((routing_key, payload, ms))
+    connection.delete_keys([key for _, key in staged])
+    part = uuid.uuid4().hex[:12]
+    out = []
+    for segment, events in regrouped.items():
+        key = connection.staging_key(options.scope, options.stream, job, segment, part)
+        connection.stage(key, events, STAGING_TTL_S)
+        out.append((segment, key))
+    return out
+
+
+def abort_job(options: SourceOptions, messages: Sequence[Any]) -> None:
+    connection = _connection(options)
+    try:
+        connection.delete_keys([key for m in messages if m is not None for _, key in m.staged])
+    finally:
+        connection.close()
+
+
+class ReaderGroupBatchWriter(DataSourceWriter):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.job = f"batch-{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[Any]) -> StagedCommit:
+        return _Stager(self.options, self.job).stage(iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        commit_job(self.options, self.job, messages)
+
+    def abort(self, messages: list[Any]) -> None:
+        abort_job(self.options, messages)
+
+
+class ReaderGroupStreamWriter(DataSourceStreamWriter):
+    """Each micro-batch is committed once: the job id is ``<writer_id>:<batch id>``, so a batch
+    Spark replays after a failure is recognised and not written again. Give every query its own
+    stable ``writer_id`` option."""
+
+    def __init__(self, options: SourceOptions, writer_id: str) -> None:
+        self.options = options
+        self.writer_id = writer_id
+
+    def write(self, iterator: Iterator[Any]) -> StagedCommit:
+        return _Stager(self.options, f"{self.writer_id}:staging").stage(iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        commit_job(self.options, f"{self.writer_id}:{batchId}", messages)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        abort_job(self.options, messages)
+
+
+class ReaderGroupDataSource(DataSource):
+    """``format("readergroup")``: see the README for options and columns."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "readergroup"
+
+    def _options(self) -> SourceOptions:
+        return SourceOptions.parse(dict(self.options))
+
+    def schema(self) -> StructType:
+        options = self._options()
+        if options.serializer == "json":
+            raise InvalidConfigError(
+                "serializer=json needs a schema: .schema('routing_key string, offset long, "
+                "amount int, ...'); event fields become columns by name"
+            )
+        if options.serializer == "utf8":
+            fields = [
+                f if f.name != "event" else StructField("event", StringType(), True)
+                for f in BASE_SCHEMA.fields
+            ]
+            return StructType(fields)
+        return BASE_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return ReaderGroupBatchReader(self._options(), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return ReaderGroupStreamReader(self._options(), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise InvalidConfigError("streams are append-only: use mode('append')")
+        return ReaderGroupBatchWriter(self._options())
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        options = dict(self.options)
+        writer_id = (
+            options.get("writer_id") or f"spark-{options.get('scope')}-{options.get('stream')}"
+        )
+        return ReaderGroupStreamWriter(self._options(), writer_id)
+
+
+__all__ = ["BASE_COLUMNS", "ReaderGroupDataSource"]
