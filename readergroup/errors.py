@@ -74,9 +74,10 @@ class SegmentNotFoundError(ReaderGroupError, LookupError):
 class TruncatedDataError(ReaderGroupError):
     """A read asked for data below the stream's head: it was deleted by truncation."""
 
-    def __init__(self, segment: str, offset: int, head: int) -> None:
+    def __init__(self, segment: str, offset: int, head: int, hint: str = "") -> None:
+        where = f"is below the head {head}" if head >= 0 else "is in a deleted segment"
         super().__init__(
-            f"segment {segment}: offset {offset} is below the head {head}; that data was truncated"
+            f"segment {segment}: offset {offset} {where}; that data was truncated{hint}"
         )
         self.segment = segment
         self.offset = offset

@@ -134,10 +134,10 @@ class _Planner:
                 raise
             if self.options.fail_on_data_loss:
                 raise TruncatedDataError(
-                    f"{start.scoped_stream}: segments {lost} of the start cut were truncated "
-                    "(set fail_on_data_loss=false to skip the lost data)",
+                    f"{start.scoped_stream}/{lost[0]}",
+                    start.positions[lost[0]],
                     -1,
-                    -1,
+                    " (fail_on_data_loss=false skips lost data)",
                 ) from None
             return manager.head_cut(self.options.scope, self.options.stream)
 
