@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/statesync_counter.py
+	$(PY) -m readergroup.demo
 
 test: $(STAMP)
 	mkdir -p .artifacts

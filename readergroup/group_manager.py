@@ -250,7 +250,7 @@ class ReaderGroup:
         event from before the reset point.
         """
         state = self.refresh()
-        starts = self._reset_starts(state, start, shift_by)
+        starts = self.plan_reset(start, shift_by=shift_by)
         end = self._end_for(state, starts)
         update = ResetGroup(tuple(starts.items()), None if end is None else tuple(end.items()))
         with translate_errors("reset"):
@@ -266,12 +266,14 @@ class ReaderGroup:
                 self.sync.wait_for_updates(min(remaining, 1.0))
         return starts
 
-    def _reset_starts(
+    def plan_reset(
         self,
-        state: GroupState,
-        start: StartPosition | Mapping[str, StartPosition] | CheckpointResult | None,
-        shift_by: int | None,
+        start: StartPosition | Mapping[str, StartPosition] | CheckpointResult | None = None,
+        *,
+        shift_by: int | None = None,
     ) -> dict[SegKey, int]:
+        """The start positions ``reset_reader_group`` would use, without changing anything."""
+        state = self.refresh()
         if shift_by is not None:
             if start is not None:
                 raise ValueError("give either start or shift_by, not both")

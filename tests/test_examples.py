@@ -37,3 +37,17 @@ def test_exactly_once_example(redis_url: str) -> None:
 def test_spark_pipeline_example(redis_url: str) -> None:
     out = run_example("spark_pipeline.py", redis_url, "--events", "1500")
     assert "exact=True" in out and "VERIFIED" in out
+
+
+def test_the_demo_main_job_in_short_mode(redis_url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "readergroup.demo", "--seconds", "6"],
+        env={**os.environ, "REDIS_URL": redis_url, "COLUMNS": "120"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "VERIFIED" in done.stdout and "keys out of order within an ownership" in done.stdout

@@ -1,0 +1,3 @@
+from readergroup.cli import main
+
+main()

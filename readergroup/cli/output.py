@@ -1,0 +1,71 @@
+"""Rendering for the CLI: rich tables for people, JSON for scripts (``--json``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass
+class Output:
+    """Where a command's result goes."""
+
+    as_json: bool
+    console: Console
+
+    def emit(
+        self,
+        data: Any,
+        title: str = "",
+        columns: Sequence[str] = (),
+        rows: Sequence[Sequence[Any]] = (),
+    ) -> None:
+        """Print ``data`` as JSON, or ``rows`` as a table under ``title``."""
+        if self.as_json:
+            self.console.print_json(json.dumps(data, default=str, sort_keys=True))
+            return
+        if columns:
+            self.console.print(table(title, columns, rows))
+        elif title:
+            self.console.print(title)
+
+    def note(self, text: str) -> None:
+        if not self.as_json:
+            self.console.print(text)
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+    result = Table(title=title or None, show_lines=False, header_style="bold")
+    for column in columns:
+        justify = "right" if column.lower() in NUMERIC else "left"
+        result.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        result.add_row(*("" if v is None else str(v) for v in row))
+    return result
+
+
+NUMERIC = {
+    "segment",
+    "epoch",
+    "head",
+    "tail",
+    "events",
+    "bytes",
+    "position",
+    "lag",
+    "lag ms",
+    "lag events",
+    "lag bytes",
+    "revision",
+    "heartbeat age s",
+    "segments",
+    "new",
+    "current",
+    "token",
+    "offset",
+}

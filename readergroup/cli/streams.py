@@ -1,0 +1,246 @@
+"""``readergroup stream ...``: create, list, describe, write, scale, seal, truncate, delete."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+from rich.progress import Progress
+
+from readergroup.cli.common import Context, command, scoped
+from readergroup.client_factory import EventStreamClientFactory
+from readergroup.routing import segment_name, uniform_ranges
+from readergroup.serializers import BytesSerializer
+from readergroup.stream_config import ScalingPolicy, StreamConfiguration
+from readergroup.stream_cut import StreamCut
+from readergroup.stream_manager import StreamInfo, StreamManager
+
+
+@click.group()
+def stream() -> None:
+    """Streams: create, inspect, scale, seal, truncate, delete."""
+
+
+def info_dict(info: StreamInfo) -> dict[str, Any]:
+    return {
+        "scope": info.scope,
+        "stream": info.stream,
+        "epoch": info.epoch,
+        "sealed": info.sealed,
+        "head_cut": str(info.head_cut),
+        "tail_cut": str(info.tail_cut),
+        "total_segments": info.total_segments,
+        "segments": [
+            {
+                "segment_id": s.segment_id,
+                "name": s.name,
+                "low": s.low,
+                "high": s.high,
+                "head": s.head,
+                "tail": s.tail,
+                "bytes": s.bytes,
+                "sealed": s.sealed,
+            }
+            for s in info.active_segments
+        ],
+    }
+
+
+@stream.command("create")
+@click.argument("name")
+@click.option("--segments", default=1, show_default=True, help="Segments to start with.")
+@click.option("--max-event-size", default=1024 * 1024, show_default=True, help="Bytes.")
+@command
+def create(ctx: Context, name: str, segments: int, max_event_size: int) -> None:
+    """Create SCOPE/STREAM (and its scope if missing)."""
+    scope, stream_name = scoped(name)
+    config = StreamConfiguration(
+        scaling_policy=ScalingPolicy.fixed(segments), max_event_size=max_event_size
+    )
+    with StreamManager.from_url(ctx.url, ctx.config) as sm:
+        sm.create_scope(scope)
+        created = sm.create_stream(scope, stream_name, config)
+    ctx.out.emit(
+        {"stream": f"{scope}/{stream_name}", "created": created},
+        f"{'created' if created else 'exists already'}: {scope}/{stream_name}",
+    )
+
+
+@stream.command("list")
+@click.argument("scope")
+@command
+def list_streams(ctx: Context, scope: str) -> None:
+    """List the streams of SCOPE."""
+    with StreamManager.from_url(ctx.url, ctx.config) as sm:
+        names = sm.list_streams(scope)
+        rows = []
+        for name in names:
+            info = sm.get_stream_info(scope, name)
+            rows.append([name, len(info.active_segments), info.epoch, info.events, info.sealed])
+    ctx.out.emit(
+        {"scope": scope, "streams": names},
+        f"streams of {scope}",
+        ["stream", "segments", "epoch", "events", "sealed"],
+        rows,
+    )
+
+
+@stream.command("describe")
+@click.argument("name")
+@command
+def describe(ctx: Context, name: str) -> None:
+    """Segments, key ranges, epochs, sizes, head and tail of SCOPE/STREAM."""
+    scope, stream_name = scoped(name)
+    with StreamManager.from_url(ctx.url, ctx.config) as sm:
+        info = sm.get_stream_info(scope, stream_name)
+    rows = [
+        [
+            s.segment_id,
+            s.name,
+            f"[{s.low:.4f}, {s.high:.4f})",
+            s.segment_id >> 32,
+            s.head,
+            s.tail,
+            s.tail - s.head,
+            s.bytes,
+            "yes" if s.sealed else "",
+        ]
+        for s in info.active_segments
+    ]
+    ctx.out.emit(
+        info_dict(info),
+        f"{scope}/{stream_name}  epoch {info.epoch}  {'SEALED  ' if info.sealed else ''}"
+        f"head {info.head_cut}  tail {info.tail_cut}",
+        ["segment", "name", "key range", "epoch", "head", "tail", "events", "bytes", "sealed"],
+        rows,
+    )
+
+
+@stream.command("write")
+@click.argument("name")
+@click.option("--count", type=int, help="Generate COUNT events instead of reading stdin lines.")
+@click.option(
+    "--key",
+    "key_template",
+    default="key-{n}",
+    show_default=True,
+    help="Routing key template ({n}: event number; {line}: the line).",
+)
+@click.option("--keys", default=100, show_default=True, help="Distinct keys for --count.")
+@command
+def write(ctx: Context, name: str, count: int | None, key_template: str, keys: int) -> None:
+    """Bulk-write events to SCOPE/STREAM: stdin lines, or --count generated ones."""
+    scope, stream_name = scoped(name)
+    lines = None if count is not None else [line.rstrip("\n") for line in sys.stdin]
+    total = count if count is not None else len(lines or [])
+    with (
+        EventStreamClientFactory.from_url(scope, ctx.url, ctx.config) as factory,
+        factory.create_event_writer(stream_name, BytesSerializer()) as writer,
+        Progress(console=ctx.out.console, disable=ctx.out.as_json) as progress,
+    ):
+        task = progress.add_task(f"writing {scope}/{stream_name}", total=total)
+        for n in range(total):
+            line = lines[n] if lines is not None else f"event-{n}"
+            key = key_template.format(n=n % keys if count is not None else n, line=line)
+            writer.write_event(line.encode(), routing_key=key)
+            if n % 1000 == 999:
+                progress.update(task, completed=n + 1)
+        writer.flush()
+        progress.update(task, completed=total)
+    ctx.out.emit({"stream": f"{scope}/{stream_name}", "written": total}, f"wrote {total} events")
+
+
+@stream.command("scale")
+@click.argument("name")
+@click.option("--split", "split_segment", type=int, help="Segment id to split.")
+@click.option("--into", default=2, show_default=True, help="Pieces for --split.")
+@click.option(
+    "--merge", "merge_segments", type=int, multiple=True, help="Segment ids to merge (neighbours)."
+)
+@command
+def scale(
+    ctx: Context, name: str, split_segment: int | None, into: int, merge_segments: tuple[int, ...]
+) -> None:
+    """Split one segment (--split S --into K) or merge neighbours (--merge A --merge B)."""
+    scope, stream_name = scoped(name)
+    with StreamManager.from_url(ctx.url, ctx.config) as sm:
+        state = sm.stream_state(scope, stream_name)
+        if split_segment is not None and not merge_segments:
+            record = state.segments.get(split_segment)
+            if record is None:
+                raise click.BadParameter(f"no segment {split_segment}")
+            sealed, ranges = [split_segment], uniform_ranges(into, record.low, record.high)
+        elif merge_segments and split_segment is None:
+            records = sorted(
+                (state.segments[s] for s in merge_segments if s in state.segments),
+                key=lambda r: r.low,
+            )
+            if len(records) != len(merge_segments) or len(records) < 2:
+                raise click.BadParameter("--merge needs two or more existing segments")
+            sealed, ranges = list(merge_segments), [(records[0].low, records[-1].high)]
+        else:
+            raise click.UsageError("give either --split or --merge")
+        new = sm.scale_stream(scope, stream_name, sealed, ranges)
+    ctx.out.emit(
+        {"sealed": sealed, "created": new},
+        f"sealed {sealed}; created {[segment_name(scope, stream_name, s) for s in new]}",
+    )
+
+
+@stream.command("seal")
+@click.argument("name")
+@command
+def seal(ctx: Context, name: str) -> None:
+    """Seal SCOPE/STREAM: no more writes."""
+    scope, stream_name = scoped(name)
+    with StreamManager.from_url(ctx.url, ctx.config) as sm:
+        changed = sm.seal_stream(scope, stream_name)
+    ctx.out.emit(
+        {"sealed": True, "changed": changed}, "sealed" if changed else "was sealed already"
+    )
+
+
+@stream.command("truncate")
+@click.argument("name")
+@click.option("--to-stream-cut", "cut_text", help="Truncate before this stream cut.")
+@click.option("--to-tail", is_flag=True, help="Truncate everything written so far.")
+@click.option("--before-time", type=int, help="Truncate events appended before this server ms.")
+@command
+def truncate(
+    ctx: Context, name: str, cut_text: str | None, to_tail: bool, before_time: int | None
+) -> None:
+    """Delete events before a cut (and move the head there)."""
+    scope, stream_name = scoped(name)
+    with StreamManager.from_url(ctx.url, ctx.config) as sm:
+        if (
+            sum(x is not None and x is not False for x in (cut_text, to_tail or None, before_time))
+            != 1
+        ):
+            raise click.UsageError("give exactly one of --to-stream-cut, --to-tail, --before-time")
+        if cut_text:
+            cut = StreamCut.from_text(cut_text)
+        elif to_tail:
+            cut = sm.tail_cut(scope, stream_name)
+        else:
+            assert before_time is not None
+            cut = sm.cut_at_time(scope, stream_name, before_time)
+        with Progress(console=ctx.out.console, disable=ctx.out.as_json) as progress:
+            task = progress.add_task("truncating", total=1)
+            sm.truncate_stream(scope, stream_name, cut)
+            progress.update(task, completed=1)
+    ctx.out.emit({"head_cut": str(cut)}, f"head is now {cut}")
+
+
+@stream.command("delete")
+@click.argument("name")
+@click.option("--seal", "seal_first", is_flag=True, help="Seal it first if needed.")
+@command
+def delete(ctx: Context, name: str, seal_first: bool) -> None:
+    """Delete a sealed SCOPE/STREAM and its data."""
+    scope, stream_name = scoped(name)
+    with StreamManager.from_url(ctx.url, ctx.config) as sm:
+        if seal_first:
+            sm.seal_stream(scope, stream_name)
+        deleted = sm.delete_stream(scope, stream_name)
+    ctx.out.emit({"deleted": deleted}, "deleted" if deleted else "did not exist")
