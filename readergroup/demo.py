@@ -198,9 +198,7 @@ def main() -> int:  # noqa: PLR0915 - a script that tells one story, top to bott
         expected = {f"k{k}:{s}" for k in range(KEYS) for s in range(written["per_key"])}
         spark_count = None
         if not args.no_spark:
-            console.print(
-                "[bold]Spark[/bold]: reading the same stream with spark.read.format(...)"
-            )
+            console.print("[bold]Spark[/bold]: reading the same stream with spark.read.format(...)")
             from readergroup.spark.session import local_session
 
             spark = local_session(cores=2, app_name="readergroup-demo")
