@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -51,3 +53,16 @@ def test_the_demo_main_job_in_short_mode(redis_url: str) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "VERIFIED" in done.stdout and "keys out of order within an ownership" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "expect"),
+    [
+        ("quickstart.py", [], "customer-7"),
+        ("multiprocess_consumer.py", ["--consumers", "2", "--events", "600"], "VERIFIED"),
+        ("spark_batch.py", [], "VERIFIED"),
+        ("cli_tour.py", [], "VERIFIED"),
+    ],
+)
+def test_every_example_runs(redis_url: str, script: str, args: list[str], expect: str) -> None:
+    assert expect in run_example(script, redis_url, *args)
