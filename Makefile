@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench clean venv
+.PHONY: demo test lint bench chaos clean venv
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -36,3 +36,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info
+
+chaos: $(STAMP)
+	$(PY) -m tools.chaos --seconds 60 --readers 8 --segments 16

@@ -31,7 +31,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from readergroup.errors import ReaderGroupError, RedisUnavailableError, TruncatedDataError
+from readergroup.errors import (
+    ReaderGroupError,
+    RedisUnavailableError,
+    SerializationError,
+    TruncatedDataError,
+)
 from readergroup.group_config import AUTO, ReaderConfig, ReaderGroupConfig
 from readergroup.group_state import (
     Assignment,
@@ -201,6 +206,7 @@ class EventStreamReader(Generic[T]):
         """A checkpoint handed out, to acknowledge when the application next reads."""
         self._handled_checkpoints: set[str] = set()
         self._end_of_data = False
+        self._deferred_error: SerializationError | None = None
         """Group-log revision the reading thread last acted on (the heartbeat thread may have
         fetched further; the reading thread must still be woken for those entries)."""
         self._heartbeat_thread = threading.Thread(
@@ -331,6 +337,9 @@ class EventStreamReader(Generic[T]):
         self._last_poll = now
         for owned in self._owned.values():  # commit-on-get: what was returned is processed
             owned.consumed = owned.returned
+        if self._deferred_error is not None:
+            error, self._deferred_error = self._deferred_error, None
+            raise error
         deadline = now + max(0.0, timeout)
         while True:
             try:
@@ -371,7 +380,21 @@ class EventStreamReader(Generic[T]):
             raw = buffer[0]
             for _ in range(min(wanted, len(buffer))):
                 raw = buffer.popleft()
-                out.append(EventRead(deserialize(raw.payload), raw, stream, token))
+                try:
+                    value = deserialize(raw.payload)
+                except SerializationError as exc:
+                    # never dropped silently: the error is this event's result; the events
+                    # before it in this call are returned first
+                    owned.returned = raw.offset + 1
+                    error = SerializationError(
+                        f"{stream} segment {owned.segment} offset {raw.offset}: {exc}"
+                    )
+                    error.__cause__ = exc
+                    if not out:
+                        raise error from exc
+                    self._deferred_error = error
+                    return out
+                out.append(EventRead(value, raw, stream, token))
             owned.returned = raw.offset + 1
         return out
 

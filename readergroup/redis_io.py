@@ -54,12 +54,15 @@ def translate_errors(operation: str) -> Iterator[None]:
         yield
     except ReaderGroupError:
         raise
+    except (
+        redis.AuthenticationError,
+        redis.exceptions.NoPermissionError,
+        BackendAccessError,
+    ) as exc:
+        # checked first: redis-py's AuthenticationError is a ConnectionError
+        raise AccessDeniedError(f"Redis refused {operation}: {exc}") from exc
     except (redis.ConnectionError, redis.TimeoutError, BackendUnavailableError) as exc:
         raise RedisUnavailableError(f"Redis unavailable during {operation}: {exc}") from exc
-    except (redis.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
-        raise AccessDeniedError(f"Redis refused {operation}: {exc}") from exc
-    except BackendAccessError as exc:
-        raise AccessDeniedError(f"Redis refused {operation}: {exc}") from exc
     except StateSyncError as exc:
         error = CoordinationError(f"{operation}: {exc}")
         error.retriable = exc.retriable
@@ -113,17 +116,17 @@ class SegmentEvent:
     @property
     def writer_ms(self) -> int:
         """The writer's clock when ``write_event`` was called (ms since the epoch)."""
-        return int(self._fields[self._base + 3])
+        return _int(self._fields[self._base + 3])
 
     @property
     def server_ms(self) -> int:
         """The Redis server's clock when the event was appended (ms since the epoch)."""
-        return int(self._fields[self._base + 5])
+        return _int(self._fields[self._base + 5])
 
     @property
     def byte_offset(self) -> int:
         """Payload bytes before this event in its segment (for lag in bytes)."""
-        return int(self._fields[self._base + 7])
+        return _int(self._fields[self._base + 7])
 
     def as_tuple(self) -> tuple[int, int, str | None, bytes, int, int, int]:
         return (
@@ -215,6 +218,14 @@ class AppendReply:
 
 def _raw_reply(response: Any, **options: Any) -> Any:
     return response
+
+
+def _int(value: bytes) -> int:
+    """A stored integer field; ``-1`` when an entry not written by this library garbled it."""
+    try:
+        return int(value)
+    except (ValueError, TypeError):
+        return -1
 
 
 def parse_event(segment: int, entry: Any) -> SegmentEvent:

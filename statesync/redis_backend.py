@@ -45,13 +45,14 @@ def translate_redis_errors(operation: str, name: str) -> Iterator[None]:
         yield
     except StateSyncError:
         raise
+    except (redis.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
+        # checked first: redis-py's AuthenticationError is a ConnectionError
+        raise BackendAccessError(
+            f"synchronizer {name!r}: Redis refused {operation}: {exc}"
+        ) from exc
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise BackendUnavailableError(
             f"synchronizer {name!r}: Redis unavailable during {operation}: {exc}"
-        ) from exc
-    except (redis.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
-        raise BackendAccessError(
-            f"synchronizer {name!r}: Redis refused {operation}: {exc}"
         ) from exc
     except redis.ResponseError as exc:
         raise BackendProtocolError(

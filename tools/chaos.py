@@ -1,0 +1,251 @@
+"""Chaos run: readers are killed and restarted, the stream scales up and down, and Redis
+restarts, while a writer writes; then the history checker (``tools/chaos_check.py``) judges it.
+
+    python -m tools.chaos [--seconds 60] [--readers 8] [--segments 16]
+
+A private Redis with an append-only file (fsync always) is started for the run. A reader is
+SIGKILLed every ``--kill-every`` seconds and restarted under the same id; the stream splits a
+segment at 30% of the run and merges two at 65%; Redis is stopped and started at 50%. Prints the
+figures as JSON and exits non-zero if any event was lost, reordered within an ownership, or
+handed out by two live readers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from readergroup import (  # noqa: E402
+    EventStreamClientFactory,
+    ReaderAlreadyOnlineError,
+    ReaderGroupConfig,
+    ReaderGroupError,
+    ReaderGroupManager,
+    ReaderNotInGroupError,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+    UTF8StringSerializer,
+)
+from readergroup.embedded_redis import local_redis_server  # noqa: E402
+from tools.chaos_check import Delivery, check  # noqa: E402
+
+KEYS = 64
+
+
+def writer_main(url: str, out: str, stop_file: str) -> None:
+    """Write ``k<key>:<seq>``; log every acknowledged event; survive Redis restarts."""
+    log = open(out, "a", encoding="utf-8")  # noqa: SIM115
+    with EventStreamClientFactory.from_url("chaos", url) as factory:
+        writer = factory.create_event_writer("s", UTF8StringSerializer())
+        seq = 0
+        while not Path(stop_file).exists():
+            futures = []
+            for key in range(KEYS):
+                event = f"k{key}:{seq}"
+                try:
+                    futures.append((event, writer.write_event(event, routing_key=f"k{key}")))
+                except ReaderGroupError:
+                    time.sleep(0.1)
+            for event, future in futures:
+                try:
+                    future.result(timeout=180)
+                    log.write(event + "\n")
+                except (ReaderGroupError, TimeoutError):
+                    pass  # not acknowledged: the checker does not require it
+            log.flush()
+            seq += 1
+            time.sleep(0.01)
+        writer.close()
+    log.close()
+
+
+def reader_main(url: str, reader_id: str, out: str, stop_file: str) -> None:
+    """Deliver events, logging (reader, token, segment, offset, event, time) before moving on."""
+    log = open(out, "a", encoding="utf-8")  # noqa: SIM115
+    with EventStreamClientFactory.from_url("chaos", url) as factory:
+        deadline = time.monotonic() + 60
+        while True:  # a restarted id waits for its previous session to expire
+            try:
+                reader = factory.create_reader(reader_id, "g", UTF8StringSerializer())
+                break
+            except (ReaderAlreadyOnlineError, ReaderGroupError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        while not Path(stop_file).exists():
+            try:
+                batch = reader.read_batch(100, timeout=0.2)
+            except ReaderNotInGroupError:
+                return
+            except ReaderGroupError:
+                time.sleep(0.2)  # Redis is restarting: back off and try again
+                continue
+            now = time.time()
+            for e in batch:
+                log.write(
+                    json.dumps([reader_id, e.fencing_token, e.segment, e.offset, e.event, now])
+                    + "\n"
+                )
+            log.flush()
+            os.fsync(log.fileno())
+        reader.close()
+    log.close()
+
+
+def spawn(*args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tools.chaos", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+class ChaosRun:
+    """One run: a private Redis, a writer, reader processes, and the disturbances."""
+
+    def __init__(self, readers: int, segments: int, work: Path, url: str) -> None:
+        self.work, self.url = work, url
+        self.stop_file = str(work / "stop")
+        self.rng = random.Random(7)
+        self.kills = self.scales = self.restarts = 0
+        with StreamManager.from_url(url) as sm:
+            sm.create_scope("chaos")
+            config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
+            sm.create_stream("chaos", "s", config)
+        with ReaderGroupManager.from_url("chaos", url) as rgm:
+            group = ReaderGroupConfig(
+                streams=["chaos/s"],
+                heartbeat_interval=0.5,
+                session_timeout=2.0,
+                group_refresh_time=0.1,
+                auto_commit_interval=0.2,
+            )
+            rgm.create_reader_group("g", group)
+        self.writer = spawn("writer", url, str(work / "acked.log"), self.stop_file)
+        self.procs = {f"r{i}": self.reader(f"r{i}") for i in range(readers)}
+
+    def reader(self, name: str) -> subprocess.Popen[bytes]:
+        return spawn("reader", self.url, name, str(self.work / f"{name}.log"), self.stop_file)
+
+    def kill_one(self) -> None:
+        victim = self.rng.choice(sorted(self.procs))
+        self.procs[victim].send_signal(signal.SIGKILL)
+        self.procs[victim].wait(10)
+        self.procs[victim] = self.reader(victim)  # the same id rejoins once its session expired
+        self.kills += 1
+
+    def split(self) -> None:
+        with StreamManager.from_url(self.url) as sm:
+            record = sm.stream_state("chaos", "s").active_segments[0]
+            middle = (record.low + record.high) / 2
+            ranges = [(record.low, middle), (middle, record.high)]
+            sm.scale_stream("chaos", "s", [record.segment_id], ranges)
+        self.scales += 1
+
+    def merge(self) -> None:
+        with StreamManager.from_url(self.url) as sm:
+            a, b = sm.stream_state("chaos", "s").active_segments[-2:]
+            sm.scale_stream("chaos", "s", [a.segment_id, b.segment_id], [(a.low, b.high)])
+        self.scales += 1
+
+    def finish(self) -> list[str]:
+        """Stop everyone; drain with fresh readers until every acknowledged event is read."""
+        Path(self.stop_file).touch()
+        self.writer.wait(120)
+        for proc in self.procs.values():
+            proc.wait(60)
+        acked = (self.work / "acked.log").read_text().split()
+        if set(acked) - {d.event for d in load(self.work)}:
+            Path(self.stop_file).unlink()
+            drainers = [self.reader(f"drain{i}") for i in range(2)]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and set(acked) - {d.event for d in load(self.work)}:
+                time.sleep(0.5)
+            Path(self.stop_file).touch()
+            for proc in drainers:
+                proc.wait(60)
+        return acked
+
+
+def run(
+    seconds: float, readers: int, segments: int, kill_every: float, work: Path
+) -> dict[str, Any]:
+    with local_redis_server(persistent=True) as server:
+        chaos = ChaosRun(readers, segments, work, server.url)
+        began = time.monotonic()
+        next_kill = began + kill_every
+        steps = [(0.3, chaos.split), (0.5, server.restart), (0.65, chaos.merge)]
+        while time.monotonic() - began < seconds:
+            if time.monotonic() >= next_kill:
+                chaos.kill_one()
+                next_kill += kill_every
+            while steps and (time.monotonic() - began) / seconds >= steps[0][0]:
+                action = steps.pop(0)[1]
+                action()  # a split, a Redis restart (SIGTERM, AOF flushed, same port), a merge
+                if action == server.restart:
+                    chaos.restarts += 1
+            time.sleep(0.05)
+        acked = chaos.finish()
+        report = check(acked, load(work))
+    figures = report.as_dict()
+    figures.update(
+        seconds=seconds,
+        readers=readers,
+        segments=segments,
+        kills=chaos.kills,
+        scales=chaos.scales,
+        redis_restarts=chaos.restarts,
+        ok=report.ok,
+    )
+    return figures
+
+
+def load(work: Path) -> list[Delivery]:
+    rows = []
+    for path in work.glob("*.log"):
+        if path.name == "acked.log":
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                reader, token, segment, offset, event, at = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by SIGKILL
+            rows.append(Delivery(reader, token, segment, offset, event, at))
+    return rows
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "writer":
+        writer_main(*sys.argv[2:5])
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "reader":
+        reader_main(*sys.argv[2:6])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--readers", type=int, default=8)
+    parser.add_argument("--segments", type=int, default=16)
+    parser.add_argument("--kill-every", type=float, default=2.0)
+    args = parser.parse_args()
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="chaos-") as work:
+        figures = run(args.seconds, args.readers, args.segments, args.kill_every, Path(work))
+    print(json.dumps(figures, indent=2, sort_keys=True))
+    return 0 if figures["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
