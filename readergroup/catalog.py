@@ -1,7 +1,9 @@
 """The catalog of scopes, their streams and reader groups, as a replicated state. Pure code.
 
 State (synchronizer ``catalog``): ``{"scopes": {scope: {stream: created_ms}}, "groups":
-{scope: {group: created_ms}}}``. Updates are
+{scope: {group: created_ms}}, "group_streams": {scope: {group: ["scope/stream", ...]}}}``. The
+streams a group reads are recorded here so retention can find a stream's subscribers without
+reading every group's state. Updates are
 appended conditionally; their generators (in :class:`~readergroup.stream_manager.StreamManager`)
 check preconditions on the current state, so ``apply_to`` only ever sees valid updates.
 """
@@ -28,16 +30,29 @@ def groups_of(catalog: Catalog, scope: str) -> dict[str, int]:
     return groups
 
 
+def subscribers_of(catalog: Catalog, scoped_stream: str) -> list[tuple[str, str]]:
+    """``(scope, group)`` of every group that reads ``scoped_stream``."""
+    out = []
+    for scope, groups in catalog.get("group_streams", {}).items():
+        for group, streams in groups.items():
+            if scoped_stream in streams and group in groups_of(catalog, scope):
+                out.append((scope, group))
+    return sorted(out)
+
+
 @dataclass(frozen=True)
 class AddGroup(Update):
     scope: str
     group: str
     created_ms: int
+    streams: tuple[str, ...] = ()
 
     def apply_to(self, state: Catalog) -> Catalog:
         groups = dict(state.get("groups", {}))
         groups[self.scope] = {**groups.get(self.scope, {}), self.group: self.created_ms}
-        return {**state, "groups": groups}
+        reads = dict(state.get("group_streams", {}))
+        reads[self.scope] = {**reads.get(self.scope, {}), self.group: list(self.streams)}
+        return {**state, "groups": groups, "group_streams": reads}
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ class ClientConfig:
         redis_options: extra keyword arguments for ``redis.Redis.from_url``: TLS files
             (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``), ``username``/``password``
             for ACL users, and so on (default none).
+        cluster: the URL names one node of a Redis Cluster (default False). Every script runs
+            in one hash slot; readers then read each slot separately (see the README).
     """
 
     key_prefix: str = "rg"
@@ -33,6 +35,7 @@ class ClientConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     metadata_ttl: float = 5.0
     redis_options: Mapping[str, Any] = field(default_factory=dict)
+    cluster: bool = False
 
     def __post_init__(self) -> None:
         try:

@@ -205,6 +205,86 @@ def local_redis_server(
         server.close()
 
 
+@dataclass
+class LocalRedisCluster:
+    """A Redis Cluster of ``masters`` primaries (no replicas) on loopback, from the binary."""
+
+    nodes: list[LocalRedisServer]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+
+def _cli_binary(server_binary: str) -> str:
+    sibling = Path(server_binary).with_name(Path(server_binary).name.replace("server", "cli"))
+    if sibling.is_file():
+        return str(sibling)
+    found = shutil.which("redis-cli") or shutil.which("valkey-cli")
+    if found is None:
+        raise EmbeddedRedisError("no redis-cli/valkey-cli to create a cluster with")
+    return found
+
+
+@contextlib.contextmanager
+def local_redis_cluster(masters: int = 3) -> Iterator[LocalRedisCluster]:
+    """Start ``masters`` server binaries in cluster mode, join them (``--cluster create``), wait
+    until the cluster state is ok, and remove everything on exit."""
+    binary = find_server_binary()
+    if binary is None:
+        raise EmbeddedRedisError("no Redis server binary to build a cluster from")
+    nodes = [
+        LocalRedisServer(
+            binary,
+            extra_args=[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "3000",
+            ],
+        )
+        for _ in range(masters)
+    ]
+    try:
+        for node in nodes:
+            node.start()
+        addresses = [f"127.0.0.1:{node.port}" for node in nodes]
+        subprocess.run(  # noqa: S603 (our own argument list)
+            [
+                _cli_binary(binary),
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + _START_DEADLINE * 2
+        while not all(_cluster_ok(node.port) for node in nodes):
+            if time.monotonic() > deadline:
+                raise EmbeddedRedisError("the local cluster did not reach cluster_state:ok")
+            time.sleep(0.05)
+        yield LocalRedisCluster(nodes)
+    finally:
+        for node in nodes:
+            node.close()
+
+
+def _cluster_ok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"CLUSTER INFO\r\n")
+            return b"cluster_state:ok" in sock.recv(4096)
+    except OSError:
+        return False
+
+
 def _container_engine_answers() -> bool:
     if os.environ.get("READERGROUP_NO_CONTAINERS") == "1":
         return False

@@ -459,7 +459,8 @@ class ReaderGroupManager:
                 raise ScopeNotFoundError(f"scope {scope!r} does not exist")
             if name in catalog.groups_of(state, scope):
                 return [], False
-            return [catalog.AddGroup(scope, name, now)], True
+            streams = tuple(f"{s}/{t}" for s, t in config.scoped_streams(scope))
+            return [catalog.AddGroup(scope, name, now, streams)], True
 
         created = bool(self._streams.update_catalog(add))
         sync = self._connection.synchronizer(

@@ -81,15 +81,19 @@ class SegmentEvent:
 
     __slots__ = ("_base", "_fields", "_id", "segment")
 
-    def __init__(self, segment: int, entry_id: bytes, fields: list[bytes]) -> None:
+    def __init__(self, segment: int, entry_id: bytes, fields: Any) -> None:
         self.segment = segment
         self._id = entry_id
         if len(fields) == 10 and fields[0] == b"k" and fields[8] == b"b":
             self._base = 2
         elif len(fields) == 8 and fields[0] == b"p" and fields[6] == b"b":
             self._base = 0
-        else:
-            named = dict(zip(fields[::2], fields[1::2], strict=False))
+        else:  # another shape: a client that parsed the fields already, or foreign entries
+            named = (
+                dict(fields)
+                if isinstance(fields, dict)
+                else dict(zip(fields[::2], fields[1::2], strict=False))
+            )
             self._base = 0 if b"k" not in named else 2
             ordered = [b"k", named[b"k"]] if b"k" in named else []
             for name in (b"p", b"w", b"t", b"b"):
@@ -107,11 +111,13 @@ class SegmentEvent:
     def routing_key(self) -> str | None:
         if self._base == 0:
             return None
-        return self._fields[1].decode("utf-8", "surrogateescape")
+        key: bytes = self._fields[1]
+        return key.decode("utf-8", "surrogateescape")
 
     @property
     def payload(self) -> bytes:
-        return self._fields[self._base + 1]
+        payload: bytes = self._fields[self._base + 1]
+        return payload
 
     @property
     def writer_ms(self) -> int:
@@ -228,6 +234,12 @@ def _int(value: bytes) -> int:
         return -1
 
 
+def _by_key(reply: Any) -> dict[str, Any]:
+    """An XREAD reply (RESP3 map or RESP2 list) as key -> entries."""
+    items = reply.items() if isinstance(reply, dict) else (reply or [])
+    return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in items}
+
+
 def parse_event(segment: int, entry: Any) -> SegmentEvent:
     """A :class:`SegmentEvent` over one raw XRANGE/XREAD item ``[id, [field, value, ...]]``."""
     return SegmentEvent(segment, entry[0], entry[1])
@@ -240,10 +252,15 @@ class RedisConnection:
     same sequence number, which the scripts deduplicate.
     """
 
-    def __init__(self, client: redis.Redis, config: ClientConfig) -> None:
+    def __init__(
+        self, client: redis.Redis, config: ClientConfig, blocking_client: redis.Redis | None = None
+    ) -> None:
         self.config = config
         self.client = client
-        self.log_backend = RedisLogBackend(client, key_prefix=config.key_prefix)
+        self.cluster = config.cluster
+        self.log_backend = RedisLogBackend(
+            client, key_prefix=config.key_prefix, blocking_client=blocking_client
+        )
         # events are parsed by parse_event from the raw reply: skip redis-py's dict building
         for command_client in (client, self.log_backend.blocking_client):
             command_client.set_response_callback("XRANGE", _raw_reply)
@@ -251,6 +268,10 @@ class RedisConnection:
         self._scripts: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
+        if self.cluster:  # pipelines cannot reload a script a node lost: load them everywhere
+            with translate_errors("load scripts"):
+                for name in SCRIPT_NAMES:
+                    client.script_load(script_source(name))
         self._sync_config = SyncConfig(
             key_prefix=config.key_prefix,
             retry=config.retry,
@@ -261,13 +282,23 @@ class RedisConnection:
     @classmethod
     def from_url(cls, url: str, config: ClientConfig | None = None) -> RedisConnection:
         config = config or ClientConfig()
+        options: dict[str, Any] = {
+            "socket_connect_timeout": min(config.socket_timeout, 5.0),
+            **dict(config.redis_options),
+        }
         with translate_errors("connect"):
+            if config.cluster:
+                from redis.cluster import RedisCluster
+
+                cluster = RedisCluster.from_url(
+                    url, socket_timeout=config.socket_timeout, **options
+                )
+                blocking = RedisCluster.from_url(
+                    url, socket_timeout=MAX_BLOCK_SECONDS + 5, **options
+                )
+                return cls(cluster, config, blocking)  # type: ignore[arg-type]
             client = redis.Redis.from_url(
-                url,
-                socket_timeout=config.socket_timeout,
-                socket_connect_timeout=min(config.socket_timeout, 5.0),
-                retry=Retry(NoBackoff(), 0),
-                **dict(config.redis_options),
+                url, socket_timeout=config.socket_timeout, retry=Retry(NoBackoff(), 0), **options
             )
         return cls(client, config)
 
@@ -316,11 +347,26 @@ class RedisConnection:
         """Send every batch in one pipelined round trip; one reply per batch, in order."""
         script = self._scripts["append_events"]
         with translate_errors("append"):
-            pipe = self.client.pipeline(transaction=False)
-            for batch in batches:
-                meta, events, writers = self.segment_keys(batch.scope, batch.stream, batch.segment)
-                script(keys=[meta, events, writers], args=batch.script_args(), client=pipe)
-            replies = pipe.execute(raise_on_error=False)
+            if self.cluster:  # redis-py does not pipeline scripts across a cluster
+                replies: list[Any] = []
+                for batch in batches:
+                    meta, events, writers = self.segment_keys(
+                        batch.scope, batch.stream, batch.segment
+                    )
+                    try:
+                        replies.append(
+                            script(keys=[meta, events, writers], args=batch.script_args())
+                        )
+                    except redis.ResponseError as exc:
+                        replies.append(exc)
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for batch in batches:
+                    meta, events, writers = self.segment_keys(
+                        batch.scope, batch.stream, batch.segment
+                    )
+                    script(keys=[meta, events, writers], args=batch.script_args(), client=pipe)
+                replies = pipe.execute(raise_on_error=False)
         results = []
         for batch, reply in zip(batches, replies, strict=True):
             if isinstance(reply, Exception):
@@ -411,19 +457,14 @@ class RedisConnection:
         """Events at or after each segment's position, from several segments in one call,
         blocking up to ``timeout`` seconds (at most 5 per call) until at least one has
         something (``XREAD BLOCK``; no busy loop). Segments with nothing new are absent."""
-        if not positions:
-            return {}
         by_key = {self.segment_keys(scope, stream, s)[1]: s for s in positions}
-        streams: dict[Any, Any] = {key: f"{positions[s]}-0" for key, s in by_key.items()}
-        block = max(1, int(min(timeout, MAX_BLOCK_SECONDS) * 1000))
-        with translate_errors("read"):
-            reply: Any = self.log_backend.blocking_client.xread(streams, count=limit, block=block)
-        result: dict[int, list[SegmentEvent]] = {}
-        items = reply.items() if isinstance(reply, dict) else (reply or [])  # RESP3 or RESP2
-        for key, entries in items:
-            segment = by_key[key.decode() if isinstance(key, bytes) else str(key)]
-            result[segment] = [parse_event(segment, entry) for entry in entries]
-        return result
+        reply = self.read_keys(
+            {key: f"{positions[s]}-0" for key, s in by_key.items()}, timeout, limit
+        )
+        return {
+            by_key[key]: [parse_event(by_key[key], entry) for entry in entries]
+            for key, entries in reply.items()
+        }
 
     def heartbeat(
         self, key: str, reader_id: str, generation: int
@@ -450,12 +491,38 @@ class RedisConnection:
         returns key -> raw entries for the keys that had something (at most 5 s per call)."""
         if not positions:
             return {}
+        if self.cluster:
+            return self._read_keys_by_slot(positions, timeout, limit)
         block = max(1, int(min(timeout, MAX_BLOCK_SECONDS) * 1000))
         streams: dict[Any, Any] = dict(positions)
         with translate_errors("read"):
             reply: Any = self.log_backend.blocking_client.xread(streams, count=limit, block=block)
-        items = reply.items() if isinstance(reply, dict) else (reply or [])
-        return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in items}
+        return _by_key(reply)
+
+    def _read_keys_by_slot(
+        self, positions: Mapping[str, str], timeout: float, limit: int
+    ) -> dict[str, Any]:
+        """Cluster mode: one XREAD per hash slot, pipelined; with nothing new anywhere, block
+        on the first key (the group's log, for readers) for at most a tenth of a second."""
+        by_slot: dict[int, dict[Any, Any]] = {}
+        for key, last in positions.items():
+            slot: int = self.client.keyslot(key)  # type: ignore[attr-defined]
+            by_slot.setdefault(slot, {})[key] = last
+        with translate_errors("read"):
+            pipe = self.client.pipeline(transaction=False)
+            for streams in by_slot.values():
+                pipe.xread(streams, count=limit)
+            replies = pipe.execute()
+            result: dict[str, Any] = {}
+            for reply in replies:
+                result.update(_by_key(reply))
+            if result:
+                return result
+            first = next(iter(positions))
+            block = max(1, int(min(timeout, 0.1) * 1000))
+            single: dict[Any, Any] = {first: positions[first]}
+            reply = self.log_backend.blocking_client.xread(single, count=limit, block=block)
+        return _by_key(reply)
 
     def lag_probe(
         self, scope: str, stream: str, positions: Mapping[int, int]
@@ -525,7 +592,9 @@ class RedisConnection:
                 self.client.delete(*keys)
 
     def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None:
+        """Delete segments' keys: one DEL per segment (its keys share a hash slot)."""
         with translate_errors("delete segments"):
-            keys = [k for s in segments for k in self.segment_keys(scope, stream, s)]
-            for start in range(0, len(keys), 300):
-                self.client.delete(*keys[start : start + 300])
+            pipe = self.client.pipeline(transaction=False)
+            for segment in segments:
+                pipe.delete(*self.segment_keys(scope, stream, segment))
+            pipe.execute()

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from readergroup.errors import InvalidStreamCutError
+from readergroup import catalog
+from readergroup.errors import InvalidStreamCutError, ReaderGroupError
 from readergroup.group_positions import cuts_by_stream
 from readergroup.group_state import STATE_TYPES, UPDATE_TYPES, GroupState
 from readergroup.names import group_sync_name
@@ -77,15 +78,17 @@ class RetentionManager:
             self._connection.client.hdel(self._subscriber_key(scope, stream), subscriber)
 
     def subscriber_cuts(self, scope: str, stream: str) -> dict[str, StreamCut | None]:
-        """Every subscriber's cut (``None``: a subscriber that needs everything for now)."""
+        """Every subscriber's cut (``None``: a subscriber that needs everything for now, such as
+        a checkpoint-mode group without a checkpoint, or a group whose state cannot be read)."""
         scoped = f"{scope}/{stream}"
         cuts: dict[str, StreamCut | None] = {}
-        everything = self._manager.catalog()
-        for group_scope, groups in everything.get("groups", {}).items():
-            for group in groups:
+        for group_scope, group in catalog.subscribers_of(self._manager.catalog(), scoped):
+            try:
                 subscribes, cut = self._group_cut(group_scope, group, scoped)
-                if subscribes:
-                    cuts[f"group:{group_scope}/{group}"] = cut
+            except ReaderGroupError:
+                subscribes, cut = True, None  # unreadable: never delete what it may need
+            if subscribes:
+                cuts[f"group:{group_scope}/{group}"] = cut
         with translate_errors("read subscribers"):
             published = self._connection.client.hgetall(self._subscriber_key(scope, stream))
         for name, text in published.items():

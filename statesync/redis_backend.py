@@ -75,18 +75,29 @@ class RedisLogBackend:
     connection pool so they never hold up appends and reads.
     """
 
-    def __init__(self, client: redis.Redis, *, key_prefix: str = "statesync") -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        key_prefix: str = "statesync",
+        blocking_client: redis.Redis | None = None,
+    ) -> None:
+        """``client`` may also be a ``redis.cluster.RedisCluster``; then pass a second cluster
+        client (socket timeout above 5 s) as ``blocking_client``."""
         self._prefix = validate_name(key_prefix, what="key prefix")
         self._client = client
-        pool = client.connection_pool
-        blocking_kwargs = dict(pool.connection_kwargs)
-        blocking_kwargs["socket_timeout"] = _MAX_BLOCK_MS / 1000 + _BLOCKING_SOCKET_MARGIN
-        blocking_kwargs["retry"] = _no_retry()
-        self._blocking = redis.Redis(
-            connection_pool=redis.ConnectionPool(
-                connection_class=pool.connection_class, **blocking_kwargs
+        if blocking_client is not None:
+            self._blocking = blocking_client
+        else:
+            pool = client.connection_pool
+            blocking_kwargs = dict(pool.connection_kwargs)
+            blocking_kwargs["socket_timeout"] = _MAX_BLOCK_MS / 1000 + _BLOCKING_SOCKET_MARGIN
+            blocking_kwargs["retry"] = _no_retry()
+            self._blocking = redis.Redis(
+                connection_pool=redis.ConnectionPool(
+                    connection_class=pool.connection_class, **blocking_kwargs
+                )
             )
-        )
         self._scripts: dict[str, Script] = {
             script: client.register_script(script_source(script)) for script in SCRIPT_NAMES
         }

@@ -300,6 +300,13 @@ def test_retention_never_truncates_what_an_active_group_needs(
         assert retention.apply(scope, "r") is None
         retention.unsubscribe(scope, "r", "spark-query")
         assert retention.apply(scope, "r") == StreamCut(scope, "r", {0: 100})
+        # a subscribed group whose state cannot be read holds retention back (never guess)
+        write(factory, 10, stream="r")
+        broken = g.sync.backend.append(  # type: ignore[attr-defined]
+            g.sync.name, b"\xc1", expected_revision=None, writer="rogue", sequence=1, max_bytes=99
+        )
+        assert broken.status == 0
+        assert retention.apply(scope, "r") is None
         with pytest.raises(TruncatedDataError):
             list(factory.create_batch_client().read_segment("r", 0, 10))
 

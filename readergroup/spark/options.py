@@ -64,6 +64,7 @@ class SourceOptions:
     max_events_per_trigger: int | None = None
     subscriber_name: str | None = None
     key_prefix: str = "rg"
+    cluster: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -101,6 +102,7 @@ class SourceOptions:
             ),
             subscriber_name=lowered.get("subscriber_name"),
             key_prefix=lowered.get("key_prefix", "rg"),
+            cluster=_flag(lowered.get("cluster"), False, "cluster"),
         )
 
 

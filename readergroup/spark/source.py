@@ -88,7 +88,8 @@ STAGING_TTL_S = 24 * 3600
 
 
 def _connection(options: SourceOptions) -> RedisConnection:
-    return RedisConnection.from_url(options.redis_url, ClientConfig(key_prefix=options.key_prefix))
+    config = ClientConfig(key_prefix=options.key_prefix, cluster=options.cluster)
+    return RedisConnection.from_url(options.redis_url, config)
 
 
 class SegmentPartition(InputPartition):
@@ -517,14 +518,23 @@ class ReaderGroupDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise InvalidConfigError("streams are append-only: use mode('append')")
-        return ReaderGroupBatchWriter(self._options())
+        return ReaderGroupBatchWriter(_sink_options(self._options()))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         options = dict(self.options)
         writer_id = (
             options.get("writer_id") or f"spark-{options.get('scope')}-{options.get('stream')}"
         )
-        return ReaderGroupStreamWriter(self._options(), writer_id)
+        return ReaderGroupStreamWriter(_sink_options(self._options()), writer_id)
+
+
+def _sink_options(options: SourceOptions) -> SourceOptions:
+    if options.cluster:
+        raise InvalidConfigError(
+            "the readergroup sink commits a batch atomically in one script across segments, "
+            "which spans hash slots: it does not run on Redis Cluster"
+        )
+    return options
 
 
 __all__ = ["BASE_COLUMNS", "ReaderGroupDataSource"]

@@ -1,0 +1,123 @@
+"""Streams, a state synchronizer and a reader group on a real local 3-master Redis Cluster."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from readergroup import (
+    ClientConfig,
+    EventStreamClientFactory,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+    UTF8StringSerializer,
+)
+from readergroup.embedded_redis import LocalRedisCluster, local_redis_cluster
+from readergroup.errors import EmbeddedRedisError
+from readergroup.redis_io import RedisConnection
+from tests.support.model import ALL_TYPES, Add
+
+CLUSTER = ClientConfig(cluster=True)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalRedisCluster]:
+    try:
+        with local_redis_cluster(3) as started:
+            yield started
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"a local Redis Cluster is required: {exc}", pytrace=False)
+
+
+@pytest.mark.redis
+def test_the_keys_of_a_segment_and_of_a_synchronizer_share_a_slot(
+    cluster: LocalRedisCluster,
+) -> None:
+    connection = RedisConnection.from_url(cluster.url, CLUSTER)
+    slots = {connection.client.keyslot(k) for k in connection.segment_keys("a", "b", 7)}
+    assert len(slots) == 1
+    layout = connection.log_backend.keys("group:a/g")
+    assert len({connection.client.keyslot(k) for k in layout.all}) == 1
+    spread = {connection.client.keyslot(connection.segment_keys("a", "b", s)[0]) for s in range(16)}
+    assert len(spread) > 8  # segments spread over the cluster
+    connection.close()
+
+
+@pytest.mark.redis
+def test_a_synchronizer_on_the_cluster(cluster: LocalRedisCluster) -> None:
+    connection = RedisConnection.from_url(cluster.url, CLUSTER)
+    sync = connection.synchronizer("counter-on-cluster", ALL_TYPES)
+    sync.initialize({"total": 0})
+    for _ in range(20):
+        sync.update_state(lambda s: [Add(1)])
+    other = connection.synchronizer("counter-on-cluster", ALL_TYPES)
+    other.fetch_updates()
+    assert other.state == {"total": 20}
+    assert other.wait_for_updates(0.1) is False
+    sync.compact()
+    connection.close()
+
+
+@pytest.mark.redis
+def test_writers_and_a_reader_group_on_the_cluster(cluster: LocalRedisCluster) -> None:
+    url = cluster.url
+    with StreamManager.from_url(url, CLUSTER) as sm:
+        sm.create_scope("cl")
+        sm.create_stream("cl", "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(6)))
+    with ReaderGroupManager.from_url("cl", url, CLUSTER) as rgm:
+        rgm.create_reader_group(
+            "g",
+            ReaderGroupConfig(
+                streams=["cl/s"],
+                heartbeat_interval=0.3,
+                session_timeout=2.0,
+                group_refresh_time=0.1,
+            ),
+        )
+    got: dict[str, list[Any]] = defaultdict(list)
+    stop = threading.Event()
+
+    def read(name: str) -> None:
+        with EventStreamClientFactory.from_url("cl", url, CLUSTER) as factory:
+            reader = factory.create_reader(name, "g", UTF8StringSerializer())
+            while not stop.is_set():
+                got[name] += reader.read_batch(200, timeout=0.2)
+            reader.close()
+
+    threads = [threading.Thread(target=read, args=(f"r{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    with EventStreamClientFactory.from_url("cl", url, CLUSTER) as factory:
+        writer = factory.create_event_writer("s", UTF8StringSerializer())
+        for i in range(1500):
+            writer.write_event(f"k{i % 30}:{i}", routing_key=f"k{i % 30}")
+        writer.flush()
+        with StreamManager.from_url(url, CLUSTER) as sm:
+            sm.scale_stream("cl", "s", [0], [(0.0, 1 / 12), (1 / 12, 1 / 6)])
+        for i in range(1500, 2500):
+            writer.write_event(f"k{i % 30}:{i}", routing_key=f"k{i % 30}")
+        writer.close()
+    deadline = time.monotonic() + 60
+    while sum(len(v) for v in got.values()) < 2500 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    events = [e for v in got.values() for e in v]
+    assert sorted(int(e.event.split(":")[1]) for e in events) == list(range(2500))
+    per_key: dict[str, list[int]] = defaultdict(list)
+    for e in events:
+        per_key[e.routing_key].append(int(e.event.split(":")[1]))
+    for name, reads in got.items():
+        mine: dict[str, list[int]] = defaultdict(list)
+        for e in reads:
+            mine[e.routing_key].append(int(e.event.split(":")[1]))
+        assert all(seq == sorted(seq) for seq in mine.values()), name
