@@ -4,10 +4,10 @@ all sharing one Redis connection and one metadata cache."""
 from __future__ import annotations
 
 import threading
-from types import TracebackType
 from typing import Any, TypeVar
 
 from readergroup.batch_client import BatchClient
+from readergroup.closing import Closing
 from readergroup.config import ClientConfig
 from readergroup.group_config import ReaderConfig
 from readergroup.group_manager import join_group
@@ -21,7 +21,7 @@ from readergroup.writer import EventStreamWriter, EventWriterConfig
 T = TypeVar("T")
 
 
-class EventStreamClientFactory:
+class EventStreamClientFactory(Closing):
     """Entry point for data-plane clients of one scope.
 
     Example::
@@ -110,14 +110,3 @@ class EventStreamClientFactory:
         finally:
             if self._owns_connection:
                 self._connection.close()
-
-    def __enter__(self) -> EventStreamClientFactory:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -7,10 +7,10 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, NoReturn
 
 from readergroup import catalog
+from readergroup.closing import Closing
 from readergroup.config import ClientConfig
 from readergroup.errors import ReaderGroupError, ScopeNotFoundError
 from readergroup.group_config import ReaderGroupConfig, StartPosition
@@ -31,10 +31,10 @@ from readergroup.group_state import (
 )
 from readergroup.membership import GroupMember
 from readergroup.names import group_sync_name, validate_name
-from readergroup.redis_io import RedisConnection, translate_errors
+from readergroup.redis_io import RedisConnection, fetch_state, translate_errors
 from readergroup.stream_cut import StreamCut
 from readergroup.stream_manager import StreamManager
-from statesync import StateSynchronizer, SynchronizerNotFoundError
+from statesync import StateSynchronizer
 
 
 class ReaderGroupNotFoundError(ReaderGroupError, LookupError):
@@ -135,16 +135,13 @@ class ReaderGroup:
         self.refresh()
 
     def refresh(self) -> GroupState:
-        try:
-            with translate_errors("read group"):
-                self.sync.fetch_updates()
-        except ReaderGroupError as exc:
-            if isinstance(exc.__cause__, SynchronizerNotFoundError):
-                raise ReaderGroupNotFoundError(
-                    f"reader group {self.scope}/{self.name} does not exist"
-                ) from exc
-            raise
-        state: GroupState = self.sync.state
+        state: GroupState = fetch_state(
+            self.sync,
+            lambda: ReaderGroupNotFoundError(
+                f"reader group {self.scope}/{self.name} does not exist"
+            ),
+            "read group",
+        )
         return state
 
     @property
@@ -406,7 +403,7 @@ class GroupWatcher:
         self._thread.join(5)
 
 
-class ReaderGroupManager:
+class ReaderGroupManager(Closing):
     """Creates, lists and deletes the reader groups of one scope.
 
     Example::
@@ -432,17 +429,6 @@ class ReaderGroupManager:
     def close(self) -> None:
         if self._owns_connection:
             self._connection.close()
-
-    def __enter__(self) -> ReaderGroupManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def create_reader_group(self, name: str, config: ReaderGroupConfig) -> bool:
         """Create group ``name``; ``False`` if it existed (its configuration is kept)."""

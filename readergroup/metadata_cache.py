@@ -15,9 +15,9 @@ from cachetools import TTLCache
 
 from readergroup.errors import StreamNotFoundError
 from readergroup.names import stream_sync_name
-from readergroup.redis_io import RedisConnection, translate_errors
+from readergroup.redis_io import RedisConnection, fetch_state
 from readergroup.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
-from statesync import StateSynchronizer, SynchronizerNotFoundError
+from statesync import StateSynchronizer
 
 
 class StreamMetadataCache:
@@ -49,14 +49,11 @@ class StreamMetadataCache:
                 sync = self._syncs[key] = self._connection.synchronizer(
                     stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
                 )
-        try:
-            with translate_errors("read stream metadata"):
-                sync.fetch_updates()
-        except Exception as exc:
-            if isinstance(exc.__cause__, SynchronizerNotFoundError):
-                raise StreamNotFoundError(f"stream {scope}/{stream} does not exist") from exc
-            raise
-        state: StreamState = sync.state
+        state: StreamState = fetch_state(
+            sync,
+            lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist"),
+            "read stream metadata",
+        )
         with self._lock:
             self._fresh[key] = state
         return state

@@ -27,28 +27,33 @@ class SegmentRange:
         return max(0, self.end - self.start)
 
 
-def descendants(state: StreamState, roots: Mapping[int, int] | set[int]) -> set[int]:
-    """Every segment reachable from ``roots`` through successor links, roots excluded."""
+def _reachable(
+    state: StreamState, roots: Mapping[int, int] | set[int], successors: bool
+) -> set[int]:
+    """Segments reachable from ``roots`` by successor (else predecessor) links, roots excluded."""
+
+    def links(segment: int) -> tuple[int, ...]:
+        record = state.segments[segment]
+        return record.successors if successors else record.predecessors
+
     found: set[int] = set()
-    frontier = [s for root in roots for s in state.segments[root].successors]
+    frontier = [s for root in roots for s in links(root)]
     while frontier:
         segment = frontier.pop()
         if segment not in found:
             found.add(segment)
-            frontier.extend(state.segments[segment].successors)
+            frontier.extend(links(segment))
     return found
+
+
+def descendants(state: StreamState, roots: Mapping[int, int] | set[int]) -> set[int]:
+    """Every segment reachable from ``roots`` through successor links, roots excluded."""
+    return _reachable(state, roots, successors=True)
 
 
 def ancestors(state: StreamState, roots: Mapping[int, int] | set[int]) -> set[int]:
     """Every segment reachable from ``roots`` through predecessor links, roots excluded."""
-    found: set[int] = set()
-    frontier = [s for root in roots for s in state.segments[root].predecessors]
-    while frontier:
-        segment = frontier.pop()
-        if segment not in found:
-            found.add(segment)
-            frontier.extend(state.segments[segment].predecessors)
-    return found
+    return _reachable(state, roots, successors=False)
 
 
 def plan_ranges(

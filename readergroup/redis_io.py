@@ -17,7 +17,7 @@ read, so ``tail - position`` is the lag in events and ``bytes - b`` the lag in b
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +39,7 @@ from readergroup.errors import (
 )
 from readergroup.routing import segment_name
 from readergroup.scripts import SCRIPT_NAMES, script_source
-from statesync import StateSynchronizer, SyncConfig, Update
+from statesync import StateSynchronizer, SyncConfig, SynchronizerNotFoundError, Update
 from statesync.errors import BackendAccessError, BackendUnavailableError, StateSyncError
 from statesync.redis_backend import RedisLogBackend
 
@@ -69,6 +69,21 @@ def translate_errors(operation: str) -> Iterator[None]:
         raise error from exc
     except redis.RedisError as exc:
         raise ReaderGroupError(f"Redis error during {operation}: {exc}") from exc
+
+
+def fetch_state(
+    sync: StateSynchronizer[Any], missing: Callable[[], ReaderGroupError], operation: str
+) -> Any:
+    """Fetch ``sync`` and return its state; a synchronizer that does not exist becomes the
+    domain error ``missing()`` (stream or group not found), other failures the usual ones."""
+    try:
+        with translate_errors(operation):
+            sync.fetch_updates()
+    except ReaderGroupError as exc:
+        if isinstance(exc.__cause__, SynchronizerNotFoundError):
+            raise missing() from exc
+        raise
+    return sync.state
 
 
 class SegmentEvent:

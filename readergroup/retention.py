@@ -27,12 +27,11 @@ from readergroup.group_positions import cuts_by_stream
 from readergroup.group_state import STATE_TYPES, UPDATE_TYPES, GroupState
 from readergroup.names import group_sync_name
 from readergroup.planning import ancestors, plan_ranges
-from readergroup.redis_io import translate_errors
+from readergroup.redis_io import fetch_state, translate_errors
 from readergroup.stream_config import RetentionPolicy
 from readergroup.stream_cut import StreamCut, check_cut_covers
 from readergroup.stream_manager import StreamManager
 from readergroup.stream_metadata import StreamState
-from statesync import SynchronizerNotFoundError
 
 
 def meet(state: StreamState, cuts: Sequence[Mapping[int, int]]) -> dict[int, int]:
@@ -54,6 +53,10 @@ def meet(state: StreamState, cuts: Sequence[Mapping[int, int]]) -> dict[int, int
             merged[segment] = min(offset, merged.get(segment, offset))
     earlier = ancestors(state, set(merged))
     return {s: o for s, o in sorted(merged.items()) if s not in earlier}
+
+
+class _GroupGone(ReaderGroupError):
+    """A subscribed group was deleted between reading the catalog and reading its state."""
 
 
 class RetentionManager:
@@ -101,13 +104,9 @@ class RetentionManager:
             group_sync_name(scope, group), UPDATE_TYPES, STATE_TYPES
         )
         try:
-            with translate_errors("read group"):
-                sync.fetch_updates()
-        except Exception as exc:
-            if isinstance(exc.__cause__, SynchronizerNotFoundError):
-                return False, None
-            raise
-        state: GroupState = sync.state
+            state: GroupState = fetch_state(sync, _GroupGone, "read group")
+        except _GroupGone:
+            return False, None  # deleted meanwhile: no longer a subscriber
         config = state.config
         if config.retention_subscriber == "none":
             return False, None

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from readergroup import catalog
+from readergroup.closing import Closing
 from readergroup.config import ClientConfig
 from readergroup.errors import (
     InvalidStreamCutError,
@@ -35,7 +35,7 @@ from readergroup.errors import (
 )
 from readergroup.names import CATALOG_SYNC_NAME, stream_sync_name, validate_name
 from readergroup.planning import ancestors
-from readergroup.redis_io import RedisConnection, SegmentState, translate_errors
+from readergroup.redis_io import RedisConnection, SegmentState, fetch_state, translate_errors
 from readergroup.routing import number_of, segment_id, segment_name
 from readergroup.stream_config import StreamConfiguration
 from readergroup.stream_cut import StreamCut, check_cut_covers
@@ -88,7 +88,7 @@ class StreamInfo:
         return sum(s.tail - s.head for s in self.active_segments)
 
 
-class StreamManager:
+class StreamManager(Closing):
     """Administration of scopes and streams.
 
     Example::
@@ -118,17 +118,6 @@ class StreamManager:
     def close(self) -> None:
         if self._owns_connection:
             self._connection.close()
-
-    def __enter__(self) -> StreamManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- catalog ----------------------------------------------------------------------------
     def _catalog_state(self) -> dict[str, dict[str, int]]:
@@ -233,14 +222,12 @@ class StreamManager:
 
     @staticmethod
     def _fetch(sync: StateSynchronizer[StreamState], scope: str, stream: str) -> StreamState:
-        try:
-            with translate_errors("read stream metadata"):
-                sync.fetch_updates()
-        except Exception as exc:
-            if isinstance(exc.__cause__, SynchronizerNotFoundError):
-                raise StreamNotFoundError(f"stream {scope}/{stream} does not exist") from exc
-            raise
-        return sync.state
+        state: StreamState = fetch_state(
+            sync,
+            lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist"),
+            "read stream metadata",
+        )
+        return state
 
     def stream_state(self, scope: str, stream: str) -> StreamState:
         """The stream's metadata, fetched now."""

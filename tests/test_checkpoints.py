@@ -6,7 +6,7 @@ import json
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +27,10 @@ from readergroup import (
     UTF8StringSerializer,
 )
 from readergroup.group_state import CreateCheckpoint
+from tests.support.waiting import wait_until
 from tests.test_reader_group_processes import Cluster
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.05}
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 SESSION = 2.0
@@ -36,16 +37,6 @@ TIMING = {
 }
 
 pytestmark = pytest.mark.slow
-
-
-def wait_until(
-    condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition"
-) -> float:
-    began = time.monotonic()
-    while not condition():
-        assert time.monotonic() - began < timeout, f"{what} not met within {timeout}s"
-        time.sleep(0.02)
-    return time.monotonic() - began
 
 
 class Cluster:

@@ -38,6 +38,7 @@ from readergroup.autoscale import AutoScaler
 from readergroup.redis_io import AppendBatch
 from readergroup.routing import key_position
 from tests.support.proxy import ReplyDroppingProxy
+from tests.support.waiting import wait_until
 
 FOUR = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4))
 
@@ -198,13 +199,6 @@ def test_per_key_order_across_a_split_then_a_merge_with_concurrent_writers(
     assert {s.segment_id for s in info.active_segments} == {split[0], merged[0]}
     landed = {e.segment for e in events}
     assert {first, second, *split, *merged} <= landed  # every generation took writes
-
-
-def wait_until(condition: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
 
 
 def test_a_writer_with_stale_metadata_is_rerouted_to_successors(
