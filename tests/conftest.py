@@ -113,3 +113,12 @@ def spark() -> Iterator[object]:
     session = local_session(cores=2, app_name="readergroup-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def factory(redis_url: str, scope: str) -> Iterator[object]:
+    """A client factory for the test's scope."""
+    from readergroup import EventStreamClientFactory
+
+    with EventStreamClientFactory.from_url(scope, redis_url) as client_factory:
+        yield client_factory

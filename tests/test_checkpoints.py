@@ -6,7 +6,6 @@ import json
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +37,6 @@ def stream(redis_url: str, scope: str) -> str:
     with StreamManager.from_url(redis_url) as sm:
         sm.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4)))
     return f"{scope}/s"
-
-
-@pytest.fixture
-def factory(redis_url: str, scope: str) -> Iterator[EventStreamClientFactory]:
-    with EventStreamClientFactory.from_url(scope, redis_url) as f:
-        yield f
 
 
 def write(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -38,12 +37,6 @@ def stream4(redis_url: str, scope: str) -> str:
             scope, "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4))
         )
     return f"{scope}/orders"
-
-
-@pytest.fixture
-def factory(redis_url: str, scope: str) -> Iterator[EventStreamClientFactory]:
-    with EventStreamClientFactory.from_url(scope, redis_url) as f:
-        yield f
 
 
 def write(factory: EventStreamClientFactory, count: int, prefix: str = "e", keys: int = 16) -> None:

@@ -55,30 +55,36 @@ def connection_options(command: F) -> F:
     return command
 
 
-def make_context(
-    redis_url: str,
-    tls_ca: str | None,
-    tls_cert: str | None,
-    tls_key: str | None,
-    username: str | None,
-    password: str | None,
-    key_prefix: str,
-    as_json: bool,
-) -> Context:
-    extra: dict[str, Any] = {}
-    if tls_ca:
-        extra["ssl_ca_certs"] = tls_ca
-    if tls_cert:
-        extra["ssl_certfile"] = tls_cert
-    if tls_key:
-        extra["ssl_keyfile"] = tls_key
-    if username:
-        extra["username"] = username
-    if password:
-        extra["password"] = password
-    config = ClientConfig(key_prefix=key_prefix, redis_options=extra)
+CONNECTION_OPTIONS = (
+    "redis_url",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "username",
+    "password",
+    "key_prefix",
+    "as_json",
+)
+_REDIS_OPTION_NAMES = {
+    "tls_ca": "ssl_ca_certs",
+    "tls_cert": "ssl_certfile",
+    "tls_key": "ssl_keyfile",
+    "username": "username",
+    "password": "password",
+}
+
+
+def make_context(options: dict[str, Any]) -> Context:
+    """A Context from the values of the connection options (see :func:`connection_options`)."""
+    extra = {
+        redis_name: options[name]
+        for name, redis_name in _REDIS_OPTION_NAMES.items()
+        if options.get(name)
+    }
+    config = ClientConfig(key_prefix=options["key_prefix"], redis_options=extra)
+    as_json = bool(options["as_json"])
     console = Console(soft_wrap=True, width=None if not as_json else 200)
-    return Context(redis_url, config, Output(as_json, console))
+    return Context(options["redis_url"], config, Output(as_json, console))
 
 
 def command(func: F) -> F:
@@ -86,20 +92,8 @@ def command(func: F) -> F:
 
     @connection_options
     @functools.wraps(func)
-    def wrapper(
-        redis_url: str,
-        tls_ca: str | None,
-        tls_cert: str | None,
-        tls_key: str | None,
-        username: str | None,
-        password: str | None,
-        key_prefix: str,
-        as_json: bool,
-        **kwargs: Any,
-    ) -> Any:
-        ctx = make_context(
-            redis_url, tls_ca, tls_cert, tls_key, username, password, key_prefix, as_json
-        )
+    def wrapper(**kwargs: Any) -> Any:
+        ctx = make_context({name: kwargs.pop(name) for name in CONNECTION_OPTIONS})
         try:
             return func(ctx, **kwargs)
         except ReaderGroupError as exc:
