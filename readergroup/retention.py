@@ -26,7 +26,7 @@ from readergroup.errors import InvalidStreamCutError, ReaderGroupError
 from readergroup.group_positions import cuts_by_stream
 from readergroup.group_state import STATE_TYPES, UPDATE_TYPES, GroupState
 from readergroup.names import group_sync_name
-from readergroup.planning import ancestors, plan_ranges
+from readergroup.planning import descendants, plan_ranges
 from readergroup.redis_io import fetch_state, translate_errors
 from readergroup.stream_config import RetentionPolicy
 from readergroup.stream_cut import StreamCut, check_cut_covers
@@ -51,8 +51,8 @@ def meet(state: StreamState, cuts: Sequence[Mapping[int, int]]) -> dict[int, int
     for cut in cuts:
         for segment, offset in cut.items():
             merged[segment] = min(offset, merged.get(segment, offset))
-    earlier = ancestors(state, set(merged))
-    return {s: o for s, o in sorted(merged.items()) if s not in earlier}
+    later = descendants(state, set(merged))  # segments some cut is still before
+    return {s: o for s, o in sorted(merged.items()) if s not in later}
 
 
 class _GroupGone(ReaderGroupError):

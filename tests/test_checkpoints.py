@@ -323,3 +323,28 @@ def test_retention_by_size_keeps_the_newest_bytes(redis_url: str, scope: str, fa
         info = sm.get_stream_info(scope, "z")
         kept = sum((s.tail - s.head) * 5 for s in info.active_segments)
         assert kept == 20 and info.head_cut.positions[0] == 16  # the newest batch: 20 <= 25 bytes
+
+
+def test_retention_across_a_scale_keeps_what_a_group_still_needs(
+    redis_url: str, scope: str, factory: Any
+) -> None:
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "x", StreamConfiguration(retention=RetentionPolicy()))
+        write(factory, 40, stream="x")
+        group(redis_url, scope, name="behind", stream="x", commit_mode="manual", **FAST)
+        with factory.create_reader("b", "behind", UTF8StringSerializer()) as reader:
+            for _ in range(10):
+                reader.read_next_event(timeout=2)
+            reader.commit()  # the group stands at offset 10 of segment 0
+        successors = sm.scale_stream(scope, "x", [0], [(0.0, 0.5), (0.5, 1.0)])
+        write(factory, 20, stream="x")
+        retention = RetentionManager(sm)
+        # an external subscriber that already reads the successors must not pull the cut past
+        # the group, which is still in their predecessor
+        retention.publish(
+            scope, "x", "ahead", StreamCut(scope, "x", {successors[0]: 3, successors[1]: 2})
+        )
+        cut = retention.apply(scope, "x")
+        assert cut == StreamCut(scope, "x", {0: 10})
+        remaining = list(factory.create_batch_client().read_events("x"))
+        assert len(remaining) == 30 + 20  # the group's unread 30, and every successor event
