@@ -153,11 +153,6 @@ class GroupState:
             counts[assignment.reader] = counts.get(assignment.reader, 0) + 1
         return counts
 
-    @property
-    def live_segments(self) -> set[SegKey]:
-        """Segments not completed: assigned, unassigned or future."""
-        return set(self.assigned) | set(self.unassigned) | set(self.future)
-
     def positions(self) -> dict[SegKey, int]:
         """Committed position of every segment that has one (assigned or unassigned)."""
         out = dict(self.unassigned)

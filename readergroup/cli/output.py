@@ -34,10 +34,6 @@ class Output:
         elif title:
             self.console.print(title)
 
-    def note(self, text: str) -> None:
-        if not self.as_json:
-            self.console.print(text)
-
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
     result = Table(title=title or None, show_lines=False, header_style="bold")

@@ -116,10 +116,6 @@ def encode_offset(cut: StreamCut) -> dict[str, Any]:
     return {"positions": positions, "stream": cut.scoped_stream, "version": OFFSET_VERSION}
 
 
-def offset_json(cut: StreamCut) -> str:
-    return json.dumps(encode_offset(cut), sort_keys=True, separators=(",", ":"))
-
-
 def decode_offset(offset: Mapping[str, Any] | str) -> StreamCut:
     """The stream cut an offset names; anything malformed raises InvalidStreamCutError."""
     try:

@@ -61,7 +61,6 @@ from readergroup.stream_manager import StreamManager
 try:  # admission control and AvailableNow arrived in Spark 4.2
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
-        ReadLimit,
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
@@ -69,7 +68,6 @@ try:  # admission control and AvailableNow arrived in Spark 4.2
     ADMISSION_CONTROL = True
 except ImportError:  # pragma: no cover - exercised only on Spark < 4.2
     ADMISSION_CONTROL = False
-    ReadLimit = object  # type: ignore[assignment,misc]
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
