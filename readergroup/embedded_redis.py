@@ -67,13 +67,18 @@ def _free_port() -> int:
         return port
 
 
-def _ping(port: int) -> bool:
+def _answers(port: int, command: bytes, expected: bytes) -> bool:
+    """Whether the server on ``port`` answers ``command`` with a reply containing ``expected``."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+            sock.sendall(command + b"\r\n")
+            return expected in sock.recv(4096)
     except OSError:
         return False
+
+
+def _ping(port: int) -> bool:
+    return _answers(port, b"PING", b"+PONG")
 
 
 class LocalRedisServer:
@@ -277,12 +282,7 @@ def local_redis_cluster(masters: int = 3) -> Iterator[LocalRedisCluster]:
 
 
 def _cluster_ok(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"CLUSTER INFO\r\n")
-            return b"cluster_state:ok" in sock.recv(4096)
-    except OSError:
-        return False
+    return _answers(port, b"CLUSTER INFO", b"cluster_state:ok")
 
 
 def _container_engine_answers() -> bool:

@@ -286,10 +286,11 @@ class ReaderGroup:
 
     def _shifted(self, state: GroupState, shift_by: int) -> dict[SegKey, int]:
         shifted: dict[SegKey, int] = {}
-        for (scoped, segment), position in state.positions().items():
-            scope, _, stream = scoped.partition("/")
-            seg = self._connection.segment_states(scope, stream, [segment])[segment]
-            shifted[(scoped, segment)] = min(seg.tail, max(seg.head, position - shift_by))
+        for scoped, cut in cuts_by_stream(state.positions()).items():
+            states = self._connection.segment_states(cut.scope, cut.stream, list(cut.positions))
+            for segment, position in cut.positions.items():
+                seg = states[segment]
+                shifted[(scoped, segment)] = min(seg.tail, max(seg.head, position - shift_by))
         return shifted
 
     def _end_for(self, state: GroupState, starts: Mapping[SegKey, int]) -> dict[SegKey, int] | None:

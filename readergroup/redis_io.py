@@ -71,18 +71,25 @@ def translate_errors(operation: str) -> Iterator[None]:
         raise ReaderGroupError(f"Redis error during {operation}: {exc}") from exc
 
 
-def fetch_state(
-    sync: StateSynchronizer[Any], missing: Callable[[], ReaderGroupError], operation: str
-) -> Any:
-    """Fetch ``sync`` and return its state; a synchronizer that does not exist becomes the
-    domain error ``missing()`` (stream or group not found), other failures the usual ones."""
+@contextmanager
+def missing_as(missing: Callable[[], ReaderGroupError], operation: str) -> Iterator[None]:
+    """Like :func:`translate_errors`, but a synchronizer that does not exist becomes the domain
+    error ``missing()`` (stream or group not found)."""
     try:
         with translate_errors(operation):
-            sync.fetch_updates()
+            yield
     except ReaderGroupError as exc:
         if isinstance(exc.__cause__, SynchronizerNotFoundError):
             raise missing() from exc
         raise
+
+
+def fetch_state(
+    sync: StateSynchronizer[Any], missing: Callable[[], ReaderGroupError], operation: str
+) -> Any:
+    """Fetch ``sync`` and return its state (see :func:`missing_as`)."""
+    with missing_as(missing, operation):
+        sync.fetch_updates()
     return sync.state
 
 
@@ -184,6 +191,22 @@ class SegmentState:
     tail: int
     bytes: int
     sealed: bool
+
+
+_META_FIELDS = ("created_ms", "sealed", "events", "bytes", "head")
+
+
+def _segment_state(segment: int, fields: Sequence[Any]) -> SegmentState:
+    """A segment's state from ``HMGET meta`` of :data:`_META_FIELDS`."""
+    created, sealed, events, size, head = fields
+    return SegmentState(
+        segment,
+        created is not None,
+        int(head or 0),
+        int(events or 0),
+        int(size or 0),
+        sealed == b"1",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,15 +449,13 @@ class RedisConnection:
         last = "+" if stop < 0 else f"{stop}-0"
         with translate_errors("read"):
             pipe = self.client.pipeline(transaction=True)  # MULTI/EXEC: state and events agree
-            pipe.hmget(meta, "created_ms", "sealed", "events", "bytes", "head")
+            pipe.hmget(meta, *_META_FIELDS)
             pipe.xrange(events, f"{start + 1}-0", last, count=limit)
             (created, sealed, tail, size, head), entries = pipe.execute()
         name = segment_name(scope, stream, segment)
-        if created is None:
+        state = _segment_state(segment, (created, sealed, tail, size, head))
+        if not state.exists:
             raise SegmentNotFoundError(f"segment {name} does not exist")
-        state = SegmentState(
-            segment, True, int(head or 0), int(tail or 0), int(size or 0), sealed == b"1"
-        )
         if start < state.head:
             raise TruncatedDataError(name, start, state.head)
         return state, [parse_event(segment, entry) for entry in entries]
@@ -447,19 +468,12 @@ class RedisConnection:
             pipe = self.client.pipeline(transaction=False)
             for segment in segments:
                 meta = self.segment_keys(scope, stream, segment)[0]
-                pipe.hmget(meta, "created_ms", "sealed", "events", "bytes", "head")
+                pipe.hmget(meta, *_META_FIELDS)
             replies = pipe.execute()
-        states = {}
-        for segment, (created, sealed, events, size, head) in zip(segments, replies, strict=True):
-            states[segment] = SegmentState(
-                segment,
-                created is not None,
-                int(head or 0),
-                int(events or 0),
-                int(size or 0),
-                sealed == b"1",
-            )
-        return states
+        return {
+            segment: _segment_state(segment, fields)
+            for segment, fields in zip(segments, replies, strict=True)
+        }
 
     def read_blocking(
         self,

@@ -166,22 +166,19 @@ class RetentionManager:
         while high - low > 1:
             middle = (low + high) // 2
             cut = dict(self._manager.cut_at_time(scope, stream, middle).positions)
-            if self._bytes_after(state, cut, tail) <= max_bytes:
+            if self._bytes_after(state, cut) <= max_bytes:
                 best, high = cut, middle
             else:
                 low = middle
-        return best if self._bytes_after(state, best, tail) <= max_bytes else dict(tail)
+        return best if self._bytes_after(state, best) <= max_bytes else dict(tail)
 
-    def _bytes_after(self, state: StreamState, cut: dict[int, int], tail: dict[int, int]) -> int:
+    def _bytes_after(self, state: StreamState, cut: dict[int, int]) -> int:
+        """Bytes stored at and after ``cut`` (one round trip)."""
         ranges = plan_ranges(state, cut, None, dict.fromkeys(state.segments, 1 << 62))
-        total = 0
-        for segment_range in ranges:
-            probe = self._connection.lag_probe(
-                state.scope, state.stream, {segment_range.segment: segment_range.start}
-            )
-            _, size, byte_at, _ = probe[segment_range.segment]
-            total += size - byte_at
-        return total
+        probe = self._connection.lag_probe(
+            state.scope, state.stream, {r.segment: r.start for r in ranges}
+        )
+        return sum(size - byte_at for _, size, byte_at, _ in probe.values())
 
     def apply(self, scope: str, stream: str) -> StreamCut | None:
         """Truncate ``scope/stream`` as far as its policy and subscribers allow; return the cut

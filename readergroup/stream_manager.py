@@ -35,7 +35,13 @@ from readergroup.errors import (
 )
 from readergroup.names import CATALOG_SYNC_NAME, stream_sync_name, validate_name
 from readergroup.planning import ancestors
-from readergroup.redis_io import RedisConnection, SegmentState, fetch_state, translate_errors
+from readergroup.redis_io import (
+    RedisConnection,
+    SegmentState,
+    fetch_state,
+    missing_as,
+    translate_errors,
+)
 from readergroup.routing import number_of, segment_id, segment_name
 from readergroup.stream_config import StreamConfiguration
 from readergroup.stream_cut import StreamCut, check_cut_covers
@@ -50,7 +56,7 @@ from readergroup.stream_metadata import (
     check_scale,
     initial_state,
 )
-from statesync import StateSynchronizer, SynchronizerNotFoundError
+from statesync import StateSynchronizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,13 +243,9 @@ class StreamManager(Closing):
 
     def _update(self, scope: str, stream: str, generator: Any) -> Any:
         sync = self._sync(scope, stream)
-        try:
-            with translate_errors("update stream metadata"):
-                return sync.update_state(generator)
-        except Exception as exc:
-            if isinstance(exc.__cause__, SynchronizerNotFoundError):
-                raise StreamNotFoundError(f"stream {scope}/{stream} does not exist") from exc
-            raise
+        missing = lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist")  # noqa: E731
+        with missing_as(missing, "update stream metadata"):
+            return sync.update_state(generator)
 
     def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
         """Change the configuration (``max_event_size``, scaling policy). The segment count only
