@@ -31,6 +31,11 @@ class InvalidKeyRangesError(ReaderGroupError, ValueError):
     """New key ranges of a scale do not exactly cover the ranges of the sealed segments."""
 
 
+class InvalidRoutingKeyError(ReaderGroupError, ValueError):
+    """A routing key is not valid UTF-8 (a lone surrogate) or is longer than
+    ``MAX_ROUTING_KEY_BYTES`` (1024 bytes of UTF-8); nothing was written."""
+
+
 class InvalidStreamCutError(ReaderGroupError, ValueError):
     """A stream cut's text is malformed, or the cut does not fit the stream."""
 

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from readergroup import catalog
 from readergroup.closing import Closing
 from readergroup.config import ClientConfig
-from readergroup.errors import ReaderGroupError, ScopeNotFoundError
+from readergroup.errors import InvalidConfigError, ReaderGroupError, ScopeNotFoundError
 from readergroup.group_config import ReaderGroupConfig, StartPosition
 from readergroup.group_positions import cuts_by_stream, resolve_group
 from readergroup.group_state import (
@@ -436,20 +436,24 @@ class ReaderGroupManager(Closing):
         validate_name(name, "reader group")
         if not isinstance(config, ReaderGroupConfig):
             raise TypeError("config must be a ReaderGroupConfig")
-        # validates every stream, start and end first
-        starts, end = resolve_group(self._streams, self.scope, config)
-        now = self._connection.server_time_ms()
         scope = self.scope
+        foreign = [f"{s}/{t}" for s, t in config.scoped_streams(scope) if s != scope]
+        if foreign:
+            raise InvalidConfigError(
+                f"reader group {scope}/{name} cannot read {foreign}: a group reads streams of "
+                "its own scope only (scopes are the isolation boundary)"
+            )
+        # validates every stream, start and end first
+        starts, end = resolve_group(self._streams, scope, config)
+        now = self._connection.server_time_ms()
 
         def add(state: catalog.Catalog) -> Any:
-            if scope not in catalog.scopes_of(state):
-                raise ScopeNotFoundError(f"scope {scope!r} does not exist")
-            if name in catalog.groups_of(state, scope):
+            if name in catalog.groups_of(state):
                 return [], False
-            streams = tuple(f"{s}/{t}" for s, t in config.scoped_streams(scope))
-            return [catalog.AddGroup(scope, name, now, streams)], True
+            streams = tuple(t for _, t in config.scoped_streams(scope))
+            return [catalog.AddGroup(name, now, streams)], True
 
-        created = bool(self._streams.update_catalog(add))
+        created = bool(self._streams.update_catalog(scope, add))
         sync = self._connection.synchronizer(
             group_sync_name(scope, name), UPDATE_TYPES, STATE_TYPES
         )
@@ -462,24 +466,27 @@ class ReaderGroupManager(Closing):
         return ReaderGroup(self._connection, self.scope, name)
 
     def list_reader_groups(self) -> list[str]:
-        return sorted(catalog.groups_of(self._streams.catalog(), self.scope))
+        return sorted(catalog.groups_of(self._streams.catalog(self.scope)))
 
     def delete_reader_group(self, name: str) -> bool:
         """Delete the group's state and heartbeats; ``False`` if it did not exist."""
         validate_name(name, "reader group")
+
+        def remove(state: catalog.Catalog) -> Any:
+            if name not in catalog.groups_of(state):
+                return [], False
+            return [catalog.RemoveGroup(name)], True
+
+        try:  # first: only the scope's admin gets past this step
+            removed = bool(self._streams.update_catalog(self.scope, remove))
+        except ScopeNotFoundError:
+            removed = False
         sync_name = group_sync_name(self.scope, name)
         sync = self._connection.synchronizer(sync_name, UPDATE_TYPES, STATE_TYPES)
         with translate_errors("delete reader group"):
             existed = sync.delete()
             self._connection.client.delete(heartbeat_key(self._connection, sync_name))
-        scope = self.scope
-
-        def remove(state: catalog.Catalog) -> Any:
-            if name not in catalog.groups_of(state, scope):
-                return [], False
-            return [catalog.RemoveGroup(scope, name)], True
-
-        return bool(self._streams.update_catalog(remove)) or existed
+        return removed or existed
 
 
 def join_group(

@@ -41,7 +41,7 @@ from readergroup.routing import segment_name
 from readergroup.scripts import SCRIPT_NAMES, script_source
 from statesync import StateSynchronizer, SyncConfig, SynchronizerNotFoundError, Update
 from statesync.errors import BackendAccessError, BackendUnavailableError, StateSyncError
-from statesync.redis_backend import RedisLogBackend
+from statesync.redis_backend import RedisLogBackend, run_read_only
 
 MAX_BLOCK_SECONDS = 5.0
 """Longest single blocking read; callers loop for longer waits (a dead server is noticed)."""
@@ -438,7 +438,13 @@ class RedisConnection:
         return int(self._run("truncate_segment", scope, stream, segment, 2, offset)[2])
 
     def offset_at_time(self, scope: str, stream: str, segment: int, server_ms: int) -> int:
-        return int(self._run("offset_at_time", scope, stream, segment, 2, server_ms)[1])
+        meta, events, _ = self.segment_keys(scope, stream, segment)
+        with translate_errors("offset_at_time"):
+            reply = run_read_only(
+                self.client, self._scripts["offset_at_time"], [meta, events], [server_ms]
+            )
+        segment_status.check("offset_at_time", segment_name(scope, stream, segment), reply)
+        return int(reply[1])
 
     def read_range(
         self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int

@@ -8,7 +8,8 @@ with ``max_bytes`` data beyond that many bytes from the tail, with neither all o
 
 * every reader group reading the stream whose ``retention_subscriber`` is ``"committed"`` (its
   committed positions) or ``"checkpoint"`` (its last completed checkpoint; nothing is deleted
-  for a group that has none yet);
+  for a group that has none yet). Groups read streams of their own scope only and are found
+  in that scope's catalog, so retention of a scope reads only keys its own roles can write;
 * every external subscriber that published a cut with :meth:`RetentionManager.publish` (the
   Spark source does, on each committed micro-batch).
 
@@ -85,13 +86,14 @@ class RetentionManager:
         a checkpoint-mode group without a checkpoint, or a group whose state cannot be read)."""
         scoped = f"{scope}/{stream}"
         cuts: dict[str, StreamCut | None] = {}
-        for group_scope, group in catalog.subscribers_of(self._manager.catalog(), scoped):
+        # only this scope's keys: its catalog and its groups (a group reads its own scope only)
+        for group in catalog.subscribers_of(self._manager.catalog(scope), stream):
             try:
-                subscribes, cut = self._group_cut(group_scope, group, scoped)
+                subscribes, cut = self._group_cut(scope, group, scoped)
             except ReaderGroupError:
                 subscribes, cut = True, None  # unreadable: never delete what it may need
             if subscribes:
-                cuts[f"group:{group_scope}/{group}"] = cut
+                cuts[f"group:{scope}/{group}"] = cut
         with translate_errors("read subscribers"):
             published = self._connection.client.hgetall(self._subscriber_key(scope, stream))
         for name, text in published.items():

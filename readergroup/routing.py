@@ -25,7 +25,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import pairwise
 
-from readergroup.errors import InvalidKeyRangesError
+from readergroup.errors import InvalidKeyRangesError, InvalidRoutingKeyError
 
 _TWO_POW_64 = float(2**64)
 _NUMBER_MASK = (1 << 32) - 1
@@ -50,9 +50,38 @@ def segment_name(scope: str, stream: str, segment: int) -> str:
     return f"{scope}/{stream}/{number_of(segment)}.#epoch.{epoch_of(segment)}"
 
 
+MAX_ROUTING_KEY_BYTES = 1024
+"""Longest routing key, in bytes of its UTF-8 encoding."""
+
+
+def routing_key_bytes(routing_key: str) -> bytes:
+    """The UTF-8 encoding of ``routing_key``; InvalidRoutingKeyError if it is not valid UTF-8
+    (a lone surrogate) or longer than :data:`MAX_ROUTING_KEY_BYTES`.
+
+    >>> routing_key_bytes("\\ud800")
+    Traceback (most recent call last):
+    ...
+    readergroup.errors.InvalidRoutingKeyError: routing key '\\ud800' is not valid UTF-8: ...
+    """
+    try:
+        encoded = routing_key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRoutingKeyError(
+            f"routing key {routing_key[:64]!r} is not valid UTF-8: {exc.reason} at "
+            f"position {exc.start}"
+        ) from None
+    if len(encoded) > MAX_ROUTING_KEY_BYTES:
+        raise InvalidRoutingKeyError(
+            f"routing key of {len(encoded)} bytes is longer than {MAX_ROUTING_KEY_BYTES} bytes: "
+            f"{routing_key[:32]!r}..."
+        )
+    return encoded
+
+
 def key_position(routing_key: str) -> float:
-    """Where ``routing_key`` falls in ``[0, 1)`` (see the module docstring)."""
-    digest = hashlib.blake2b(routing_key.encode("utf-8"), digest_size=8).digest()
+    """Where ``routing_key`` falls in ``[0, 1)`` (see the module docstring). Raises
+    InvalidRoutingKeyError for a key that is not valid UTF-8 or is too long."""
+    digest = hashlib.blake2b(routing_key_bytes(routing_key), digest_size=8).digest()
     return int.from_bytes(digest, "big") / _TWO_POW_64
 
 

@@ -1,6 +1,7 @@
 """``StreamManager``: scopes and streams, their scaling, sealing, truncation and deletion.
 
-All metadata lives in state synchronizers (the catalog, and one per stream); the data plane
+All metadata lives in state synchronizers (one catalog per scope, the operator's list of
+scopes, and one per stream); the data plane
 is Redis Streams (:mod:`readergroup.redis_io`). There is no controller process: any client
 may run any of these operations, and conditional appends keep concurrent ones consistent.
 
@@ -13,7 +14,8 @@ Order of effects, chosen so that a crash at any point leaves a state the next ca
   ``get_stream_info``, and by readers reaching the segment's end.
 * ``truncate_stream``: the metadata head moves first (readers stop asking for older data),
   then the data is deleted.
-* ``delete_stream``: data, then metadata, then the catalog entry.
+* ``delete_stream``: the catalog entry (so a role that may not delete streams changes
+  nothing), then data, then metadata.
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ from readergroup.errors import (
     StreamNotFoundError,
     StreamNotSealedError,
 )
-from readergroup.names import CATALOG_SYNC_NAME, stream_sync_name, validate_name
+from readergroup.names import (
+    SCOPES_SYNC_NAME,
+    catalog_sync_name,
+    stream_sync_name,
+    validate_name,
+)
 from readergroup.planning import ancestors
 from readergroup.redis_io import (
     RedisConnection,
@@ -110,7 +117,10 @@ class StreamManager(Closing):
     def __init__(self, connection: RedisConnection, *, owns_connection: bool = False) -> None:
         self._connection = connection
         self._owns_connection = owns_connection
-        self._catalog = connection.synchronizer(CATALOG_SYNC_NAME, catalog.UPDATE_TYPES)
+        self._scope_list = connection.synchronizer(
+            SCOPES_SYNC_NAME, catalog.SCOPE_LIST_UPDATE_TYPES
+        )
+        self._catalogs: dict[str, StateSynchronizer[catalog.Catalog]] = {}
         self._streams: dict[tuple[str, str], StateSynchronizer[StreamState]] = {}
 
     @classmethod
@@ -125,66 +135,139 @@ class StreamManager(Closing):
         if self._owns_connection:
             self._connection.close()
 
-    # -- catalog ----------------------------------------------------------------------------
-    def _catalog_state(self) -> dict[str, dict[str, int]]:
-        return catalog.scopes_of(self.catalog())
+    # -- catalogs (one per scope) and the list of scopes (operator only) ---------------------
+    def _catalog_sync(self, scope: str) -> StateSynchronizer[catalog.Catalog]:
+        sync = self._catalogs.get(scope)
+        if sync is None:
+            sync = self._connection.synchronizer(catalog_sync_name(scope), catalog.UPDATE_TYPES)
+            self._catalogs[scope] = sync
+        return sync
 
-    def catalog(self) -> catalog.Catalog:
-        """The whole catalog, fetched now."""
-        with translate_errors("read catalog"):
-            if not self._catalog.is_loaded:
-                self._catalog.initialize(catalog.EMPTY_CATALOG)
-            else:
-                self._catalog.fetch_updates()
-            state: catalog.Catalog = self._catalog.state
-            return state
+    @staticmethod
+    def _no_scope(scope: str) -> ScopeNotFoundError:
+        return ScopeNotFoundError(
+            f"scope {scope!r} does not exist (data written before per-scope catalogs needs "
+            "`readergroup admin migrate` once)"
+        )
 
-    def update_catalog(self, generator: Any) -> Any:
-        """Conditionally update the catalog (for reader group registration)."""
-        return self._update_catalog(generator)
+    def catalog(self, scope: str) -> catalog.Catalog:
+        """``scope``'s catalog (streams, groups, what each group reads), fetched now.
 
-    def _update_catalog(self, generator: Any) -> Any:
-        self._catalog_state()
-        with translate_errors("update catalog"):
-            return self._catalog.update_state(generator)
+        Raises ScopeNotFoundError if the scope does not exist.
+        """
+        validate_name(scope, "scope")
+        state: catalog.Catalog = fetch_state(
+            self._catalog_sync(scope), lambda: self._no_scope(scope), "read catalog"
+        )
+        if catalog.is_closed(state):
+            raise self._no_scope(scope)
+        return state
+
+    def update_catalog(self, scope: str, generator: Any) -> Any:
+        """Conditionally update ``scope``'s catalog (for reader group registration). The
+        generator runs on the current catalog of an existing scope."""
+        validate_name(scope, "scope")
+
+        def checked(state: catalog.Catalog) -> Any:
+            if catalog.is_closed(state):
+                raise self._no_scope(scope)
+            return generator(state)
+
+        sync = self._catalog_sync(scope)
+        with missing_as(lambda: self._no_scope(scope), "update catalog"):
+            if not sync.is_loaded:
+                sync.fetch_updates()
+            return sync.update_state(checked)
+
+    def _update_scope_list(self, generator: Any) -> Any:
+        with translate_errors("update the list of scopes"):
+            if not self._scope_list.is_loaded:
+                self._scope_list.initialize(catalog.EMPTY_SCOPE_LIST)
+            return self._scope_list.update_state(generator)
 
     def create_scope(self, scope: str) -> bool:
-        """Create ``scope``; ``False`` if it already existed."""
+        """Create ``scope``; ``False`` if it already existed.
+
+        Creating a scope is an operator action (it lists the scope); on an existing scope this
+        only reads the scope's own catalog, so a scope's admin may call it too.
+        """
         validate_name(scope, "scope")
+        sync = self._catalog_sync(scope)
+        try:
+            self.catalog(scope)
+            return False
+        except ScopeNotFoundError:
+            pass
+        now = self._connection.server_time_ms()
 
-        def create(state: catalog.Catalog) -> Any:
-            if scope in catalog.scopes_of(state):
+        def add(state: catalog.ScopeList) -> Any:
+            if scope in catalog.listed_scopes(state):
                 return [], False
-            return [catalog.CreateScope(scope)], True
+            return [catalog.ListScope(scope, now)], True
 
-        return bool(self._update_catalog(create))
+        listed = bool(self._update_scope_list(add))  # first: refused unless operator
+        with translate_errors("create scope"):
+            if sync.is_loaded and catalog.is_closed(sync.state):
+                sync.delete()  # left behind by an interrupted delete_scope
+            created = sync.initialize(catalog.empty_catalog())
+        return listed or created
 
     def delete_scope(self, scope: str) -> bool:
-        """Delete an empty scope; ``False`` if it did not exist."""
+        """Delete an empty scope (an operator action); ``False`` if it did not exist."""
         validate_name(scope, "scope")
 
-        def delete(state: catalog.Catalog) -> Any:
-            scopes = catalog.scopes_of(state)
-            if scope not in scopes:
-                return [], False
-            if scopes[scope] or catalog.groups_of(state, scope):
+        def check_empty(state: catalog.Catalog) -> None:
+            streams, groups = catalog.streams_of(state), catalog.groups_of(state)
+            if streams or groups:
                 raise ScopeNotEmptyError(
-                    f"scope {scope!r} still has streams {sorted(scopes[scope])} or reader groups "
-                    f"{sorted(catalog.groups_of(state, scope))}; delete them first"
+                    f"scope {scope!r} still has streams {sorted(streams)} or reader groups "
+                    f"{sorted(groups)}; delete them first"
                 )
-            return [catalog.DeleteScope(scope)], True
 
-        return bool(self._update_catalog(delete))
+        self.list_scopes()  # first: refused unless operator
+        try:
+            check_empty(self.catalog(scope))  # fail fast, before changing anything
+            exists = True
+        except ScopeNotFoundError:
+            exists = False
+        listed_ms: list[int] = []
+
+        def unlist(state: catalog.ScopeList) -> Any:
+            listed_ms[:] = [catalog.listed_scopes(state).get(scope, -1)]
+            if scope not in catalog.listed_scopes(state):
+                return [], False
+            return [catalog.UnlistScope(scope)], True
+
+        unlisted = bool(self._update_scope_list(unlist))
+        if exists:
+
+            def close(state: catalog.Catalog) -> Any:
+                check_empty(state)
+                return [catalog.CloseScope()]
+
+            try:
+                self.update_catalog(scope, close)
+            except ScopeNotEmptyError:  # a stream or group was added meanwhile: list it again
+                if unlisted:
+                    self._update_scope_list(lambda s: [catalog.ListScope(scope, listed_ms[0])])
+                raise
+            except ScopeNotFoundError:
+                pass
+            with translate_errors("delete scope"):
+                self._catalog_sync(scope).delete()
+        return unlisted or exists
 
     def list_scopes(self) -> list[str]:
-        return sorted(self._catalog_state())
+        """Every scope (an operator action: scope roles cannot enumerate other scopes)."""
+        with translate_errors("list scopes"):
+            if not self._scope_list.is_loaded:
+                self._scope_list.initialize(catalog.EMPTY_SCOPE_LIST)
+            else:
+                self._scope_list.fetch_updates()
+            return sorted(catalog.listed_scopes(self._scope_list.state))
 
     def list_streams(self, scope: str) -> list[str]:
-        validate_name(scope, "scope")
-        scopes = self._catalog_state()
-        if scope not in scopes:
-            raise ScopeNotFoundError(f"scope {scope!r} does not exist")
-        return sorted(scopes[scope])
+        return sorted(catalog.streams_of(self.catalog(scope)))
 
     # -- streams ----------------------------------------------------------------------------
     def create_stream(
@@ -197,14 +280,11 @@ class StreamManager(Closing):
         now = self._connection.server_time_ms()
 
         def add(state: catalog.Catalog) -> Any:
-            scopes = catalog.scopes_of(state)
-            if scope not in scopes:
-                raise ScopeNotFoundError(f"scope {scope!r} does not exist; create_scope first")
-            if stream in scopes[scope]:
+            if stream in catalog.streams_of(state):
                 return [], False
-            return [catalog.AddStream(scope, stream, now)], True
+            return [catalog.AddStream(stream, now)], True
 
-        created = bool(self._update_catalog(add))
+        created = bool(self.update_catalog(scope, add))
         state = initial_state(scope, stream, config, now)
         # idempotent steps, repeated on every call so an interrupted creation completes
         self._connection.create_segments(scope, stream, list(state.segments), now)
@@ -435,20 +515,21 @@ class StreamManager(Closing):
             state = self.stream_state(scope, stream)
         except StreamNotFoundError:
             state = None
+        if state is not None and not state.sealed:
+            raise StreamNotSealedError(f"stream {scope}/{stream} must be sealed before deletion")
+
+        def remove(current: catalog.Catalog) -> Any:
+            if stream not in catalog.streams_of(current):
+                return [], False
+            return [catalog.RemoveStream(stream)], True
+
+        try:  # first: only the scope's admin gets past this step
+            removed = bool(self.update_catalog(scope, remove))
+        except ScopeNotFoundError:
+            removed = False
         if state is not None:
-            if not state.sealed:
-                raise StreamNotSealedError(
-                    f"stream {scope}/{stream} must be sealed before deletion"
-                )
             self._connection.delete_segments(scope, stream, list(state.segments))
             with translate_errors("delete stream metadata"):
                 self._sync(scope, stream, must_exist=False).delete()
             self._streams.pop((scope, stream), None)
-
-        def remove(current: catalog.Catalog) -> Any:
-            if stream not in catalog.scopes_of(current).get(scope, {}):
-                return [], False
-            return [catalog.RemoveStream(scope, stream)], True
-
-        removed = bool(self._update_catalog(remove))
         return removed or state is not None

@@ -64,6 +64,31 @@ def translate_redis_errors(operation: str, name: str) -> Iterator[None]:
         ) from exc
 
 
+_NO_EVALSHA_RO = "_statesync_no_evalsha_ro"
+"""Attribute set on a client whose server lacks ``EVALSHA_RO``."""
+
+
+def run_read_only(
+    client: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
+) -> Any:
+    """Run a script that only reads with ``EVALSHA_RO`` (loading it on ``NOSCRIPT``), so an ACL
+    user with read-only key patterns (``%R~``) may run it: Redis checks the keys ``EVALSHA``
+    declares as writable. Falls back to ``EVALSHA`` on servers older than Redis 7."""
+    if getattr(client, _NO_EVALSHA_RO, False):
+        return script(keys=list(keys), args=list(args), client=client)
+    try:
+        try:
+            return client.evalsha_ro(script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            client.script_load(script.script)
+            return client.evalsha_ro(script.sha, len(keys), *keys, *args)
+    except redis.ResponseError as exc:
+        if "unknown command" not in str(exc).lower():
+            raise
+        setattr(client, _NO_EVALSHA_RO, True)
+        return script(keys=list(keys), args=list(args), client=client)
+
+
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
@@ -179,7 +204,13 @@ class RedisLogBackend:
 
     def read(self, name: str, after_revision: int, limit: int) -> ReadResult:
         k = self.keys(name)
-        reply = self._run("read", name, [k.meta, k.log, k.snapshots], [after_revision, limit])
+        with translate_redis_errors("read", name):
+            reply = run_read_only(
+                self._client,
+                self._scripts["read"],
+                [k.meta, k.log, k.snapshots],
+                [after_revision, limit],
+            )
         status.raise_for_status("read", name, reply)
         try:
             _, head, incarnation, snapshot_revision, snapshot, entries = reply

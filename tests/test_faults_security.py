@@ -23,6 +23,7 @@ from readergroup import (
     SerializationError,
     StreamManager,
     UTF8StringSerializer,
+    acl,
 )
 from readergroup.names import group_sync_name
 from statesync import CorruptEntryError
@@ -166,27 +167,8 @@ def test_clock_skew_between_clients_does_not_break_liveness(redis_url: str, scop
 
 
 def acl_user(client: redis.Redis, name: str, scope: str) -> None:
-    """The minimal rules of a reader/writer confined to one scope (see the README)."""
-    client.execute_command(
-        "ACL",
-        "SETUSER",
-        name,
-        "on",
-        ">secret",
-        "resetkeys",
-        f"~rg:{{{scope}/*",
-        f"~rg:{{stream:{scope}/*",
-        f"~rg:{{group:{scope}/*",
-        "resetchannels",
-        "-@all",
-        "+@read",
-        "+@write",
-        "+@stream",
-        "+@scripting",
-        "+@connection",
-        "+time",
-        "-@dangerous",
-    )
+    """A user with the generated admin rules of one scope (``readergroup acl rules``)."""
+    client.execute_command(*acl.rules("admin", scope).setuser_args(name, "secret"))
 
 
 def test_an_acl_user_cannot_touch_another_scope(private_redis: Any) -> None:

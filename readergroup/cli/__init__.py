@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from readergroup import __version__
+from readergroup.cli.acl import acl, admin
 from readergroup.cli.groups import group
 from readergroup.cli.streams import stream
 
@@ -21,3 +22,5 @@ def main() -> None:
 
 main.add_command(stream)
 main.add_command(group)
+main.add_command(acl)
+main.add_command(admin)

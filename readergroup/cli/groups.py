@@ -17,7 +17,7 @@ from readergroup.group_config import ReaderGroupConfig, StartPosition
 from readergroup.group_manager import ReaderGroup, ReaderGroupManager
 from readergroup.group_state import STATE_TYPES, UPDATE_TYPES
 from readergroup.names import group_sync_name
-from readergroup.redis_io import RedisConnection
+from readergroup.redis_io import RedisConnection, translate_errors
 from readergroup.stream_cut import StreamCut
 from statesync.codec import Codec, DecodeError, TypeRegistry
 
@@ -293,8 +293,9 @@ def history(ctx: Context, name: str, limit: int) -> None:
     try:
         sync_name = group_sync_name(scope, group_name)
         backend = connection.log_backend
-        head = backend.read(sync_name, 1 << 62, 1).head_revision
-        page = backend.read(sync_name, max(-1, head - limit), limit)
+        with translate_errors("read group history"):
+            head = backend.read(sync_name, 1 << 62, 1).head_revision
+            page = backend.read(sync_name, max(-1, head - limit), limit)
         codec = Codec(TypeRegistry([*UPDATE_TYPES, *STATE_TYPES]))
         rows = []
         for raw in page.entries:

@@ -1,0 +1,472 @@
+"""Scope isolation with the generated least-privilege ACL rules, on a real Redis.
+
+The matrix: each role (writer, reader, admin of scope ``a``; operator) x each public API call
+and CLI command x own scope / another scope (``b``). Allowed calls work; the rest raise
+``AccessDeniedError`` (CLI: one line, exit code 1); afterwards every key of scope ``b`` is
+byte-for-byte what it was (``DUMP`` before and after). Then the same with raw redis-py calls
+that the rules allow, and the cross-scope attacks of issue 16.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from readergroup import (
+    AccessDeniedError,
+    ClientConfig,
+    EventStreamClientFactory,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    RetentionManager,
+    RetentionPolicy,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+    UTF8StringSerializer,
+    acl,
+)
+from readergroup.catalog import RemoveGroup
+from readergroup.cli import main
+from readergroup.embedded_redis import LocalRedisServer, local_redis_server
+from readergroup.names import catalog_sync_name, scope_key_patterns
+from statesync.errors import BackendAccessError
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = {"heartbeat_interval": 0.3, "session_timeout": 3.0, "group_refresh_time": 0.05}
+ROLES = ("writer", "reader", "admin", "operator")
+PASSWORD = "pw-for-tests"
+
+
+@dataclass
+class Env:
+    server: LocalRedisServer
+    root: redis.Redis  # the default user: sets up data, dumps keys
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def config(self, role: str) -> ClientConfig:
+        return ClientConfig(redis_options={"username": f"u-{role}", "password": PASSWORD})
+
+    def dump(self, scope: str) -> dict[bytes, bytes | None]:
+        """Every key of ``scope`` (by the generated patterns) with its DUMP."""
+        patterns = scope_key_patterns("rg", scope).values()
+        keys = sorted(
+            k
+            for k in self.root.scan_iter(count=1000)
+            if any(fnmatch.fnmatchcase(k.decode(), p) for p in patterns)
+        )
+        return {k: self.root.dump(k) for k in keys}
+
+
+def build_scope(url: str, scope: str, events: int = 30) -> None:
+    """Scope with stream ``s`` (retention subscribers), group ``g`` on it, and some events."""
+    policy = RetentionPolicy()
+    config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2), retention=policy)
+    with StreamManager.from_url(url) as sm:
+        sm.create_scope(scope)
+        sm.create_stream(scope, "s", config)
+    with ReaderGroupManager.from_url(scope, url) as rgm:
+        rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"], **FAST))
+    with EventStreamClientFactory.from_url(scope, url) as factory:
+        writer = factory.create_event_writer("s", UTF8StringSerializer())
+        for i in range(events):
+            writer.write_event(f"e{i}", routing_key=f"k{i % 7}")
+        writer.flush()
+        writer.close()
+
+
+@pytest.fixture(scope="module")
+def env() -> Iterator[Env]:
+    with local_redis_server() as server:
+        root = redis.Redis.from_url(server.url)
+        for scope in ("a", "b"):
+            build_scope(server.url, scope)
+        runner = CliRunner()
+        for role in ROLES:  # users made from the CLI's own output
+            args = ["acl", "rules", "--role", role, "--user", f"u-{role}", "--password-env", "PW"]
+            if role != "operator":
+                args += ["--scope", "a"]
+            done = runner.invoke(main, args, env={"PW": PASSWORD})
+            assert done.exit_code == 0, done.output
+            assert root.execute_command(*done.output.split()) in (b"OK", "OK")
+        yield Env(server, root)
+        root.close()
+
+
+# -- the API matrix ---------------------------------------------------------------------------
+W, R, A, O = "writer", "reader", "admin", "operator"
+
+
+def sealed_stream(url: str, scope: str) -> str:
+    name = f"d{time.monotonic_ns()}"
+    with StreamManager.from_url(url) as sm:
+        sm.create_stream(scope, name)
+        sm.seal_stream(scope, name)
+    return name
+
+
+def spare_group(url: str, scope: str) -> str:
+    name = f"x{time.monotonic_ns()}"
+    with ReaderGroupManager.from_url(scope, url) as rgm:
+        rgm.create_reader_group(name, ReaderGroupConfig(streams=[f"{scope}/s"], **FAST))
+    return name
+
+
+Op = Callable[[str, ClientConfig, str], Any]
+
+
+def _sm(work: Callable[[StreamManager, str], Any]) -> Op:
+    def run(url: str, config: ClientConfig, scope: str) -> Any:
+        with StreamManager.from_url(url, config) as sm:
+            return work(sm, scope)
+
+    return run
+
+
+def _rgm(work: Callable[[ReaderGroupManager], Any]) -> Op:
+    def run(url: str, config: ClientConfig, scope: str) -> Any:
+        with ReaderGroupManager.from_url(scope, url, config) as rgm:
+            return work(rgm)
+
+    return run
+
+
+def _factory(work: Callable[[EventStreamClientFactory], Any]) -> Op:
+    def run(url: str, config: ClientConfig, scope: str) -> Any:
+        with EventStreamClientFactory.from_url(scope, url, config) as factory:
+            return work(factory)
+
+    return run
+
+
+def _write(factory: EventStreamClientFactory) -> None:
+    writer = factory.create_event_writer("s", UTF8StringSerializer())
+    try:
+        writer.write_event("x", routing_key="k").result(10)
+    finally:
+        writer.close()
+
+
+def _read(factory: EventStreamClientFactory) -> None:
+    with factory.create_reader(f"r{time.monotonic_ns()}", "g", UTF8StringSerializer()) as reader:
+        reader.read_batch(10, timeout=0.1)
+
+
+def _batch(factory: EventStreamClientFactory) -> None:
+    assert sum(1 for _ in factory.create_batch_client().read_events("s")) > 0
+
+
+def _split(sm: StreamManager, scope: str) -> None:
+    segment = sm.get_stream_info(scope, "s").active_segments[-1]
+    middle = (segment.low + segment.high) / 2
+    sm.scale_stream(
+        scope, "s", [segment.segment_id], [(segment.low, middle), (middle, segment.high)]
+    )
+
+
+def _truncate(sm: StreamManager, scope: str) -> None:
+    sm.truncate_stream(scope, "s", sm.head_cut(scope, "s"))
+
+
+def _group(work: Callable[[Any], Any]) -> Op:
+    return _rgm(lambda rgm: work(rgm.get_reader_group("g")))
+
+
+def _retention(work: Callable[[RetentionManager, str], Any]) -> Op:
+    return _sm(lambda sm, scope: work(RetentionManager(sm), scope))
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    run: Op
+    allowed: tuple[str, ...]
+    setup: Callable[[str, str], Any] | None = None
+    """Run as the default user first; its result is passed instead of the scope name."""
+
+
+CASES = [
+    Case("create_scope (existing)", _sm(lambda sm, s: sm.create_scope(s)), (A, O)),
+    Case("create_scope (new)", _sm(lambda sm, s: sm.create_scope(f"{s}new")), (O,)),
+    Case("delete_scope", _sm(lambda sm, s: sm.delete_scope(f"{s}new")), (O,)),
+    Case("list_scopes", _sm(lambda sm, s: sm.list_scopes()), (O,)),
+    Case("list_streams", _sm(lambda sm, s: sm.list_streams(s)), (A, O)),
+    Case("create_stream", _sm(lambda sm, s: sm.create_stream(s, "s")), (A, O)),
+    Case("get_stream_info", _sm(lambda sm, s: sm.get_stream_info(s, "s")), (W, R, A, O)),
+    Case("cut_at_time", _sm(lambda sm, s: sm.cut_at_time(s, "s", 0)), (W, R, A, O)),
+    Case(
+        "update_stream",
+        _sm(lambda sm, s: sm.update_stream(s, "s", sm.stream_state(s, "s").config)),
+        (A, O),
+    ),
+    Case("scale_stream", _sm(_split), (A, O)),
+    Case("truncate_stream", _sm(_truncate), (A, O)),
+    Case(
+        "seal and delete_stream",
+        lambda url, c, name: _sm(lambda sm, s: sm.delete_stream(*s.split("/")))(url, c, name),
+        (A, O),
+        setup=lambda url, scope: f"{scope}/{sealed_stream(url, scope)}",
+    ),
+    Case(
+        "create_reader_group",
+        _rgm(lambda rgm: rgm.create_reader_group("g", ReaderGroupConfig(streams=["s"]))),
+        (A, O),
+    ),
+    Case("list_reader_groups", _rgm(lambda rgm: rgm.list_reader_groups()), (A, O)),
+    Case(
+        "delete_reader_group",
+        lambda url, c, target: _rgm(lambda rgm: rgm.delete_reader_group(target.split("/")[1]))(
+            url, c, target.split("/")[0]
+        ),
+        (A, O),
+        setup=lambda url, scope: f"{scope}/{spare_group(url, scope)}",
+    ),
+    Case(
+        "group state and lag", _group(lambda g: (g.get_metrics(), g.get_stream_cuts())), (R, A, O)
+    ),
+    Case(
+        "initiate_checkpoint",
+        _group(lambda g: g.initiate_checkpoint(f"c{time.monotonic_ns()}", 5)),
+        (R, A, O),
+    ),
+    Case(
+        "reset_reader_group", _group(lambda g: g.reset_reader_group("head", timeout=5)), (R, A, O)
+    ),
+    Case("reader_offline", _group(lambda g: g.reader_offline("nobody")), (R, A, O)),
+    Case("writer: write_event", _factory(_write), (W, A, O)),
+    Case("reader: read_batch", _factory(_read), (R, A, O)),
+    Case("batch client", _factory(_batch), (R, A, O)),
+    Case(
+        "retention publish",
+        _retention(lambda rm, s: rm.publish(s, "s", "ext", rm._manager.head_cut(s, "s"))),
+        (R, A, O),
+    ),
+    Case("retention apply", _retention(lambda rm, s: rm.apply(s, "s")), (A, O)),
+]
+
+
+DENIALS: list[str] = []
+
+
+def run_case(env: Env, case: Case, role: str, scope: str) -> str:
+    """Run ``case`` as ``role`` on ``scope``; on scope ``b`` also check b is unchanged."""
+    target = case.setup(env.url, scope) if case.setup else scope
+    before = env.dump("b") if scope == "b" else {}
+    try:
+        case.run(env.url, env.config(role), target)
+        outcome = "ok"
+    except AccessDeniedError as exc:
+        outcome = "denied"
+        DENIALS.append(f"{role} {case.name} {scope}: {exc}")
+    if scope == "b" and env.dump("b") != before:
+        outcome += " and changed b"
+    return outcome
+
+
+def test_api_matrix(env: Env) -> None:
+    assert len(env.dump("b")) > 10
+    wrong: list[str] = []
+    for role in ROLES:
+        for case in CASES:
+            own = run_case(env, case, role, "a")
+            if own != ("ok" if role in case.allowed else "denied"):
+                wrong.append(f"{role} / {case.name} / own scope: {own}")
+            if role != O:  # the operator is cluster-wide: it has no other scope
+                other = run_case(env, case, role, "b")
+                if other != "denied":
+                    wrong.append(f"{role} / {case.name} / other scope: {other}")
+    assert wrong == [], "\n".join(wrong + DENIALS)
+
+
+# -- the CLI matrix ---------------------------------------------------------------------------
+CLI_CASES: list[tuple[list[str], tuple[str, ...]]] = [
+    (["stream", "create", "{s}/s"], (A, O)),
+    (["stream", "list", "{s}"], (A, O)),
+    (["stream", "describe", "{s}/s"], (W, R, A, O)),
+    (["stream", "write", "{s}/s", "--count", "3"], (W, A, O)),
+    (["stream", "scale", "{s}/s", "--split", "SEG"], (A, O)),
+    (["stream", "truncate", "{s}/s", "--to-stream-cut", "HEAD"], (A, O)),
+    (["stream", "seal", "{s}/sealme"], (A, O)),
+    (["stream", "delete", "{s}/sealme", "--seal"], (A, O)),
+    (["group", "create", "{s}/g", "--stream", "{s}/s"], (A, O)),
+    (["group", "list", "{s}"], (A, O)),
+    (["group", "describe", "{s}/g"], (R, A, O)),
+    (["group", "reset", "{s}/g", "--to-earliest"], (R, A, O)),
+    (["group", "checkpoint", "{s}/g", "CP", "--timeout", "5"], (R, A, O)),
+    (["group", "reader-offline", "{s}/g", "nobody"], (R, A, O)),
+    (["group", "history", "{s}/g", "--limit", "3"], (R, A, O)),
+    (["group", "watch", "{s}/g", "--iterations", "1", "--refresh", "0.1"], (R, A, O)),
+    (["group", "delete", "{s}/gone"], (A, O)),
+    (["admin", "migrate", "--dry-run"], (O,)),
+]
+
+
+def test_cli_matrix(env: Env) -> None:
+    with StreamManager.from_url(env.url) as sm:
+        head = str(sm.head_cut("a", "s")), str(sm.head_cut("b", "s"))
+    runner = CliRunner()
+    wrong: list[str] = []
+    for role in ROLES:
+        for scope in ("a", "b") if role != O else ("a",):
+            with StreamManager.from_url(env.url) as sm:
+                sm.create_stream(scope, "sealme")
+            theirs = env.dump("b")
+            for template, allowed in CLI_CASES:
+                with StreamManager.from_url(env.url) as sm:
+                    segment = str(sm.get_stream_info(scope, "s").active_segments[0].segment_id)
+                args = [
+                    a.replace("{s}", scope)
+                    .replace("HEAD", head[scope == "b"])
+                    .replace("SEG", segment)
+                    .replace("CP", f"c{time.monotonic_ns()}")
+                    for a in template
+                ]
+                conn = ["--redis-url", env.url, "--username", f"u-{role}", "--password", PASSWORD]
+                done = runner.invoke(main, [*args, *conn])
+                expected_ok = role in allowed and scope == "a"
+                if expected_ok and done.exit_code != 0:
+                    wrong.append(f"{role} {' '.join(args)}: {done.output.strip()[:300]}")
+                errors = [line for line in done.output.splitlines() if "Error" in line]
+                if not expected_ok and (
+                    done.exit_code != 1
+                    or len(errors) != 1
+                    or not errors[0].startswith("Error: AccessDeniedError: ")
+                ):
+                    wrong.append(f"{role} {' '.join(args)}: {done.exit_code} {done.output[-300:]}")
+            if env.dump("b") != theirs:
+                wrong.append(f"{role} on scope {scope} changed scope b")
+    assert wrong == [], "\n".join(wrong)
+
+
+# -- raw commands the rules allow ---------------------------------------------------------------
+RAW: dict[str, list[Any]] = {
+    "del": ["DEL", "{k}"],
+    "exists": ["EXISTS", "{k}"],
+    "expire": ["EXPIRE", "{k}", 1],
+    "hdel": ["HDEL", "{k}", "f"],
+    "hexists": ["HEXISTS", "{k}", "f"],
+    "hget": ["HGET", "{k}", "f"],
+    "hgetall": ["HGETALL", "{k}"],
+    "hkeys": ["HKEYS", "{k}"],
+    "hmget": ["HMGET", "{k}", "f"],
+    "hset": ["HSET", "{k}", "f", "v"],
+    "hsetnx": ["HSETNX", "{k}", "f", "v"],
+    "lrange": ["LRANGE", "{k}", 0, -1],
+    "rpush": ["RPUSH", "{k}", "v"],
+    "xadd": ["XADD", "{k}", "*", "f", "v"],
+    "xrange": ["XRANGE", "{k}", "-", "+"],
+    "xread": ["XREAD", "STREAMS", "{k}", "0"],
+    "xtrim": ["XTRIM", "{k}", "MAXLEN", 0],
+}
+NO_KEY = {"hello", "client|setinfo", "time", "script|load", "script|exists"}
+NO_KEY |= {"evalsha", "evalsha_ro"}  # run loaded scripts: tried below with their keys
+NO_KEY |= {"multi", "exec"}
+
+
+def test_raw_commands_the_rules_allow_cannot_reach_another_scope(env: Env) -> None:
+    theirs = env.dump("b")
+    their_keys = [k.decode() for k in theirs] + [
+        "rg:{scopes}:meta",
+        "rg:{catalog}:meta",
+        "rg:{b/s/0}:new",
+    ]
+    for role in ("writer", "reader", "admin"):
+        rules = acl.rules(role, "a")
+        commands = {c[1:] for c in rules.commands}
+        assert commands <= set(RAW) | NO_KEY, commands - set(RAW) - NO_KEY
+        client = redis.Redis.from_url(env.url, username=f"u-{role}", password=PASSWORD)
+        for command in sorted(commands & set(RAW)):
+            for key in their_keys:
+                args = [key if a == "{k}" else a for a in RAW[command]]
+                with pytest.raises(redis.exceptions.NoPermissionError):
+                    client.execute_command(*args)
+        # any Lua the user loads runs under the same rules
+        for body in (
+            "return redis.call('DEL', KEYS[1])",
+            "return redis.call('HSET', KEYS[1], 'f', 'v')",
+            "return redis.call('KEYS', '*')",
+            "return redis.call('SCAN', 0)",
+            "return redis.call('FLUSHALL')",
+        ):
+            sha = client.script_load(body)
+            for key in their_keys[:3]:
+                with pytest.raises(redis.exceptions.ResponseError):
+                    client.evalsha(sha, 1, key)
+                with pytest.raises(redis.exceptions.ResponseError):
+                    client.evalsha_ro(sha, 1, key)
+        transaction = client.pipeline(transaction=True)
+        transaction.hset(their_keys[0], "f", "v")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            transaction.execute()
+        for forbidden in (["SCAN", 0], ["KEYS", "*"], ["RANDOMKEY"], ["DBSIZE"]):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                client.execute_command(*forbidden)
+        for forbidden in (["SCRIPT", "FLUSH"], ["FUNCTION", "FLUSH"], ["FLUSHALL"]):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                client.execute_command(*forbidden)
+        client.close()
+    assert env.dump("b") == theirs
+
+
+# -- the attacks of issue 16 ---------------------------------------------------------------------
+def test_admin_of_a_cannot_make_b_lose_events(env: Env) -> None:
+    with EventStreamClientFactory.from_url("b", env.url) as factory:
+        reader = factory.create_reader("victim", "g", UTF8StringSerializer())
+        got: list[Any] = []
+        while len(got) < 10:
+            got += reader.read_batch(10 - len(got), timeout=1.0)
+        reader.close()  # committed 10 events
+    theirs = env.dump("b")
+    admin_a = StreamManager.from_url(env.url, env.config("admin"))
+    with pytest.raises(AccessDeniedError):  # remove b's group from b's catalog
+        admin_a.update_catalog("b", lambda state: [RemoveGroup("g")])
+    with pytest.raises(AccessDeniedError):
+        admin_a.delete_scope("b")
+    with pytest.raises(BackendAccessError):  # plant a hostile entry
+        admin_a.connection.log_backend.append(
+            catalog_sync_name("b"),
+            b"\xc1hostile",
+            expected_revision=None,
+            writer="evil",
+            sequence=1,
+            max_bytes=1 << 20,
+        )
+    with pytest.raises(AccessDeniedError):
+        admin_a.catalog("b")  # cannot enumerate b's streams and groups either
+    admin_a.close()
+    assert env.dump("b") == theirs
+    with StreamManager.from_url(env.url) as sm:  # b's own retention keeps what g needs
+        RetentionManager(sm).apply("b", "s")
+        kept = sum(s.tail - s.head for s in sm.get_stream_info("b", "s").active_segments)
+        assert kept >= 20
+        assert "s" in sm.list_streams("b")
+
+
+def test_generated_rules_are_least_privilege() -> None:
+    for role in ROLES:
+        rules = acl.rules(role, "a")
+        assert all(re.fullmatch(r"\+[a-z_|]+", c) for c in rules.commands), rules.commands
+        assert not {c[1:] for c in rules.commands} & acl.FORBIDDEN
+    for role in ("writer", "reader", "admin"):
+        for pattern in acl.rules(role, "ab").keys:
+            glob = pattern.split("~", 1)[1]
+            for other in ("a", "abc", "b"):
+                for key in scope_key_patterns("rg", other).values():
+                    assert not fnmatch.fnmatchcase(key.replace("*", "x"), glob), (pattern, key)
+
+
+def test_readme_role_table_is_generated() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert acl.markdown_table() in readme
