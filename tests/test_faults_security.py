@@ -18,6 +18,7 @@ from readergroup import (
     ClientConfig,
     CoordinationError,
     EventStreamClientFactory,
+    InvalidRoutingKeyError,
     ReaderGroupConfig,
     ReaderGroupManager,
     SerializationError,
@@ -26,6 +27,7 @@ from readergroup import (
     acl,
 )
 from readergroup.names import group_sync_name
+from readergroup.routing import MAX_ROUTING_KEY_BYTES
 from statesync import CorruptEntryError
 from statesync.clock import Clock
 from tests.support.tls import TlsProxy, make_certificates
@@ -215,3 +217,20 @@ def test_tls_with_ca_and_client_certificates(private_redis: Any, tmp_path: Path)
             StreamManager.from_url(url, no_client_cert).list_scopes()
     finally:
         proxy.close()
+
+
+def test_routing_keys_must_be_valid_utf8_and_at_most_the_documented_size(
+    factory: Any, scope: str
+) -> None:
+    StreamManager(factory.connection).create_stream(scope, "s")
+    writer = factory.create_event_writer("s", UTF8StringSerializer())
+    with pytest.raises(InvalidRoutingKeyError, match="not valid UTF-8"):
+        writer.write_event("x", routing_key="a\ud800b")  # a lone surrogate
+    too_long = "é" * (MAX_ROUTING_KEY_BYTES // 2 + 1)  # 2 bytes each in UTF-8
+    with pytest.raises(InvalidRoutingKeyError, match="longer than 1024 bytes"):
+        writer.write_event("x", routing_key=too_long)
+    longest = "é" * (MAX_ROUTING_KEY_BYTES // 2)
+    writer.write_event("fits", routing_key=longest).result(5)  # the writer is still fine
+    writer.close()
+    events = list(factory.create_batch_client().read_events("s"))
+    assert [e.routing_key for e in events] == [longest]

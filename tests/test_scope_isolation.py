@@ -106,7 +106,7 @@ def env() -> Iterator[Env]:
 
 
 # -- the API matrix ---------------------------------------------------------------------------
-W, R, A, O = "writer", "reader", "admin", "operator"
+W, R, A, OP = "writer", "reader", "admin", "operator"
 
 
 def sealed_stream(url: str, scope: str) -> str:
@@ -198,62 +198,62 @@ class Case:
 
 
 CASES = [
-    Case("create_scope (existing)", _sm(lambda sm, s: sm.create_scope(s)), (A, O)),
-    Case("create_scope (new)", _sm(lambda sm, s: sm.create_scope(f"{s}new")), (O,)),
-    Case("delete_scope", _sm(lambda sm, s: sm.delete_scope(f"{s}new")), (O,)),
-    Case("list_scopes", _sm(lambda sm, s: sm.list_scopes()), (O,)),
-    Case("list_streams", _sm(lambda sm, s: sm.list_streams(s)), (A, O)),
-    Case("create_stream", _sm(lambda sm, s: sm.create_stream(s, "s")), (A, O)),
-    Case("get_stream_info", _sm(lambda sm, s: sm.get_stream_info(s, "s")), (W, R, A, O)),
-    Case("cut_at_time", _sm(lambda sm, s: sm.cut_at_time(s, "s", 0)), (W, R, A, O)),
+    Case("create_scope (existing)", _sm(lambda sm, s: sm.create_scope(s)), (A, OP)),
+    Case("create_scope (new)", _sm(lambda sm, s: sm.create_scope(f"{s}new")), (OP,)),
+    Case("delete_scope", _sm(lambda sm, s: sm.delete_scope(f"{s}new")), (OP,)),
+    Case("list_scopes", _sm(lambda sm, s: sm.list_scopes()), (OP,)),
+    Case("list_streams", _sm(lambda sm, s: sm.list_streams(s)), (A, OP)),
+    Case("create_stream", _sm(lambda sm, s: sm.create_stream(s, "s")), (A, OP)),
+    Case("get_stream_info", _sm(lambda sm, s: sm.get_stream_info(s, "s")), (W, R, A, OP)),
+    Case("cut_at_time", _sm(lambda sm, s: sm.cut_at_time(s, "s", 0)), (W, R, A, OP)),
     Case(
         "update_stream",
         _sm(lambda sm, s: sm.update_stream(s, "s", sm.stream_state(s, "s").config)),
-        (A, O),
+        (A, OP),
     ),
-    Case("scale_stream", _sm(_split), (A, O)),
-    Case("truncate_stream", _sm(_truncate), (A, O)),
+    Case("scale_stream", _sm(_split), (A, OP)),
+    Case("truncate_stream", _sm(_truncate), (A, OP)),
     Case(
         "seal and delete_stream",
-        lambda url, c, name: _sm(lambda sm, s: sm.delete_stream(*s.split("/")))(url, c, name),
-        (A, O),
+        _sm(lambda sm, s: sm.delete_stream(*s.split("/"))),
+        (A, OP),
         setup=lambda url, scope: f"{scope}/{sealed_stream(url, scope)}",
     ),
     Case(
         "create_reader_group",
         _rgm(lambda rgm: rgm.create_reader_group("g", ReaderGroupConfig(streams=["s"]))),
-        (A, O),
+        (A, OP),
     ),
-    Case("list_reader_groups", _rgm(lambda rgm: rgm.list_reader_groups()), (A, O)),
+    Case("list_reader_groups", _rgm(lambda rgm: rgm.list_reader_groups()), (A, OP)),
     Case(
         "delete_reader_group",
         lambda url, c, target: _rgm(lambda rgm: rgm.delete_reader_group(target.split("/")[1]))(
             url, c, target.split("/")[0]
         ),
-        (A, O),
+        (A, OP),
         setup=lambda url, scope: f"{scope}/{spare_group(url, scope)}",
     ),
     Case(
-        "group state and lag", _group(lambda g: (g.get_metrics(), g.get_stream_cuts())), (R, A, O)
+        "group state and lag", _group(lambda g: (g.get_metrics(), g.get_stream_cuts())), (R, A, OP)
     ),
     Case(
         "initiate_checkpoint",
         _group(lambda g: g.initiate_checkpoint(f"c{time.monotonic_ns()}", 5)),
-        (R, A, O),
+        (R, A, OP),
     ),
     Case(
-        "reset_reader_group", _group(lambda g: g.reset_reader_group("head", timeout=5)), (R, A, O)
+        "reset_reader_group", _group(lambda g: g.reset_reader_group("head", timeout=5)), (R, A, OP)
     ),
-    Case("reader_offline", _group(lambda g: g.reader_offline("nobody")), (R, A, O)),
-    Case("writer: write_event", _factory(_write), (W, A, O)),
-    Case("reader: read_batch", _factory(_read), (R, A, O)),
-    Case("batch client", _factory(_batch), (R, A, O)),
+    Case("reader_offline", _group(lambda g: g.reader_offline("nobody")), (R, A, OP)),
+    Case("writer: write_event", _factory(_write), (W, A, OP)),
+    Case("reader: read_batch", _factory(_read), (R, A, OP)),
+    Case("batch client", _factory(_batch), (R, A, OP)),
     Case(
         "retention publish",
         _retention(lambda rm, s: rm.publish(s, "s", "ext", rm._manager.head_cut(s, "s"))),
-        (R, A, O),
+        (R, A, OP),
     ),
-    Case("retention apply", _retention(lambda rm, s: rm.apply(s, "s")), (A, O)),
+    Case("retention apply", _retention(lambda rm, s: rm.apply(s, "s")), (A, OP)),
 ]
 
 
@@ -283,7 +283,7 @@ def test_api_matrix(env: Env) -> None:
             own = run_case(env, case, role, "a")
             if own != ("ok" if role in case.allowed else "denied"):
                 wrong.append(f"{role} / {case.name} / own scope: {own}")
-            if role != O:  # the operator is cluster-wide: it has no other scope
+            if role != OP:  # the operator is cluster-wide: it has no other scope
                 other = run_case(env, case, role, "b")
                 if other != "denied":
                     wrong.append(f"{role} / {case.name} / other scope: {other}")
@@ -292,24 +292,24 @@ def test_api_matrix(env: Env) -> None:
 
 # -- the CLI matrix ---------------------------------------------------------------------------
 CLI_CASES: list[tuple[list[str], tuple[str, ...]]] = [
-    (["stream", "create", "{s}/s"], (A, O)),
-    (["stream", "list", "{s}"], (A, O)),
-    (["stream", "describe", "{s}/s"], (W, R, A, O)),
-    (["stream", "write", "{s}/s", "--count", "3"], (W, A, O)),
-    (["stream", "scale", "{s}/s", "--split", "SEG"], (A, O)),
-    (["stream", "truncate", "{s}/s", "--to-stream-cut", "HEAD"], (A, O)),
-    (["stream", "seal", "{s}/sealme"], (A, O)),
-    (["stream", "delete", "{s}/sealme", "--seal"], (A, O)),
-    (["group", "create", "{s}/g", "--stream", "{s}/s"], (A, O)),
-    (["group", "list", "{s}"], (A, O)),
-    (["group", "describe", "{s}/g"], (R, A, O)),
-    (["group", "reset", "{s}/g", "--to-earliest"], (R, A, O)),
-    (["group", "checkpoint", "{s}/g", "CP", "--timeout", "5"], (R, A, O)),
-    (["group", "reader-offline", "{s}/g", "nobody"], (R, A, O)),
-    (["group", "history", "{s}/g", "--limit", "3"], (R, A, O)),
-    (["group", "watch", "{s}/g", "--iterations", "1", "--refresh", "0.1"], (R, A, O)),
-    (["group", "delete", "{s}/gone"], (A, O)),
-    (["admin", "migrate", "--dry-run"], (O,)),
+    (["stream", "create", "{s}/s"], (A, OP)),
+    (["stream", "list", "{s}"], (A, OP)),
+    (["stream", "describe", "{s}/s"], (W, R, A, OP)),
+    (["stream", "write", "{s}/s", "--count", "3"], (W, A, OP)),
+    (["stream", "scale", "{s}/s", "--split", "SEG"], (A, OP)),
+    (["stream", "truncate", "{s}/s", "--to-stream-cut", "HEAD"], (A, OP)),
+    (["stream", "seal", "{s}/sealme"], (A, OP)),
+    (["stream", "delete", "{s}/sealme", "--seal"], (A, OP)),
+    (["group", "create", "{s}/g", "--stream", "{s}/s"], (A, OP)),
+    (["group", "list", "{s}"], (A, OP)),
+    (["group", "describe", "{s}/g"], (R, A, OP)),
+    (["group", "reset", "{s}/g", "--to-earliest"], (R, A, OP)),
+    (["group", "checkpoint", "{s}/g", "CP", "--timeout", "5"], (R, A, OP)),
+    (["group", "reader-offline", "{s}/g", "nobody"], (R, A, OP)),
+    (["group", "history", "{s}/g", "--limit", "3"], (R, A, OP)),
+    (["group", "watch", "{s}/g", "--iterations", "1", "--refresh", "0.1"], (R, A, OP)),
+    (["group", "delete", "{s}/gone"], (A, OP)),
+    (["admin", "migrate", "--dry-run"], (OP,)),
 ]
 
 
@@ -319,7 +319,7 @@ def test_cli_matrix(env: Env) -> None:
     runner = CliRunner()
     wrong: list[str] = []
     for role in ROLES:
-        for scope in ("a", "b") if role != O else ("a",):
+        for scope in ("a", "b") if role != OP else ("a",):
             with StreamManager.from_url(env.url) as sm:
                 sm.create_stream(scope, "sealme")
             theirs = env.dump("b")

@@ -25,6 +25,7 @@ from readergroup import (
     StreamCut,
     StreamManager,
     UTF8StringSerializer,
+    acl,
 )
 from readergroup.spark.executor_readers import run_executor_readers
 from readergroup.spark.options import SourceOptions, decode_offset, encode_offset, limited_end
@@ -260,3 +261,40 @@ def test_executor_readers_consume_a_bounded_group(spark: Any, events: dict[str, 
         run_seconds=60,
     )
     assert handled >= 1500  # at-least-once: all of it (duplicates possible only after a retry)
+
+
+def test_sink_and_source_work_with_exactly_the_generated_rules(
+    spark: Any, redis_url: str, scope: str, tmp_path: Path
+) -> None:
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "acl", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+        root = sm.connection.client
+        urls = {}
+        for role in ("writer", "reader"):
+            user = f"{role}-{scope}"
+            root.execute_command(*acl.rules(role, scope).setuser_args(user, "pw"))
+            urls[role] = redis_url.replace("redis://", f"redis://{user}:pw@", 1)
+    rows = [(f"k{i % 5}", f"event-{i}") for i in range(40)]
+    df = spark.createDataFrame(rows, "routing_key string, event string")
+    options = {"scope": scope, "stream": "acl"}
+    df.write.format("readergroup").options(**options, redis_url=urls["writer"]).mode(
+        "append"
+    ).save()
+    read = spark.read.format("readergroup").options(**options, redis_url=urls["reader"]).load()
+    assert sorted(bytes(r.event).decode() for r in read.collect()) == sorted(r[1] for r in rows)
+    stream = (
+        spark.readStream.format("readergroup")
+        .options(**options, redis_url=urls["reader"], start_stream_cut="earliest")
+        .option("max_events_per_trigger", "15")  # batches commit (publish) their predecessors
+        .load()
+    )
+    query = (
+        stream.writeStream.format("memory")
+        .queryName(f"acl_{scope}")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert spark.sql(f"select * from acl_{scope}").count() == 40
+    published = RetentionManager(StreamManager.from_url(redis_url)).subscriber_cuts(scope, "acl")
+    assert any(name.startswith("external:spark:") for name in published)  # as the reader
