@@ -37,7 +37,8 @@ ROLES = ("writer", "reader", "admin", "operator")
 # What the library sends for each capability (redis-py's own commands, and what each Lua
 # script calls). Kept as small sets so a role is the union of what its calls need.
 _CONNECT = {"hello", "client|setinfo", "time"}
-_SCRIPTS = {"evalsha", "evalsha_ro", "script|load", "script|exists"}
+_SCRIPTS = {"evalsha", "evalsha_ro", "script|load"}
+_PIPELINED_SCRIPTS = {"script|exists"}  # redis-py checks a pipeline's scripts first
 _STATE_READ = {"hget", "hmget", "xrange"}  # statesync read.lua
 _STATE_WAIT = {"xread"}  # wait_for_updates
 _STATE_APPEND = {"hget", "hset", "time", "xadd", "hdel", "hgetall", "hkeys", "hmget", "xtrim"}
@@ -50,7 +51,7 @@ _HEARTBEATS = {"hgetall", "hset", "time", "hdel"}  # heartbeat.lua, forget
 _SUBSCRIBERS = {"hset", "hdel", "hgetall"}  # publish, unsubscribe, retention
 _STAGING = {"rpush", "expire", "lrange", "del", "hexists", "hget", "hmget", "hset", "xadd"}
 
-_WRITER = _CONNECT | _SCRIPTS | _STATE_READ | _SEGMENT_APPEND | _STAGING
+_WRITER = _CONNECT | _SCRIPTS | _PIPELINED_SCRIPTS | _STATE_READ | _SEGMENT_APPEND | _STAGING
 _READER = (
     _CONNECT
     | _SCRIPTS
