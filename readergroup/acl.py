@@ -87,8 +87,9 @@ CAN: dict[str, str] = {
     "`readergroup admin migrate`",
 }
 CANNOT: dict[str, str] = {
-    "writer": "read events or group state; change stream metadata, groups or the catalog",
-    "reader": "write events; change stream metadata; create or delete groups; read the catalog",
+    "writer": "change stream metadata (scale, seal, truncate); touch reader groups, retention "
+    "cuts or the catalog",
+    "reader": "append events; change stream metadata; create or delete groups; read the catalog",
     "admin": "create, delete or list scopes; read or write any other scope's keys",
     "operator": "run `@dangerous` commands, scan the keyspace, flush scripts or functions",
 }
