@@ -407,6 +407,9 @@ def test_raw_commands_the_rules_allow_cannot_reach_another_scope(env: Env) -> No
                     client.evalsha(sha, 1, key)
                 with pytest.raises(redis.exceptions.ResponseError):
                     client.evalsha_ro(sha, 1, key)
+        undeclared = client.script_load(f"return redis.call('DEL', '{their_keys[0]}')")
+        with pytest.raises(redis.exceptions.ResponseError):
+            client.evalsha(undeclared, 0)  # keys a script does not declare are checked too
         transaction = client.pipeline(transaction=True)
         transaction.hset(their_keys[0], "f", "v")
         with pytest.raises(redis.exceptions.NoPermissionError):
