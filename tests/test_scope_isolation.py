@@ -25,6 +25,7 @@ from readergroup import (
     AccessDeniedError,
     ClientConfig,
     EventStreamClientFactory,
+    InvalidConfigError,
     ReaderGroupConfig,
     ReaderGroupManager,
     RetentionManager,
@@ -524,3 +525,12 @@ def test_each_role_is_granted_only_commands_the_library_issues() -> None:
             granted = {c[1:] for c in acl.rules(role, "a").commands}
             assert granted - used == RARE.get(role, set()), (role, granted - used)
         env.root.close()
+
+
+def test_a_group_reads_streams_of_its_own_scope_only(redis_url: str, scope: str) -> None:
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "s")
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        with pytest.raises(InvalidConfigError, match="own scope"):
+            rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s", "other/s"]))
+        assert rgm.list_reader_groups() == []
