@@ -23,6 +23,7 @@ from click.testing import CliRunner
 
 from readergroup import (
     AccessDeniedError,
+    AutoScaler,
     ClientConfig,
     EventStreamClientFactory,
     InvalidConfigError,
@@ -167,7 +168,31 @@ def _read(factory: EventStreamClientFactory) -> None:
 
 
 def _batch(factory: EventStreamClientFactory) -> None:
-    assert sum(1 for _ in factory.create_batch_client().read_events("s")) > 0
+    client = factory.create_batch_client()
+    assert sum(1 for _ in client.read_events("s")) > 0
+    client.segment_states("s", [0])
+    client.read_blocking("s", {0: 0}, timeout=0.01)
+
+
+def unsealed_stream(url: str, scope: str) -> str:
+    name = f"u{time.monotonic_ns()}"
+    with StreamManager.from_url(url) as sm:
+        sm.create_stream(scope, name)
+    return name
+
+
+def _cuts(sm: StreamManager, scope: str) -> None:
+    sm.stream_state(scope, "s")
+    sm.tail_cut(scope, "s")
+    sm.check_cut(sm.head_cut(scope, "s"))
+
+
+def _inspect(g: Any) -> None:
+    assert g.config.streams
+    g.get_online_readers()
+    g.get_segment_distribution()
+    g.is_end_of_data()
+    g.plan_reset("tail")
 
 
 def _split(sm: StreamManager, scope: str) -> None:
@@ -256,6 +281,30 @@ CASES = [
         (R, A, OP),
     ),
     Case("retention apply", _retention(lambda rm, s: rm.apply(s, "s")), (A, OP)),
+    Case(
+        "seal_stream",
+        _sm(lambda sm, s: sm.seal_stream(*s.split("/"))),
+        (A, OP),
+        setup=lambda url, scope: f"{scope}/{unsealed_stream(url, scope)}",
+    ),
+    Case("cuts and stream state", _sm(_cuts), (W, R, A, OP)),
+    Case("catalog", _sm(lambda sm, s: sm.catalog(s)), (A, OP)),
+    Case("update_catalog", _sm(lambda sm, s: sm.update_catalog(s, lambda state: [])), (A, OP)),
+    Case("group inspection", _group(_inspect), (R, A, OP)),
+    Case("generate_stream_cuts", _group(lambda g: g.generate_stream_cuts(5)), (R, A, OP)),
+    Case(
+        "retention unsubscribe", _retention(lambda rm, s: rm.unsubscribe(s, "s", "ext")), (R, A, OP)
+    ),
+    Case(
+        "retention subscribers and cut",
+        _retention(lambda rm, s: (rm.subscriber_cuts(s, "s"), rm.truncation_cut(s, "s"))),
+        (A, OP),
+    ),
+    Case(
+        "autoscaler measure",
+        _sm(lambda sm, s: [AutoScaler(sm, s, "s").measure() for _ in range(2)]),
+        (W, R, A, OP),
+    ),
 ]
 
 
@@ -534,3 +583,22 @@ def test_a_group_reads_streams_of_its_own_scope_only(redis_url: str, scope: str)
         with pytest.raises(InvalidConfigError, match="own scope"):
             rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s", "other/s"]))
         assert rgm.list_reader_groups() == []
+
+
+def test_cli_acl_rules_prints_one_line_and_never_the_password() -> None:
+    runner = CliRunner()
+    base = ["acl", "rules", "--role", "reader", "--scope", "shop"]
+    done = runner.invoke(main, [*base, "--password-env", "PW"], env={"PW": "s3cret"})
+    assert done.exit_code == 0 and len(done.output.splitlines()) == 1
+    assert "s3cret" not in done.output and " #" in done.output
+    assert done.output.split()[:4] == ["ACL", "SETUSER", "rg-reader-shop", "reset"]
+    bare = runner.invoke(main, base)
+    assert bare.exit_code == 0 and " #" not in bare.output and " >" not in bare.output
+    for args, message in (
+        (["acl", "rules", "--role", "reader"], "needs a scope"),
+        ([*base, "--password-env", "RG_UNSET_VARIABLE"], "is not set"),
+        (["acl", "rules", "--role", "admin", "--scope", "a/b"], "InvalidNameError"),
+    ):
+        failed = runner.invoke(main, args)
+        assert failed.exit_code == 1 and message in failed.output, failed.output
+        assert len(failed.output.strip().splitlines()) == 1
