@@ -52,6 +52,8 @@ _SUBSCRIBERS = {"hset", "hdel", "hgetall"}  # publish, unsubscribe, retention
 _STAGING = {"rpush", "expire", "lrange", "del", "hexists", "hget", "hmget", "hset", "xadd"}
 
 _WRITER = _CONNECT | _SCRIPTS | _PIPELINED_SCRIPTS | _STATE_READ | _SEGMENT_APPEND | _STAGING
+_WRITER_METADATA = {"evalsha_ro", "hget", "hmget", "xrange"}  # selector: stream metadata
+_WRITER_STAGING = {"rpush", "expire", "lrange", "del", "hexists"}  # selector: staging keys
 _READER = (
     _CONNECT
     | _SCRIPTS
@@ -87,33 +89,52 @@ CAN: dict[str, str] = {
     "`readergroup admin migrate`",
 }
 CANNOT: dict[str, str] = {
-    "writer": "change stream metadata (scale, seal, truncate); touch reader groups, retention "
-    "cuts or the catalog",
+    "writer": "read or delete events; change stream metadata (scale, seal, truncate); touch "
+    "reader groups, retention cuts or the catalog",
     "reader": "append events; change stream metadata; create or delete groups; read the catalog",
     "admin": "create, delete or list scopes; read or write any other scope's keys",
     "operator": "run `@dangerous` commands, scan the keyspace, flush scripts or functions",
 }
 
 
+Selector = tuple[tuple[str, ...], tuple[str, ...]]
+"""Key patterns and commands allowed together (an ACL selector, ``(~keys +commands)``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rules:
-    """The key patterns and commands of one role (``ACL SETUSER`` syntax)."""
+    """The key patterns and commands of one role (``ACL SETUSER`` syntax), plus selectors:
+    commands allowed only on some of the keys."""
 
     role: str
     keys: tuple[str, ...]
     commands: tuple[str, ...]
+    selectors: tuple[Selector, ...] = ()
 
-    def setuser(self, user: str, password: str | None = None) -> str:
-        """The ``ACL SETUSER`` line. With ``password`` the line carries only its SHA-256
-        (``#<hex>``); without one the user has no password and cannot log in until one is
-        added."""
-        secret = [] if password is None else ["#" + hashlib.sha256(password.encode()).hexdigest()]
-        words = ["ACL", "SETUSER", user, "reset", "on", *secret, "resetchannels", *self.keys]
-        return " ".join([*words, "-@all", *self.commands])
+    @property
+    def all_commands(self) -> frozenset[str]:
+        """Every command name granted, on any keys."""
+        names = {c[1:] for c in self.commands}
+        return frozenset(names.union(*({c[1:] for c in cmds} for _, cmds in self.selectors)))
 
     def setuser_args(self, user: str, password: str | None = None) -> list[str]:
-        """The same line as arguments for ``execute_command``."""
-        return self.setuser(user, password).split(" ")
+        """The ``ACL SETUSER`` command as arguments (for ``execute_command``). With
+        ``password`` only its SHA-256 is included (``#<hex>``); without one the user has no
+        password and cannot log in until one is added."""
+        secret = [] if password is None else ["#" + hashlib.sha256(password.encode()).hexdigest()]
+        words = ["ACL", "SETUSER", user, "reset", "on", *secret, "resetchannels", *self.keys]
+        selectors = [f"({' '.join([*keys, *cmds])})" for keys, cmds in self.selectors]
+        return [*words, "-@all", *self.commands, *selectors]
+
+    def setuser(self, user: str, password: str | None = None) -> str:
+        """The same as one line for ``redis-cli`` (selectors in double quotes)."""
+        return " ".join(
+            f'"{word}"' if " " in word else word for word in self.setuser_args(user, password)
+        )
+
+
+def _plus(commands: set[str]) -> tuple[str, ...]:
+    return tuple(f"+{c}" for c in sorted(commands))
 
 
 def rules(role: str, scope: str | None = None, prefix: str = "rg") -> Rules:
@@ -121,14 +142,24 @@ def rules(role: str, scope: str | None = None, prefix: str = "rg") -> Rules:
     validate_prefix(prefix, what="key prefix")
     if role not in ROLES:
         raise InvalidConfigError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    commands = tuple(f"+{c}" for c in sorted(COMMANDS[role]))
     if role == "operator":
-        return Rules(role, (f"~{prefix}:*",), commands)
+        return Rules(role, (f"~{prefix}:*",), _plus(set(COMMANDS[role])))
     if scope is None:
         raise InvalidConfigError(f"the {role} role needs a scope")
     k = scope_key_patterns(prefix, validate_name(scope, "scope"))
+    if role == "writer":
+        # DEL only on staging keys, XRANGE only on stream metadata: a writer can neither read
+        # nor delete its scope's events
+        return Rules(
+            role,
+            (f"~{k['segments']}", f"~{k['staging']}"),
+            _plus(_CONNECT | _SCRIPTS - {"evalsha_ro"} | _PIPELINED_SCRIPTS | _SEGMENT_APPEND),
+            (
+                ((f"%R~{k['streams']}",), _plus(_WRITER_METADATA)),
+                ((f"~{k['staging']}",), _plus(_WRITER_STAGING)),
+            ),
+        )
     keys = {
-        "writer": (f"~{k['segments']}", f"%R~{k['streams']}", f"~{k['staging']}"),
         "reader": (
             f"%R~{k['segments']}",
             f"~{k['segment_meta']}",  # readers seal the segments they read to the end
@@ -141,7 +172,7 @@ def rules(role: str, scope: str | None = None, prefix: str = "rg") -> Rules:
             for kind in ("segments", "streams", "groups", "catalog", "subscribers", "staging")
         ),
     }[role]
-    return Rules(role, keys, commands)
+    return Rules(role, keys, _plus(set(COMMANDS[role])))
 
 
 def default_user(role: str, scope: str | None) -> str:
@@ -154,6 +185,8 @@ def markdown_table(scope: str = "S", prefix: str = "rg") -> str:
     for role in ROLES:
         r = rules(role, None if role == "operator" else scope, prefix)
         keys = " ".join(f"`{k}`" for k in r.keys)
-        commands = "`-@all " + " ".join(c.replace("|", "\\|") for c in r.commands) + "`"
+        words = ["-@all", *r.commands]
+        words += [f"({' '.join([*keys_, *cmds])})" for keys_, cmds in r.selectors]
+        commands = "`" + " ".join(words).replace("|", "\\|") + "`"
         lines.append(f"| {role} | {keys} | {commands} | {CAN[role]} | {CANNOT[role]} |")
     return "\n".join(lines) + "\n"
