@@ -52,6 +52,7 @@ _SUBSCRIBERS = {"hset", "hdel", "hgetall"}  # publish, unsubscribe, retention
 _STAGING = {"rpush", "expire", "lrange", "del", "hexists", "hget", "hmget", "hset", "xadd"}
 
 _WRITER = _CONNECT | _SCRIPTS | _PIPELINED_SCRIPTS | _STATE_READ | _SEGMENT_APPEND | _STAGING
+_CLUSTER = {"cluster|slots", "command"}  # redis-py's cluster client: topology, key positions
 _WRITER_METADATA = {"evalsha_ro", "hget", "hmget", "xrange"}  # selector: stream metadata
 _WRITER_STAGING = {"rpush", "expire", "lrange", "del", "hexists"}  # selector: staging keys
 _READER = (
@@ -137,9 +138,21 @@ def _plus(commands: set[str]) -> tuple[str, ...]:
     return tuple(f"+{c}" for c in sorted(commands))
 
 
-def rules(role: str, scope: str | None = None, prefix: str = "rg") -> Rules:
-    """The rules of ``role`` (``writer``, ``reader`` and ``admin`` need a ``scope``)."""
+def rules(
+    role: str, scope: str | None = None, prefix: str = "rg", *, cluster: bool = False
+) -> Rules:
+    """The rules of ``role`` (``writer``, ``reader`` and ``admin`` need a ``scope``). With
+    ``cluster`` also what a Redis Cluster client sends to learn the topology and key positions
+    (``CLUSTER SLOTS``, ``COMMAND``)."""
     validate_prefix(prefix, what="key prefix")
+    generated = _rules(role, scope, prefix)
+    if not cluster:
+        return generated
+    commands = _plus({c[1:] for c in generated.commands} | _CLUSTER)
+    return Rules(role, generated.keys, commands, generated.selectors)
+
+
+def _rules(role: str, scope: str | None, prefix: str) -> Rules:
     if role not in ROLES:
         raise InvalidConfigError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     if role == "operator":

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from readergroup import (
+    AccessDeniedError,
     ClientConfig,
     EventStreamClientFactory,
     ReaderGroupConfig,
@@ -19,6 +21,7 @@ from readergroup import (
     StreamConfiguration,
     StreamManager,
     UTF8StringSerializer,
+    acl,
 )
 from readergroup.embedded_redis import LocalRedisCluster, local_redis_cluster
 from readergroup.errors import EmbeddedRedisError
@@ -121,3 +124,42 @@ def test_writers_and_a_reader_group_on_the_cluster(cluster: LocalRedisCluster) -
         for e in reads:
             mine[e.routing_key].append(int(e.event.split(":")[1]))
         assert all(seq == sorted(seq) for seq in mine.values()), name
+
+
+@pytest.mark.redis
+def test_the_generated_cluster_rules_on_every_node(cluster: LocalRedisCluster) -> None:
+    url = cluster.url
+    with StreamManager.from_url(url, CLUSTER) as sm:
+        for scope in ("aclmine", "acltheirs"):
+            sm.create_scope(scope)
+            sm.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4)))
+    with ReaderGroupManager.from_url("aclmine", url, CLUSTER) as rgm:
+        rgm.create_reader_group("g", ReaderGroupConfig(streams=["aclmine/s"]))
+    for node in cluster.nodes:  # ACLs are per node
+        client = redis.Redis.from_url(node.url)
+        for role in ("writer", "reader"):
+            rules = acl.rules(role, "aclmine", cluster=True)
+            client.execute_command(*rules.setuser_args(f"cl-{role}", "pw"))
+        client.close()
+
+    def config(role: str) -> ClientConfig:
+        return ClientConfig(
+            cluster=True, redis_options={"username": f"cl-{role}", "password": "pw"}
+        )
+
+    with EventStreamClientFactory.from_url("aclmine", url, config("writer")) as factory:
+        writer = factory.create_event_writer("s", UTF8StringSerializer())
+        for i in range(20):
+            writer.write_event(f"e{i}", routing_key=f"k{i}")
+        writer.close()
+    with EventStreamClientFactory.from_url("aclmine", url, config("reader")) as factory:
+        reader = factory.create_reader("r", "g", UTF8StringSerializer())
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 20 and time.monotonic() < deadline:
+            got += reader.read_batch(20, timeout=0.2)
+        reader.close()
+    assert sorted(e.event for e in got) == sorted(f"e{i}" for i in range(20))
+    theirs = EventStreamClientFactory.from_url("acltheirs", url, config("writer"))
+    with theirs, pytest.raises(AccessDeniedError):
+        theirs.create_event_writer("s", UTF8StringSerializer())

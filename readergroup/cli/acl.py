@@ -29,8 +29,14 @@ def acl() -> None:
     help="Environment variable holding the password; only its SHA-256 is printed.",
 )
 @click.option("--key-prefix", default="rg", show_default=True)
+@click.option("--cluster", is_flag=True, help="Also what a Redis Cluster client needs.")
 def rules(
-    role: str, scope: str | None, user: str | None, password_env: str | None, key_prefix: str
+    role: str,
+    scope: str | None,
+    user: str | None,
+    password_env: str | None,
+    key_prefix: str,
+    cluster: bool,
 ) -> None:
     """Print the ACL SETUSER line giving ROLE exactly the keys and commands it needs."""
     password = None
@@ -39,7 +45,7 @@ def rules(
         if not password:
             raise click.ClickException(f"environment variable {password_env} is not set")
     try:
-        generated = rules_of.rules(role, scope, key_prefix)
+        generated = rules_of.rules(role, scope, key_prefix, cluster=cluster)
     except ReaderGroupError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     click.echo(generated.setuser(user or rules_of.default_user(role, scope), password))
