@@ -10,6 +10,10 @@ Contract every backend keeps:
 
 * ``append`` is atomic. With ``expected_revision`` set it writes only if the head is exactly
   that revision, else it returns a conflict and writes nothing.
+* ``append`` refuses (:data:`~statesync.status.REGRESSED`, nothing written) a writer whose
+  replica is of another incarnation, or whose history at its revision differs from the
+  log's: every entry carries ``history = sha1hex(previous history + payload)``, revision 0
+  carries the incarnation id, so equal histories mean equal logs up to that revision.
 * ``append`` is idempotent per ``(writer, sequence)``: a sequence number at or below the
   writer's last landed one writes nothing and returns :data:`~statesync.status.DUPLICATE`
   with the revision of the last landed append (so a retry after a lost reply is safe).
@@ -26,11 +30,13 @@ from typing import Protocol
 
 @dataclass(frozen=True, slots=True)
 class RawEntry:
-    """An entry as stored: its revision, server time (ms) and undecoded payload."""
+    """An entry as stored: its revision, server time (ms), undecoded payload and the log's
+    history at it (``""`` for entries written before histories existed)."""
 
     revision: int
     server_time_ms: int
     payload: bytes
+    history: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,7 @@ class AppendOutcome:
     status: int
     revision: int
     server_time_ms: int = 0
+    history: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +59,9 @@ class ReadResult:
     """One page of the log.
 
     ``snapshot`` is set when the reader was behind the truncation point: it holds the state
-    as of ``snapshot_revision`` and ``entries`` continue from there.
+    as of ``snapshot_revision`` (whose history is ``snapshot_history``) and ``entries``
+    continue from there. Otherwise ``anchor`` is the log's history at the revision the read
+    started after, for the reader to compare with its own (``""``: not known).
     """
 
     head_revision: int
@@ -60,6 +69,8 @@ class ReadResult:
     snapshot_revision: int
     snapshot: bytes | None
     entries: list[RawEntry]
+    anchor: str = ""
+    snapshot_history: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +98,12 @@ class LogBackend(Protocol):
         writer: str,
         sequence: int,
         max_bytes: int,
+        incarnation: str = "",
+        anchor_revision: int = -1,
+        anchor_history: str = "",
     ) -> AppendOutcome:
-        """Append one entry (see the module contract)."""
+        """Append one entry (see the module contract). ``incarnation`` and the writer's
+        history ``anchor_history`` at its revision ``anchor_revision`` are checked when given."""
         ...
 
     def read(self, name: str, after_revision: int, limit: int) -> ReadResult:
@@ -99,9 +114,18 @@ class LogBackend(Protocol):
         """Block until the log has an entry after ``after_revision`` or ``timeout`` passes."""
         ...
 
-    def compact(self, name: str, revision: int, snapshot: bytes) -> CompactOutcome:
+    def compact(
+        self,
+        name: str,
+        revision: int,
+        snapshot: bytes,
+        *,
+        incarnation: str = "",
+        history: str = "",
+    ) -> CompactOutcome:
         """Store ``snapshot`` at ``revision``; drop the snapshot before the previous one and
-        the entries up to the previous snapshot's revision."""
+        the entries up to the previous snapshot's revision. Refused (``REGRESSED``) if the
+        snapshot's ``incarnation`` or ``history`` (when given) are not the log's."""
         ...
 
     def delete(self, name: str) -> bool:

@@ -7,6 +7,7 @@ shared between processes.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,26 @@ class _Log:
     entries: dict[int, RawEntry] = field(default_factory=dict)
     snapshots: dict[int, bytes] = field(default_factory=dict)
     writers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    histories: dict[int, str] = field(default_factory=dict)
+    """Revision -> history, from the truncation point to the head (see history.lua)."""
+
+    def history_at(self, revision: int) -> str:
+        """The history at ``revision``, ``""`` when it is not known any more."""
+        if self.trunc <= revision <= self.revision:
+            return self.histories.get(revision, "")
+        return ""
+
+    def regressed(self, incarnation: str, anchor_revision: int, anchor_history: str) -> int | None:
+        """The ``REGRESSED`` kind if a replica so described is not of this log, else None."""
+        if incarnation and incarnation != self.incarnation:
+            return status.OTHER_INCARNATION
+        if anchor_revision > self.revision:
+            return status.OTHER_HISTORY
+        if anchor_history and anchor_revision >= 0:
+            known = self.history_at(anchor_revision)
+            if known and known != anchor_history:
+                return status.OTHER_HISTORY
+        return None
 
 
 class MemoryLogBackend:
@@ -56,7 +77,9 @@ class MemoryLogBackend:
         with self._changed:
             if name in self._logs:
                 return False
-            self._logs[name] = _Log(incarnation, snapshots={0: snapshot})
+            self._logs[name] = _Log(
+                incarnation, snapshots={0: snapshot}, histories={0: incarnation}
+            )
             self._changed.notify_all()
             return True
 
@@ -69,33 +92,56 @@ class MemoryLogBackend:
         writer: str,
         sequence: int,
         max_bytes: int,
+        incarnation: str = "",
+        anchor_revision: int = -1,
+        anchor_history: str = "",
     ) -> AppendOutcome:
         with self._changed:
             log = self._get(name)
             last = log.writers.get(writer)
             if last is not None and last[0] >= sequence:
                 return AppendOutcome(status.DUPLICATE, last[1])
+            kind = log.regressed(incarnation, anchor_revision, "")
+            if kind is not None:
+                status.raise_for_status("append", name, [status.REGRESSED, log.revision, kind])
             if expected_revision is not None and expected_revision != log.revision:
                 return AppendOutcome(status.CONFLICT, log.revision)
+            kind = log.regressed("", anchor_revision, anchor_history)
+            if kind is not None:
+                status.raise_for_status("append", name, [status.REGRESSED, log.revision, kind])
             if len(payload) > max_bytes:
                 status.raise_for_status("append", name, [status.TOO_LARGE, len(payload), max_bytes])
             now = self._server_clock()
+            previous = log.histories.get(log.revision, log.incarnation)
+            history = hashlib.sha1(previous.encode() + payload).hexdigest()  # noqa: S324
             log.revision += 1
-            log.entries[log.revision] = RawEntry(log.revision, now, bytes(payload))
+            log.entries[log.revision] = RawEntry(log.revision, now, bytes(payload), history)
+            log.histories[log.revision] = history
             log.writers[writer] = (sequence, log.revision)
             self._changed.notify_all()
-            return AppendOutcome(status.OK, log.revision, now)
+            return AppendOutcome(status.OK, log.revision, now, history)
 
     def read(self, name: str, after_revision: int, limit: int) -> ReadResult:
         with self._changed:
             log = self._get(name)
-            snapshot_revision, snapshot = -1, None
+            snapshot_revision, snapshot, anchor, snapshot_history = -1, None, "", ""
             if after_revision < log.trunc:
                 snapshot_revision, snapshot = log.snap, log.snapshots[log.snap]
+                snapshot_history = log.history_at(log.snap)
                 after_revision = log.snap
+            else:
+                anchor = log.history_at(after_revision)
             last = min(log.revision, after_revision + limit)
             entries = [log.entries[r] for r in range(after_revision + 1, last + 1)]
-            return ReadResult(log.revision, log.incarnation, snapshot_revision, snapshot, entries)
+            return ReadResult(
+                log.revision,
+                log.incarnation,
+                snapshot_revision,
+                snapshot,
+                entries,
+                anchor,
+                snapshot_history,
+            )
 
     def wait(self, name: str, after_revision: int, timeout: float) -> bool:
         def has_news() -> bool:
@@ -105,9 +151,22 @@ class MemoryLogBackend:
         with self._changed:
             return self._changed.wait_for(has_news, timeout=timeout)
 
-    def compact(self, name: str, revision: int, snapshot: bytes) -> CompactOutcome:
+    def compact(
+        self,
+        name: str,
+        revision: int,
+        snapshot: bytes,
+        *,
+        incarnation: str = "",
+        history: str = "",
+    ) -> CompactOutcome:
         with self._changed:
             log = self._get(name)
+            kind = log.regressed(incarnation, -1, "")
+            if kind is None and revision <= log.revision:
+                kind = log.regressed("", revision, history)
+            if kind is not None:
+                status.raise_for_status("compact", name, [status.REGRESSED, log.revision, kind])
             if revision > log.revision:
                 status.raise_for_status("compact", name, [status.AHEAD, log.revision])
             previous = log.snap
@@ -118,6 +177,7 @@ class MemoryLogBackend:
             for r in removed:
                 del log.entries[r]
             log.writers = {w: v for w, v in log.writers.items() if v[1] > previous}
+            log.histories = {r: h for r, h in log.histories.items() if r >= previous}
             log.snap, log.trunc = revision, previous
             return CompactOutcome(True, previous, len(removed))
 

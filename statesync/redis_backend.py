@@ -188,6 +188,9 @@ class RedisLogBackend:
         writer: str,
         sequence: int,
         max_bytes: int,
+        incarnation: str = "",
+        anchor_revision: int = -1,
+        anchor_history: str = "",
     ) -> AppendOutcome:
         k = self.keys(name)
         expected = -1 if expected_revision is None else expected_revision
@@ -195,11 +198,20 @@ class RedisLogBackend:
             "append",
             name,
             [k.meta, k.log, k.writers],
-            [expected, payload, max_bytes, writer, sequence],
+            [
+                expected,
+                payload,
+                max_bytes,
+                writer,
+                sequence,
+                incarnation,
+                anchor_revision,
+                anchor_history,
+            ],
         )
         code = status.raise_for_status("append", name, reply)
         if code == status.OK:
-            return AppendOutcome(code, int(reply[1]), int(reply[2]))
+            return AppendOutcome(code, int(reply[1]), int(reply[2]), _text(reply[3]))
         return AppendOutcome(code, int(reply[1]))
 
     def read(self, name: str, after_revision: int, limit: int) -> ReadResult:
@@ -213,13 +225,15 @@ class RedisLogBackend:
             )
         status.raise_for_status("read", name, reply)
         try:
-            _, head, incarnation, snapshot_revision, snapshot, entries = reply
+            _, head, incarnation, snapshot_revision, snapshot, entries, anchor, snap_history = reply
             return ReadResult(
                 int(head),
-                incarnation.decode() if isinstance(incarnation, bytes) else str(incarnation),
+                _text(incarnation),
                 int(snapshot_revision),
                 snapshot,
                 [_raw_entry(entry) for entry in entries],
+                _text(anchor),
+                _text(snap_history),
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise BackendProtocolError(
@@ -239,10 +253,21 @@ class RedisLogBackend:
             remaining_ms -= block
         return False
 
-    def compact(self, name: str, revision: int, snapshot: bytes) -> CompactOutcome:
+    def compact(
+        self,
+        name: str,
+        revision: int,
+        snapshot: bytes,
+        *,
+        incarnation: str = "",
+        history: str = "",
+    ) -> CompactOutcome:
         k = self.keys(name)
         reply = self._run(
-            "compact", name, [k.meta, k.log, k.snapshots, k.writers], [revision, snapshot]
+            "compact",
+            name,
+            [k.meta, k.log, k.snapshots, k.writers],
+            [revision, snapshot, incarnation, history],
         )
         code = status.raise_for_status("compact", name, reply)
         if code == status.OK:
@@ -263,6 +288,13 @@ class RedisLogBackend:
         self._client.close()
 
 
+def _text(value: Any) -> str:
+    """A Lua string reply as text; ``""`` for a nil/false reply (nothing known)."""
+    if value is None or value is False:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def _raw_entry(entry: Any) -> RawEntry:
     """Parse one XRANGE item; malformed items become a payload that fails to decode."""
     entry_id, fields = entry
@@ -278,4 +310,4 @@ def _raw_entry(entry: Any) -> RawEntry:
         server_time = int(time_ms)
     except ValueError:
         server_time = 0
-    return RawEntry(revision, server_time, payload)
+    return RawEntry(revision, server_time, payload, _text(values.get(b"h")))

@@ -41,13 +41,15 @@ class Replica(Generic[S]):
 
     ``server_time_ms`` is the backend's clock when the entry at ``revision`` was appended
     (for a snapshot: when the snapshotted entry was appended), so every replica judges
-    time on the same clock.
+    time on the same clock. ``history`` is the log's chained history at ``revision``
+    (``""`` when not known): replicas with the same history applied the same entries.
     """
 
     state: S
     revision: int
     incarnation: str
     server_time_ms: int
+    history: str = ""
 
 
 def apply_updates(state: S, updates: Iterable[Update], revision: int) -> S:

@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NoReturn
 
-from statesync.errors import BackendProtocolError, EntryTooLargeError, SynchronizerNotFoundError
+from statesync.errors import (
+    BackendProtocolError,
+    EntryTooLargeError,
+    LogRegressedError,
+    SynchronizerNotFoundError,
+)
 
 OK = 0
 """The operation happened."""
@@ -28,6 +33,15 @@ DUPLICATE = 6
 """This writer's sequence number already landed; the reply names its revision."""
 EXISTS = 7
 """``initialize`` found the synchronizer already created; nothing was written."""
+REGRESSED = 8
+"""The client's replica is not of this log: the reply is ``[8, head, kind]`` with kind
+:data:`OTHER_INCARNATION` or :data:`OTHER_HISTORY`; nothing was written."""
+
+OTHER_INCARNATION = 0
+"""``REGRESSED`` kind: the synchronizer was deleted and created again since the replica loaded."""
+OTHER_HISTORY = 1
+"""``REGRESSED`` kind: the log lost entries the replica applied (a lossy failover or a restart
+without persistence), and may have others in their place."""
 
 _EXPECTED_BY_OPERATION: dict[str, frozenset[int]] = {
     "append": frozenset({OK, CONFLICT, DUPLICATE}),
@@ -54,6 +68,8 @@ def _raise(operation: str, name: str, code: int, reply: Sequence[int]) -> NoRetu
         raise SynchronizerNotFoundError(name)
     if code == TOO_LARGE:
         raise EntryTooLargeError(name, int(reply[1]), int(reply[2]))
+    if code == REGRESSED:
+        raise LogRegressedError(name, regressed_detail(operation, int(reply[1]), int(reply[2])))
     if code == AHEAD:
         raise BackendProtocolError(
             f"synchronizer {name!r}: compaction asked for a revision past the log head"
@@ -61,3 +77,16 @@ def _raise(operation: str, name: str, code: int, reply: Sequence[int]) -> NoRetu
     raise BackendProtocolError(
         f"synchronizer {name!r}: {operation} returned unexpected status code {code}"
     )
+
+
+def regressed_detail(operation: str, head: int, kind: int) -> str:
+    """Why a ``REGRESSED`` reply (or the same finding on a read) refused ``operation``."""
+    if kind == OTHER_INCARNATION:
+        cause = "the synchronizer was deleted and created again since this replica loaded it"
+    else:
+        cause = (
+            "the log's history differs from this replica's (Redis lost acknowledged writes, "
+            "for example in a failover to a replica that had not received them, and the log "
+            f"went on without them; its head is revision {head})"
+        )
+    return f"{cause}; nothing was written by {operation}" if operation != "read" else cause

@@ -25,6 +25,11 @@ Guarantees:
 * A bad entry (corrupt, unknown type, or raising in ``apply_to``) stops this replica at the
   revision before it with a :class:`~statesync.errors.BadEntryError` naming both revisions;
   the local state is never half-updated.
+* Two replicas never both believe different histories: every entry carries the log's chained
+  history (:mod:`statesync.backend`), and a replica whose history is not the log's (the log
+  was deleted and created again, or Redis lost entries this replica applied, in a failover)
+  gets :class:`~statesync.errors.LogRegressedError` on its next fetch, append or compaction;
+  nothing is appended from it until :meth:`StateSynchronizer.resync`.
 
 Who may call what: one instance may be shared by threads; its operations are serialized by
 an internal lock, except ``wait_for_updates``, which never takes it.
@@ -33,6 +38,7 @@ an internal lock, except ``wait_for_updates``, which never takes it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import threading
 import uuid
@@ -41,13 +47,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from statesync import snapshot_cache, status
-from statesync.backend import AppendOutcome, CompactOutcome, LogBackend, ReadResult
+from statesync.backend import AppendOutcome, CompactOutcome, LogBackend, RawEntry, ReadResult
 from statesync.clock import Clock
 from statesync.codec import Codec, DecodeError, TypeRegistry, UnknownTypeError
 from statesync.config import SyncConfig
 from statesync.errors import (
     BackendProtocolError,
     BackendUnavailableError,
+    BadEntryError,
     ConflictRetriesExhaustedError,
     CorruptEntryError,
     EntryTooLargeError,
@@ -73,6 +80,8 @@ from statesync.update import Update
 
 S = TypeVar("S")
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -146,6 +155,7 @@ class StateSynchronizer(Generic[S]):
         self._lock = threading.RLock()
         self._close_backend = close_backend
         self._stats = SyncStats()
+        self._fetch_error: BadEntryError | LogRegressedError | None = None
 
     @classmethod
     def from_url(
@@ -214,6 +224,15 @@ class StateSynchronizer(Generic[S]):
         return -1 if replica is None else replica.revision
 
     @property
+    def fetch_error(self) -> BadEntryError | LogRegressedError | None:
+        """The error that stopped this replica's latest fetch (a bad entry, or a log that is
+        not this replica's history), or ``None`` once a fetch reached the head.
+
+        The way :meth:`update_state_unconditionally` reports, next to the revision its
+        updates landed at, that the replica could not catch up with them."""
+        return self._fetch_error
+
+    @property
     def server_time_ms(self) -> int:
         """Server time (ms) at which the entry at :attr:`revision` was appended."""
         return self._loaded().server_time_ms
@@ -272,10 +291,14 @@ class StateSynchronizer(Generic[S]):
                     return result
                 new_state = self._check_apply(replica, updates)
                 payload = self._encode(updates)
-                outcome = self._append(budget, payload, replica.revision)
+                outcome = self._append(budget, payload, replica, conditional=True)
                 if outcome.status == status.OK:
                     self._replica = Replica(
-                        new_state, outcome.revision, replica.incarnation, outcome.server_time_ms
+                        new_state,
+                        outcome.revision,
+                        replica.incarnation,
+                        outcome.server_time_ms,
+                        outcome.history,
                     )
                     self._maybe_compact(outcome.revision)
                     return result
@@ -294,22 +317,41 @@ class StateSynchronizer(Generic[S]):
         """Append ``updates`` whatever the log's revision; return the revision they landed at.
 
         The updates are first applied to the local state and rejected
-        (:class:`~statesync.errors.UpdateRejectedError`) if that raises.
+        (:class:`~statesync.errors.UpdateRejectedError`) if that raises. A replica known to
+        be stuck at a bad entry refuses before appending (the :class:`BadEntryError` says
+        nothing was appended); one whose history is not the log's gets
+        :class:`~statesync.errors.LogRegressedError`, nothing appended. When the updates
+        landed but the replica cannot catch up to them (it meets a bad entry on the way), the
+        call still returns their revision and :attr:`fetch_error` holds what stopped it.
         """
         with self._lock:
             budget = self._config.retry.start(self._clock, self._rng)
-            if self._replica is None:
-                self._retrying(budget, self._fetch_locked)
+            if self._replica is None or isinstance(self._fetch_error, BadEntryError):
+                self._refuse_if_stuck(budget)
             replica = self._loaded()
             update_list = split_generator_result(list(updates))[0]
             new_state = self._check_apply(replica, update_list)
-            outcome = self._append(budget, self._encode(update_list), None)
+            outcome = self._append(budget, self._encode(update_list), replica, conditional=False)
             if outcome.status == status.OK and outcome.revision == replica.revision + 1:
+                # the script checked our history at replica.revision, then the head: ours
                 self._replica = Replica(
-                    new_state, outcome.revision, replica.incarnation, outcome.server_time_ms
+                    new_state,
+                    outcome.revision,
+                    replica.incarnation,
+                    outcome.server_time_ms,
+                    outcome.history,
                 )
-            else:
+                return outcome.revision
+            try:
                 self._retrying(budget, self._fetch_locked)
+            except (BadEntryError, LogRegressedError) as exc:
+                logger.warning(
+                    "synchronizer %r: unconditional append landed at revision %d; this replica "
+                    "could not catch up to it",
+                    self._name,
+                    outcome.revision,
+                    exc_info=exc,
+                )
             return outcome.revision
 
     def compact(self, snapshot_fn: Callable[[S], S] | None = None) -> CompactOutcome:
@@ -326,7 +368,13 @@ class StateSynchronizer(Generic[S]):
             replica = self._loaded()
             state = snapshot_fn(replica.state) if snapshot_fn else replica.state
             blob = self._codec.encode_snapshot(replica.revision, replica.server_time_ms, state)
-            outcome = self._backend.compact(self._name, replica.revision, blob)
+            outcome = self._backend.compact(
+                self._name,
+                replica.revision,
+                blob,
+                incarnation=replica.incarnation,
+                history=replica.history,
+            )
             if outcome.compacted and snapshot_fn is not None:
                 self._replica = replace(replica, state=state)
             return outcome
@@ -345,12 +393,14 @@ class StateSynchronizer(Generic[S]):
         :class:`~statesync.errors.LogRegressedError`)."""
         with self._lock:
             self._replica = None
+            self._fetch_error = None
             return self._fetch_locked()
 
     def delete(self) -> bool:
         """Delete the synchronizer's log, snapshots and writer table for every client."""
         with self._lock:
             self._replica = None
+            self._fetch_error = None
             return self._backend.delete(self._name)
 
     def close(self) -> None:
@@ -389,10 +439,26 @@ class StateSynchronizer(Generic[S]):
                 self._stats.backend_retries += 1
                 self._clock.sleep(delay)
 
+    def _refuse_if_stuck(self, budget: RetryBudget) -> None:
+        """Catch up before an unconditional append; a bad entry on the way refuses it."""
+        try:
+            self._retrying(budget, self._fetch_locked)
+        except BadEntryError as exc:
+            raise type(exc)(
+                self._name,
+                exc.revision,
+                exc.last_good_revision,
+                f"{exc.reason}; nothing was appended",
+            ) from exc
+
     def _append(
-        self, budget: RetryBudget, payload: bytes, expected_revision: int | None
+        self, budget: RetryBudget, payload: bytes, replica: Replica[S], *, conditional: bool
     ) -> AppendOutcome:
-        """Append once, re-sending the *same* sequence number after connection errors."""
+        """Append once, re-sending the *same* sequence number after connection errors.
+
+        The append names ``replica``'s incarnation and its history at its revision, so it is
+        refused if the replica is not of the log's history; ``conditional`` makes it land only
+        if the log's head is still ``replica.revision``."""
         self._sequence += 1
         sequence = self._sequence
         outcome = self._retrying(
@@ -400,10 +466,13 @@ class StateSynchronizer(Generic[S]):
             lambda: self._backend.append(
                 self._name,
                 payload,
-                expected_revision=expected_revision,
+                expected_revision=replica.revision if conditional else None,
                 writer=self._writer_id,
                 sequence=sequence,
                 max_bytes=self._config.max_entry_bytes,
+                incarnation=replica.incarnation,
+                anchor_revision=replica.revision,
+                anchor_history=replica.history,
             ),
         )
         if outcome.status == status.OK:
@@ -425,6 +494,15 @@ class StateSynchronizer(Generic[S]):
         return payload
 
     def _fetch_locked(self) -> int:
+        try:
+            applied = self._fetch_pages()
+        except (BadEntryError, LogRegressedError) as exc:
+            self._fetch_error = exc
+            raise
+        self._fetch_error = None
+        return applied
+
+    def _fetch_pages(self) -> int:
         applied = 0
         while True:
             page = self._backend.read(self._name, self.revision, self._config.read_batch)
@@ -432,9 +510,7 @@ class StateSynchronizer(Generic[S]):
             start = replica.revision
             try:
                 for raw in page.entries:
-                    replica = self._apply_raw(
-                        replica, raw.revision, raw.server_time_ms, raw.payload
-                    )
+                    replica = self._apply_raw(replica, raw)
             finally:  # keep the good prefix even when an entry is bad
                 self._replica = replica
                 applied += replica.revision - start
@@ -453,7 +529,22 @@ class StateSynchronizer(Generic[S]):
         """The replica the page's entries apply to: ours, or the page's snapshot."""
         current = self._replica
         if current is not None and page.incarnation != current.incarnation:
-            raise LogRegressedError(self._name, "the synchronizer was deleted and created again")
+            raise LogRegressedError(
+                self._name,
+                status.regressed_detail("read", page.head_revision, status.OTHER_INCARNATION),
+            )
+        if (
+            current is not None
+            and page.snapshot is None
+            and page.anchor
+            and current.history
+            and page.anchor != current.history
+        ):
+            raise LogRegressedError(
+                self._name,
+                status.regressed_detail("read", page.head_revision, status.OTHER_HISTORY)
+                + f"; at revision {current.revision}",
+            )
         if page.snapshot is not None:
             current = self._decode_snapshot(page, current)
             self._stats.snapshots_loaded += 1
@@ -492,14 +583,24 @@ class StateSynchronizer(Generic[S]):
                 last_good,
                 f"snapshot says it is revision {decoded.revision}",
             )
-        return Replica(decoded.state, decoded.revision, page.incarnation, decoded.server_time_ms)
+        return Replica(
+            decoded.state,
+            decoded.revision,
+            page.incarnation,
+            decoded.server_time_ms,
+            page.snapshot_history,
+        )
 
-    def _apply_raw(
-        self, replica: Replica[S], revision: int, server_time_ms: int, payload: bytes
-    ) -> Replica[S]:
+    def _apply_raw(self, replica: Replica[S], raw: RawEntry) -> Replica[S]:
+        revision, server_time_ms, payload, history = (
+            raw.revision,
+            raw.server_time_ms,
+            raw.payload,
+            raw.history,
+        )
         try:
             entry = self._codec.decode_entry(revision, server_time_ms, payload)
-            return advance(replica, [entry])
+            return replace(advance(replica, [entry]), history=history)
         except UnknownTypeError as exc:
             raise UnknownUpdateTypeError(self._name, revision, replica.revision, str(exc)) from exc
         except (DecodeError, RevisionGapError) as exc:

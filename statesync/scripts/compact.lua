@@ -1,9 +1,12 @@
 -- compact.lua: store a snapshot and truncate the log behind the previous one.
+-- Prelude: history.lua.
 --
 -- KEYS[1]  meta hash        KEYS[2]  log stream
 -- KEYS[3]  snapshot hash    KEYS[4]  writer table hash
 -- ARGV[1]  revision the snapshot was taken at (must be <= head)
 -- ARGV[2]  encoded snapshot
+-- ARGV[3]  incarnation id the snapshot's replica was loaded from ('': not checked)
+-- ARGV[4]  the snapshot's history at ARGV[1] ('': not checked)
 --
 -- Effects: the snapshot at ARGV[1] becomes the newest; the previous newest is kept (one
 -- compaction of slack for readers part-way through a catch-up); every older snapshot is
@@ -15,15 +18,24 @@
 --   {2}                                        the synchronizer does not exist
 --   {4, newest_snapshot_revision}              a snapshot at or past ARGV[1] exists; no-op
 --   {5, head}                                  ARGV[1] is past the head; nothing written
-local meta = redis.call('HMGET', KEYS[1], 'revision', 'snap')
-if not meta[1] then
+--   {8, head, kind}                            the snapshot is of another incarnation (kind
+--                                              0) or history (kind 1); nothing written
+local meta = load_meta(KEYS[1])
+if not meta then
   return {2}
 end
 local revision = tonumber(ARGV[1])
-local head = tonumber(meta[1])
-local previous = tonumber(meta[2])
+local head = meta.head
+local previous = meta.snap
+if ARGV[3] ~= '' and meta.inc ~= ARGV[3] then
+  return {8, head, 0}
+end
 if revision > head then
   return {5, head}
+end
+local history = history_at(KEYS[2], meta, revision)
+if ARGV[4] ~= '' and history and history ~= ARGV[4] then
+  return {8, head, 1}
 end
 if revision <= previous then
   return {4, previous}
@@ -44,4 +56,14 @@ for i = 1, #writers, 2 do
   end
 end
 redis.call('HSET', KEYS[1], 'snap', revision, 'trunc', previous)
+if history then
+  redis.call('HSET', KEYS[1], 'snaph', history)
+else
+  redis.call('HDEL', KEYS[1], 'snaph')
+end
+if meta.snaph then
+  redis.call('HSET', KEYS[1], 'trunch', meta.snaph)
+else
+  redis.call('HDEL', KEYS[1], 'trunch')
+end
 return {0, previous, removed}

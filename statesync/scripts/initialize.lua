@@ -3,7 +3,8 @@
 -- KEYS[1]  meta hash        KEYS[2]  snapshot hash
 -- KEYS[3]  log stream       KEYS[4]  writer table hash
 -- ARGV[1]  encoded initial snapshot (revision 0)
--- ARGV[2]  incarnation id (random; tells a re-created synchronizer from the old one)
+-- ARGV[2]  incarnation id (random; tells a re-created synchronizer from the old one, and
+--          starts the chain of histories: the history at revision 0, see history.lua)
 -- ARGV[3]  format version of the payloads
 --
 -- Returns:
@@ -16,6 +17,6 @@ local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[1], 'revision', 0, 'trunc', 0, 'snap', 0, 'inc', ARGV[2],
-  'format', ARGV[3], 'created_ms', ms)
+  'format', ARGV[3], 'created_ms', ms, 'hash', ARGV[2], 'snaph', ARGV[2], 'trunch', ARGV[2])
 redis.call('HSET', KEYS[2], '0', ARGV[1])
 return {0}
