@@ -109,6 +109,16 @@ class RedisUnavailableError(ReaderGroupError, ConnectionError):
     retriable = True
 
 
+class RedisFailoverError(RedisUnavailableError):
+    """Redis answered with a failover reply (``reply``: READONLY, NOREPLICAS, UNBLOCKED,
+    TRYAGAIN, CLUSTERDOWN, MASTERDOWN or LOADING): the command was not carried out because a
+    primary is being switched or is not yet ready. Retriable, like an outage."""
+
+    def __init__(self, message: str, reply: str) -> None:
+        super().__init__(message)
+        self.reply = reply
+
+
 class AccessDeniedError(ReaderGroupError, PermissionError):
     """Redis refused the command: authentication failed or the ACL user lacks permission."""
 

@@ -8,13 +8,21 @@ deterministic simulation.
 
 Who may call what: one :class:`GroupMember` per reader; its owner's threads may call any
 method (the synchronizer serializes them).
+
+A lossy failover of the group's log: every method that meets
+:class:`~statesync.LogRegressedError` (the log lost entries this member had applied) adopts
+the log's state, rejoins if the log lost this member's join (its own live heartbeat does not
+hold the rejoin back), and runs once more on the adopted state.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from readergroup.balance import (
     expired_readers,
@@ -38,7 +46,28 @@ from readergroup.group_state import (
     check_member,
     check_owner,
 )
-from statesync import StateSynchronizer
+from statesync import LogRegressedError, StateSynchronizer
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _recovers(
+    method: Callable[Concatenate[GroupMember, P], R],
+) -> Callable[Concatenate[GroupMember, P], R]:
+    """Run ``method``; after a regressed log, recover (see the module doc) and run it again."""
+
+    @functools.wraps(method)
+    def run(member: GroupMember, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(member, *args, **kwargs)
+        except LogRegressedError as exc:
+            member.recover(exc)
+            return method(member, *args, **kwargs)
+
+    return run
 
 
 class HeartbeatStore(Protocol):
@@ -98,11 +127,31 @@ class GroupMember:
         """Server time seen by the latest heartbeat (stamps acquisitions)."""
         self._session_timeout_ms = session_timeout_ms
         self._max_moves = max_moves
+        self._joined = False
+        self._recovery = threading.Lock()
 
     @property
     def state(self) -> GroupState:
         return self.sync.state
 
+    def recover(self, cause: LogRegressedError) -> None:
+        """Adopt the group log's state after ``cause``; rejoin if the log lost our join."""
+        with self._recovery:
+            logger.warning(
+                "reader %r: the group log lost writes it had applied; adopting the log",
+                self.reader_id,
+                exc_info=cause,
+            )
+            self.sync.resync()
+            if self._joined and not self.is_member():
+                self._join(replace_own=True)
+                logger.info(
+                    "reader %r rejoined the group as generation %d after the log regressed",
+                    self.reader_id,
+                    self.generation,
+                )
+
+    @_recovers
     def refresh(self) -> GroupState:
         self.sync.fetch_updates()
         state: GroupState = self.sync.state
@@ -119,6 +168,15 @@ class GroupMember:
         A previous incarnation with this id that stopped beating is removed first (its
         segments return at their committed positions); a live one is an error.
         """
+        try:
+            return self._join(replace_own=False)
+        except LogRegressedError:
+            self.sync.resync()
+            return self._join(replace_own=False)
+
+    def _join(self, *, replace_own: bool) -> int:
+        """Join; ``replace_own``: a record under this id is this member's own, left behind by a
+        regressed log, and is replaced whatever its heartbeat says."""
         now, beats = self.heartbeats.beat("", 0)
         self.server_ms = now
         me = self.reader_id
@@ -128,7 +186,7 @@ class GroupMember:
             record = state.readers.get(me)
             updates: list[Any] = []
             if record is not None:
-                if not expired_readers({me: record}, beats, now, timeout):
+                if not replace_own and not expired_readers({me: record}, beats, now, timeout):
                     raise ReaderAlreadyOnlineError(
                         f"reader {me!r} is already online in group {state.scope}/{state.name} "
                         f"(heartbeat within the last {timeout / 1000:.0f}s); use another id"
@@ -137,12 +195,14 @@ class GroupMember:
             updates.append(AddReader(me, now))
             return updates
 
-        self.refresh()
+        self.sync.fetch_updates()
         self.sync.update_state(join)
         self.generation = self.sync.state.readers[me].generation
+        self._joined = True
         self.heartbeats.beat(me, self.generation)
         return self.generation
 
+    @_recovers
     def heartbeat(self) -> Liveness:
         """Renew this reader's heartbeat and remove members whose session expired."""
         now, beats = self.heartbeats.beat(self.reader_id, self.generation)
@@ -175,12 +235,15 @@ class GroupMember:
 
         return bool(self.sync.update_state(remove))
 
+    @_recovers
     def leave(self, positions: Mapping[SegKey, int] | None = None) -> bool:
         """Leave the group; owned segments return at ``positions`` (else committed ones)."""
+        self._joined = False  # a regressed log met while leaving must not rejoin
         left = self._remove_if(self.reader_id, self.generation, tuple((positions or {}).items()))
         self.heartbeats.forget(self.reader_id)
         return left
 
+    @_recovers
     def rebalance(
         self, release_positions: Mapping[SegKey, int]
     ) -> tuple[dict[SegKey, Assignment], list[SegKey]]:
@@ -220,6 +283,7 @@ class GroupMember:
             acquired = {s: state.assigned[s] for s in chosen}
         return acquired, released
 
+    @_recovers
     def ack_checkpoint(self, name: str, positions: Mapping[SegKey, int]) -> None:
         """Report this reader's positions for checkpoint ``name``."""
         update = AckCheckpoint(
@@ -233,6 +297,7 @@ class GroupMember:
 
         self.sync.update_state(ack)
 
+    @_recovers
     def ack_reset(self, group_generation: int) -> None:
         me, generation = self.reader_id, self.generation
 
@@ -242,6 +307,7 @@ class GroupMember:
 
         self.sync.update_state(ack)
 
+    @_recovers
     def commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
         """Record ``segment -> (token, position)``; fenced readers get an error, nothing lands."""
         if not positions:
@@ -256,6 +322,7 @@ class GroupMember:
 
         self.sync.update_state(commit)
 
+    @_recovers
     def complete(
         self,
         segment: SegKey,

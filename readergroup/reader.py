@@ -593,7 +593,7 @@ class EventStreamReader(Generic[T]):
             sync = self._connection.synchronizer(
                 stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
             )
-            sync.fetch_updates()
+            sync.follow()
             self._streams[scoped] = sync
         return sync
 
@@ -602,7 +602,7 @@ class EventStreamReader(Generic[T]):
         if self._member.state.frozen_for(self.reader_id):
             return  # a checkpoint or reset awaits this reader: move nothing until then
         for scoped, sync in self._streams.items():
-            sync.fetch_updates()
+            sync.follow()
             state: StreamState = sync.state
             for owned in [o for o in self._owned.values() if o.key[0] == scoped]:
                 record = state.segments.get(owned.segment)

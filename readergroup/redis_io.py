@@ -33,6 +33,7 @@ from readergroup.errors import (
     AccessDeniedError,
     CoordinationError,
     ReaderGroupError,
+    RedisFailoverError,
     RedisUnavailableError,
     SegmentNotFoundError,
     TruncatedDataError,
@@ -40,8 +41,13 @@ from readergroup.errors import (
 from readergroup.routing import segment_name
 from readergroup.scripts import SCRIPT_NAMES, script_source
 from statesync import StateSynchronizer, SyncConfig, SynchronizerNotFoundError, Update
-from statesync.errors import BackendAccessError, BackendUnavailableError, StateSyncError
-from statesync.redis_backend import RedisLogBackend, run_read_only
+from statesync.errors import (
+    BackendAccessError,
+    BackendFailoverError,
+    BackendUnavailableError,
+    StateSyncError,
+)
+from statesync.redis_backend import RedisLogBackend, failover_reply, run_read_only
 
 MAX_BLOCK_SECONDS = 5.0
 """Longest single blocking read; callers loop for longer waits (a dead server is noticed)."""
@@ -54,21 +60,32 @@ def translate_errors(operation: str) -> Iterator[None]:
         yield
     except ReaderGroupError:
         raise
-    except (
-        redis.AuthenticationError,
-        redis.exceptions.NoPermissionError,
-        BackendAccessError,
-    ) as exc:
-        # checked first: redis-py's AuthenticationError is a ConnectionError
-        raise AccessDeniedError(f"Redis refused {operation}: {exc}") from exc
-    except (redis.ConnectionError, redis.TimeoutError, BackendUnavailableError) as exc:
-        raise RedisUnavailableError(f"Redis unavailable during {operation}: {exc}") from exc
+    except BackendFailoverError as exc:
+        raise RedisFailoverError(f"{operation}: {exc}", exc.reply) from exc
+    except redis.RedisError as exc:
+        reply = failover_reply(exc)
+        if reply is None:
+            raise _translated(operation, exc) from exc
+        raise RedisFailoverError(
+            f"Redis is failing over ({reply}) during {operation}: {exc}", reply
+        ) from exc
     except StateSyncError as exc:
+        raise _translated(operation, exc) from exc
+
+
+def _translated(operation: str, exc: Exception) -> ReaderGroupError:
+    # checked first: redis-py's AuthenticationError is a ConnectionError
+    if isinstance(
+        exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError, BackendAccessError)
+    ):
+        return AccessDeniedError(f"Redis refused {operation}: {exc}")
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, BackendUnavailableError)):
+        return RedisUnavailableError(f"Redis unavailable during {operation}: {exc}")
+    if isinstance(exc, StateSyncError):
         error = CoordinationError(f"{operation}: {exc}")
         error.retriable = exc.retriable
-        raise error from exc
-    except redis.RedisError as exc:
-        raise ReaderGroupError(f"Redis error during {operation}: {exc}") from exc
+        return error
+    return ReaderGroupError(f"Redis error during {operation}: {exc}")
 
 
 @contextmanager
@@ -87,9 +104,10 @@ def missing_as(missing: Callable[[], ReaderGroupError], operation: str) -> Itera
 def fetch_state(
     sync: StateSynchronizer[Any], missing: Callable[[], ReaderGroupError], operation: str
 ) -> Any:
-    """Fetch ``sync`` and return its state (see :func:`missing_as`)."""
+    """Fetch ``sync`` and return its state (see :func:`missing_as`). A log that lost writes
+    this client had seen (a lossy failover) is adopted (:meth:`StateSynchronizer.follow`)."""
     with missing_as(missing, operation):
-        sync.fetch_updates()
+        sync.follow()
     return sync.state
 
 

@@ -11,6 +11,7 @@ from statesync.codec import FORMAT_VERSION
 from statesync.config import SyncConfig
 from statesync.errors import (
     BackendAccessError,
+    BackendFailoverError,
     BackendProtocolError,
     BackendUnavailableError,
     BadEntryError,
@@ -36,6 +37,7 @@ from statesync.update import Update
 __all__ = [
     "FORMAT_VERSION",
     "BackendAccessError",
+    "BackendFailoverError",
     "BackendProtocolError",
     "BackendUnavailableError",
     "BadEntryError",

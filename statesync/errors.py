@@ -149,6 +149,16 @@ class BackendUnavailableError(StateSyncError, ConnectionError):
     retriable = True
 
 
+class BackendFailoverError(BackendUnavailableError):
+    """Redis answered with a failover reply (``reply``: READONLY, NOREPLICAS, UNBLOCKED,
+    TRYAGAIN, CLUSTERDOWN, MASTERDOWN or LOADING): the command was not carried out because a
+    primary is being switched or is not yet ready. Retriable, like an outage."""
+
+    def __init__(self, message: str, reply: str) -> None:
+        super().__init__(message)
+        self.reply = reply
+
+
 class BackendAccessError(StateSyncError, PermissionError):
     """The backend refused the command: authentication or ACL permissions."""
 

@@ -26,6 +26,7 @@ from statesync import status
 from statesync.backend import AppendOutcome, CompactOutcome, RawEntry, ReadResult
 from statesync.errors import (
     BackendAccessError,
+    BackendFailoverError,
     BackendProtocolError,
     BackendUnavailableError,
     StateSyncError,
@@ -38,6 +39,41 @@ _MAX_BLOCK_MS = 5_000
 _BLOCKING_SOCKET_MARGIN = 5.0
 
 
+FAILOVER_REPLIES = frozenset(
+    {"NOREPLICAS", "UNBLOCKED", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "MASTERDOWN", "LOADING"}
+)
+"""Error replies of a server that is not (or not yet, or no longer) a writable primary with
+enough replicas: the command was not carried out, and will be once the failover is over."""
+
+_FAILOVER_CLASSES: tuple[tuple[type[Exception], str], ...] = (
+    (redis.exceptions.ReadOnlyError, "READONLY"),
+    (redis.exceptions.TryAgainError, "TRYAGAIN"),
+    (redis.exceptions.MasterDownError, "MASTERDOWN"),
+    (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
+    (redis.exceptions.BusyLoadingError, "LOADING"),
+)
+
+
+def failover_reply(exc: BaseException) -> str | None:
+    """The failover reply (one of :data:`FAILOVER_REPLIES`) ``exc`` carries, else ``None``.
+
+    >>> failover_reply(redis.ResponseError("NOREPLICAS Not enough good replicas to write."))
+    'NOREPLICAS'
+    >>> failover_reply(redis.exceptions.ReadOnlyError("You can't write against a replica."))
+    'READONLY'
+    >>> failover_reply(redis.ResponseError("ERR unknown command")) is None
+    True
+    """
+    for cls, reply in _FAILOVER_CLASSES:  # redis-py strips the code of the errors it types
+        if isinstance(exc, cls):
+            return reply
+    if isinstance(exc, redis.ResponseError):
+        code = str(exc).split(" ", 1)[0]
+        if code in FAILOVER_REPLIES:
+            return code
+    return None
+
+
 @contextmanager
 def translate_redis_errors(operation: str, name: str) -> Iterator[None]:
     """Turn redis-py exceptions raised inside the block into :mod:`statesync.errors`."""
@@ -45,22 +81,13 @@ def translate_redis_errors(operation: str, name: str) -> Iterator[None]:
         yield
     except StateSyncError:
         raise
-    except (redis.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
-        # checked first: redis-py's AuthenticationError is a ConnectionError
-        raise BackendAccessError(
-            f"synchronizer {name!r}: Redis refused {operation}: {exc}"
-        ) from exc
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise BackendUnavailableError(
-            f"synchronizer {name!r}: Redis unavailable during {operation}: {exc}"
-        ) from exc
-    except redis.ResponseError as exc:
-        raise BackendProtocolError(
-            f"synchronizer {name!r}: Redis rejected {operation}: {exc}"
-        ) from exc
     except redis.RedisError as exc:
-        raise BackendProtocolError(
-            f"synchronizer {name!r}: Redis error during {operation}: {exc}"
+        reply = failover_reply(exc)
+        if reply is None:
+            raise _translated(operation, name, exc) from exc
+        raise BackendFailoverError(
+            f"synchronizer {name!r}: Redis is failing over ({reply}) during {operation}: {exc}",
+            reply,
         ) from exc
 
 
@@ -87,6 +114,18 @@ def run_read_only(
             raise
         setattr(client, _NO_EVALSHA_RO, True)
         return script(keys=list(keys), args=list(args), client=client)
+
+
+def _translated(operation: str, name: str, exc: redis.RedisError) -> StateSyncError:
+    where = f"synchronizer {name!r}"
+    # checked first: redis-py's AuthenticationError is a ConnectionError
+    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError)):
+        return BackendAccessError(f"{where}: Redis refused {operation}: {exc}")
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return BackendUnavailableError(f"{where}: Redis unavailable during {operation}: {exc}")
+    if isinstance(exc, redis.ResponseError):
+        return BackendProtocolError(f"{where}: Redis rejected {operation}: {exc}")
+    return BackendProtocolError(f"{where}: Redis error during {operation}: {exc}")
 
 
 def _no_retry() -> Retry:

@@ -102,6 +102,8 @@ class SyncStats:
     """Times the local copy was replaced by a snapshot (fresh start or behind truncation)."""
     auto_compactions: int = 0
     """Compactions this client ran because of ``SyncConfig.compact_every``."""
+    resyncs: int = 0
+    """Times the local copy was dropped to adopt the log (:meth:`StateSynchronizer.resync`)."""
 
 
 class StateSynchronizer(Generic[S]):
@@ -394,7 +396,22 @@ class StateSynchronizer(Generic[S]):
         with self._lock:
             self._replica = None
             self._fetch_error = None
+            self._stats.resyncs += 1
             return self._fetch_locked()
+
+    def follow(self) -> int:
+        """:meth:`fetch_updates` for a client that only follows the log: when the log is not
+        this replica's history any more (:class:`~statesync.errors.LogRegressedError`), adopt
+        the log's state (:meth:`resync`, logged at WARNING) instead of raising. Returns the
+        entries applied."""
+        with self._lock:
+            try:
+                return self._fetch_locked()
+            except LogRegressedError as exc:
+                logger.warning(
+                    "synchronizer %r: adopting the log's state", self._name, exc_info=exc
+                )
+                return self.resync()
 
     def delete(self) -> bool:
         """Delete the synchronizer's log, snapshots and writer table for every client."""
