@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) bench/stream_bench.py
 	$(PY) bench/readergroup_bench.py
 	$(PY) bench/spark_bench.py
+	$(PY) bench/acks_bench.py
 
 clean:
 	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -6,6 +6,8 @@ from readergroup.client_factory import EventStreamClientFactory
 from readergroup.config import ClientConfig
 from readergroup.errors import (
     AccessDeniedError,
+    AckTimeoutError,
+    AckUnsupportedError,
     CoordinationError,
     EmbeddedRedisError,
     EventTooLargeError,
@@ -66,6 +68,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AccessDeniedError",
+    "AckTimeoutError",
+    "AckUnsupportedError",
     "AutoScaler",
     "BatchClient",
     "BytesSerializer",

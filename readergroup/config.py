@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from readergroup.errors import InvalidConfigError
-from statesync import RetryPolicy
+from statesync import Acks, RetryPolicy
 from statesync.errors import StateSyncError
 from statesync.names import validate_name as validate_key_prefix
 
@@ -28,6 +28,12 @@ class ClientConfig:
             for ACL users, and so on (default none).
         cluster: the URL names one node of a Redis Cluster (default False). Every script runs
             in one hash slot; readers then read each slot separately (see the README).
+        acks: when a writer's events and a state-log append count as acknowledged, like
+            Kafka's ``acks``: ``"leader"`` (default: the primary has them), ``"replicas=N"``
+            (``WAIT N``: N replicas have them) or ``"fsync"`` (``WAITAOF``: the primary's
+            append-only file has them on disk; Redis/Valkey 7.2+ with ``appendonly yes``).
+        ack_timeout: seconds one acknowledgement wait may take before the append is retried
+            (default 5.0; > 0); the writer's ``delivery_timeout`` bounds the retries.
     """
 
     key_prefix: str = "rg"
@@ -36,6 +42,8 @@ class ClientConfig:
     metadata_ttl: float = 5.0
     redis_options: Mapping[str, Any] = field(default_factory=dict)
     cluster: bool = False
+    acks: str = "leader"
+    ack_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         try:
@@ -46,5 +54,14 @@ class ClientConfig:
             raise InvalidConfigError(f"socket_timeout must be > 0, got {self.socket_timeout}")
         if not isinstance(self.retry, RetryPolicy):
             raise InvalidConfigError("retry must be a statesync.RetryPolicy")
+        try:
+            Acks.parse(self.acks, timeout=self.ack_timeout)
+        except StateSyncError as exc:
+            raise InvalidConfigError(str(exc)) from exc
         if not self.metadata_ttl >= 0:
             raise InvalidConfigError(f"metadata_ttl must be >= 0, got {self.metadata_ttl}")
+
+    @property
+    def durability(self) -> Acks:
+        """``acks`` and ``ack_timeout`` as a :class:`statesync.Acks`."""
+        return Acks.parse(self.acks, timeout=self.ack_timeout)

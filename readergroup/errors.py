@@ -119,6 +119,17 @@ class RedisFailoverError(RedisUnavailableError):
         self.reply = reply
 
 
+class AckTimeoutError(RedisUnavailableError):
+    """Appended events landed on the primary but were not acknowledged as
+    ``ClientConfig.acks`` asks (too few replicas, or no fsync) within ``ack_timeout``.
+    Retriable: the writer re-sends the same batch (it never lands twice) and waits again."""
+
+
+class AckUnsupportedError(ReaderGroupError):
+    """The server cannot give the acknowledgement ``ClientConfig.acks`` asks for
+    (``fsync`` needs WAITAOF, Redis/Valkey 7.2+, and ``appendonly yes``)."""
+
+
 class AccessDeniedError(ReaderGroupError, PermissionError):
     """Redis refused the command: authentication failed or the ACL user lacks permission."""
 

@@ -31,6 +31,8 @@ from readergroup import segment_status
 from readergroup.config import ClientConfig
 from readergroup.errors import (
     AccessDeniedError,
+    AckTimeoutError,
+    AckUnsupportedError,
     CoordinationError,
     ReaderGroupError,
     RedisFailoverError,
@@ -41,13 +43,20 @@ from readergroup.errors import (
 from readergroup.routing import segment_name
 from readergroup.scripts import SCRIPT_NAMES, script_source
 from statesync import StateSynchronizer, SyncConfig, SynchronizerNotFoundError, Update
+from statesync import errors as sync_errors
 from statesync.errors import (
     BackendAccessError,
     BackendFailoverError,
     BackendUnavailableError,
     StateSyncError,
 )
-from statesync.redis_backend import RedisLogBackend, failover_reply, run_read_only
+from statesync.redis_backend import (
+    RedisLogBackend,
+    check_acknowledged,
+    command_client_for,
+    failover_reply,
+    run_read_only,
+)
 
 MAX_BLOCK_SECONDS = 5.0
 """Longest single blocking read; callers loop for longer waits (a dead server is noticed)."""
@@ -79,6 +88,10 @@ def _translated(operation: str, exc: Exception) -> ReaderGroupError:
         exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError, BackendAccessError)
     ):
         return AccessDeniedError(f"Redis refused {operation}: {exc}")
+    if isinstance(exc, sync_errors.AckTimeoutError):
+        return AckTimeoutError(str(exc))
+    if isinstance(exc, sync_errors.AckUnsupportedError):
+        return AckUnsupportedError(str(exc))
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, BackendUnavailableError)):
         return RedisUnavailableError(f"Redis unavailable during {operation}: {exc}")
     if isinstance(exc, StateSyncError):
@@ -314,8 +327,12 @@ class RedisConnection:
         self.config = config
         self.client = client
         self.cluster = config.cluster
+        self._acks = config.durability
         self.log_backend = RedisLogBackend(
-            client, key_prefix=config.key_prefix, blocking_client=blocking_client
+            client,
+            key_prefix=config.key_prefix,
+            blocking_client=blocking_client,
+            acks=self._acks,
         )
         # events are parsed by parse_event from the raw reply: skip redis-py's dict building
         for command_client in (client, self.log_backend.blocking_client):
@@ -333,6 +350,7 @@ class RedisConnection:
             retry=config.retry,
             socket_timeout=config.socket_timeout,
             compact_every=1000,
+            acks=self._acks,
         )
 
     @classmethod
@@ -400,11 +418,25 @@ class RedisConnection:
             pipe.execute()
 
     def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]:
-        """Send every batch in one pipelined round trip; one reply per batch, in order."""
+        """Send every batch in one pipelined round trip; one reply per batch, in order.
+
+        Unless ``ClientConfig.acks`` is leader, the acknowledgement wait follows on the same
+        connection, and a shortfall raises (retriable :class:`AckTimeoutError`)."""
         script = self._scripts["append_events"]
+        wait = self._acks.wait_command()
+        waits: list[Any] = []
+        replies: list[Any] = []
         with translate_errors("append"):
-            if self.cluster:  # redis-py does not pipeline scripts across a cluster
-                replies: list[Any] = []
+            if self.cluster and wait is not None:  # per node: the append, then the wait
+                for batch in batches:
+                    keys = list(self.segment_keys(batch.scope, batch.stream, batch.segment))
+                    node_pipe = command_client_for(self.client, keys[0]).pipeline(False)
+                    script(keys=keys, args=batch.script_args(), client=node_pipe)
+                    node_pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
+                    reply, acknowledged = node_pipe.execute(raise_on_error=False)
+                    replies.append(reply)
+                    waits.append(acknowledged)
+            elif self.cluster:  # redis-py does not pipeline scripts across a cluster
                 for batch in batches:
                     meta, events, writers = self.segment_keys(
                         batch.scope, batch.stream, batch.segment
@@ -422,7 +454,11 @@ class RedisConnection:
                         batch.scope, batch.stream, batch.segment
                     )
                     script(keys=[meta, events, writers], args=batch.script_args(), client=pipe)
+                if wait is not None:
+                    pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
                 replies = pipe.execute(raise_on_error=False)
+                if wait is not None:
+                    waits.append(replies.pop())
         results = []
         for batch, reply in zip(batches, replies, strict=True):
             if isinstance(reply, Exception):
@@ -436,6 +472,11 @@ class RedisConnection:
                 results.append(AppendReply(code, tail=int(reply[1])))
             else:
                 results.append(AppendReply(code))
+        if any(r.status != segment_status.SEALED for r in results):
+            with translate_errors("append"):
+                for acknowledged in waits:
+                    where = f"stream {batches[0].scope}/{batches[0].stream}"
+                    check_acknowledged(self._acks, acknowledged, where)
         return results
 
     def _run(

@@ -9,7 +9,10 @@ from statesync.backend import CompactOutcome, LogBackend
 from statesync.clock import Clock, ManualClock
 from statesync.codec import FORMAT_VERSION
 from statesync.config import SyncConfig
+from statesync.durability import Acks
 from statesync.errors import (
+    AckTimeoutError,
+    AckUnsupportedError,
     BackendAccessError,
     BackendFailoverError,
     BackendProtocolError,
@@ -36,6 +39,9 @@ from statesync.update import Update
 
 __all__ = [
     "FORMAT_VERSION",
+    "AckTimeoutError",
+    "AckUnsupportedError",
+    "Acks",
     "BackendAccessError",
     "BackendFailoverError",
     "BackendProtocolError",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from statesync.durability import Acks
 from statesync.errors import InvalidConfigError
 from statesync.names import validate_name
 from statesync.retry import RetryPolicy
@@ -33,6 +34,8 @@ class SyncConfig:
         compact_every: if set, the client whose append lands at a revision that is a multiple
             of it compacts right after (best effort), so logs stay short without a separate
             compactor (default None: never automatically; 10 to 10,000,000).
+        acks: when an append counts as acknowledged: :class:`~statesync.durability.Acks`
+            (default leader; ``Acks.parse("replicas=1")`` waits for one replica).
     """
 
     key_prefix: str = "statesync"
@@ -42,6 +45,7 @@ class SyncConfig:
     socket_timeout: float = 10.0
     share_decoded_snapshots: bool = True
     compact_every: int | None = None
+    acks: Acks = field(default_factory=Acks)
 
     def __post_init__(self) -> None:
         validate_name(self.key_prefix, what="key prefix")
@@ -57,5 +61,7 @@ class SyncConfig:
             )
         if not isinstance(self.retry, RetryPolicy):
             raise InvalidConfigError("retry must be a RetryPolicy")
+        if not isinstance(self.acks, Acks):
+            raise InvalidConfigError("acks must be a statesync.Acks")
         if not self.socket_timeout > 0:
             raise InvalidConfigError(f"socket_timeout must be > 0, got {self.socket_timeout}")

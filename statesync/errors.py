@@ -159,6 +159,18 @@ class BackendFailoverError(BackendUnavailableError):
         self.reply = reply
 
 
+class AckTimeoutError(BackendUnavailableError):
+    """An append landed on the primary, but not as durably as ``Acks`` asks (too few replicas,
+    or no fsync) within its timeout. Retriable: the append is re-sent with the same sequence
+    number (it never lands twice) and waited for again. Until acknowledged, a failover may
+    lose it."""
+
+
+class AckUnsupportedError(StateSyncError):
+    """The server cannot give the acknowledgement ``Acks`` asks for (``fsync`` needs WAITAOF,
+    Redis/Valkey 7.2+, and ``appendonly yes``). The append itself landed on the primary."""
+
+
 class BackendAccessError(StateSyncError, PermissionError):
     """The backend refused the command: authentication or ACL permissions."""
 

@@ -24,7 +24,10 @@ from redis.retry import Retry
 
 from statesync import status
 from statesync.backend import AppendOutcome, CompactOutcome, RawEntry, ReadResult
+from statesync.durability import Acks
 from statesync.errors import (
+    AckTimeoutError,
+    AckUnsupportedError,
     BackendAccessError,
     BackendFailoverError,
     BackendProtocolError,
@@ -128,6 +131,39 @@ def _translated(operation: str, name: str, exc: redis.RedisError) -> StateSyncEr
     return BackendProtocolError(f"{where}: Redis error during {operation}: {exc}")
 
 
+def command_client_for(client: Any, key: str) -> redis.Redis:
+    """A plain client whose pipelines run on the server holding ``key`` (for a cluster
+    client, that node's), so an append and the wait after it share one connection."""
+    if isinstance(client, redis.Redis):
+        return client
+    node_client: redis.Redis = client.get_redis_connection(client.get_node_from_key(key))
+    return node_client
+
+
+def check_acknowledged(acks: Acks, reply: Any, where: str) -> None:
+    """Raise unless ``reply`` (to ``acks.wait_command()``, or the error it drew) shows the
+    append acknowledged as ``acks`` asks."""
+    if isinstance(reply, Exception):
+        code = failover_reply(reply)
+        if code is not None:
+            raise BackendFailoverError(
+                f"{where}: Redis is failing over ({code}) while waiting for acks={acks}: {reply}",
+                code,
+            ) from reply
+        if isinstance(reply, (redis.ConnectionError, redis.TimeoutError)):
+            raise BackendUnavailableError(f"{where}: waiting for acks={acks}: {reply}") from reply
+        raise AckUnsupportedError(
+            f"{where}: acks={acks} needs WAITAOF (Redis/Valkey 7.2+) and "
+            f"appendonly yes; the server answered: {reply}; the append landed on the primary"
+        ) from reply
+    shortfall = acks.shortfall(reply)
+    if shortfall is not None:
+        raise AckTimeoutError(
+            f"{where}: the append landed on the primary, but {shortfall} "
+            f"(acks={acks}); a failover may still lose it"
+        )
+
+
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
@@ -145,11 +181,14 @@ class RedisLogBackend:
         *,
         key_prefix: str = "statesync",
         blocking_client: redis.Redis | None = None,
+        acks: Acks | None = None,
     ) -> None:
         """``client`` may also be a ``redis.cluster.RedisCluster``; then pass a second cluster
-        client (socket timeout above 5 s) as ``blocking_client``."""
+        client (socket timeout above 5 s) as ``blocking_client``. ``acks``: when an append
+        counts as acknowledged (default leader, see :mod:`statesync.durability`)."""
         self._prefix = validate_name(key_prefix, what="key prefix")
         self._client = client
+        self._acks = acks or Acks()
         if blocking_client is not None:
             self._blocking = blocking_client
         else:
@@ -174,6 +213,7 @@ class RedisLogBackend:
         *,
         key_prefix: str = "statesync",
         socket_timeout: float = 10.0,
+        acks: Acks | None = None,
         **redis_kwargs: Any,
     ) -> RedisLogBackend:
         """Connect to ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
@@ -185,7 +225,7 @@ class RedisLogBackend:
             retry_on_timeout=False,
             **redis_kwargs,
         )
-        return cls(client, key_prefix=key_prefix)
+        return cls(client, key_prefix=key_prefix, acks=acks)
 
     @property
     def blocking_client(self) -> redis.Redis:
@@ -233,8 +273,7 @@ class RedisLogBackend:
     ) -> AppendOutcome:
         k = self.keys(name)
         expected = -1 if expected_revision is None else expected_revision
-        reply = self._run(
-            "append",
+        reply = self._append_acknowledged(
             name,
             [k.meta, k.log, k.writers],
             [
@@ -252,6 +291,23 @@ class RedisLogBackend:
         if code == status.OK:
             return AppendOutcome(code, int(reply[1]), int(reply[2]), _text(reply[3]))
         return AppendOutcome(code, int(reply[1]))
+
+    def _append_acknowledged(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run append.lua, then (unless acks=leader) the wait command on the same connection;
+        a landed or duplicate append raises if it is not acknowledged as asked."""
+        wait = self._acks.wait_command()
+        if wait is None:
+            return self._run("append", name, keys, args)
+        with translate_redis_errors("append", name):
+            pipe = command_client_for(self._client, keys[0]).pipeline(transaction=False)
+            self._scripts["append"](keys=keys, args=args, client=pipe)
+            pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
+            reply, acknowledged = pipe.execute(raise_on_error=False)
+            if isinstance(reply, Exception):
+                raise reply
+        if int(reply[0]) in (status.OK, status.DUPLICATE):
+            check_acknowledged(self._acks, acknowledged, f"synchronizer {name!r}")
+        return reply
 
     def read(self, name: str, after_revision: int, limit: int) -> ReadResult:
         k = self.keys(name)

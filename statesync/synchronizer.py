@@ -175,7 +175,10 @@ class StateSynchronizer(Generic[S]):
 
         config = config or SyncConfig()
         backend = RedisLogBackend.from_url(
-            url, key_prefix=config.key_prefix, socket_timeout=config.socket_timeout
+            url,
+            key_prefix=config.key_prefix,
+            socket_timeout=config.socket_timeout,
+            acks=config.acks,
         )
         return cls(
             backend,

@@ -100,7 +100,7 @@ def test_a_failover_reply_is_retriable_in_readergroup(private_redis: object) -> 
 
 
 def test_an_unblocked_wait_is_retriable(redis_url: str, unique_name: str) -> None:
-    backend = RedisLogBackend.from_url(redis_url)
+    backend = RedisLogBackend.from_url(redis_url, client_name=unique_name)
     sync = StateSynchronizer(backend, unique_name, update_types=ALL_TYPES)
     sync.initialize({"total": 0})
     admin = redis.Redis.from_url(redis_url)
@@ -116,7 +116,11 @@ def test_an_unblocked_wait_is_retriable(redis_url: str, unique_name: str) -> Non
     waiter.start()
 
     def blocked_ids() -> list[int]:
-        return [c["id"] for c in admin.client_list() if c.get("cmd") == "xread"]
+        return [
+            c["id"]
+            for c in admin.client_list()
+            if c.get("cmd") == "xread" and c.get("name") == unique_name
+        ]
 
     wait_until(blocked_ids, 10, "the wait to block")
     for client_id in blocked_ids():

@@ -29,6 +29,8 @@ if meta[2] == '1' then
 end
 local last = redis.call('HGET', KEYS[3], ARGV[1])
 if last and tonumber(last) >= tonumber(ARGV[2]) then
+  -- rewritten (same value) so that a WAIT after this reply covers the earlier append too
+  redis.call('HSET', KEYS[3], ARGV[1], last)
   return {6, tonumber(last)}
 end
 local n = tonumber(ARGV[4])

@@ -33,6 +33,8 @@ local last = redis.call('HGET', KEYS[3], ARGV[4])
 if last then
   local last_seq, last_rev = string.match(last, '^(%d+) (%d+)$')
   if tonumber(last_seq) >= sequence then
+    -- rewritten (same value) so that a WAIT after this reply covers the earlier append too
+    redis.call('HSET', KEYS[3], ARGV[4], last)
     return {6, tonumber(last_rev)}
   end
 end
