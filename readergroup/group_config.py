@@ -23,7 +23,8 @@ class ReaderGroupConfig:
     """How a reader group reads. Defaults follow Kafka's consumer where one exists.
 
     Attributes:
-        streams: ``"scope/stream"`` names (or bare names in the manager's scope); one or more.
+        streams: ``"scope/stream"`` names (or bare names) of the manager's own scope; one or
+            more (a group never reads another scope's streams: scopes are isolated).
         start: where each stream starts: one :data:`StartPosition` for all, or a mapping from
             stream name to one (default ``"head"``).
         group_refresh_time: longest a reader blocks in one read before it re-checks the group
