@@ -23,18 +23,27 @@ from readergroup.group_state import (
     CreateCheckpoint,
     FailCheckpoint,
     GroupState,
-    RemoveReader,
     ResetGroup,
     SegKey,
     check_new_checkpoint,
     new_group,
 )
-from readergroup.membership import GroupMember
+from readergroup.membership import GroupMember, Plan, plan_remove
 from readergroup.names import group_sync_name, validate_name
 from readergroup.redis_io import RedisConnection, fetch_state, translate_errors
 from readergroup.stream_cut import StreamCut
 from readergroup.stream_manager import StreamManager
 from statesync import StateSynchronizer
+
+
+def plan_checkpoint(name: str, now_ms: int, silent: bool = False) -> Plan:
+    """The generator that creates checkpoint ``name`` (refused when a duplicate or too many)."""
+
+    def create(state: GroupState) -> Any:
+        check_new_checkpoint(state, name)
+        return [CreateCheckpoint(name, now_ms, silent)]
+
+    return create
 
 
 class ReaderGroupNotFoundError(ReaderGroupError, LookupError):
@@ -49,11 +58,14 @@ class RedisHeartbeatStore:
         self._connection = connection
         self._key = key
 
-    def beat(self, reader_id: str, generation: int) -> tuple[int, dict[str, tuple[int, int]]]:
-        return self._connection.heartbeat(self._key, reader_id, generation)
+    def beat(
+        self, reader_id: str, generation: int, *, claim: bool = False
+    ) -> tuple[int, dict[str, tuple[int, int]]]:
+        action = "claim" if claim else "beat"
+        return self._connection.heartbeat(self._key, reader_id, generation, action)
 
-    def forget(self, reader_id: str) -> None:
-        self._connection.forget_heartbeat(self._key, reader_id)
+    def forget(self, reader_id: str, generation: int) -> None:
+        self._connection.forget_heartbeat(self._key, reader_id, generation)
 
 
 def heartbeat_key(connection: RedisConnection, sync_name: str) -> str:
@@ -188,13 +200,8 @@ class ReaderGroup:
         """
         validate_name(name, "checkpoint")
         now = self._connection.server_time_ms()
-
-        def create(state: GroupState) -> Any:
-            check_new_checkpoint(state, name)
-            return [CreateCheckpoint(name, now, silent)]
-
         with translate_errors("checkpoint"):
-            self.sync.update_state(create)
+            self.sync.update_state(plan_checkpoint(name, now, silent))
         deadline = time.monotonic() + timeout
         while True:
             checkpoint = self.refresh().checkpoint(name)
@@ -345,20 +352,17 @@ class ReaderGroup:
         return GroupWatcher(self, on_segments_changed, on_end_of_data)
 
     def reader_offline(self, reader_id: str, positions: dict[SegKey, int] | None = None) -> bool:
-        """Declare ``reader_id`` offline: its segments return at ``positions`` where given,
-        else at their last committed positions. ``False`` if it was not online."""
-
-        def remove(state: GroupState) -> Any:
-            record = state.readers.get(reader_id)
-            if record is None:
-                return [], False
-            given = tuple((positions or {}).items())
-            return [RemoveReader(reader_id, record.generation, given)], True
-
+        """Declare ``reader_id`` offline: its segments return at the given ``positions``, but
+        never before their last committed ones (a committed position does not move back; to
+        re-read, reset the group). ``False`` if it was not online. Decided on the group's
+        newest state, however old this handle is; only that reader generation's heartbeat is
+        deleted."""
+        plan = plan_remove(reader_id, None, tuple((positions or {}).items()))
         with translate_errors("reader offline"):
-            removed = bool(self.sync.update_state(remove))
-            self.heartbeats.forget(reader_id)
-        return removed
+            removed = self.sync.update_state(plan)
+            if removed is not None:
+                self.heartbeats.forget(reader_id, removed)
+        return removed is not None
 
 
 class GroupWatcher:

@@ -9,6 +9,12 @@ group knows is in exactly one of four places:
 * ``future``: a successor waiting for its predecessors (listed) to complete;
 * ``completed``: read to the end of a sealed segment.
 
+A successor becomes assignable only once *every* one of its predecessors is completed, whether
+or not the group has reached that predecessor yet (per-key order across a split followed by a
+merge). While it waits, the ends of its completed predecessors are kept (``waiting_ends``), so
+the group's positions (and every stream cut and checkpoint taken from them) always cover the
+key space.
+
 Transitions (each an :class:`~statesync.Update`, appended conditionally; the ``check_*``
 functions below are run by the writer on the current state first, so an update that would fail
 is never appended, and fenced readers get a specific error):
@@ -31,7 +37,7 @@ application can fence its own sinks with them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from readergroup.errors import ReaderGroupError
 from readergroup.group_config import ReaderGroupConfig
@@ -126,6 +132,8 @@ class GroupState:
     """Bounded reads: the end offset of every segment the group may read; ``None``: unbounded."""
     reset_pending: tuple[str, ...] = ()
     """Readers that have not yet acknowledged the latest reset."""
+    waiting_ends: Mapping[SegKey, Mapping[SegKey, int]] = field(default_factory=dict)
+    """Per ``future`` successor: its completed predecessors and the offsets they ended at."""
 
     def checkpoint(self, name: str) -> Checkpoint | None:
         for checkpoint in reversed(self.checkpoints):
@@ -154,9 +162,20 @@ class GroupState:
         return counts
 
     def positions(self) -> dict[SegKey, int]:
-        """Committed position of every segment that has one (assigned or unassigned)."""
-        out = dict(self.unassigned)
+        """Committed position of every segment that has one (assigned or unassigned), plus the
+        end of every completed predecessor a waiting successor still needs: together they
+        cover the key space of every stream (a valid stream cut)."""
+        out = self.unowned_positions()
         out.update({s: a.position for s, a in self.assigned.items()})
+        return out
+
+    def unowned_positions(self) -> dict[SegKey, int]:
+        """Positions no reader reports: unassigned segments and completed predecessors of
+        waiting successors (at their ends)."""
+        out: dict[SegKey, int] = {}
+        for ends in self.waiting_ends.values():
+            out.update(ends)
+        out.update(self.unassigned)
         return out
 
 
@@ -323,38 +342,49 @@ class CommitPositions(Update):
 
 @dataclass(frozen=True)
 class CompleteSegment(Update):
-    """The owner read a sealed segment to its end. ``successors`` lists each successor with all
-    its predecessors and the position it starts from (its head)."""
+    """The owner read a sealed segment to its end (offset ``end``, ``-1`` if unknown).
+    ``successors`` lists each successor with all its predecessors and the position it starts
+    from (its head). A successor becomes unassigned once every predecessor is completed."""
 
     reader_id: str
     generation: int
     segment: SegKey
     token: int
     successors: tuple[tuple[SegKey, tuple[SegKey, ...], int], ...]
+    end: int = -1
 
     def apply_to(self, state: GroupState) -> GroupState:
         check_owner(state, self.reader_id, self.generation, self.segment, self.token)
         assigned = dict(state.assigned)
         del assigned[self.segment]
         completed = state.completed | {self.segment}
-        live = (set(assigned) | set(state.unassigned) | set(state.future)) - {self.segment}
         future = dict(state.future)
         unassigned = dict(state.unassigned)
+        waiting = dict(state.waiting_ends)
         for successor, predecessors, start in self.successors:
             if successor in completed or successor in assigned or successor in unassigned:
                 continue
             if state.end is not None and successor not in state.end:
                 continue  # past the end cut of a bounded group
-            pending = tuple(p for p in predecessors if p in live and p != self.segment)
             if successor in future:
                 pending = tuple(p for p in future[successor] if p != self.segment)
+            else:  # reached or not, every predecessor must complete first
+                pending = tuple(p for p in predecessors if p not in completed)
             if pending:
                 future[successor] = pending
+                if self.end >= 0:
+                    waiting[successor] = {**waiting.get(successor, {}), self.segment: self.end}
             else:
                 future.pop(successor, None)
+                waiting.pop(successor, None)
                 unassigned[successor] = start
         return replace(
-            state, assigned=assigned, unassigned=unassigned, future=future, completed=completed
+            state,
+            assigned=assigned,
+            unassigned=unassigned,
+            future=future,
+            completed=completed,
+            waiting_ends=waiting,
         )
 
 
@@ -364,14 +394,16 @@ def _acknowledged(
     """The checkpoint after ``reader_id`` reported ``positions``; complete once nobody is left."""
     pending = tuple(r for r in checkpoint.pending if r != reader_id)
     merged = {**checkpoint.positions, **positions}
-    completed = max(now_ms, 0) if not pending else checkpoint.completed_ms
+    # server time of the last acknowledgement (as its reader last saw it), never before creation
+    completed = max(now_ms, checkpoint.created_ms, 0) if not pending else checkpoint.completed_ms
     return replace(checkpoint, pending=pending, positions=merged, completed_ms=completed)
 
 
 @dataclass(frozen=True)
 class CreateCheckpoint(Update):
     """Start checkpoint ``name``: every online reader must acknowledge it. Unassigned segments
-    are recorded at their positions now (no reader will report them)."""
+    and the completed predecessors of waiting successors are recorded at their positions now
+    (no reader will report them)."""
 
     name: str
     created_ms: int
@@ -383,7 +415,7 @@ class CreateCheckpoint(Update):
             self.name,
             self.created_ms,
             tuple(sorted(state.readers)),
-            dict(state.unassigned),
+            state.unowned_positions(),
             self.silent,
         )
         if not checkpoint.pending:
@@ -460,6 +492,7 @@ class ResetGroup(Update):
             unassigned=dict(self.starts),
             future={},
             completed=frozenset(),
+            waiting_ends={},
             generation=state.generation + 1,
             end=None if self.end is None else dict(self.end),
             reset_pending=tuple(sorted(state.readers)),
@@ -531,3 +564,6 @@ def check_invariants(state: GroupState) -> None:
         assert assignment.reader in state.readers, f"{segment} owned by offline {assignment.reader}"
     for successor, pending in state.future.items():
         assert pending, f"future segment {successor} has no pending predecessor"
+    for successor, ends in state.waiting_ends.items():
+        assert successor in state.future, f"{successor} has waiting ends but is not future"
+        assert set(ends) <= state.completed, f"{successor} waits on uncompleted ends {ends}"

@@ -71,13 +71,21 @@ def _recovers(
 
 
 class HeartbeatStore(Protocol):
-    """Where heartbeats live, stamped with the storage's own clock."""
+    """Where heartbeats live, stamped with the storage's own clock. Every write and delete is
+    conditional on the membership generation: a zombie (an older generation of the same id)
+    can neither overwrite nor delete its replacement's heartbeat."""
 
-    def beat(self, reader_id: str, generation: int) -> tuple[int, dict[str, tuple[int, int]]]:
-        """Renew (``reader_id == ""``: only read); return server ms and every heartbeat."""
+    def beat(
+        self, reader_id: str, generation: int, *, claim: bool = False
+    ) -> tuple[int, dict[str, tuple[int, int]]]:
+        """Renew (``reader_id == ""``: only read) unless a newer generation beats under that
+        id (``claim``: whatever is stored, for a join just decided on fresh state); return
+        server ms and every heartbeat."""
         ...
 
-    def forget(self, reader_id: str) -> None: ...
+    def forget(self, reader_id: str, generation: int) -> None:
+        """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
+        ...
 
 
 class MemoryHeartbeatStore:
@@ -87,14 +95,163 @@ class MemoryHeartbeatStore:
         self._now_ms = now_ms
         self._beats: dict[str, tuple[int, int]] = {}
 
-    def beat(self, reader_id: str, generation: int) -> tuple[int, dict[str, tuple[int, int]]]:
+    def beat(
+        self, reader_id: str, generation: int, *, claim: bool = False
+    ) -> tuple[int, dict[str, tuple[int, int]]]:
         now = self._now_ms()
-        if reader_id:
+        current = self._beats.get(reader_id)
+        if reader_id and (claim or current is None or current[0] <= generation):
             self._beats[reader_id] = (generation, now)
         return now, dict(self._beats)
 
-    def forget(self, reader_id: str) -> None:
-        self._beats.pop(reader_id, None)
+    def forget(self, reader_id: str, generation: int) -> None:
+        current = self._beats.get(reader_id)
+        if current is not None and current[0] <= generation:
+            del self._beats[reader_id]
+
+
+# -- the generators passed to update_state ------------------------------------------------------
+# Pure functions of the state: a conditional append re-runs them on the newest state after a
+# conflict, so every precondition of a change lives here and nowhere else. The exhaustive
+# explorer (tests/test_explore.py) drives the same functions.
+Plan = Callable[[GroupState], Any]
+
+
+def plan_join(
+    reader_id: str,
+    beats: Mapping[str, tuple[int, int]],
+    now_ms: int,
+    session_timeout_ms: int,
+    *,
+    replace_own: bool = False,
+) -> Plan:
+    """Add ``reader_id``; remove an expired previous incarnation first, refuse a live one
+    (``replace_own``: the record is this member's own, left behind by a regressed log, and is
+    replaced whatever its heartbeat says)."""
+
+    def join(state: GroupState) -> Any:
+        record = state.readers.get(reader_id)
+        updates: list[Any] = []
+        if record is not None:
+            expired = expired_readers({reader_id: record}, beats, now_ms, session_timeout_ms)
+            if not replace_own and not expired:
+                raise ReaderAlreadyOnlineError(
+                    f"reader {reader_id!r} is already online in group {state.scope}/"
+                    f"{state.name} (heartbeat within the last {session_timeout_ms / 1000:.0f}s); "
+                    "use another id"
+                )
+            updates.append(RemoveReader(reader_id, record.generation))
+        updates.append(AddReader(reader_id, now_ms))
+        return updates
+
+    return join
+
+
+def plan_remove(
+    reader_id: str,
+    generation: int | None,
+    positions: Sequence[tuple[SegKey, int]] = (),
+    now_ms: int = 0,
+) -> Plan:
+    """Remove ``reader_id`` if online (in ``generation``; ``None``: whichever is online).
+    Result: the generation removed, or ``None`` if there was nothing to remove."""
+
+    def remove(state: GroupState) -> Any:
+        record = state.readers.get(reader_id)
+        if record is None or generation not in (None, record.generation):
+            return [], None
+        update = RemoveReader(reader_id, record.generation, tuple(positions), now_ms)
+        return [update], record.generation
+
+    return remove
+
+
+def plan_release(
+    reader_id: str, generation: int, max_moves: int, positions: Mapping[SegKey, int]
+) -> Plan:
+    """Give back above-share segments at ``positions`` (else their committed ones), unless a
+    checkpoint or reset awaits this reader. Result: the segments released."""
+
+    def release(state: GroupState) -> Any:
+        check_member(state, reader_id, generation)
+        if state.frozen_for(reader_id):
+            return [], []  # a checkpoint or reset awaits this reader: move nothing until then
+        chosen = segments_to_release(state, reader_id, max_moves)
+        owned = state.assigned
+        triples = tuple((s, owned[s].token, positions.get(s, owned[s].position)) for s in chosen)
+        return ([ReleaseSegments(reader_id, generation, triples)] if triples else []), chosen
+
+    return release
+
+
+def plan_acquire(reader_id: str, generation: int, max_moves: int, now_ms: int) -> Plan:
+    """Take below-share unassigned segments, unless a checkpoint or reset awaits this reader.
+    Result: the segments acquired."""
+
+    def acquire(state: GroupState) -> Any:
+        check_member(state, reader_id, generation)
+        if state.frozen_for(reader_id):
+            return [], []
+        chosen = segments_to_acquire(state, reader_id, max_moves)
+        update = AcquireSegments(reader_id, generation, tuple(chosen), now_ms)
+        return ([update] if chosen else []), chosen
+
+    return acquire
+
+
+def plan_commit(
+    reader_id: str, generation: int, triples: tuple[tuple[SegKey, int, int], ...]
+) -> Plan:
+    """Record ``(segment, token, position)`` triples; fenced readers get an error."""
+
+    def commit(state: GroupState) -> Any:
+        for segment, token, _ in triples:
+            check_owner(state, reader_id, generation, segment, token)
+        return [CommitPositions(reader_id, generation, triples)]
+
+    return commit
+
+
+def plan_complete(
+    reader_id: str,
+    generation: int,
+    segment: SegKey,
+    token: int,
+    successors: tuple[tuple[SegKey, tuple[SegKey, ...], int], ...],
+    end: int,
+) -> Plan:
+    """Complete ``segment`` (read to ``end``) unless a checkpoint or reset awaits this reader.
+    Result: whether it was completed."""
+
+    def complete(state: GroupState) -> Any:
+        check_owner(state, reader_id, generation, segment, token)
+        if state.frozen_for(reader_id):
+            return [], False
+        return [CompleteSegment(reader_id, generation, segment, token, successors, end)], True
+
+    return complete
+
+
+def plan_ack_checkpoint(
+    reader_id: str,
+    generation: int,
+    name: str,
+    positions: tuple[tuple[SegKey, int], ...],
+    now_ms: int,
+) -> Plan:
+    def ack(state: GroupState) -> Any:
+        check_member(state, reader_id, generation)
+        return [AckCheckpoint(reader_id, generation, name, positions, now_ms)]
+
+    return ack
+
+
+def plan_ack_reset(reader_id: str, generation: int, group_generation: int) -> Plan:
+    def ack(state: GroupState) -> Any:
+        check_member(state, reader_id, generation)
+        return [AckReset(reader_id, generation, group_generation)]
+
+    return ack
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,26 +337,15 @@ class GroupMember:
         now, beats = self.heartbeats.beat("", 0)
         self.server_ms = now
         me = self.reader_id
-        timeout = self._session_timeout_ms
-
-        def join(state: GroupState) -> Any:
-            record = state.readers.get(me)
-            updates: list[Any] = []
-            if record is not None:
-                if not replace_own and not expired_readers({me: record}, beats, now, timeout):
-                    raise ReaderAlreadyOnlineError(
-                        f"reader {me!r} is already online in group {state.scope}/{state.name} "
-                        f"(heartbeat within the last {timeout / 1000:.0f}s); use another id"
-                    )
-                updates.append(RemoveReader(me, record.generation))
-            updates.append(AddReader(me, now))
-            return updates
-
         self.sync.fetch_updates()
-        self.sync.update_state(join)
+        self.sync.update_state(
+            plan_join(me, beats, now, self._session_timeout_ms, replace_own=replace_own)
+        )
         self.generation = self.sync.state.readers[me].generation
         self._joined = True
-        self.heartbeats.beat(me, self.generation)
+        # the join was decided on fresh state, so whatever heartbeat is stored under this id is
+        # stale (even of a higher generation, should a regressed log have reused numbers)
+        self.heartbeats.beat(me, self.generation, claim=True)
         return self.generation
 
     @_recovers
@@ -211,9 +357,8 @@ class GroupMember:
         others = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
         removed = []
         for reader_id, generation in expired_readers(others, beats, now, self._session_timeout_ms):
-            if self._remove_if(reader_id, generation):
+            if self.remove_if(reader_id, generation):
                 removed.append(reader_id)
-                self.heartbeats.forget(reader_id)
         state = self.sync.state
         others = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
         return Liveness(
@@ -223,104 +368,63 @@ class GroupMember:
             self.is_member(state),
         )
 
-    def _remove_if(
+    def remove_if(
         self, reader_id: str, generation: int, positions: Sequence[tuple[SegKey, int]] = ()
     ) -> bool:
-        def remove(state: GroupState) -> Any:
-            record = state.readers.get(reader_id)
-            if record is None or record.generation != generation:
-                return [], False
-            update = RemoveReader(reader_id, generation, tuple(positions), self.server_ms)
-            return [update], True
-
-        return bool(self.sync.update_state(remove))
+        """Remove ``reader_id`` if it is still online in ``generation`` (and forget that
+        generation's heartbeat); ``False`` if it was not."""
+        removed = self.sync.update_state(
+            plan_remove(reader_id, generation, positions, self.server_ms)
+        )
+        if removed is not None:
+            self.heartbeats.forget(reader_id, generation)
+        return removed is not None
 
     @_recovers
     def leave(self, positions: Mapping[SegKey, int] | None = None) -> bool:
         """Leave the group; owned segments return at ``positions`` (else committed ones)."""
         self._joined = False  # a regressed log met while leaving must not rejoin
-        left = self._remove_if(self.reader_id, self.generation, tuple((positions or {}).items()))
-        self.heartbeats.forget(self.reader_id)
+        left = self.remove_if(self.reader_id, self.generation, tuple((positions or {}).items()))
+        self.heartbeats.forget(self.reader_id, self.generation)
         return left
 
     @_recovers
     def rebalance(
         self, release_positions: Mapping[SegKey, int]
     ) -> tuple[dict[SegKey, Assignment], list[SegKey]]:
-        """Release above-share segments at ``release_positions`` and acquire below-share ones.
+        """Release above-share segments at ``release_positions`` and acquire below-share ones
+        (nothing moves while a checkpoint or reset awaits this reader).
 
         Returns ``(acquired, released)``. Raises ReaderNotInGroupError if no longer a member.
         """
         me, generation, moves = self.reader_id, self.generation, self._max_moves
-        state = self.refresh()
-        check_member(state, me, generation)
-        if state.frozen_for(me):
-            return {}, []  # a checkpoint or reset awaits this reader: move nothing until then
-        released: list[SegKey] = []
-        if segments_to_release(state, me, moves):
-
-            def release(current: GroupState) -> Any:
-                check_member(current, me, generation)
-                chosen = segments_to_release(current, me, moves)
-                owned = current.assigned
-                triples = tuple(
-                    (s, owned[s].token, release_positions.get(s, owned[s].position)) for s in chosen
-                )
-                return ([ReleaseSegments(me, generation, triples)] if triples else []), chosen
-
-            released = list(self.sync.update_state(release))
-        acquired: dict[SegKey, Assignment] = {}
-        if segments_to_acquire(self.sync.state, me, moves):
-
-            def acquire(current: GroupState) -> Any:
-                check_member(current, me, generation)
-                chosen = segments_to_acquire(current, me, moves)
-                update = AcquireSegments(me, generation, tuple(chosen), self.server_ms)
-                return ([update] if chosen else []), chosen
-
-            chosen = self.sync.update_state(acquire)
-            state = self.sync.state
-            acquired = {s: state.assigned[s] for s in chosen}
+        positions = dict(release_positions)
+        released = list(self.sync.update_state(plan_release(me, generation, moves, positions)))
+        chosen = self.sync.update_state(plan_acquire(me, generation, moves, self.server_ms))
+        state = self.sync.state
+        acquired = {s: state.assigned[s] for s in chosen}
         return acquired, released
 
     @_recovers
     def ack_checkpoint(self, name: str, positions: Mapping[SegKey, int]) -> None:
         """Report this reader's positions for checkpoint ``name``."""
-        update = AckCheckpoint(
-            self.reader_id, self.generation, name, tuple(positions.items()), self.server_ms
+        self.sync.update_state(
+            plan_ack_checkpoint(
+                self.reader_id, self.generation, name, tuple(positions.items()), self.server_ms
+            )
         )
-        me, generation = self.reader_id, self.generation
-
-        def ack(state: GroupState) -> Any:
-            check_member(state, me, generation)
-            return [update]
-
-        self.sync.update_state(ack)
 
     @_recovers
     def ack_reset(self, group_generation: int) -> None:
-        me, generation = self.reader_id, self.generation
-
-        def ack(state: GroupState) -> Any:
-            check_member(state, me, generation)
-            return [AckReset(me, generation, group_generation)]
-
-        self.sync.update_state(ack)
+        self.sync.update_state(plan_ack_reset(self.reader_id, self.generation, group_generation))
 
     @_recovers
     def commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
         """Record ``segment -> (token, position)``; fenced readers get an error, nothing lands."""
         if not positions:
             return
-        me, generation = self.reader_id, self.generation
         triples = tuple((s, token, position) for s, (token, position) in positions.items())
-
-        def commit(state: GroupState) -> Any:
-            for segment, token, _ in triples:
-                check_owner(state, me, generation, segment, token)
-            return [CommitPositions(me, generation, triples)]
-
-        self.sync.update_state(commit)
+        self.sync.update_state(plan_commit(self.reader_id, self.generation, triples))
 
     @_recovers
     def complete(
@@ -328,12 +432,11 @@ class GroupMember:
         segment: SegKey,
         token: int,
         successors: Sequence[tuple[SegKey, tuple[SegKey, ...], int]],
-    ) -> None:
-        """The segment was read to the end of its seal: hand its successors to the group."""
-        me, generation = self.reader_id, self.generation
-
-        def complete(state: GroupState) -> Any:
-            check_owner(state, me, generation, segment, token)
-            return [CompleteSegment(me, generation, segment, token, tuple(successors))]
-
-        self.sync.update_state(complete)
+        end: int = -1,
+    ) -> bool:
+        """The segment was read to the end of its seal (offset ``end``): hand its successors to
+        the group. ``False`` (nothing changed) while a checkpoint or reset awaits this reader."""
+        plan = plan_complete(
+            self.reader_id, self.generation, segment, token, tuple(successors), end
+        )
+        return bool(self.sync.update_state(plan))

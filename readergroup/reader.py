@@ -276,8 +276,10 @@ class EventStreamReader(Generic[T]):
         return run(self, handler, max_workers=max_workers, **options)
 
     def close(self) -> None:
-        """Graceful leave: in auto mode commit everything returned and give segments back
-        there; in manual mode give them back at the last committed positions. Then stop."""
+        """Graceful leave: acknowledge a checkpoint handed out (at the positions it was handed
+        out at, as the next read would); in auto mode commit everything returned and give
+        segments back there; in manual mode give them back at the last committed positions.
+        Then stop."""
         if self._closed:
             return
         self._closed = True
@@ -288,6 +290,8 @@ class EventStreamReader(Generic[T]):
                 owned.consumed = owned.returned
             try:
                 with translate_errors("leave"):
+                    self._acknowledge_checkpoint()
+                    self._absorb_reset()
                     if self._group.commit_mode == AUTO:  # manual mode commits only on commit()
                         self._commit(self._auto_positions())
                     self._member.leave(
@@ -471,6 +475,7 @@ class EventStreamReader(Generic[T]):
             self._group.commit_mode == AUTO
             and now - self._last_commit >= self._group.auto_commit_interval
         ):
+            self._absorb_reset()  # never commit positions of a generation the group left
             self._commit(self._auto_positions())
             self._last_commit = now
         if self._group_dirty or refresh_due:
@@ -518,6 +523,12 @@ class EventStreamReader(Generic[T]):
             self._adopt(key, assignment)
         if acquired:
             self._notify(acquired=list(acquired))
+
+    def _absorb_reset(self) -> None:
+        """Re-initialize now if the group was reset since this reader last looked."""
+        state = self._member.refresh()
+        if state.generation != self._group_generation and self._group_generation >= 0:
+            self._reinitialize(state)
 
     def _reinitialize(self, state: GroupState) -> None:
         """The group was reset (or this is the first look): start over from its state."""
@@ -627,7 +638,10 @@ class EventStreamReader(Generic[T]):
                         )
                         for succ in record.successors
                     )
-                    self._member.complete(owned.key, owned.token, successors)
+                    if not self._member.complete(
+                        owned.key, owned.token, successors, owned.final_tail
+                    ):
+                        return  # a checkpoint or reset arrived: complete after it
                     del self._owned[owned.key]
                     self._notify(released=[owned.key])
                     self._group_dirty = True

@@ -561,12 +561,15 @@ class RedisConnection:
         }
 
     def heartbeat(
-        self, key: str, reader_id: str, generation: int
+        self, key: str, reader_id: str, generation: int, action: str = "beat"
     ) -> tuple[int, dict[str, tuple[int, int]]]:
-        """Renew ``reader_id``'s heartbeat (``""``: renew none); return the server time and every
-        reader's ``(generation, server ms)``."""
+        """Renew (``action="forget"``: delete) ``reader_id``'s heartbeat unless a newer
+        generation holds it (``action="claim"``: write whatever is stored; ``""``: change
+        none); return the server time and every reader's ``(generation, server ms)``."""
         with translate_errors("heartbeat"):
-            now_ms, flat = self._scripts["heartbeat"](keys=[key], args=[reader_id, generation])
+            now_ms, flat = self._scripts["heartbeat"](
+                keys=[key], args=[reader_id, generation, action]
+            )
         beats: dict[str, tuple[int, int]] = {}
         for name, value in zip(flat[::2], flat[1::2], strict=False):
             generation_text, _, ms_text = value.partition(b" ")
@@ -576,9 +579,9 @@ class RedisConnection:
                 continue  # a malformed row is ignored: that reader then looks silent
         return int(now_ms), beats
 
-    def forget_heartbeat(self, key: str, reader_id: str) -> None:
-        with translate_errors("heartbeat"):
-            self.client.hdel(key, reader_id)
+    def forget_heartbeat(self, key: str, reader_id: str, generation: int) -> None:
+        """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
+        self.heartbeat(key, reader_id, generation, "forget")
 
     def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
         """``XREAD BLOCK`` over arbitrary stream keys (segments and state logs) in one call:

@@ -279,6 +279,11 @@ class StateSynchronizer(Generic[S]):
         returns a list of updates, or ``(updates, result)``; an empty list appends nothing.
         Returns ``result`` (``None`` if none) from the run whose updates were appended.
 
+        Every decision is made on fresh state: a run that appends nothing, or raises, counts
+        only if its state was fetched during this call; otherwise the log is read first and,
+        if it moved, the generator runs again on the newer state (so a stale handle cannot
+        silently decide "nothing to do", nor refuse on a state that no longer holds).
+
         Raises :class:`~statesync.errors.UpdateRejectedError` if an update's ``apply_to``
         raises on the current state (nothing appended),
         :class:`~statesync.errors.ConflictRetriesExhaustedError` if the retry budget ran out,
@@ -287,13 +292,24 @@ class StateSynchronizer(Generic[S]):
         """
         with self._lock:
             budget = self._config.retry.start(self._clock, self._rng)
+            fresh = False  # the replica was fetched during this call
             if self._replica is None:
                 self._retrying(budget, self._fetch_locked)
+                fresh = True
             while True:
                 replica = self._loaded()
-                updates, result = split_generator_result(generator(replica.state))
+                try:
+                    updates, result = split_generator_result(generator(replica.state))
+                except Exception:
+                    if fresh or not self._log_moved(budget):
+                        raise
+                    fresh = True
+                    continue  # decided on a stale replica: decide again on the newer state
                 if not updates:
-                    return result
+                    if fresh or not self._log_moved(budget):
+                        return result
+                    fresh = True
+                    continue
                 new_state = self._check_apply(replica, updates)
                 payload = self._encode(updates)
                 outcome = self._append(budget, payload, replica, conditional=True)
@@ -317,6 +333,14 @@ class StateSynchronizer(Generic[S]):
                     raise ConflictRetriesExhaustedError(self._name, budget.attempts, budget.elapsed)
                 self._clock.sleep(delay)
                 self._retrying(budget, self._fetch_locked)
+                fresh = True
+
+    def _log_moved(self, budget: RetryBudget) -> bool:
+        """Fetch; whether the log had entries this replica had not applied."""
+        before = self._loaded()
+        self._retrying(budget, self._fetch_locked)
+        after = self._loaded()
+        return (after.revision, after.incarnation) != (before.revision, before.incarnation)
 
     def update_state_unconditionally(self, updates: Sequence[Update]) -> int:
         """Append ``updates`` whatever the log's revision; return the revision they landed at.

@@ -104,6 +104,34 @@ def test_a_stale_writer_reruns_its_generator_on_the_new_state(
     assert b.state["owner"] == "a" and b.revision == a.revision == 1
 
 
+def test_a_stale_handle_decides_nothing_and_refusals_on_the_newest_state(
+    backend: LogBackend, unique_name: str
+) -> None:
+    a, stale = make(backend, unique_name), make(backend, unique_name)
+    a.initialize({"total": 0})
+    stale.fetch_updates()  # then never fetched again: a handle kept around
+    a.update_state(lambda s: [Put("owner", "a")])
+
+    def release(state: dict[str, Any]) -> Any:  # appends only if someone holds it
+        return ([Put("owner", "")], True) if state.get("owner") else ([], False)
+
+    assert stale.update_state(release) is True  # not "nothing to do" on the old state
+    assert a.fetch_updates() == 1 and a.state["owner"] == ""
+    a.update_state(lambda s: [Put("closed", True)])
+
+    def refuse_when_closed(state: dict[str, Any]) -> Any:
+        if not state.get("closed"):
+            raise ValueError("not closed yet")
+        return [], "closed"
+
+    assert stale.update_state(refuse_when_closed) == "closed"
+    assert stale.update_state(lambda s: ([], s.get("closed"))) is True
+    appends = stale.stats.appends
+    with pytest.raises(ValueError):  # on a fresh state the refusal stands
+        a.update_state(lambda s: (_ for _ in ()).throw(ValueError("no")))
+    assert stale.stats.appends == appends
+
+
 def test_conditional_updates_from_two_clients_are_serialised(
     backend: LogBackend, unique_name: str
 ) -> None:

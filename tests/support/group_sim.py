@@ -116,7 +116,7 @@ class GroupSimulation:
                     )
                     for s in record.successors
                 )
-                member.complete(key, assignment.token, successors)
+                member.complete(key, assignment.token, successors, self.tails[key[1]])
                 reader.positions.pop(key, None)
 
     def scale(self) -> None:
@@ -169,7 +169,7 @@ class GroupSimulation:
                     self.join(reader_id)
             elif roll < 0.81:
                 self.scale()
-            elif roll < 0.83 and live:
+            elif roll < 0.83 and len(live) > 1:  # someone stays to settle the group
                 reader = self.readers[self.rng.choice(live)]
                 reader.member.leave(reader.positions)
                 reader.alive = False
