@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench chaos clean venv
+.PHONY: demo test lint bench chaos explore clean venv
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -40,3 +40,8 @@ clean:
 
 chaos: $(STAMP)
 	$(PY) -m tools.chaos --seconds 60 --readers 8 --segments 16
+
+# Deeper exhaustive exploration of the reader-group protocol than the test suite's (minutes).
+explore: $(STAMP)
+	$(PY) -m tests.support.explorer --depth 8 --readers 2
+	$(PY) -m tests.support.explorer --depth 7 --readers 3
