@@ -24,8 +24,8 @@ DEADLINE_S = 150.0  # generous on a loaded 2-core machine; typically a third of 
 
 
 def test_every_interleaving_of_two_readers_keeps_every_invariant() -> None:
-    report = explore(Limits(depth=6, readers=2), deadline_s=DEADLINE_S)
-    assert report.states > 3_000 and report.transitions > 20_000
+    report = explore(Limits(depth=7, readers=2), deadline_s=DEADLINE_S)
+    assert report.states > 8_000 and report.transitions > 60_000
     assert report.per_depth[-1] > 0  # the deepest level still found new states
 
 
