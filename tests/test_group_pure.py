@@ -189,3 +189,14 @@ def test_many_reader_simulation_keeps_every_invariant(seed: int) -> None:
     assert not final.unassigned
     assert max(counts.values()) - min(counts.values()) <= 1
     assert len(final.completed) > 0  # scaling happened and sealed segments were completed
+
+
+def test_a_checkpoint_never_completes_before_it_was_created() -> None:
+    from readergroup.group_state import AckCheckpoint, CreateCheckpoint
+
+    state = with_readers(group(1), ["a"])
+    state = CreateCheckpoint("cp", created_ms=5_000).apply_to(state)
+    # the acknowledging reader's last heartbeat (its server time) predates the creation
+    state = AckCheckpoint("a", state.readers["a"].generation, "cp", (), 4_000).apply_to(state)
+    checkpoint = state.checkpoint("cp")
+    assert checkpoint is not None and checkpoint.completed_ms == 5_000
