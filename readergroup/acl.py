@@ -47,7 +47,7 @@ _SEGMENT_READ = {"hmget", "xrange", "xread", "multi", "exec"}  # read_range is M
 _SEGMENT_APPEND = {"hget", "hmget", "hset", "time", "xadd"}  # append_events.lua
 _SEGMENT_SEAL = {"exists", "hmget", "hset"}  # seal_segment.lua
 _SEGMENT_ADMIN = {"hsetnx", "xtrim", "del"}  # create, truncate_segment.lua, delete
-_HEARTBEATS = {"hgetall", "hset", "time", "hdel"}  # heartbeat.lua, forget
+_HEARTBEATS = {"hget", "hgetall", "hset", "time", "hdel"}  # heartbeat.lua (beat, claim, forget)
 _SUBSCRIBERS = {"hset", "hdel", "hgetall"}  # publish, unsubscribe, retention
 _STAGING = {"rpush", "expire", "lrange", "del", "hexists", "hget", "hmget", "hset", "xadd"}
 
