@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 from readergroup.errors import InvalidConfigError
 from readergroup.names import scope_key_patterns, validate_name
+from statesync.durability import Acks
+from statesync.errors import StateSyncError
 from statesync.names import validate_name as validate_prefix
 
 ROLES = ("writer", "reader", "admin", "operator")
@@ -139,16 +141,29 @@ def _plus(commands: set[str]) -> tuple[str, ...]:
 
 
 def rules(
-    role: str, scope: str | None = None, prefix: str = "rg", *, cluster: bool = False
+    role: str,
+    scope: str | None = None,
+    prefix: str = "rg",
+    *,
+    cluster: bool = False,
+    acks: str = "leader",
 ) -> Rules:
     """The rules of ``role`` (``writer``, ``reader`` and ``admin`` need a ``scope``). With
     ``cluster`` also what a Redis Cluster client sends to learn the topology and key positions
-    (``CLUSTER SLOTS``, ``COMMAND``)."""
+    (``CLUSTER SLOTS``, ``COMMAND``). With ``acks`` (``ClientConfig.acks``) also the command
+    that waits for the acknowledgement after each append (``WAIT`` or ``WAITAOF``)."""
     validate_prefix(prefix, what="key prefix")
     generated = _rules(role, scope, prefix)
-    if not cluster:
+    extra = set(_CLUSTER) if cluster else set()
+    try:
+        wait = Acks.parse(acks).wait_command()
+    except StateSyncError as exc:
+        raise InvalidConfigError(str(exc)) from exc
+    if wait is not None:  # sent in a pipeline after the append script: SCRIPT EXISTS first
+        extra |= {str(wait[0]).lower(), *_PIPELINED_SCRIPTS}
+    if not extra:
         return generated
-    commands = _plus({c[1:] for c in generated.commands} | _CLUSTER)
+    commands = _plus({c[1:] for c in generated.commands} | extra)
     return Rules(role, generated.keys, commands, generated.selectors)
 
 

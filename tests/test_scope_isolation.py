@@ -29,6 +29,7 @@ from readergroup import (
     EventStreamClientFactory,
     InvalidConfigError,
     ReaderGroupConfig,
+    ReaderGroupError,
     ReaderGroupManager,
     RetentionManager,
     RetentionPolicy,
@@ -616,3 +617,40 @@ def test_cli_acl_rules_prints_one_line_and_never_the_password() -> None:
         failed = runner.invoke(main, args)
         assert failed.exit_code == 1 and message in failed.output, failed.output
         assert len(failed.output.strip().splitlines()) == 1
+
+
+def test_rules_for_durable_acks_add_only_the_wait_command(private_redis: Any) -> None:
+    url = private_redis.url  # persistent: appendonly yes, so acks=fsync can be honoured
+    build_scope(url, "d", events=0)
+    root = redis.Redis.from_url(url)
+    for role in ("writer", "reader"):
+        rules = acl.rules(role, "d", acks="fsync")
+        added = rules.all_commands - acl.rules(role, "d").all_commands
+        assert "waitaof" in added and added <= {"waitaof", "script|exists"}
+        root.execute_command(*rules.setuser_args(f"f-{role}", PASSWORD))
+    root.execute_command(*acl.rules("writer", "d").setuser_args("plain-writer", PASSWORD))
+    assert acl.rules("admin", "d", acks="replicas=2").all_commands >= {"wait"}
+
+    def config(user: str) -> ClientConfig:
+        return ClientConfig(acks="fsync", redis_options={"username": user, "password": PASSWORD})
+
+    with EventStreamClientFactory.from_url("d", url, config("f-writer")) as factory:
+        writer = factory.create_event_writer("s", UTF8StringSerializer())
+        writer.write_event("durable", routing_key="k").result(10)
+        writer.close()
+    with EventStreamClientFactory.from_url("d", url, config("f-reader")) as factory:
+        reader = factory.create_reader("r", "g", UTF8StringSerializer())
+        got: list[Any] = []
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            got = reader.read_batch(10, timeout=0.2)
+        reader.close()  # its joins and commits were appended with WAITAOF
+    assert [e.event for e in got] == ["durable"]
+    with EventStreamClientFactory.from_url("d", url, config("plain-writer")) as factory:
+        writer = factory.create_event_writer("s", UTF8StringSerializer())
+        # without the generated WAITAOF the acknowledgement is refused (and says why)
+        refused = writer.write_event("refused", routing_key="k")
+        for finish in (lambda: refused.result(10), writer.close):  # close reports it too
+            with pytest.raises(ReaderGroupError, match="no permissions to run the 'waitaof'"):
+                finish()
+    root.close()

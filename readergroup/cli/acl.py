@@ -30,6 +30,12 @@ def acl() -> None:
 )
 @click.option("--key-prefix", default="rg", show_default=True)
 @click.option("--cluster", is_flag=True, help="Also what a Redis Cluster client needs.")
+@click.option(
+    "--acks",
+    default="leader",
+    show_default=True,
+    help="The clients' acks mode: leader, replicas=N (adds WAIT) or fsync (adds WAITAOF).",
+)
 def rules(
     role: str,
     scope: str | None,
@@ -37,6 +43,7 @@ def rules(
     password_env: str | None,
     key_prefix: str,
     cluster: bool,
+    acks: str,
 ) -> None:
     """Print the ACL SETUSER line giving ROLE exactly the keys and commands it needs."""
     password = None
@@ -45,7 +52,7 @@ def rules(
         if not password:
             raise click.ClickException(f"environment variable {password_env} is not set")
     try:
-        generated = rules_of.rules(role, scope, key_prefix, cluster=cluster)
+        generated = rules_of.rules(role, scope, key_prefix, cluster=cluster, acks=acks)
     except ReaderGroupError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     click.echo(generated.setuser(user or rules_of.default_user(role, scope), password))
