@@ -60,6 +60,15 @@ class StreamNotFoundError(ReaderGroupError, LookupError):
     """The stream does not exist in the scope."""
 
 
+class ReaderGroupNotFoundError(ReaderGroupError, LookupError):
+    """The reader group does not exist in the scope (never created, or deleted)."""
+
+
+class ReaderGroupInUseError(ReaderGroupError):
+    """An operation that would hurt a live group was refused: the group has online readers
+    (``delete_reader_group`` without ``force``)."""
+
+
 class StreamSealedError(ReaderGroupError):
     """The stream is sealed: no more events can be written to it."""
 

@@ -14,6 +14,15 @@ from readergroup.stream_cut import StreamCut
 #: (``int``: the first events appended at or after it), or a :class:`StreamCut`.
 StartPosition = Union[str, int, StreamCut]  # noqa: UP007 (a runtime alias)
 
+#: The words a start position may be given as: Pravega's head/tail and Kafka's earliest/latest.
+START_WORDS = {"head": "head", "earliest": "head", "tail": "tail", "latest": "tail"}
+
+
+def start_word(value: object) -> object:
+    """``"earliest"``/``"latest"`` as ``"head"``/``"tail"``; anything else unchanged."""
+    return START_WORDS.get(value, value) if isinstance(value, str) else value
+
+
 AUTO = "auto"
 MANUAL = "manual"
 
@@ -26,7 +35,8 @@ class ReaderGroupConfig:
         streams: ``"scope/stream"`` names (or bare names) of the manager's own scope; one or
             more (a group never reads another scope's streams: scopes are isolated).
         start: where each stream starts: one :data:`StartPosition` for all, or a mapping from
-            stream name to one (default ``"head"``).
+            stream name to one (default ``"head"``; ``"earliest"``/``"latest"`` are accepted
+            for ``"head"``/``"tail"``).
         group_refresh_time: longest a reader blocks in one read before it re-checks the group
             (default 0.5 s; 0.01-60). Changes arrive at once through the state log anyway.
         heartbeat_interval: seconds between heartbeats (default 3.0).
@@ -70,10 +80,11 @@ class ReaderGroupConfig:
         if len(set(self.streams)) != len(self.streams):
             raise InvalidConfigError(f"streams are listed twice: {list(self.streams)}")
         if isinstance(self.start, Mapping):
-            object.__setattr__(self, "start", dict(self.start))
+            object.__setattr__(self, "start", {k: start_word(v) for k, v in self.start.items()})
             for value in self.start.values():
                 _check_start(value)
         else:
+            object.__setattr__(self, "start", start_word(self.start))
             _check_start(self.start)
         if not 0.01 <= self.group_refresh_time <= 60:
             raise InvalidConfigError(

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from readergroup import catalog
+from readergroup import catalog, reset_planning
 from readergroup.closing import Closing
 from readergroup.config import ClientConfig
-from readergroup.errors import InvalidConfigError, ReaderGroupError, ScopeNotFoundError
-from readergroup.group_config import ReaderGroupConfig, StartPosition
-from readergroup.group_positions import cuts_by_stream, resolve_group
+from readergroup.errors import (
+    InvalidConfigError,
+    ReaderGroupError,
+    ReaderGroupInUseError,
+    ReaderGroupNotFoundError,
+    ScopeNotFoundError,
+    StreamNotFoundError,
+)
+from readergroup.group_config import START_WORDS, ReaderGroupConfig, StartPosition
+from readergroup.group_positions import cuts_by_stream, resolve_group, resolve_start
 from readergroup.group_state import (
     STATE_TYPES,
     UPDATE_TYPES,
@@ -28,12 +38,15 @@ from readergroup.group_state import (
     check_new_checkpoint,
     new_group,
 )
+from readergroup.group_view import MemberView, group_state_word, members_of
 from readergroup.membership import GroupMember, Plan, plan_remove
 from readergroup.names import group_sync_name, validate_name
 from readergroup.redis_io import RedisConnection, fetch_state, translate_errors
 from readergroup.stream_cut import StreamCut
 from readergroup.stream_manager import StreamManager
 from statesync import StateSynchronizer
+
+logger = logging.getLogger(__name__)
 
 
 def plan_checkpoint(name: str, now_ms: int, silent: bool = False) -> Plan:
@@ -46,17 +59,15 @@ def plan_checkpoint(name: str, now_ms: int, silent: bool = False) -> Plan:
     return create
 
 
-class ReaderGroupNotFoundError(ReaderGroupError, LookupError):
-    """The reader group does not exist in the scope."""
-
-
 class RedisHeartbeatStore:
     """Heartbeats in a Redis hash beside the group's state (same hash tag), stamped by the
-    server's clock inside ``heartbeat.lua``."""
+    server's clock inside ``heartbeat.lua``; and, in a second hash, the ``host/pid`` each
+    reader registered when it joined (for operators)."""
 
     def __init__(self, connection: RedisConnection, key: str) -> None:
         self._connection = connection
         self._key = key
+        self.clients_key = key.removesuffix(":heartbeats") + ":clients"
 
     def beat(
         self, reader_id: str, generation: int, *, claim: bool = False
@@ -66,6 +77,21 @@ class RedisHeartbeatStore:
 
     def forget(self, reader_id: str, generation: int) -> None:
         self._connection.forget_heartbeat(self._key, reader_id, generation)
+
+    def register(self, reader_id: str, client: str) -> None:
+        """Record ``host/pid`` of ``reader_id`` (kept until the group is deleted; a rejoin
+        overwrites it)."""
+        with translate_errors("register reader"):
+            self._connection.client.hset(self.clients_key, reader_id, client)
+
+    def clients(self) -> dict[str, str]:
+        with translate_errors("read readers"):
+            raw: Mapping[Any, Any] = self._connection.client.hgetall(self.clients_key)
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def heartbeat_key(connection: RedisConnection, sync_name: str) -> str:
@@ -83,6 +109,15 @@ class CheckpointResult:
     @property
     def stream_cuts(self) -> dict[str, StreamCut]:
         return cuts_by_stream(self.positions)
+
+
+@dataclass(frozen=True, slots=True)
+class ResetResult:
+    """What a reset did: the positions the group restarts from, and the readers declared
+    offline because they did not acknowledge it in time."""
+
+    starts: dict[SegKey, int]
+    declared_offline: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +170,15 @@ class SegmentDistribution:
 class ReaderGroup:
     """A handle on one reader group (from :meth:`ReaderGroupManager.get_reader_group`)."""
 
-    def __init__(self, connection: RedisConnection, scope: str, name: str) -> None:
+    def __init__(
+        self, connection: RedisConnection, scope: str, name: str, writer_label: str | None = None
+    ) -> None:
         self._connection = connection
         self._streams = StreamManager(connection)
         self.scope = scope
         self.name = name
         self.sync: StateSynchronizer[GroupState] = connection.synchronizer(
-            group_sync_name(scope, name), UPDATE_TYPES, STATE_TYPES
+            group_sync_name(scope, name), UPDATE_TYPES, STATE_TYPES, writer_label=writer_label
         )
         self.heartbeats = RedisHeartbeatStore(connection, heartbeat_key(connection, self.sync.name))
         self.refresh()
@@ -160,8 +197,35 @@ class ReaderGroup:
     def config(self) -> ReaderGroupConfig:
         return self.refresh().config
 
+    def server_time_ms(self) -> int:
+        """The Redis server's clock (the one event times and heartbeats are stamped with)."""
+        return self._connection.server_time_ms()
+
     def get_online_readers(self) -> list[str]:
         return sorted(self.refresh().readers)
+
+    def members(self) -> list[MemberView]:
+        """Every member with its segments, ``host/pid`` and heartbeat age (server clock);
+        ``stale`` marks those whose heartbeat is older than the session timeout."""
+        state = self.refresh()
+        now, beats = self.heartbeats.beat("", 0)
+        return members_of(state, beats, self.heartbeats.clients(), now)
+
+    def missing_streams(self) -> list[str]:
+        """The streams the group reads that no longer exist."""
+        missing = []
+        for scope, stream in self.refresh().config.scoped_streams(self.scope):
+            try:
+                self._streams.stream_state(scope, stream)
+            except StreamNotFoundError:
+                missing.append(f"{scope}/{stream}")
+        return missing
+
+    def status(self) -> str:
+        """``stable``, ``rebalancing``, ``empty`` or ``dead`` (see
+        :mod:`readergroup.group_view`)."""
+        members = self.members()
+        return group_state_word(self.sync.state, members, self.missing_streams())
 
     def get_segment_distribution(self) -> SegmentDistribution:
         state = self.refresh()
@@ -245,60 +309,140 @@ class ReaderGroup:
         """Start the group over while its readers run; return the new start positions.
 
         ``start``: a completed checkpoint (the result, or its name), a StreamCut, a server time
-        in ms, ``"head"``, ``"tail"``, a mapping per stream, or ``None`` for the configured
-        start; or ``shift_by=N`` to move every segment N events back (negative: forward) from
-        its committed position, within that segment. Running readers re-initialize
-        transparently: they drop what they buffered, acknowledge, and acquire segments at the new
-        positions. This call returns once every online reader acknowledged (readers that do not
-        within ``timeout`` are declared offline), so no read that starts afterwards returns an
-        event from before the reset point.
+        in ms, ``"head"``/``"earliest"``, ``"tail"``/``"latest"``, a mapping per stream (streams
+        it does not name keep their committed positions), or ``None`` for the configured start;
+        or ``shift_by=N`` to move every segment N events forward (negative: back, as Kafka's
+        ``--shift-by``) from its committed position, within that segment. A cut or checkpoint
+        of a stream the group does not read is refused (InvalidStreamCutError) and nothing
+        changes. Running readers re-initialize transparently: they drop what they buffered,
+        acknowledge, and acquire segments at the new positions. This call returns once every
+        online reader acknowledged (readers that do not within ``timeout`` are declared
+        offline: see :meth:`apply_reset`), so no read that starts afterwards returns an event
+        from before the reset point.
         """
+        plan = self.plan_reset(start, shift_by=shift_by)
+        return self.apply_reset(plan, timeout=timeout).starts
+
+    def apply_reset(self, plan: Mapping[SegKey, int], *, timeout: float = 30.0) -> ResetResult:
+        """Apply a plan from :meth:`plan_reset` (or an edited one): every stream the group reads
+        must have positions, each within its segment's data; otherwise nothing changes. Returns
+        the positions and the readers declared offline because they did not acknowledge the
+        reset within ``timeout``."""
         state = self.refresh()
-        starts = self.plan_reset(start, shift_by=shift_by)
+        starts = dict(plan)
+        reset_planning.check_plan(
+            f"{self.scope}/{self.name}", state.positions(), starts, self._bounds(starts)
+        )
         end = self._end_for(state, starts)
-        update = ResetGroup(tuple(starts.items()), None if end is None else tuple(end.items()))
+        update = ResetGroup(
+            tuple(sorted(starts.items())), None if end is None else tuple(end.items())
+        )
         with translate_errors("reset"):
             self.sync.update_state(lambda s: [update])
         deadline = time.monotonic() + timeout
+        declared: list[str] = []
         while self.refresh().reset_pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 for reader_id in self.sync.state.reset_pending:
-                    self.reader_offline(reader_id)
+                    if self.reader_offline(reader_id):
+                        declared.append(reader_id)
+                if declared:
+                    logger.warning(
+                        "reset of %s/%s: readers %s did not acknowledge within %ss and were "
+                        "declared offline",
+                        self.scope,
+                        self.name,
+                        declared,
+                        timeout,
+                    )
                 break
             with translate_errors("reset"):
                 self.sync.wait_for_updates(min(remaining, 1.0))
-        return starts
+        return ResetResult(starts, tuple(declared))
 
     def plan_reset(
         self,
         start: StartPosition | Mapping[str, StartPosition] | CheckpointResult | None = None,
         *,
         shift_by: int | None = None,
+        to_offset: int | None = None,
+        streams: Sequence[str] | None = None,
+        segments: Sequence[int] | None = None,
     ) -> dict[SegKey, int]:
-        """The start positions ``reset_reader_group`` would use, without changing anything."""
-        state = self.refresh()
-        if shift_by is not None:
-            if start is not None:
-                raise ValueError("give either start or shift_by, not both")
-            return self._shifted(state, shift_by)
-        if isinstance(start, CheckpointResult):
-            return dict(start.positions)
-        if isinstance(start, str) and start not in ("head", "tail"):
-            checkpoint = state.checkpoint(start)
-            if checkpoint is None or checkpoint.completed_ms < 0:
-                raise CheckpointError(f"no completed checkpoint named {start!r} in this group")
-            return dict(checkpoint.positions)
-        return resolve_group(self._streams, self.scope, state.config, start)[0]
+        """The start positions ``reset_reader_group`` would use, without changing anything.
 
-    def _shifted(self, state: GroupState, shift_by: int) -> dict[SegKey, int]:
-        shifted: dict[SegKey, int] = {}
-        for scoped, cut in cuts_by_stream(state.positions()).items():
+        ``to_offset=N`` puts every selected segment at offset N (within its data, like
+        Kafka's ``--to-offset``). ``streams`` and ``segments`` select what moves; the rest keeps
+        its committed position. Anything naming a stream or segment the group does not read
+        is refused.
+        """
+        state = self.refresh()
+        group = f"{self.scope}/{self.name}"
+        group_streams = [f"{s}/{t}" for s, t in state.config.scoped_streams(self.scope)]
+        if sum(x is not None for x in (start, shift_by, to_offset)) > 1:
+            raise InvalidConfigError("give one of start, shift_by and to_offset")
+        if isinstance(start, StreamCut):
+            start = {start.scoped_stream: start}
+        if isinstance(start, Mapping):
+            named = {s if "/" in s else f"{self.scope}/{s}": p for s, p in start.items()}
+            reset_planning.check_streams(group, group_streams, named)
+            if streams is None:
+                streams = list(named)
+            start = named
+        chosen = reset_planning.select_streams(group, group_streams, streams)
+        current = state.positions()
+        target: dict[SegKey, int]
+        if shift_by is not None:
+            target = self._clamped(current, chosen, lambda p: p + shift_by)
+        elif to_offset is not None:
+            target = self._clamped(current, chosen, lambda p: to_offset)
+        elif isinstance(start, CheckpointResult) or (
+            isinstance(start, str) and start not in START_WORDS
+        ):
+            if isinstance(start, CheckpointResult):
+                target = dict(start.positions)
+            else:
+                checkpoint = state.checkpoint(start)
+                if checkpoint is None or checkpoint.completed_ms < 0:
+                    raise CheckpointError(f"no completed checkpoint named {start!r} in {group}")
+                target = dict(checkpoint.positions)
+            reset_planning.check_streams(group, group_streams, {k[0] for k in target})
+        else:
+            target = {}
+            for scoped in sorted(chosen):
+                scope, _, stream = scoped.partition("/")
+                if start is None:
+                    position = state.config.start_for(stream, scoped)
+                elif isinstance(start, Mapping):
+                    position = start[scoped]
+                else:
+                    position = start
+                cut = resolve_start(self._streams, scope, stream, position)
+                target.update({(scoped, s): o for s, o in cut.positions.items()})
+        return reset_planning.merge_plan(group, current, target, chosen, segments)
+
+    def _bounds(self, positions: Mapping[SegKey, int]) -> dict[SegKey, tuple[int, int]]:
+        """``(head, tail)`` of every existing segment named in ``positions``."""
+        bounds: dict[SegKey, tuple[int, int]] = {}
+        for scoped, cut in cuts_by_stream(positions).items():
             states = self._connection.segment_states(cut.scope, cut.stream, list(cut.positions))
-            for segment, position in cut.positions.items():
-                seg = states[segment]
-                shifted[(scoped, segment)] = min(seg.tail, max(seg.head, position - shift_by))
-        return shifted
+            for segment, seg in states.items():
+                if seg.exists:
+                    bounds[(scoped, segment)] = (seg.head, seg.tail)
+        return bounds
+
+    def _clamped(
+        self, current: Mapping[SegKey, int], streams: Collection[str], move: Callable[[int], int]
+    ) -> dict[SegKey, int]:
+        """``move`` applied to the committed positions of ``streams``, kept within the data."""
+        chosen = {k: p for k, p in current.items() if k[0] in streams}
+        bounds = self._bounds(chosen)
+        return {
+            key: min(bounds[key][1], max(bounds[key][0], move(position)))
+            for key, position in chosen.items()
+            if key in bounds
+        }
 
     def _end_for(self, state: GroupState, starts: Mapping[SegKey, int]) -> dict[SegKey, int] | None:
         if state.end is None:
@@ -418,18 +562,36 @@ class ReaderGroupManager(Closing):
     """
 
     def __init__(
-        self, scope: str, connection: RedisConnection, *, owns_connection: bool = False
+        self,
+        scope: str,
+        connection: RedisConnection,
+        *,
+        owns_connection: bool = False,
+        writer_label: str | None = None,
     ) -> None:
+        """``writer_label`` names this client's writes in the groups' state logs (their
+        audit trail), e.g. ``"cli:host"``."""
         self.scope = validate_name(scope, "scope")
         self._connection = connection
         self._owns_connection = owns_connection
         self._streams = StreamManager(connection)
+        self._writer_label = writer_label
 
     @classmethod
     def from_url(
-        cls, scope: str, url: str, config: ClientConfig | None = None
+        cls,
+        scope: str,
+        url: str,
+        config: ClientConfig | None = None,
+        *,
+        writer_label: str | None = None,
     ) -> ReaderGroupManager:
-        return cls(scope, RedisConnection.from_url(url, config), owns_connection=True)
+        return cls(
+            scope,
+            RedisConnection.from_url(url, config),
+            owns_connection=True,
+            writer_label=writer_label,
+        )
 
     def close(self) -> None:
         if self._owns_connection:
@@ -459,7 +621,7 @@ class ReaderGroupManager(Closing):
 
         created = bool(self._streams.update_catalog(scope, add))
         sync = self._connection.synchronizer(
-            group_sync_name(scope, name), UPDATE_TYPES, STATE_TYPES
+            group_sync_name(scope, name), UPDATE_TYPES, STATE_TYPES, writer_label=self._writer_label
         )
         with translate_errors("create reader group"):
             sync.initialize(new_group(scope, name, config, starts, now, end))
@@ -467,14 +629,31 @@ class ReaderGroupManager(Closing):
 
     def get_reader_group(self, name: str) -> ReaderGroup:
         validate_name(name, "reader group")
-        return ReaderGroup(self._connection, self.scope, name)
+        return ReaderGroup(self._connection, self.scope, name, self._writer_label)
 
     def list_reader_groups(self) -> list[str]:
         return sorted(catalog.groups_of(self._streams.catalog(self.scope)))
 
-    def delete_reader_group(self, name: str) -> bool:
-        """Delete the group's state and heartbeats; ``False`` if it did not exist."""
+    def delete_reader_group(self, name: str, *, force: bool = False) -> bool:
+        """Delete the group's state and heartbeats; ``False`` if it did not exist.
+
+        Like Kafka, a group with online readers (a heartbeat within the session timeout) is not
+        deleted: ReaderGroupInUseError names them. With ``force`` it is, and those readers get
+        ReaderGroupNotFoundError on their next read.
+        """
         validate_name(name, "reader group")
+        sync_name = group_sync_name(self.scope, name)
+        if not force:
+            try:
+                online = [m for m in self.get_reader_group(name).members() if not m.stale]
+            except ReaderGroupNotFoundError:
+                online = []
+            if online:
+                raise ReaderGroupInUseError(
+                    f"reader group {self.scope}/{name} has online readers "
+                    f"{[m.reader for m in online]}; stop them (or declare them offline) first, "
+                    "or force the deletion"
+                )
 
         def remove(state: catalog.Catalog) -> Any:
             if name not in catalog.groups_of(state):
@@ -485,11 +664,13 @@ class ReaderGroupManager(Closing):
             removed = bool(self._streams.update_catalog(self.scope, remove))
         except ScopeNotFoundError:
             removed = False
-        sync_name = group_sync_name(self.scope, name)
         sync = self._connection.synchronizer(sync_name, UPDATE_TYPES, STATE_TYPES)
         with translate_errors("delete reader group"):
             existed = sync.delete()
-            self._connection.client.delete(heartbeat_key(self._connection, sync_name))
+            heartbeats = heartbeat_key(self._connection, sync_name)
+            self._connection.client.delete(
+                heartbeats, RedisHeartbeatStore(self._connection, heartbeats).clients_key
+            )
         return removed or existed
 
 
@@ -513,4 +694,5 @@ def join_group(
             max_moves=config.max_segment_moves,
         )
         member.join()
+    handle.heartbeats.register(reader_id, f"{socket.gethostname()}/{os.getpid()}")
     return member, config

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from readergroup.errors import InvalidStreamCutError
-from readergroup.group_config import ReaderGroupConfig, StartPosition
+from readergroup.group_config import ReaderGroupConfig, StartPosition, start_word
 from readergroup.group_state import SegKey
 from readergroup.planning import plan_ranges
 from readergroup.stream_cut import StreamCut
@@ -17,6 +17,7 @@ def resolve_start(
     streams: StreamManager, scope: str, stream: str, start: StartPosition
 ) -> StreamCut:
     """The stream cut a start position means now."""
+    start = start_word(start)  # type: ignore[assignment]
     if isinstance(start, StreamCut):
         if (start.scope, start.stream) != (scope, stream):
             raise InvalidStreamCutError(f"cut is for {start.scoped_stream}, not {scope}/{stream}")

@@ -25,6 +25,7 @@ segments, and its commits are refused by the state's conditional updates.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +34,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from readergroup.errors import (
     ReaderGroupError,
+    ReaderGroupNotFoundError,
     RedisUnavailableError,
     SerializationError,
     TruncatedDataError,
@@ -47,7 +49,7 @@ from readergroup.group_state import (
 )
 from readergroup.membership import GroupMember
 from readergroup.names import split_scoped_stream, stream_sync_name
-from readergroup.redis_io import RedisConnection, SegmentEvent, translate_errors
+from readergroup.redis_io import RedisConnection, SegmentEvent, missing_as, translate_errors
 from readergroup.serializers import Serializer
 from readergroup.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
 from statesync import StateSynchronizer
@@ -55,6 +57,7 @@ from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 class EventRead(Generic[T]):
@@ -186,6 +189,8 @@ class EventStreamReader(Generic[T]):
         self._listeners: list[RebalanceListener] = []
         self._streams: dict[str, StateSynchronizer[StreamState]] = {}
         self._fenced: str | None = None
+        self._gone = False
+        """The group was deleted under this reader: every read raises ReaderGroupNotFoundError."""
         self._closed = False
         self._stop = threading.Event()
         self._group_dirty = True
@@ -318,6 +323,8 @@ class EventStreamReader(Generic[T]):
     def _check_usable(self) -> None:
         if self._closed:
             raise ReaderGroupError("the reader is closed")
+        if self._gone:
+            raise self._group_gone()
         if self._fenced is not None:
             raise ReaderNotInGroupError(self._fenced)
         if self._clock.monotonic() - self._last_beat_ok > self._session:
@@ -326,6 +333,25 @@ class EventStreamReader(Generic[T]):
                 f"timeout ({self._session}s); its segments may be owned by others now"
             )
             raise ReaderNotInGroupError(self._fenced or "")
+
+    def _group_gone(self) -> ReaderGroupNotFoundError:
+        group = self._member.sync.name.removeprefix("group:")
+        return ReaderGroupNotFoundError(
+            f"reader group {group} of reader {self.reader_id!r} was deleted; it reads no more"
+        )
+
+    def _on_group_deleted(self) -> None:
+        """Stop for good: fenced, heartbeats stopped, and its heartbeat row removed (a beat may
+        have recreated the hash after the deletion)."""
+        if not self._gone:
+            logger.warning("reader %s: its group was deleted", self.reader_id)
+        self._gone = True
+        self._fence(str(self._group_gone()))
+        self._stop.set()
+        try:
+            self._member.heartbeats.forget(self.reader_id)
+        except ReaderGroupError as exc:
+            logger.warning("reader %s: could not remove its heartbeat: %s", self.reader_id, exc)
 
     def _fence(self, reason: str) -> None:
         if self._fenced is None:
@@ -347,9 +373,12 @@ class EventStreamReader(Generic[T]):
         deadline = now + max(0.0, timeout)
         while True:
             try:
-                with translate_errors("read"):
+                with missing_as(self._group_gone, "read"):
                     self._acknowledge_checkpoint()
                     self._maintain()
+            except ReaderGroupNotFoundError as exc:
+                self._on_group_deleted()
+                raise self._group_gone() from exc
             except ReaderNotInGroupError as exc:
                 self._fence(str(exc))
                 raise
@@ -660,7 +689,7 @@ class EventStreamReader(Generic[T]):
             sent = self._clock.monotonic()
             wait = interval
             try:
-                with translate_errors("heartbeat"):
+                with missing_as(self._group_gone, "heartbeat"):
                     liveness = self._member.heartbeat()
                 if liveness.member:
                     self._last_beat_ok = sent
@@ -674,6 +703,9 @@ class EventStreamReader(Generic[T]):
                 if liveness.next_expiry_ms is not None:
                     until = (liveness.next_expiry_ms - liveness.now_ms) / 1000
                     wait = max(0.05, min(interval, until))
+            except ReaderGroupNotFoundError:
+                self._on_group_deleted()
+                return
             except ReaderGroupError:
                 wait = min(interval, 0.5)
             if self._fenced is None and sent - self._last_poll > self._group.max_poll_interval:

@@ -203,7 +203,7 @@ def test_reset_by_shift_and_to_a_checkpoint_name(
     reading = Reading(factory, "r")
     wait_until(lambda: len(reading.records) == 80)
     g.initiate_checkpoint("here", timeout=10)
-    shifted = g.reset_reader_group(shift_by=5)
+    shifted = g.reset_reader_group(shift_by=-5)  # 5 back, as Kafka's --shift-by -5
     assert all(p >= 0 for p in shifted.values())
     wait_until(
         lambda: len(reading.records) >= 80 + sum(min(5, p + 5) for p in shifted.values()) - 20

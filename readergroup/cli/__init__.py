@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from readergroup import __version__
 from readergroup.cli.acl import acl, admin
+from readergroup.cli.common import CliGroup, root_options
 from readergroup.cli.groups import group
+from readergroup.cli.metrics import metrics
+from readergroup.cli.scopes import scope
 from readergroup.cli.streams import stream
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="readergroup")
-def main() -> None:
+@root_options
+def main(**options: Any) -> None:
     """Operate readergroup streams and reader groups on Redis.
 
-    Every command takes --redis-url (or REDIS_URL), TLS and ACL options, and --json.
-    Names are SCOPE/NAME (or NAME with READERGROUP_SCOPE set).
+    Connection options (--redis-url or REDIS_URL, TLS, ACL, --key-prefix, --json) go before
+    the subcommand or after it. Names are SCOPE/NAME (or NAME with READERGROUP_SCOPE set).
+    Errors print one line on stderr (JSON under --json) and exit 1; usage errors exit 2.
     """
 
 
+main.add_command(scope)
 main.add_command(stream)
 main.add_command(group)
+main.add_command(metrics)
 main.add_command(acl)
 main.add_command(admin)

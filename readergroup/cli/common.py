@@ -1,10 +1,15 @@
-"""What every CLI command shares: connection options and error handling."""
+"""What every CLI command shares: connection options (before or after the subcommand) and
+error handling: one line on stderr (JSON under ``--json``), exit 1, usage errors exit 2, and
+never a traceback for a user error."""
 
 from __future__ import annotations
 
 import functools
+import json
 import os
-from collections.abc import Callable
+import socket
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -13,10 +18,16 @@ from rich.console import Console
 
 from readergroup.cli.output import Output
 from readergroup.config import ClientConfig
-from readergroup.errors import ReaderGroupError
+from readergroup.errors import AccessDeniedError, ReaderGroupError, RedisUnavailableError
 from readergroup.names import split_scoped_stream
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_URL = "redis://localhost:6379/0"
+URL_SCHEMES = ("redis://", "rediss://", "unix://")
+CLI_WRITER = f"cli:{socket.gethostname().split('.')[0] or 'host'}"
+"""The writer label of the CLI's own writes to a group's state (``group history`` shows it as
+``cli@HOST``)."""
 
 
 @dataclass
@@ -26,33 +37,58 @@ class Context:
     out: Output
 
 
-def connection_options(command: F) -> F:
-    """``--redis-url`` (or REDIS_URL), TLS files, ACL user and password, ``--json``."""
-    options = [
+def _options(root: bool) -> list[Callable[[F], F]]:
+    """The connection options. On the root command they carry the environment variables and
+    defaults; on a subcommand they default to ``None`` (meaning: as given to the root)."""
+
+    def default(value: Any) -> Any:
+        return value if root else None
+
+    def env(name: str) -> str | None:
+        return name if root else None
+
+    return [
         click.option(
             "--redis-url",
-            envvar="REDIS_URL",
-            default="redis://localhost:6379/0",
-            show_default=True,
-            help="redis:// or rediss:// URL (env REDIS_URL).",
+            envvar=env("REDIS_URL"),
+            default=default(DEFAULT_URL),
+            show_default=root,
+            help="redis://, rediss:// (TLS) or unix:// URL (env REDIS_URL).",
         ),
         click.option(
             "--tls-ca", type=click.Path(exists=True), help="CA certificate file (rediss://)."
         ),
         click.option("--tls-cert", type=click.Path(exists=True), help="Client certificate file."),
         click.option("--tls-key", type=click.Path(exists=True), help="Client private key file."),
-        click.option("--username", envvar="REDIS_USERNAME", help="ACL user (env REDIS_USERNAME)."),
         click.option(
-            "--password", envvar="REDIS_PASSWORD", help="ACL password (env REDIS_PASSWORD)."
+            "--username", envvar=env("REDIS_USERNAME"), help="ACL user (env REDIS_USERNAME)."
         ),
         click.option(
-            "--key-prefix", default="rg", show_default=True, help="Key prefix of the data."
+            "--password", envvar=env("REDIS_PASSWORD"), help="ACL password (env REDIS_PASSWORD)."
         ),
-        click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
+        click.option(
+            "--key-prefix",
+            default=default("rg"),
+            show_default=root,
+            help="Key prefix of the data (default rg).",
+        ),
+        click.option(
+            "--json", "as_json", is_flag=True, default=None, help="Print JSON for scripts."
+        ),
     ]
-    for option in reversed(options):
+
+
+def connection_options(command: F, *, root: bool = False) -> F:
+    """``--redis-url`` (or REDIS_URL), TLS files, ACL user and password, ``--key-prefix``,
+    ``--json``: accepted on the root command and on every subcommand."""
+    for option in reversed(_options(root)):
         command = option(command)
     return command
+
+
+def root_options(command: F) -> F:
+    """The connection options of the root command (with environment variables and defaults)."""
+    return connection_options(command, root=True)
 
 
 CONNECTION_OPTIONS = (
@@ -74,32 +110,76 @@ _REDIS_OPTION_NAMES = {
 }
 
 
+def console_for(as_json: bool) -> Console:
+    """A console: on a terminal, its width; otherwise wide enough that no table is cut."""
+    console = Console(soft_wrap=True)
+    if as_json or not console.is_terminal:
+        console = Console(soft_wrap=True, width=100_000)
+    return console
+
+
 def make_context(options: dict[str, Any]) -> Context:
     """A Context from the values of the connection options (see :func:`connection_options`)."""
+    url = options["redis_url"] or DEFAULT_URL
+    if not url.startswith(URL_SCHEMES):
+        raise click.BadParameter(
+            f"{url!r} is not a Redis URL: use redis://HOST:PORT/DB, rediss:// for TLS, or "
+            "unix://PATH",
+            param_hint="--redis-url",
+        )
     extra = {
         redis_name: options[name]
         for name, redis_name in _REDIS_OPTION_NAMES.items()
         if options.get(name)
     }
-    config = ClientConfig(key_prefix=options["key_prefix"], redis_options=extra)
+    config = ClientConfig(key_prefix=options["key_prefix"] or "rg", redis_options=extra)
     as_json = bool(options["as_json"])
-    console = Console(soft_wrap=True, width=None if not as_json else 200)
-    return Context(options["redis_url"], config, Output(as_json, console))
+    return Context(url, config, Output(as_json, console_for(as_json)))
+
+
+def _merged(given: dict[str, Any]) -> dict[str, Any]:
+    """Subcommand options over the root's (which hold the environment and defaults)."""
+    root = click.get_current_context().find_root().params
+    merged = {name: given.get(name) for name in CONNECTION_OPTIONS}
+    for name in CONNECTION_OPTIONS:
+        if merged[name] is None:
+            merged[name] = root.get(name)
+    merged["as_json"] = bool(given.get("as_json") or root.get("as_json"))
+    return merged
+
+
+def hint(url: str, error: ReaderGroupError) -> str:
+    """A hint for the connection errors operators meet first."""
+    text = str(error)
+    if isinstance(error, AccessDeniedError) and any(
+        word in text for word in ("NOAUTH", "HELLO", "Authentication required")
+    ):
+        return (
+            " (the server requires a password: give --password or REDIS_PASSWORD, and "
+            "--username for an ACL user)"
+        )
+    if isinstance(error, AccessDeniedError) and "WRONGPASS" in text:
+        return " (check --username and --password)"
+    if isinstance(error, RedisUnavailableError) and url.startswith("rediss://"):
+        return (
+            " (the URL is rediss://, so the client speaks TLS: is the server listening with "
+            "TLS on that port? Use redis:// for a plain server)"
+        )
+    return ""
 
 
 def command(func: F) -> F:
     """Connection options, a Context as first argument, and errors turned into clean exits."""
 
-    @connection_options
     @functools.wraps(func)
     def wrapper(**kwargs: Any) -> Any:
-        ctx = make_context({name: kwargs.pop(name) for name in CONNECTION_OPTIONS})
+        ctx = make_context(_merged({name: kwargs.pop(name) for name in CONNECTION_OPTIONS}))
         try:
             return func(ctx, **kwargs)
         except ReaderGroupError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+            raise click.ClickException(f"{type(exc).__name__}: {exc}{hint(ctx.url, exc)}") from exc
 
-    return wrapper  # type: ignore[return-value]
+    return connection_options(wrapper)  # type: ignore[return-value]
 
 
 def scoped(text: str) -> tuple[str, str]:
@@ -108,3 +188,47 @@ def scoped(text: str) -> tuple[str, str]:
         return split_scoped_stream(text, os.environ.get("READERGROUP_SCOPE"))
     except ReaderGroupError as exc:
         raise click.BadParameter(str(exc)) from exc
+
+
+def report_error(message: str, code: int, as_json: bool, kind: str = "error") -> None:
+    """One line on stderr: ``Error: message``, or a JSON object under ``--json``."""
+    line = " ".join(message.split())
+    if as_json:
+        click.echo(json.dumps({"error": line, "kind": kind, "exit_code": code}), err=True)
+    else:
+        click.echo(f"Error: {line}", err=True)
+
+
+class CliGroup(click.Group):
+    """The root command: runs a subcommand and renders every error as one line (or JSON)."""
+
+    def main(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        as_json = "--json" in argv
+        try:
+            result = super().main(
+                argv, prog_name=prog_name or "readergroup", standalone_mode=False, **extra
+            )
+        except click.UsageError as exc:
+            report_error(f"{exc.format_message()} (see --help)", 2, as_json, "usage")
+            sys.exit(2)
+        except click.ClickException as exc:
+            report_error(exc.format_message(), exc.exit_code, as_json)
+            sys.exit(exc.exit_code)
+        except (click.Abort, KeyboardInterrupt):
+            report_error("interrupted", 130, as_json, "interrupted")
+            sys.exit(130)
+        except Exception as exc:
+            if os.environ.get("READERGROUP_DEBUG"):
+                raise
+            report_error(
+                f"internal error: {type(exc).__name__}: {exc} (set READERGROUP_DEBUG=1 for the "
+                "traceback)",
+                1,
+                as_json,
+                "internal",
+            )
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)

@@ -5,20 +5,27 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import time
+from contextlib import closing
 from typing import Any
 
 import click
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
-from readergroup.cli.common import Context, command, scoped
+from readergroup.cli.common import CLI_WRITER, Context, command, scoped
 from readergroup.cli.output import table
-from readergroup.group_config import ReaderGroupConfig, StartPosition
+from readergroup.cli.reset_options import ResetRequest, reset_options
+from readergroup.errors import ReaderGroupInUseError, RedisUnavailableError, ScopeNotFoundError
+from readergroup.group_config import ReaderGroupConfig, StartPosition, start_word
 from readergroup.group_manager import ReaderGroup, ReaderGroupManager
 from readergroup.group_state import STATE_TYPES, UPDATE_TYPES
+from readergroup.group_view import group_state_word
 from readergroup.names import group_sync_name
 from readergroup.redis_io import RedisConnection, translate_errors
 from readergroup.stream_cut import StreamCut
+from readergroup.stream_manager import StreamManager
 from statesync.codec import Codec, DecodeError, TypeRegistry
 
 
@@ -27,29 +34,66 @@ def group() -> None:
     """Reader groups: inspect, reset, checkpoint, administer."""
 
 
-def _manager(ctx: Context, scope: str) -> ReaderGroupManager:
-    return ReaderGroupManager.from_url(scope, ctx.url, ctx.config)
+def manager(ctx: Context, scope: str) -> ReaderGroupManager:
+    return ReaderGroupManager.from_url(scope, ctx.url, ctx.config, writer_label=CLI_WRITER)
+
+
+def group_summary(g: ReaderGroup) -> dict[str, Any]:
+    """State word, online readers and lag totals of one group (``group list``, metrics)."""
+    metrics = g.get_metrics()
+    members = g.members()
+    return {
+        "scope": g.scope,
+        "group": g.name,
+        "state": g.status(),
+        "readers": sum(not m.stale for m in members),
+        "segments": len(metrics.segments),
+        "lag_events": metrics.total.events,
+        "lag_bytes": metrics.total.bytes,
+        "lag_ms": metrics.total.ms,
+    }
+
+
+LIST_COLUMNS = ["group", "state", "readers", "segments", "lag events", "lag bytes", "lag ms"]
 
 
 @group.command("list")
-@click.argument("scope")
+@click.argument("scope", required=False)
+@click.option("--all-groups", is_flag=True, help="Every group of every scope.")
 @command
-def list_groups(ctx: Context, scope: str) -> None:
-    """List the reader groups of SCOPE."""
-    with _manager(ctx, scope) as rgm:
-        names = rgm.list_reader_groups()
-        rows = []
-        for name in names:
-            g = rgm.get_reader_group(name)
-            metrics = g.get_metrics()
-            rows.append(
-                [name, len(g.get_online_readers()), len(metrics.segments), metrics.total.events]
-            )
+def list_groups(ctx: Context, scope: str | None, all_groups: bool) -> None:
+    """List the reader groups of SCOPE (or of every scope) with state and lag totals."""
+    if (scope is None) == (not all_groups):
+        raise click.UsageError("give a SCOPE or --all-groups")
+    with StreamManager.from_url(ctx.url, ctx.config) as sm:
+        scopes = sm.list_scopes()
+    if scope is not None and scope not in scopes:
+        raise ScopeNotFoundError(f"scope {scope!r} does not exist")
+    summaries = []
+    for name in [scope] if scope is not None else scopes:
+        with manager(ctx, name) as rgm:
+            summaries += [group_summary(rgm.get_reader_group(g)) for g in rgm.list_reader_groups()]
+    keys = ["state", "readers", "segments", "lag_events", "lag_bytes", "lag_ms"]
     ctx.out.emit(
-        {"scope": scope, "groups": names},
-        f"reader groups of {scope}",
-        ["group", "readers", "segments", "lag events"],
-        rows,
+        {"scope": scope, "groups": summaries},
+        f"reader groups of {scope}" if scope else "reader groups of every scope",
+        LIST_COLUMNS,
+        [[f"{s['scope']}/{s['group']}", *(s[k] for k in keys)] for s in summaries],
+    )
+
+
+def parse_start(text: str) -> StartPosition:
+    """``head``/``earliest``, ``tail``/``latest``, a server time in ms, or a stream cut."""
+    word = start_word(text.strip().lower())
+    if word in ("head", "tail"):
+        return str(word)
+    if text.isdigit():
+        return int(text)
+    if text.startswith("rgcut"):
+        return StreamCut.from_text(text)
+    raise click.BadParameter(
+        f"{text!r}: use earliest (or head), latest (or tail), a server time in ms, or a stream cut",
+        param_hint="--start",
     )
 
 
@@ -57,21 +101,18 @@ def list_groups(ctx: Context, scope: str) -> None:
 @click.argument("name")
 @click.option("--stream", "streams", multiple=True, required=True, help="scope/stream to read.")
 @click.option(
-    "--start", default="head", show_default=True, help="head, tail, a server ms, or a cut."
+    "--start",
+    default="earliest",
+    show_default=True,
+    help="earliest (or head), latest (or tail), a server ms, or a stream cut.",
 )
 @command
 def create(ctx: Context, name: str, streams: tuple[str, ...], start: str) -> None:
     """Create reader group SCOPE/GROUP."""
     scope, group_name = scoped(name)
-    position: StartPosition = start
-    if start.isdigit():
-        position = int(start)
-    elif start.startswith("rgcut"):
-        position = StreamCut.from_text(start)
-    with _manager(ctx, scope) as rgm:
-        created = rgm.create_reader_group(
-            group_name, ReaderGroupConfig(streams=list(streams), start=position)
-        )
+    config = ReaderGroupConfig(streams=list(streams), start=parse_start(start))
+    with manager(ctx, scope) as rgm:
+        created = rgm.create_reader_group(group_name, config)
     ctx.out.emit(
         {"group": f"{scope}/{group_name}", "created": created},
         f"{'created' if created else 'exists already'}: {scope}/{group_name}",
@@ -79,51 +120,47 @@ def create(ctx: Context, name: str, streams: tuple[str, ...], start: str) -> Non
 
 
 def describe_rows(g: ReaderGroup) -> tuple[dict[str, Any], list[list[Any]]]:
+    """The group as data (for ``--json``) and as rows of :data:`DESCRIBE_COLUMNS`. Readers whose
+    heartbeat is older than the session timeout are marked ``(stale)``; streams that no longer
+    exist are listed in ``missing_streams``."""
     metrics = g.get_metrics()
-    now, beats = g.heartbeats.beat("", 0)
+    members = {m.reader: m for m in g.members()}
+    missing = g.missing_streams()
     state = g.sync.state
     rows = []
     for lag in metrics.segments:
-        reader = lag.reader
+        member = members.get(lag.reader) if lag.reader is not None else None
         age = None
-        if (
-            reader is not None
-            and reader in beats
-            and beats[reader][0] == state.readers[reader].generation
-        ):
-            age = round((now - beats[reader][1]) / 1000, 1)
-        owner = reader or (
-            "(waiting)" if (lag.stream, lag.segment) in state.future else "(unassigned)"
-        )
+        if member is not None and member.heartbeat_age_ms is not None:
+            age = round(member.heartbeat_age_ms / 1000, 1)
+        if lag.reader is None:
+            owner = "(waiting)" if (lag.stream, lag.segment) in state.future else "(unassigned)"
+        else:
+            owner = lag.reader + (" (stale)" if member is None or member.stale else "")
+        stream = lag.stream + (" (deleted)" if lag.stream in missing else "")
         rows.append(
-            [
-                owner,
-                lag.stream,
-                lag.segment,
-                lag.position,
-                lag.tail,
-                lag.lag.events,
-                lag.lag.ms,
-                age,
-            ]
+            [owner, stream, lag.segment, lag.position, lag.tail, lag.lag.events, lag.lag.ms, age]
         )
     data = {
         "group": f"{g.scope}/{g.name}",
+        "state": group_state_word(state, list(members.values()), missing),
         "generation": state.generation,
         "readers": sorted(state.readers),
+        "stale_readers": sorted(r for r, m in members.items() if m.stale),
+        "missing_streams": missing,
         "total_lag": dataclasses.asdict(metrics.total),
         "segments": [
             {
-                "reader": r[0],
-                "stream": r[1],
-                "segment": r[2],
-                "position": r[3],
-                "tail": r[4],
-                "lag_events": r[5],
-                "lag_ms": r[6],
-                "heartbeat_age_s": r[7],
+                "reader": lag.reader,
+                "stream": lag.stream,
+                "segment": lag.segment,
+                "position": lag.position,
+                "tail": lag.tail,
+                "lag_events": lag.lag.events,
+                "lag_ms": lag.lag.ms,
+                "heartbeat_age_s": row[7],
             }
-            for r in rows
+            for lag, row in zip(metrics.segments, rows, strict=True)
         ],
         "checkpoints": [c.name for c in state.checkpoints if c.completed_ms >= 0],
     }
@@ -140,91 +177,113 @@ DESCRIBE_COLUMNS = [
     "lag ms",
     "heartbeat age s",
 ]
+MEMBER_COLUMNS = ["reader", "host/pid", "segments", "heartbeat age s", "generation", "status"]
+
+
+def describe_title(data: dict[str, Any]) -> str:
+    total = data["total_lag"]
+    title = (
+        f"{data['group']}  {data['state']}  readers {len(data['readers'])}  lag "
+        f"{total['events']} events / {total['ms']} ms"
+    )
+    if data["stale_readers"]:
+        title += f"  STALE readers {data['stale_readers']}"
+    if data["missing_streams"]:
+        title += f"  DELETED streams {data['missing_streams']}"
+    return title
 
 
 @group.command("describe")
 @click.argument("name")
+@click.option("--members", is_flag=True, help="One row per reader: host/pid, segments, age.")
+@click.option("--state", "state_only", is_flag=True, help="Only the group's state word.")
 @command
-def describe(ctx: Context, name: str) -> None:
-    """Readers, segments, positions, tails, lag (events and ms), last heartbeats."""
+def describe(ctx: Context, name: str, members: bool, state_only: bool) -> None:
+    """Readers, segments, positions, tails, lag (events and ms), last heartbeats.
+
+    --state prints stable, rebalancing, empty or dead; --members lists the readers.
+    """
     scope, group_name = scoped(name)
-    with _manager(ctx, scope) as rgm:
+    with manager(ctx, scope) as rgm:
         g = rgm.get_reader_group(group_name)
+        if state_only:
+            word = g.status()
+            ctx.out.emit({"group": f"{scope}/{group_name}", "state": word}, word)
+            return
+        if members:
+            views = g.members()
+            rows = [
+                [
+                    m.reader,
+                    m.client or "",
+                    len(m.segments),
+                    None if m.heartbeat_age_ms is None else round(m.heartbeat_age_ms / 1000, 1),
+                    m.generation,
+                    "stale" if m.stale else "online",
+                ]
+                for m in views
+            ]
+            data = {
+                "group": f"{scope}/{group_name}",
+                "members": [
+                    {
+                        "reader": m.reader,
+                        "client": m.client,
+                        "segments": [f"{s}:{n}" for s, n in m.segments],
+                        "heartbeat_age_ms": m.heartbeat_age_ms,
+                        "generation": m.generation,
+                        "stale": m.stale,
+                    }
+                    for m in views
+                ],
+            }
+            ctx.out.emit(data, f"members of {scope}/{group_name}", MEMBER_COLUMNS, rows)
+            return
         data, rows = describe_rows(g)
-    total = data["total_lag"]
-    ctx.out.emit(
-        data,
-        f"{scope}/{group_name}  readers {len(data['readers'])}  lag {total['events']} "
-        f"events / {total['ms']} ms",
-        DESCRIBE_COLUMNS,
-        rows,
-    )
+    ctx.out.emit(data, describe_title(data), DESCRIBE_COLUMNS, rows)
 
 
 @group.command("reset")
 @click.argument("name")
-@click.option("--to-earliest", is_flag=True, help="The head of every stream.")
-@click.option("--to-latest", is_flag=True, help="The tail of every stream.")
-@click.option("--to-datetime", help="ISO date-time (server clock), e.g. 2026-11-21T06:00:00+00:00.")
-@click.option("--to-checkpoint", help="A completed checkpoint's name.")
-@click.option("--to-stream-cut", help="A stream cut's text form.")
-@click.option("--shift-by", type=int, help="Move N events back per segment (negative: forward).")
-@click.option("--execute", is_flag=True, help="Apply the plan (without it, only print it).")
-@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for readers.")
+@reset_options
 @command
-def reset(
-    ctx: Context,
-    name: str,
-    to_earliest: bool,
-    to_latest: bool,
-    to_datetime: str | None,
-    to_checkpoint: str | None,
-    to_stream_cut: str | None,
-    shift_by: int | None,
-    execute: bool,
-    timeout: float,
-) -> None:
-    """Plan (and with --execute apply) a reset of SCOPE/GROUP, like Kafka's --reset-offsets."""
+def reset(ctx: Context, name: str, **options: Any) -> None:
+    """Plan (and with --execute apply) a reset of SCOPE/GROUP, like Kafka's --reset-offsets.
+
+    Without --execute (or with --dry-run) only the plan is printed. --export writes the plan as
+    CSV; edit it and apply it with --from-file FILE --execute. Streams and segments not selected
+    (--stream, --segment) keep their committed positions. A cut or checkpoint of a stream the
+    group does not read is refused and nothing changes.
+    """
     scope, group_name = scoped(name)
-    chosen = [
-        x
-        for x in (
-            to_earliest or None,
-            to_latest or None,
-            to_datetime,
-            to_checkpoint,
-            to_stream_cut,
-            shift_by,
-        )
-        if x is not None
-    ]
-    if len(chosen) != 1:
-        raise click.UsageError("give exactly one --to-... option or --shift-by")
-    start: Any = None
-    if to_earliest:
-        start = "head"
-    elif to_latest:
-        start = "tail"
-    elif to_datetime:
-        start = int(dt.datetime.fromisoformat(to_datetime).timestamp() * 1000)
-    elif to_checkpoint:
-        start = to_checkpoint
-    elif to_stream_cut:
-        cut = StreamCut.from_text(to_stream_cut)
-        start = {cut.scoped_stream: cut}
-    with _manager(ctx, scope) as rgm:
+    request = ResetRequest.from_options(options)
+    with manager(ctx, scope) as rgm:
         g = rgm.get_reader_group(group_name)
         current = g.refresh().positions()
-        plan = g.plan_reset(start, shift_by=shift_by)
-        rows = [[s, seg, current.get((s, seg)), new] for (s, seg), new in sorted(plan.items())]
-        if execute:
+        plan = request.plan(g)
+        request.export(plan, current)
+        rows = [
+            [s, seg, current.get((s, seg)), plan.get((s, seg))]
+            for (s, seg) in sorted({*plan, *current})
+        ]
+        declared: tuple[str, ...] = ()
+        if request.execute:
             with ctx.out.console.status("resetting: waiting for every reader to acknowledge"):
-                g.reset_reader_group(start, shift_by=shift_by, timeout=timeout)
+                declared = g.apply_reset(plan, timeout=request.timeout).declared_offline
     data = {
-        "executed": execute,
+        "executed": request.execute,
+        "resolved": request.resolved,
+        "declared_offline": list(declared),
         "plan": [{"stream": r[0], "segment": r[1], "current": r[2], "new": r[3]} for r in rows],
     }
-    title = "reset applied" if execute else "reset plan (not applied: add --execute)"
+    title = "reset applied" if request.execute else "reset plan (not applied: add --execute)"
+    if request.resolved:
+        title += f"  ({request.resolved})"
+    if declared:
+        title += (
+            f"; readers {list(declared)} did not acknowledge within {request.timeout}s and were "
+            "declared offline (their segments restart at the new positions)"
+        )
     ctx.out.emit(data, title, ["stream", "segment", "current", "new"], rows)
 
 
@@ -239,7 +298,7 @@ def checkpoint(
 ) -> None:
     """Take checkpoint CHECKPOINT of SCOPE/GROUP; print its stream cuts."""
     scope, group_name = scoped(name)
-    with _manager(ctx, scope) as rgm:
+    with manager(ctx, scope) as rgm:
         result = rgm.get_reader_group(group_name).initiate_checkpoint(
             checkpoint, timeout, declare_offline=declare_offline
         )
@@ -259,19 +318,26 @@ def checkpoint(
 def reader_offline(ctx: Context, name: str, reader: str) -> None:
     """Declare READER of SCOPE/GROUP offline; its segments return at committed positions."""
     scope, group_name = scoped(name)
-    with _manager(ctx, scope) as rgm:
+    with manager(ctx, scope) as rgm:
         removed = rgm.get_reader_group(group_name).reader_offline(reader)
     ctx.out.emit({"reader": reader, "removed": removed}, "removed" if removed else "was not online")
 
 
 @group.command("delete")
 @click.argument("name")
+@click.option("--force", is_flag=True, help="Delete even with online readers (they then fail).")
 @command
-def delete(ctx: Context, name: str) -> None:
-    """Delete reader group SCOPE/GROUP."""
+def delete(ctx: Context, name: str, force: bool) -> None:
+    """Delete reader group SCOPE/GROUP (refused while readers are online, unless --force)."""
     scope, group_name = scoped(name)
-    with _manager(ctx, scope) as rgm:
-        deleted = rgm.delete_reader_group(group_name)
+    with manager(ctx, scope) as rgm:
+        try:
+            deleted = rgm.delete_reader_group(group_name, force=force)
+        except ReaderGroupInUseError as exc:
+            raise click.ClickException(
+                f"ReaderGroupInUseError: {exc}: add --force to delete it anyway (those readers "
+                "then fail with ReaderGroupNotFoundError)"
+            ) from exc
     ctx.out.emit({"deleted": deleted}, "deleted" if deleted else "did not exist")
 
 
@@ -282,6 +348,13 @@ def summarize(update: Any) -> str:
     return f"{type(update).__name__}({text})"[:160]
 
 
+def writer_name(writer_id: str) -> str:
+    """Who wrote an entry: a reader's id, ``cli@HOST`` for this CLI, or the bare id."""
+    label = writer_id.split("/", maxsplit=1)[0]
+    kind, _, host = label.partition(":")
+    return f"{kind}@{host}" if kind == "cli" and host else label
+
+
 @group.command("history")
 @click.argument("name")
 @click.option("--limit", default=50, show_default=True, help="Most recent entries to show.")
@@ -289,13 +362,14 @@ def summarize(update: Any) -> str:
 def history(ctx: Context, name: str, limit: int) -> None:
     """The group's state log as an audit trail: who acquired, released, committed, and when."""
     scope, group_name = scoped(name)
+    with manager(ctx, scope) as rgm:
+        rgm.get_reader_group(group_name)  # ReaderGroupNotFoundError for a missing group
     connection = RedisConnection.from_url(ctx.url, ctx.config)
-    try:
-        sync_name = group_sync_name(scope, group_name)
+    with closing(connection), translate_errors("history"):
         backend = connection.log_backend
-        with translate_errors("read group history"):
-            head = backend.read(sync_name, 1 << 62, 1).head_revision
-            page = backend.read(sync_name, max(-1, head - limit), limit)
+        sync_name = group_sync_name(scope, group_name)
+        head = backend.read(sync_name, 1 << 62, 1).head_revision
+        page = backend.read(sync_name, max(-1, head - limit), limit)
         codec = Codec(TypeRegistry([*UPDATE_TYPES, *STATE_TYPES]))
         rows = []
         for raw in page.entries:
@@ -304,13 +378,11 @@ def history(ctx: Context, name: str, limit: int) -> None:
             )
             try:
                 entry = codec.decode_entry(raw.revision, raw.server_time_ms, raw.payload)
-                who = entry.writer.split("/")[0]
+                who = writer_name(entry.writer)
                 what = "; ".join(summarize(u) for u in entry.updates)
             except DecodeError as exc:
                 who, what = "?", f"undecodable entry: {exc}"
             rows.append([raw.revision, when, who, what])
-    finally:
-        connection.close()
     ctx.out.emit(
         {"entries": [{"revision": r[0], "time": r[1], "by": r[2], "what": r[3]} for r in rows]},
         f"history of {scope}/{group_name} (revisions {rows[0][0] if rows else '-'}..{head})",
@@ -327,27 +399,33 @@ def history(ctx: Context, name: str, limit: int) -> None:
 @click.option("--refresh", default=2.0, show_default=True, help="Longest seconds between redraws.")
 @command
 def watch(ctx: Context, name: str, iterations: int | None, refresh: float) -> None:
-    """A live view of SCOPE/GROUP, redrawn whenever its state changes (and every --refresh s)."""
+    """A live view of SCOPE/GROUP, redrawn whenever its state changes (and every --refresh s).
+
+    While Redis is unreachable it shows "Redis unavailable, retrying" and carries on.
+    """
     scope, group_name = scoped(name)
-    with _manager(ctx, scope) as rgm:
+    with manager(ctx, scope) as rgm:
         g = rgm.get_reader_group(group_name)
 
         def render() -> Table:
             data, rows = describe_rows(g)
-            total = data["total_lag"]
             return table(
-                f"{scope}/{group_name}  readers {len(data['readers'])}  lag "
-                f"{total['events']} events / {total['ms']} ms  (revision {g.sync.revision})",
-                DESCRIBE_COLUMNS,
-                rows,
+                f"{describe_title(data)}  (revision {g.sync.revision})", DESCRIBE_COLUMNS, rows
             )
 
         drawn = 0
-        with Live(render(), console=ctx.out.console, auto_refresh=False) as live:
+        view: Table | Text = render()
+        with Live(view, console=ctx.out.console, auto_refresh=False) as live:
             try:
                 while iterations is None or drawn < iterations:
-                    g.sync.wait_for_updates(refresh)  # blocks on the state log
-                    live.update(render(), refresh=True)
+                    try:
+                        with translate_errors("watch"):
+                            g.sync.wait_for_updates(refresh)  # blocks on the state log
+                        view = render()
+                    except RedisUnavailableError as exc:
+                        view = Text(f"Redis unavailable, retrying ({exc})", style="yellow")
+                        time.sleep(min(refresh, 1.0))
+                    live.update(view, refresh=True)
                     drawn += 1
             except KeyboardInterrupt:
                 pass

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import click
 from rich.progress import Progress
 
+from readergroup.catalog import subscribers_of
 from readergroup.cli.common import Context, command, scoped
 from readergroup.client_factory import EventStreamClientFactory
+from readergroup.errors import ReaderGroupError
 from readergroup.routing import segment_name, uniform_ranges
 from readergroup.serializers import BytesSerializer
 from readergroup.stream_config import ScalingPolicy, StreamConfiguration
 from readergroup.stream_cut import StreamCut
 from readergroup.stream_manager import StreamInfo, StreamManager
+from readergroup.writer import WriteFuture
 
 
 @click.group()
@@ -130,31 +134,81 @@ def describe(ctx: Context, name: str) -> None:
 @click.option("--keys", default=100, show_default=True, help="Distinct keys for --count.")
 @command
 def write(ctx: Context, name: str, count: int | None, key_template: str, keys: int) -> None:
-    """Bulk-write events to SCOPE/STREAM: stdin lines, or --count generated ones."""
+    """Bulk-write events to SCOPE/STREAM: stdin lines, or --count generated ones.
+
+    Progress counts events Redis acknowledged, not events queued.
+    """
     scope, stream_name = scoped(name)
+    if count is None and sys.stdin.isatty():
+        click.echo("reading events from stdin, one per line; end with Ctrl-D", err=True)
     lines = None if count is not None else [line.rstrip("\n") for line in sys.stdin]
     total = count if count is not None else len(lines or [])
+    acked = AckCounter()
     with (
         EventStreamClientFactory.from_url(scope, ctx.url, ctx.config) as factory,
         factory.create_event_writer(stream_name, BytesSerializer()) as writer,
         Progress(console=ctx.out.console, disable=ctx.out.as_json) as progress,
     ):
-        task = progress.add_task(f"writing {scope}/{stream_name}", total=total)
-        for n in range(total):
-            line = lines[n] if lines is not None else f"event-{n}"
-            key = key_template.format(n=n % keys if count is not None else n, line=line)
-            writer.write_event(line.encode(), routing_key=key)
-            if n % 1000 == 999:
-                progress.update(task, completed=n + 1)
-        writer.flush()
-        progress.update(task, completed=total)
-    ctx.out.emit({"stream": f"{scope}/{stream_name}", "written": total}, f"wrote {total} events")
+        task = progress.add_task(f"writing {scope}/{stream_name} (acknowledged)", total=total)
+        try:
+            for n in range(total):
+                line = lines[n] if lines is not None else f"event-{n}"
+                key = key_template.format(n=n % keys if count is not None else n, line=line)
+                writer.write_event(line.encode(), routing_key=key).add_done_callback(acked)
+                if n % 1000 == 999:
+                    progress.update(task, completed=acked.ok)
+            writer.flush()
+        except ReaderGroupError as exc:
+            raise click.ClickException(
+                f"{type(exc).__name__}: {exc}; {acked.ok} of {total} events were acknowledged"
+                f"{acked.failed_text()}"
+            ) from exc
+        progress.update(task, completed=acked.ok)
+    if acked.failed:
+        raise click.ClickException(
+            f"{acked.ok} of {total} events were acknowledged{acked.failed_text()}"
+        )
+    ctx.out.emit(
+        {"stream": f"{scope}/{stream_name}", "written": acked.ok},
+        f"wrote {acked.ok} events (acknowledged)",
+    )
+
+
+class AckCounter:
+    """A write-future callback counting acknowledged and failed events (any thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.ok = 0
+        self.failed = 0
+        self.error: BaseException | None = None
+
+    def __call__(self, future: WriteFuture) -> None:
+        error = future.exception()
+        with self._lock:
+            if error is None:
+                self.ok += 1
+            else:
+                self.failed += 1
+                self.error = self.error or error
+
+    def failed_text(self) -> str:
+        if not self.failed:
+            return ""
+        return (
+            f"; {self.failed} were not acknowledged (they may or may not be in the stream): "
+            f"{type(self.error).__name__}: {self.error}"
+        )
+
+
+MAX_SPLIT = 1024
+"""Most pieces one split may create: the cap on a stream's segments at creation."""
 
 
 @stream.command("scale")
 @click.argument("name")
 @click.option("--split", "split_segment", type=int, help="Segment id to split.")
-@click.option("--into", default=2, show_default=True, help="Pieces for --split.")
+@click.option("--into", default=2, show_default=True, help=f"Pieces for --split (2..{MAX_SPLIT}).")
 @click.option(
     "--merge", "merge_segments", type=int, multiple=True, help="Segment ids to merge (neighbours)."
 )
@@ -164,20 +218,33 @@ def scale(
 ) -> None:
     """Split one segment (--split S --into K) or merge neighbours (--merge A --merge B)."""
     scope, stream_name = scoped(name)
+    if split_segment is not None and not 2 <= into <= MAX_SPLIT:
+        raise click.BadParameter(
+            f"{into}: a split makes 2..{MAX_SPLIT} segments (the creation cap); nothing was "
+            "changed",
+            param_hint="--into",
+        )
     with StreamManager.from_url(ctx.url, ctx.config) as sm:
         state = sm.stream_state(scope, stream_name)
+        active = sorted(r.segment_id for r in state.active_segments)
         if split_segment is not None and not merge_segments:
             record = state.segments.get(split_segment)
-            if record is None:
-                raise click.BadParameter(f"no segment {split_segment}")
+            if record is None or split_segment not in active:
+                raise click.BadParameter(
+                    f"{split_segment} is not an active segment of {scope}/{stream_name} (active: "
+                    f"{active})",
+                    param_hint="--split",
+                )
             sealed, ranges = [split_segment], uniform_ranges(into, record.low, record.high)
         elif merge_segments and split_segment is None:
             records = sorted(
-                (state.segments[s] for s in merge_segments if s in state.segments),
+                (state.segments[s] for s in merge_segments if s in active),
                 key=lambda r: r.low,
             )
-            if len(records) != len(merge_segments) or len(records) < 2:
-                raise click.BadParameter("--merge needs two or more existing segments")
+            if len(records) != len(set(merge_segments)) or len(records) < 2:
+                raise click.BadParameter(
+                    f"--merge needs two or more active segments (active: {active})"
+                )
             sealed, ranges = list(merge_segments), [(records[0].low, records[-1].high)]
         else:
             raise click.UsageError("give either --split or --merge")
@@ -235,12 +302,24 @@ def truncate(
 @stream.command("delete")
 @click.argument("name")
 @click.option("--seal", "seal_first", is_flag=True, help="Seal it first if needed.")
+@click.option("--force", is_flag=True, help="Delete even while reader groups read it.")
 @command
-def delete(ctx: Context, name: str, seal_first: bool) -> None:
-    """Delete a sealed SCOPE/STREAM and its data."""
+def delete(ctx: Context, name: str, seal_first: bool, force: bool) -> None:
+    """Delete a sealed SCOPE/STREAM and its data (refused while groups read it, unless
+    --force)."""
     scope, stream_name = scoped(name)
     with StreamManager.from_url(ctx.url, ctx.config) as sm:
+        readers = [f"{scope}/{g}" for g in subscribers_of(sm.catalog(scope), stream_name)]
+        if readers and not force:
+            raise click.ClickException(
+                f"reader groups {readers} still read {scope}/{stream_name}; delete them first, or "
+                "add --force to delete the stream anyway (those groups then report it missing)"
+            )
         if seal_first:
             sm.seal_stream(scope, stream_name)
         deleted = sm.delete_stream(scope, stream_name)
-    ctx.out.emit({"deleted": deleted}, "deleted" if deleted else "did not exist")
+    ctx.out.emit(
+        {"deleted": deleted, "groups_reading": readers},
+        ("deleted" if deleted else "did not exist")
+        + (f" (reader groups {readers} read it)" if readers and deleted else ""),
+    )

@@ -23,6 +23,10 @@ SERIALIZERS = ("bytes", "utf8", "json")
 BASE_COLUMNS = ("routing_key", "event", "segment_id", "offset", "timestamp")
 
 
+#: One set of start-position words everywhere: head/tail are accepted for earliest/latest.
+_SPARK_WORDS = {"earliest": "earliest", "head": "earliest", "latest": "latest", "tail": "latest"}
+
+
 def _flag(value: str | None, default: bool, name: str) -> bool:
     if value is None:
         return default
@@ -77,6 +81,7 @@ class SourceOptions:
             raise InvalidConfigError(f"serializer must be one of {SERIALIZERS}, got {serializer!r}")
         start = lowered.get("start_stream_cut", "earliest")
         end = lowered.get("end_stream_cut", "latest")
+        start, end = _SPARK_WORDS.get(start, start), _SPARK_WORDS.get(end, end)
         for value in (start, end):
             if value not in ("earliest", "latest"):
                 StreamCut.from_text(value)  # validates, raises InvalidStreamCutError
