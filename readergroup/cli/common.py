@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import socket
 import sys
@@ -20,6 +21,7 @@ from readergroup.cli.output import Output
 from readergroup.config import ClientConfig
 from readergroup.errors import AccessDeniedError, ReaderGroupError, RedisUnavailableError
 from readergroup.names import split_scoped_stream
+from statesync import RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -28,6 +30,10 @@ URL_SCHEMES = ("redis://", "rediss://", "unix://")
 CLI_WRITER = f"cli:{socket.gethostname().split('.')[0] or 'host'}"
 """The writer label of the CLI's own writes to a group's state (``group history`` shows it as
 ``cli@HOST``)."""
+
+
+CLI_RETRY = RetryPolicy(deadline=5.0)
+"""An operator waits seconds, not the library's 30 s, before a command reports an outage."""
 
 
 @dataclass
@@ -132,7 +138,11 @@ def make_context(options: dict[str, Any]) -> Context:
         for name, redis_name in _REDIS_OPTION_NAMES.items()
         if options.get(name)
     }
-    config = ClientConfig(key_prefix=options["key_prefix"] or "rg", redis_options=extra)
+    config = ClientConfig(
+        key_prefix=options["key_prefix"] or "rg",
+        redis_options=extra,
+        retry=CLI_RETRY,
+    )
     as_json = bool(options["as_json"])
     return Context(url, config, Output(as_json, console_for(as_json)))
 
@@ -148,24 +158,25 @@ def _merged(given: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def hint(url: str, error: ReaderGroupError) -> str:
-    """A hint for the connection errors operators meet first."""
-    text = str(error)
+def explain(url: str, error: ReaderGroupError) -> str:
+    """The one-line message for ``error``, with a hint for the connection errors operators meet
+    first (TLS mismatch, missing or wrong password)."""
+    text = f"{type(error).__name__}: {error}"
     if isinstance(error, AccessDeniedError) and any(
-        word in text for word in ("NOAUTH", "HELLO", "Authentication required")
+        word in str(error) for word in ("NOAUTH", "HELLO must be called", "Authentication required")
     ):
         return (
-            " (the server requires a password: give --password or REDIS_PASSWORD, and "
-            "--username for an ACL user)"
+            f"{type(error).__name__}: the Redis server requires a password: give --password (or "
+            "REDIS_PASSWORD), and --username (or REDIS_USERNAME) for an ACL user"
         )
-    if isinstance(error, AccessDeniedError) and "WRONGPASS" in text:
-        return " (check --username and --password)"
+    if isinstance(error, AccessDeniedError) and "username-password" in str(error):
+        return f"{text} (check --username and --password)"
     if isinstance(error, RedisUnavailableError) and url.startswith("rediss://"):
         return (
-            " (the URL is rediss://, so the client speaks TLS: is the server listening with "
-            "TLS on that port? Use redis:// for a plain server)"
+            f"{text} (the URL is rediss://, so the client speaks TLS: is the server listening "
+            "with TLS on that port? Use redis:// for a plain server)"
         )
-    return ""
+    return text
 
 
 def command(func: F) -> F:
@@ -177,7 +188,7 @@ def command(func: F) -> F:
         try:
             return func(ctx, **kwargs)
         except ReaderGroupError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}{hint(ctx.url, exc)}") from exc
+            raise click.ClickException(explain(ctx.url, exc)) from exc
 
     return connection_options(wrapper)  # type: ignore[return-value]
 
@@ -207,6 +218,10 @@ class CliGroup(click.Group):
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         as_json = "--json" in argv
+        logging.basicConfig(  # the library's warnings are shown by the commands themselves
+            level=os.environ.get("READERGROUP_LOG_LEVEL", "ERROR").upper(),
+            format="%(levelname)s %(name)s: %(message)s",
+        )
         try:
             result = super().main(
                 argv, prog_name=prog_name or "readergroup", standalone_mode=False, **extra

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
+import random
 import time
+from collections.abc import Callable
 from contextlib import closing
 from typing import Any
 
@@ -27,6 +30,8 @@ from readergroup.redis_io import RedisConnection, translate_errors
 from readergroup.stream_cut import StreamCut
 from readergroup.stream_manager import StreamManager
 from statesync.codec import Codec, DecodeError, TypeRegistry
+
+logger = logging.getLogger(__name__)
 
 
 @click.group()
@@ -413,19 +418,50 @@ def watch(ctx: Context, name: str, iterations: int | None, refresh: float) -> No
                 f"{describe_title(data)}  (revision {g.sync.revision})", DESCRIBE_COLUMNS, rows
             )
 
-        drawn = 0
+        watch_loop(ctx, render, g, iterations, refresh)
+
+
+def watch_loop(
+    ctx: Context,
+    render: Callable[[], Table],
+    g: ReaderGroup,
+    iterations: int | None,
+    refresh: float,
+) -> None:
+    """Redraw until ``iterations`` (or Ctrl-C): in place on a terminal, else one view after
+    another (a log). While Redis is unreachable, say so and retry with backoff."""
+    console = ctx.out.console
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
+    failures = 0
+
+    def show(view: Table | Text) -> None:
+        if live is not None:
+            live.update(view, refresh=True)
+        else:
+            console.print(view)
+
+    drawn = 0
+    try:
+        if live is not None:
+            live.start()
         view: Table | Text = render()
-        with Live(view, console=ctx.out.console, auto_refresh=False) as live:
+        show(view)
+        while iterations is None or drawn < iterations:
             try:
-                while iterations is None or drawn < iterations:
-                    try:
-                        with translate_errors("watch"):
-                            g.sync.wait_for_updates(refresh)  # blocks on the state log
-                        view = render()
-                    except RedisUnavailableError as exc:
-                        view = Text(f"Redis unavailable, retrying ({exc})", style="yellow")
-                        time.sleep(min(refresh, 1.0))
-                    live.update(view, refresh=True)
-                    drawn += 1
-            except KeyboardInterrupt:
-                pass
+                with translate_errors("watch"):
+                    g.sync.wait_for_updates(refresh)  # blocks on the state log
+                view = render()
+                failures = 0
+            except RedisUnavailableError as exc:
+                failures += 1
+                view = Text(f"Redis unavailable, retrying ({exc})", style="yellow")
+                logger.warning("watch of %s/%s: Redis unavailable: %s", g.scope, g.name, exc)
+                backoff = min(refresh, 0.05 * 2 ** min(failures, 5))
+                time.sleep(backoff * random.uniform(0.5, 1))  # noqa: S311 (jitter)
+            show(view)
+            drawn += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
