@@ -17,17 +17,21 @@ from readergroup import EventStreamClientFactory, UTF8StringSerializer
 from readergroup.embedded_redis import redis_server
 
 TOUR = [
+    "scope list",
     "stream create shop/orders --segments 4",
     "stream write shop/orders --count 2000 --keys 40",
     "stream describe shop/orders",
     "stream scale shop/orders --split 0 --into 2",
-    "group create shop/billing --stream shop/orders",
+    "group create shop/billing --stream shop/orders --start earliest",
     "CONSUME",
+    "group list shop",
     "group describe shop/billing",
+    "group describe shop/billing --state",
     "group history shop/billing --limit 8",
-    "group reset shop/billing --shift-by 10",
+    "group reset shop/billing --shift-by -10",
+    "group reset shop/billing --by-duration PT1H --stream shop/orders",
     "group reset shop/billing --to-earliest --execute",
-    "group describe shop/billing --json",
+    "--json group describe shop/billing",
     "group delete shop/billing",
     "stream delete shop/orders --seal",
 ]
@@ -35,7 +39,7 @@ TOUR = [
 
 def main() -> int:
     with redis_server() as server:
-        env = {**os.environ, "REDIS_URL": server.url, "COLUMNS": "150"}
+        env = {**os.environ, "REDIS_URL": server.url}
         for step in TOUR:
             if step == "CONSUME":
                 print("\n$ (a reader of shop/billing consumes 500 events and commits)")

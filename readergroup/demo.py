@@ -23,13 +23,15 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
+from rich.text import Text
 
 from readergroup.cli.groups import DESCRIBE_COLUMNS, describe_rows
 from readergroup.cli.output import table
@@ -91,6 +93,22 @@ def worker_process(url: str, scope: str, reader_id: str, out_dir: str) -> None:
     log.close()
 
 
+@contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` for the block: processes started inside (Spark's
+    JVM) keep writing their start-up WARN lines there instead of on the demo's screen."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def processed(out_dir: Path) -> list[tuple[str, int, str]]:
     rows: list[tuple[str, int, str]] = []
     for path in out_dir.glob("*.jsonl"):
@@ -150,7 +168,8 @@ def main() -> int:  # noqa: PLR0915 - a script that tells one story, top to bott
                 f"lag {total['events']} events / {total['ms']} ms  processed {len(processed(out))}"
             )
             return Group(
-                table(header, DESCRIBE_COLUMNS, rows),
+                Text(header, overflow="fold"),  # its own line: never squeezed into a border
+                table("", DESCRIBE_COLUMNS, rows),
                 Panel("\n".join(events_log[-6:]) or "starting", title="what happens"),
             )
 
@@ -201,7 +220,9 @@ def main() -> int:  # noqa: PLR0915 - a script that tells one story, top to bott
             console.print("[bold]Spark[/bold]: reading the same stream with spark.read.format(...)")
             from readergroup.spark.session import local_session
 
-            spark = local_session(cores=2, app_name="readergroup-demo")
+            jvm_log = Path(work) / "spark.log"
+            with stderr_to(jvm_log):  # the JVM keeps this stderr: its WARN lines go to the log
+                spark = local_session(cores=2, app_name="readergroup-demo")
             df = (
                 spark.read.format("readergroup")
                 .option("redis_url", url)

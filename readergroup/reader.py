@@ -40,6 +40,8 @@ from readergroup.errors import (
     TruncatedDataError,
 )
 from readergroup.group_config import AUTO, ReaderConfig, ReaderGroupConfig
+from readergroup.group_state import STATE_TYPES as GROUP_STATE_TYPES
+from readergroup.group_state import UPDATE_TYPES as GROUP_UPDATE_TYPES
 from readergroup.group_state import (
     Assignment,
     GroupState,
@@ -49,10 +51,10 @@ from readergroup.group_state import (
 )
 from readergroup.membership import GroupMember
 from readergroup.names import split_scoped_stream, stream_sync_name
-from readergroup.redis_io import RedisConnection, SegmentEvent, missing_as, translate_errors
+from readergroup.redis_io import RedisConnection, SegmentEvent, translate_errors
 from readergroup.serializers import Serializer
 from readergroup.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
-from statesync import StateSynchronizer
+from statesync import StateSynchronizer, SynchronizerNotFoundError
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK
 
@@ -340,6 +342,20 @@ class EventStreamReader(Generic[T]):
             f"reader group {group} of reader {self.reader_id!r} was deleted; it reads no more"
         )
 
+    def _group_deleted(self, error: ReaderGroupError) -> bool:
+        """Whether ``error`` came from the group's state having been deleted (a deleted stream's
+        metadata also reads as a missing synchronizer: the group's own log is checked)."""
+        if not isinstance(error.__cause__, SynchronizerNotFoundError):
+            return False
+        try:
+            with translate_errors("read group"):
+                self._connection.synchronizer(
+                    self._member.sync.name, GROUP_UPDATE_TYPES, GROUP_STATE_TYPES
+                ).fetch_updates()
+        except ReaderGroupError as exc:
+            return isinstance(exc.__cause__, SynchronizerNotFoundError)
+        return False
+
     def _on_group_deleted(self) -> None:
         """Stop for good: fenced, heartbeats stopped, and its heartbeat row removed (a beat may
         have recreated the hash after the deletion)."""
@@ -373,14 +389,16 @@ class EventStreamReader(Generic[T]):
         deadline = now + max(0.0, timeout)
         while True:
             try:
-                with missing_as(self._group_gone, "read"):
+                with translate_errors("read"):
                     self._acknowledge_checkpoint()
                     self._maintain()
-            except ReaderGroupNotFoundError as exc:
-                self._on_group_deleted()
-                raise self._group_gone() from exc
             except ReaderNotInGroupError as exc:
                 self._fence(str(exc))
+                raise
+            except ReaderGroupError as exc:
+                if self._group_deleted(exc):
+                    self._on_group_deleted()
+                    raise self._group_gone() from exc
                 raise
             if self._checkpoint_due is not None:
                 return [self._hand_out_checkpoint()]
@@ -689,7 +707,7 @@ class EventStreamReader(Generic[T]):
             sent = self._clock.monotonic()
             wait = interval
             try:
-                with missing_as(self._group_gone, "heartbeat"):
+                with translate_errors("heartbeat"):
                     liveness = self._member.heartbeat()
                 if liveness.member:
                     self._last_beat_ok = sent
@@ -703,10 +721,10 @@ class EventStreamReader(Generic[T]):
                 if liveness.next_expiry_ms is not None:
                     until = (liveness.next_expiry_ms - liveness.now_ms) / 1000
                     wait = max(0.05, min(interval, until))
-            except ReaderGroupNotFoundError:
-                self._on_group_deleted()
-                return
-            except ReaderGroupError:
+            except ReaderGroupError as exc:
+                if self._group_deleted(exc):
+                    self._on_group_deleted()
+                    return
                 wait = min(interval, 0.5)
             if self._fenced is None and sent - self._last_poll > self._group.max_poll_interval:
                 self._fenced = (

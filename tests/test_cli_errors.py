@@ -181,3 +181,20 @@ def test_describe_marks_stale_readers(redis_url: str, scope: str) -> None:
         assert "STALE" in cli(redis_url, "group", "describe", f"{scope}/g").stdout
     finally:
         connection.close()
+
+
+def test_group_list_shows_an_unreadable_group_and_the_others(redis_url: str, scope: str) -> None:
+    cli(redis_url, "stream", "create", f"{scope}/orders")
+    for name in ("a", "b"):
+        cli(redis_url, "group", "create", f"{scope}/{name}", "--stream", f"{scope}/orders")
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        sync: Any = rgm.get_reader_group("a").sync
+        poisoned = sync.backend.append(
+            sync.name, b"\xc1", expected_revision=None, writer="rogue", sequence=1, max_bytes=99
+        )
+        assert poisoned.status == 0
+    listed = {g["group"]: g for g in as_json(redis_url, "group", "list", scope)["groups"]}
+    assert listed["a"]["state"] == "unreadable" and "revision" in listed["a"]["error"]
+    assert listed["b"]["state"] == "empty"
+    table = cli(redis_url, "group", "list", scope).stdout
+    assert "unreadable" in table and "CoordinationError" in table

@@ -76,7 +76,7 @@ def _options(root: bool) -> list[Callable[[F], F]]:
             "--key-prefix",
             default=default("rg"),
             show_default=root,
-            help="Key prefix of the data (default rg).",
+            help="Key prefix of the data." + ("" if root else " (default rg)"),
         ),
         click.option(
             "--json", "as_json", is_flag=True, default=None, help="Print JSON for scripts."

@@ -20,7 +20,12 @@ from rich.text import Text
 from readergroup.cli.common import CLI_WRITER, Context, command, scoped
 from readergroup.cli.output import table
 from readergroup.cli.reset_options import ResetRequest, reset_options
-from readergroup.errors import ReaderGroupInUseError, RedisUnavailableError, ScopeNotFoundError
+from readergroup.errors import (
+    ReaderGroupError,
+    ReaderGroupInUseError,
+    RedisUnavailableError,
+    ScopeNotFoundError,
+)
 from readergroup.group_config import ReaderGroupConfig, StartPosition, start_word
 from readergroup.group_manager import ReaderGroup, ReaderGroupManager
 from readergroup.group_state import STATE_TYPES, UPDATE_TYPES
@@ -59,7 +64,16 @@ def group_summary(g: ReaderGroup) -> dict[str, Any]:
     }
 
 
-LIST_COLUMNS = ["group", "state", "readers", "segments", "lag events", "lag bytes", "lag ms"]
+LIST_COLUMNS = [
+    "group",
+    "state",
+    "readers",
+    "segments",
+    "lag events",
+    "lag bytes",
+    "lag ms",
+    "error",
+]
 
 
 @group.command("list")
@@ -77,13 +91,24 @@ def list_groups(ctx: Context, scope: str | None, all_groups: bool) -> None:
     summaries = []
     for name in [scope] if scope is not None else scopes:
         with manager(ctx, name) as rgm:
-            summaries += [group_summary(rgm.get_reader_group(g)) for g in rgm.list_reader_groups()]
+            for group_name in rgm.list_reader_groups():
+                try:
+                    summaries.append(group_summary(rgm.get_reader_group(group_name)))
+                except ReaderGroupError as exc:  # one unreadable group does not hide the rest
+                    logger.warning("group %s/%s cannot be read: %s", name, group_name, exc)
+                    summaries.append(
+                        {"scope": name, "group": group_name, "state": "unreadable"}
+                        | {"error": f"{type(exc).__name__}: {exc}"}
+                    )
     keys = ["state", "readers", "segments", "lag_events", "lag_bytes", "lag_ms"]
     ctx.out.emit(
         {"scope": scope, "groups": summaries},
         f"reader groups of {scope}" if scope else "reader groups of every scope",
         LIST_COLUMNS,
-        [[f"{s['scope']}/{s['group']}", *(s[k] for k in keys)] for s in summaries],
+        [
+            [f"{s['scope']}/{s['group']}", *(s.get(k) for k in keys), s.get("error")]
+            for s in summaries
+        ],
     )
 
 
