@@ -683,6 +683,10 @@ def join_group(
     sync = connection.synchronizer(
         handle.sync.name, UPDATE_TYPES, STATE_TYPES, writer_label=reader_id
     )
+    try:  # informational (describe --members): a failure must not stop the reader joining
+        handle.heartbeats.register(reader_id, f"{socket.gethostname()}/{os.getpid()}")
+    except ReaderGroupError as exc:
+        logger.warning("reader %s: could not record its host/pid: %s", reader_id, exc)
     with translate_errors("join"):
         sync.fetch_updates()
         config: ReaderGroupConfig = sync.state.config
@@ -694,5 +698,4 @@ def join_group(
             max_moves=config.max_segment_moves,
         )
         member.join()
-    handle.heartbeats.register(reader_id, f"{socket.gethostname()}/{os.getpid()}")
     return member, config
