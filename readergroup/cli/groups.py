@@ -24,7 +24,6 @@ from readergroup.errors import (
     ReaderGroupError,
     ReaderGroupInUseError,
     RedisUnavailableError,
-    ScopeNotFoundError,
 )
 from readergroup.group_config import ReaderGroupConfig, StartPosition, start_word
 from readergroup.group_manager import ReaderGroup, ReaderGroupManager
@@ -85,11 +84,13 @@ def list_groups(ctx: Context, scope: str | None, all_groups: bool) -> None:
     if (scope is None) == (not all_groups):
         raise click.UsageError("give a SCOPE or --all-groups")
     with StreamManager.from_url(ctx.url, ctx.config) as sm:
-        scopes = sm.list_scopes()
-    if scope is not None and scope not in scopes:
-        raise ScopeNotFoundError(f"scope {scope!r} does not exist")
+        if scope is not None:
+            sm.list_streams(scope)  # ScopeNotFoundError, as `stream list` (a scope admin may)
+            scopes = [scope]
+        else:
+            scopes = sm.list_scopes()  # every scope: the operator's list
     summaries = []
-    for name in [scope] if scope is not None else scopes:
+    for name in scopes:
         with manager(ctx, name) as rgm:
             for group_name in rgm.list_reader_groups():
                 try:
