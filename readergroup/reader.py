@@ -365,7 +365,7 @@ class EventStreamReader(Generic[T]):
         self._fence(str(self._group_gone()))
         self._stop.set()
         try:
-            self._member.heartbeats.forget(self.reader_id)
+            self._member.heartbeats.forget(self.reader_id, self._member.generation)
         except ReaderGroupError as exc:
             logger.warning("reader %s: could not remove its heartbeat: %s", self.reader_id, exc)
 
