@@ -15,6 +15,12 @@ Wire format (``FORMAT_VERSION`` 1)
 Any other shape, an unknown ``v``, or an unregistered type name is rejected with a
 specific exception; the caller turns it into a :class:`~statesync.errors.BadEntryError`
 naming the synchronizer and revision.
+
+Bounds: extension types nest at most :data:`MAX_EXT_DEPTH` deep (each level is a nested call
+of msgpack's C unpacker with a large C stack frame: hostile bytes nesting ~200 levels would
+overflow the C stack and kill the process before Python's recursion limit applies), and a value
+is at most :data:`MAX_VALUE_BYTES` long. Both are checked on encode too, so nothing written by
+this library is refused on read.
 """
 
 from __future__ import annotations
@@ -34,6 +40,12 @@ FORMAT_VERSION = 1
 _EXT_TUPLE = 1
 _EXT_DATACLASS = 2
 _EXT_FROZENSET = 3
+
+MAX_EXT_DEPTH = 32
+"""Most nested extension values (tuple, frozenset, dataclass) in one encoded value."""
+
+MAX_VALUE_BYTES = 256 * 1024 * 1024
+"""Largest encoded value (entry or snapshot) decoded at all; callers enforce tighter limits."""
 
 
 class DecodeError(Exception):
@@ -127,9 +139,19 @@ class Codec:
 
     # -- values -----------------------------------------------------------------------------
     def encode_value(self, value: Any) -> bytes:
+        return self._encode(value, 0)
+
+    def _encode(self, value: Any, depth: int) -> bytes:
+        if depth > MAX_EXT_DEPTH:
+            raise EncodeError(
+                f"value nests tuples, frozensets or dataclasses more than {MAX_EXT_DEPTH} deep"
+            )
         try:
             packed: bytes = msgpack.packb(
-                value, default=self._default, use_bin_type=True, strict_types=True
+                value,
+                default=lambda obj: self._default(obj, depth + 1),
+                use_bin_type=True,
+                strict_types=True,
             )
         except EncodeError:
             raise
@@ -138,24 +160,36 @@ class Codec:
         return packed
 
     def decode_value(self, data: bytes) -> Any:
+        """Decode one value; :class:`DecodeError` on anything else, whatever the bytes."""
+        return self._decode(data, 0)
+
+    def _decode(self, data: bytes, depth: int) -> Any:
+        if depth > MAX_EXT_DEPTH:
+            raise DecodeError(f"extension values nested more than {MAX_EXT_DEPTH} deep")
+        if len(data) > MAX_VALUE_BYTES:
+            raise DecodeError(f"value is {len(data)} bytes, over {MAX_VALUE_BYTES}")
         try:
             return msgpack.unpackb(
-                data, ext_hook=self._ext_hook, raw=False, strict_map_key=False, use_list=True
+                data,
+                ext_hook=lambda code, payload: self._ext_hook(code, payload, depth + 1),
+                raw=False,
+                strict_map_key=False,
+                use_list=True,
             )
         except DecodeError:
             raise
         except Exception as exc:  # msgpack raises several unrelated types on garbage
             raise DecodeError(f"not valid msgpack: {exc}") from exc
 
-    def _default(self, obj: Any) -> msgpack.ExtType:
+    def _default(self, obj: Any, depth: int) -> msgpack.ExtType:
         if type(obj) is tuple:
-            return msgpack.ExtType(_EXT_TUPLE, self.encode_value(list(obj)))
+            return msgpack.ExtType(_EXT_TUPLE, self._encode(list(obj), depth))
         if type(obj) is frozenset:
-            return msgpack.ExtType(_EXT_FROZENSET, self.encode_value(list(obj)))
+            return msgpack.ExtType(_EXT_FROZENSET, self._encode(list(obj), depth))
         name = self.registry.name_of(type(obj))
         if name is not None:
             fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-            return msgpack.ExtType(_EXT_DATACLASS, self.encode_value([name, fields]))
+            return msgpack.ExtType(_EXT_DATACLASS, self._encode([name, fields], depth))
         if type(obj) is int:
             raise EncodeError(f"integer {obj} is outside msgpack's range -2**63 .. 2**64-1")
         if dataclasses.is_dataclass(obj):
@@ -169,16 +203,16 @@ class Codec:
             "registered dataclass"
         )
 
-    def _ext_hook(self, code: int, data: bytes) -> Any:
+    def _ext_hook(self, code: int, data: bytes, depth: int) -> Any:
         if code == _EXT_TUPLE:
-            return tuple(self._expect(self.decode_value(data), list, "tuple payload"))
+            return tuple(self._expect(self._decode(data, depth), list, "tuple payload"))
         if code == _EXT_FROZENSET:
             try:
-                return frozenset(self._expect(self.decode_value(data), list, "frozenset payload"))
+                return frozenset(self._expect(self._decode(data, depth), list, "frozenset payload"))
             except TypeError as exc:
                 raise DecodeError(f"frozenset member is not hashable: {exc}") from exc
         if code == _EXT_DATACLASS:
-            payload = self._expect(self.decode_value(data), list, "dataclass payload")
+            payload = self._expect(self._decode(data, depth), list, "dataclass payload")
             if len(payload) != 2 or not isinstance(payload[0], str):
                 raise DecodeError("dataclass payload is not [type_name, fields]")
             name, fields = payload[0], self._expect(payload[1], dict, "dataclass fields")

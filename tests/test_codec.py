@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statesync import EncodeError
-from statesync.codec import Codec, DecodeError, TypeRegistry, UnknownTypeError
+from statesync.codec import MAX_EXT_DEPTH, Codec, DecodeError, TypeRegistry, UnknownTypeError
+from tests.support.hostile import hostile_entry
 from tests.support.model import Add, Put
 
 
@@ -138,3 +141,74 @@ def test_garbage_bytes_only_ever_raise_decode_error(data: bytes) -> None:
 def test_well_formed_msgpack_that_is_not_an_entry_raises_decode_error(value: object) -> None:
     with pytest.raises(DecodeError):
         CODEC.decode_entry(1, 0, CODEC.encode_value([value]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 600), st.sampled_from([1, 2, 3]))
+def test_nested_extensions_are_bounded_and_never_crash(depth: int, code: int) -> None:
+    data = hostile_entry(depth, code)
+    for decode in (
+        lambda: CODEC.decode_entry(1, 0, data),
+        lambda: CODEC.decode_snapshot(data),
+        lambda: CODEC.decode_value(data),
+    ):
+        with contextlib.suppress(DecodeError):
+            decode()
+    if depth > MAX_EXT_DEPTH:
+        with pytest.raises(DecodeError, match="nested more than"):
+            CODEC.decode_value(data)
+
+
+def test_nesting_up_to_the_bound_round_trips_and_beyond_it_is_refused_on_encode() -> None:
+    value: object = 1
+    for _ in range(MAX_EXT_DEPTH):
+        value = (value,)
+    assert CODEC.decode_value(CODEC.encode_value(value)) == value
+    with pytest.raises(EncodeError, match="more than"):
+        CODEC.encode_value((value,))
+
+
+@given(
+    st.sampled_from([0xC6, 0xDB, 0xDD, 0xDF, 0xC9, 0xC5, 0xD9]),  # bin32 str32 arr32 map32 ext
+    st.integers(2**20, 2**32 - 1),
+    st.binary(max_size=16),
+)
+def test_huge_length_prefixes_are_decode_errors(marker: int, length: int, tail: bytes) -> None:
+    width = {0xC5: 2, 0xD9: 1}.get(marker, 4)
+    length %= 1 << (8 * width)
+    data = bytes([marker]) + length.to_bytes(width, "big") + tail
+    with pytest.raises(DecodeError):
+        CODEC.decode_entry(1, 0, data)
+
+
+@given(st.integers(0, 127), st.binary(max_size=64))
+def test_any_extension_code_is_a_decode_error_or_a_value(code: int, payload: bytes) -> None:
+    data = msgpack.packb({"v": 1, "w": "w", "u": [msgpack.ExtType(code, payload)]})
+    with contextlib.suppress(DecodeError):
+        CODEC.decode_entry(1, 0, data)
+
+
+def test_a_hostile_nested_entry_cannot_kill_the_decoding_process() -> None:
+    """The entry that overflowed the C stack (SIGSEGV) now ends in a DecodeError, even in a
+    thread of a fresh interpreter."""
+    script = (
+        "import sys, threading\n"
+        "from statesync.codec import Codec, TypeRegistry, DecodeError\n"
+        "data = bytes.fromhex(sys.stdin.read())\n"
+        "def run():\n"
+        "    try:\n"
+        "        Codec(TypeRegistry()).decode_entry(1, 0, data)\n"
+        "    except DecodeError as exc:\n"
+        "        print('DecodeError', exc)\n"
+        "t = threading.Thread(target=run); t.start(); t.join()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=hostile_entry(200).hex(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "DecodeError" in done.stdout and "nested more than" in done.stdout
