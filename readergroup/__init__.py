@@ -9,6 +9,7 @@ from readergroup.errors import (
     AckTimeoutError,
     AckUnsupportedError,
     CoordinationError,
+    CorruptSegmentError,
     EmbeddedRedisError,
     EventTooLargeError,
     InvalidConfigError,
@@ -32,6 +33,7 @@ from readergroup.errors import (
     TruncatedDataError,
     WriteFailedError,
     WriterClosedError,
+    WrongKeyTypeError,
 )
 from readergroup.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.group_manager import (
@@ -79,6 +81,7 @@ __all__ = [
     "CheckpointResult",
     "ClientConfig",
     "CoordinationError",
+    "CorruptSegmentError",
     "EmbeddedRedisError",
     "EventPointer",
     "EventRead",
@@ -136,6 +139,7 @@ __all__ = [
     "WriteFailedError",
     "WriteFuture",
     "WriterClosedError",
+    "WrongKeyTypeError",
     "__version__",
     "key_position",
     "plan_scaling",

@@ -146,3 +146,23 @@ class AccessDeniedError(ReaderGroupError, PermissionError):
 class CoordinationError(ReaderGroupError):
     """The shared state (a state synchronizer) refused or failed an operation; see
     ``__cause__`` for the :mod:`statesync` error."""
+
+
+class CorruptSegmentError(ReaderGroupError):
+    """A segment's stored data breaks the layout (a rogue write): its key holds the wrong type,
+    or its entries skip offsets that were never truncated. Reading stops at the fault in that
+    segment only; the events before it were delivered and the other segments keep flowing."""
+
+    def __init__(self, segment: str, key: str, detail: str) -> None:
+        super().__init__(f"segment {segment} (key {key}): {detail}; reading it stops here")
+        self.segment = segment
+        self.key = key
+
+
+class WrongKeyTypeError(ReaderGroupError):
+    """Redis keys the library reads hold a value of another type (a rogue write); ``keys``
+    names them."""
+
+    def __init__(self, keys: list[str]) -> None:
+        super().__init__(f"keys of the wrong type (not a stream): {', '.join(keys)}")
+        self.keys = keys

@@ -33,11 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from readergroup.errors import (
+    CorruptSegmentError,
     ReaderGroupError,
     ReaderGroupNotFoundError,
     RedisUnavailableError,
     SerializationError,
     TruncatedDataError,
+    WrongKeyTypeError,
 )
 from readergroup.group_config import AUTO, ReaderConfig, ReaderGroupConfig
 from readergroup.group_state import STATE_TYPES as GROUP_STATE_TYPES
@@ -52,6 +54,7 @@ from readergroup.group_state import (
 from readergroup.membership import GroupMember
 from readergroup.names import split_scoped_stream, stream_sync_name
 from readergroup.redis_io import RedisConnection, SegmentEvent, translate_errors
+from readergroup.routing import segment_name
 from readergroup.serializers import Serializer
 from readergroup.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
 from statesync import StateSynchronizer, SynchronizerNotFoundError
@@ -161,6 +164,23 @@ class _Owned:
     group's end offset; -1 while it may still grow."""
     bounded: bool = False
     """``final_tail`` is a bounded group's end (complete there even if the segment is active)."""
+    max_event_size: int = 0
+    """The stream's ``max_event_size``: a larger stored event is an error, not an event."""
+    pending: ReaderGroupError | None = None
+    """An error to raise once the buffered events before ``pending_at`` are handed out."""
+    pending_at: int = 0
+    faulted: bool = False
+    """Reading stopped at corrupt data in this segment: nothing more is fetched from it."""
+
+    @property
+    def name(self) -> str:
+        return segment_name(self.scope, self.stream, self.segment)
+
+    def hold(self, error: ReaderGroupError, at: int, *, fault: bool = False) -> None:
+        """Raise ``error`` when reading reaches offset ``at`` (events before it come first)."""
+        if self.pending is None:
+            self.pending, self.pending_at = error, at
+        self.faulted = self.faulted or fault
 
 
 class EventStreamReader(Generic[T]):
@@ -213,7 +233,11 @@ class EventStreamReader(Generic[T]):
         """A checkpoint handed out, to acknowledge when the application next reads."""
         self._handled_checkpoints: set[str] = set()
         self._end_of_data = False
-        self._deferred_error: SerializationError | None = None
+        self._errors: deque[ReaderGroupError] = deque()
+        """Errors to raise on the next read call, after the events returned before them."""
+        self._bad_logs: set[str] = set()
+        """State logs whose key has the wrong type: left out of the XREAD (their refresh
+        reports the error)."""
         """Group-log revision the reading thread last acted on (the heartbeat thread may have
         fetched further; the reading thread must still be woken for those entries)."""
         self._heartbeat_thread = threading.Thread(
@@ -383,9 +407,8 @@ class EventStreamReader(Generic[T]):
         self._last_poll = now
         for owned in self._owned.values():  # commit-on-get: what was returned is processed
             owned.consumed = owned.returned
-        if self._deferred_error is not None:
-            error, self._deferred_error = self._deferred_error, None
-            raise error
+        if self._errors:
+            raise self._errors.popleft()
         deadline = now + max(0.0, timeout)
         while True:
             try:
@@ -414,39 +437,75 @@ class EventStreamReader(Generic[T]):
             self._check_usable()
 
     def _take(self, max_events: int) -> list[EventRead[T]]:
-        """Up to ``max_events`` buffered events, round-robin over segments."""
+        """Up to ``max_events`` buffered events, round-robin over segments.
+
+        An event that cannot become a value (too large, or any exception of the serializer)
+        ends the call as a :class:`SerializationError` naming stream, segment and offset; the
+        events taken before it are returned first and the error is raised on the next call.
+        An event leaves its buffer only once it is in the returned list; if the serializer
+        raises something that is not an ``Exception`` (``KeyboardInterrupt``), every event of
+        the call goes back to its buffer."""
         out: list[EventRead[T]] = []
+        taken: list[tuple[_Owned, SegmentEvent, int]] = []
         rotation = self._round_robin
         deserialize = self._serializer.deserialize
-        for _ in range(len(rotation)):
-            wanted = max_events - len(out)
-            if wanted <= 0:
-                break
-            key = rotation[0]
-            rotation.rotate(-1)
-            owned = self._owned.get(key)
-            if owned is None or not owned.buffer:
-                continue
-            buffer, stream, token = owned.buffer, key[0], owned.token
-            raw = buffer[0]
-            for _ in range(min(wanted, len(buffer))):
-                raw = buffer.popleft()
-                try:
-                    value = deserialize(raw.payload)
-                except SerializationError as exc:
-                    # never dropped silently: the error is this event's result; the events
-                    # before it in this call are returned first
+        try:
+            for _ in range(len(rotation)):
+                if len(out) >= max_events:
+                    break
+                key = rotation[0]
+                rotation.rotate(-1)
+                owned = self._owned.get(key)
+                if owned is None:
+                    continue
+                buffer, stream, token, limit = (
+                    owned.buffer,
+                    key[0],
+                    owned.token,
+                    owned.max_event_size,
+                )
+                while len(out) < max_events:
+                    if owned.pending is not None and (
+                        not buffer or buffer[0].offset >= owned.pending_at
+                    ):
+                        error, owned.pending = owned.pending, None
+                        return self._stop_at(out, error)
+                    if not buffer:
+                        break
+                    raw = buffer[0]
+                    payload = raw.payload
+                    try:
+                        if limit and len(payload) > limit:
+                            raise SerializationError(
+                                f"event is {len(payload)} bytes, over the stream's "
+                                f"max_event_size of {limit}; not delivered"
+                            )
+                        value = deserialize(payload)
+                    except Exception as exc:  # any serializer, built-in or the application's
+                        buffer.popleft()
+                        owned.returned = raw.offset + 1  # the error is this event's result
+                        error = SerializationError(
+                            f"{stream} segment {owned.segment} offset {raw.offset}: "
+                            f"{type(exc).__name__}: {exc}"
+                        )
+                        error.__cause__ = exc
+                        return self._stop_at(out, error)
+                    buffer.popleft()
+                    taken.append((owned, raw, owned.returned))
                     owned.returned = raw.offset + 1
-                    error = SerializationError(
-                        f"{stream} segment {owned.segment} offset {raw.offset}: {exc}"
-                    )
-                    error.__cause__ = exc
-                    if not out:
-                        raise error from exc
-                    self._deferred_error = error
-                    return out
-                out.append(EventRead(value, raw, stream, token))
-            owned.returned = raw.offset + 1
+                    out.append(EventRead(value, raw, stream, token))
+        except BaseException:
+            for owned, raw, before in reversed(taken):  # nothing taken is lost
+                owned.buffer.appendleft(raw)
+                owned.returned = before
+            raise
+        return out
+
+    def _stop_at(self, out: list[EventRead[T]], error: ReaderGroupError) -> list[EventRead[T]]:
+        """End a take at ``error``: raise it now, or after the events already taken."""
+        if not out:
+            raise error
+        self._errors.append(error)
         return out
 
     def _hand_out_checkpoint(self) -> EventRead[T]:
@@ -468,21 +527,36 @@ class EventStreamReader(Generic[T]):
         positions: dict[str, str] = {}
         by_key: dict[str, _Owned] = {}
         for owned in self._owned.values():
-            if owned.final_tail >= 0 and owned.fetch >= owned.final_tail:
-                continue  # read to its end (seal or end cut): nothing more will come
+            if owned.faulted or (owned.final_tail >= 0 and owned.fetch >= owned.final_tail):
+                continue  # read to its end (seal or end cut), or stopped at corrupt data
             if len(owned.buffer) < self._config.max_buffered_events:
                 positions[owned.data_key] = f"{owned.fetch}-0"
                 by_key[owned.data_key] = owned
-        positions[self._group_log] = f"{max(self._seen_revision, 0)}-0"
+        if self._group_log not in self._bad_logs:
+            positions[self._group_log] = f"{max(self._seen_revision, 0)}-0"
         stream_logs: dict[str, str] = {}
         for name, sync in self._streams.items():
             log = self._connection.log_backend.keys(sync.name).log
-            positions[log] = f"{max(sync.revision, 0)}-0"
-            stream_logs[log] = name
+            if log not in self._bad_logs:
+                positions[log] = f"{max(sync.revision, 0)}-0"
+                stream_logs[log] = name
         try:
             reply = self._connection.read_keys(positions, block, self._config.read_batch)
         except RedisUnavailableError:
             self._clock.sleep(min(block, 0.5))  # back off; the lease check fences if it lasts
+            return
+        except WrongKeyTypeError as exc:
+            for key in exc.keys:  # isolate the fault: the other keys are read next time
+                target = by_key.get(key)
+                if target is not None:
+                    target.hold(
+                        CorruptSegmentError(target.name, key, "the key is not a stream"),
+                        target.fetch,
+                        fault=True,
+                    )
+                else:  # a state log: its next refresh raises an error naming it
+                    self._bad_logs.add(key)
+                    self._group_dirty = self._streams_dirty = True
             return
         for key, entries in reply.items():
             target = by_key.get(key)
@@ -494,25 +568,66 @@ class EventStreamReader(Generic[T]):
                 self._streams_dirty = True
 
     def _buffer(self, owned: _Owned, entries: list[Any]) -> None:
-        """Append fetched entries; offsets are consecutive, so only the ends are checked."""
+        """Append fetched entries. Offsets are normally consecutive from the fetch position, so
+        only the ends are checked; otherwise the entries are checked one by one: a gap at the
+        start below the segment's head is truncation (reported once, reading goes on from the
+        first event that exists), any other gap is corrupt data (the events before it are
+        delivered, then the segment stops with a :class:`CorruptSegmentError`)."""
         if not entries:
             return
         segment = owned.segment
         events = [SegmentEvent(segment, entry[0], entry[1]) for entry in entries]
         first, last = events[0].offset, events[-1].offset
-        if first < owned.fetch:  # overlap with what is buffered already: drop the old part
-            events = [e for e in events if e.offset >= owned.fetch]
+        if first != owned.fetch or last - first + 1 != len(events):
+            events = [e for e in events if e.offset >= owned.fetch]  # overlap: drop the old part
             if not events:
                 return
-            first = events[0].offset
-        if first > owned.fetch or last - first + 1 != len(events):
-            skipped = owned.fetch
-            owned.fetch = last + 1
-            raise TruncatedDataError(f"{owned.key}", skipped, first)  # truncated under us
+            if events[0].offset > owned.fetch and not self._skip_truncated(owned, events[0]):
+                return
+            run = 1
+            while run < len(events) and events[run].offset == events[run - 1].offset + 1:
+                run += 1
+            if run < len(events):
+                after, gap_at = events[run - 1].offset, events[run].offset
+                owned.hold(
+                    CorruptSegmentError(
+                        owned.name,
+                        owned.data_key,
+                        f"the entry after offset {after} has offset {gap_at} (entries "
+                        "out of sequence, not written by this library)",
+                    ),
+                    after + 1,
+                    fault=True,
+                )
+                events = events[:run]
+            last = events[-1].offset
         if owned.bounded and last >= owned.final_tail:
             events = [e for e in events if e.offset < owned.final_tail]
         owned.buffer.extend(events)
         owned.fetch = last + 1
+
+    def _skip_truncated(self, owned: _Owned, first: SegmentEvent) -> bool:
+        """Entries resume at ``first`` after ``owned.fetch``: if truncation removed the events
+        between (the head moved past them), report it once when reading reaches them and go
+        on; otherwise hold a corrupt-data error there. True when reading goes on."""
+        head = self._connection.segment_states(owned.scope, owned.stream, [owned.segment])[
+            owned.segment
+        ].head
+        if head > owned.fetch:
+            owned.hold(TruncatedDataError(owned.name, owned.fetch, head), owned.fetch)
+            owned.fetch = first.offset
+            return True
+        owned.hold(
+            CorruptSegmentError(
+                owned.name,
+                owned.data_key,
+                f"offsets {owned.fetch}..{first.offset - 1} are missing below the head {head} "
+                f"(the next entry has offset {first.offset})",
+            ),
+            owned.fetch,
+            fault=True,
+        )
+        return False
 
     # -- group maintenance (reading thread) -------------------------------------------------
     def _maintain(self) -> None:
@@ -642,7 +757,8 @@ class EventStreamReader(Generic[T]):
         self._owned[key] = owned
         if key not in self._round_robin:
             self._round_robin.append(key)
-        self._stream_sync(key[0])
+        stream_state: StreamState = self._stream_sync(key[0]).state
+        owned.max_event_size = stream_state.config.max_event_size
 
     def _stream_sync(self, scoped: str) -> StateSynchronizer[StreamState]:
         sync = self._streams.get(scoped)
@@ -666,7 +782,9 @@ class EventStreamReader(Generic[T]):
                 record = state.segments.get(owned.segment)
                 if record is None or (record.active and not owned.bounded):
                     continue
-                if owned.final_tail < 0:
+                if record.truncated:
+                    self._truncated_away(owned)
+                elif owned.final_tail < 0:
                     seg = self._connection.segment_states(
                         owned.scope, owned.stream, [owned.segment]
                     )
@@ -676,7 +794,7 @@ class EventStreamReader(Generic[T]):
                             owned.scope, owned.stream, [owned.segment]
                         )
                     owned.final_tail = seg[owned.segment].tail
-                if owned.consumed >= owned.final_tail and not owned.buffer:
+                if owned.consumed >= owned.final_tail and not owned.buffer and not owned.pending:
                     successors = tuple(
                         (
                             (scoped, succ),
@@ -692,6 +810,18 @@ class EventStreamReader(Generic[T]):
                     del self._owned[owned.key]
                     self._notify(released=[owned.key])
                     self._group_dirty = True
+
+    def _truncated_away(self, owned: _Owned) -> None:
+        """The segment is wholly behind the stream's head: its data is (being) deleted. Hand out
+        what is buffered, report the loss of anything after it once, then complete it (its
+        successors become readable from the head)."""
+        if owned.final_tail < 0:
+            seg = self._connection.segment_states(owned.scope, owned.stream, [owned.segment])
+            if seg[owned.segment].exists and seg[owned.segment].sealed:
+                owned.final_tail = seg[owned.segment].tail
+        if owned.final_tail < 0 or owned.fetch < owned.final_tail:
+            owned.hold(TruncatedDataError(owned.name, owned.fetch, -1), owned.fetch)
+            owned.final_tail = owned.fetch  # nothing more can be fetched
 
     def _notify(self, acquired: Sequence[SegKey] = (), released: Sequence[SegKey] = ()) -> None:
         for listener in self._listeners:

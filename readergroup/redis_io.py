@@ -39,6 +39,7 @@ from readergroup.errors import (
     RedisUnavailableError,
     SegmentNotFoundError,
     TruncatedDataError,
+    WrongKeyTypeError,
 )
 from readergroup.routing import segment_name
 from readergroup.scripts import SCRIPT_NAMES, script_source
@@ -585,16 +586,40 @@ class RedisConnection:
 
     def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
         """``XREAD BLOCK`` over arbitrary stream keys (segments and state logs) in one call:
-        returns key -> raw entries for the keys that had something (at most 5 s per call)."""
+        returns key -> raw entries for the keys that had something (at most 5 s per call).
+        Raises :class:`WrongKeyTypeError` naming the keys that are not streams."""
         if not positions:
             return {}
-        if self.cluster:
-            return self._read_keys_by_slot(positions, timeout, limit)
-        block = max(1, int(min(timeout, MAX_BLOCK_SECONDS) * 1000))
-        streams: dict[Any, Any] = dict(positions)
+        try:
+            if self.cluster:
+                return self._read_keys_by_slot(positions, timeout, limit)
+            block = max(1, int(min(timeout, MAX_BLOCK_SECONDS) * 1000))
+            streams: dict[Any, Any] = dict(positions)
+            with translate_errors("read"):
+                reply: Any = self.log_backend.blocking_client.xread(
+                    streams, count=limit, block=block
+                )
+            return _by_key(reply)
+        except ReaderGroupError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            wrong = self._keys_of_wrong_type(list(positions))
+            if not wrong:
+                raise
+            raise WrongKeyTypeError(wrong) from exc
+
+    def _keys_of_wrong_type(self, keys: Sequence[str]) -> list[str]:
+        """Those of ``keys`` that exist and are not streams (one pipelined ``TYPE`` each)."""
         with translate_errors("read"):
-            reply: Any = self.log_backend.blocking_client.xread(streams, count=limit, block=block)
-        return _by_key(reply)
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.type(key)
+            types = pipe.execute()
+        return [
+            key
+            for key, kind in zip(keys, types, strict=True)
+            if (kind.decode() if isinstance(kind, bytes) else str(kind)) not in ("stream", "none")
+        ]
 
     def _read_keys_by_slot(
         self, positions: Mapping[str, str], timeout: float, limit: int

@@ -2,7 +2,9 @@
 
 A serializer is any object with ``serialize(value) -> bytes`` and
 ``deserialize(data: bytes) -> value`` (:class:`Serializer`). Failures raise
-:class:`~readergroup.errors.SerializationError`. Never pickle: events cross Redis.
+:class:`~readergroup.errors.SerializationError`. Never pickle: events cross Redis. Readers also
+turn any other exception of a serializer (the application's own included) into a
+``SerializationError`` naming the stream, segment and offset.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class JsonSerializer(Generic[T]):
             return result
         except (ValueError, UnicodeDecodeError) as exc:
             raise SerializationError(f"event is not valid JSON: {exc}") from exc
+        except RecursionError as exc:  # arrays or objects nested deeper than Python recurses
+            raise SerializationError(f"event nests JSON too deeply to decode: {exc}") from exc
 
 
 class MsgpackSerializer(Generic[T]):

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from readergroup import JsonSerializer, SerializationError
 from statesync import EncodeError
 from statesync.codec import MAX_EXT_DEPTH, Codec, DecodeError, TypeRegistry, UnknownTypeError
 from tests.support.hostile import hostile_entry
@@ -212,3 +213,8 @@ def test_a_hostile_nested_entry_cannot_kill_the_decoding_process() -> None:
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert "DecodeError" in done.stdout and "nested more than" in done.stdout
+
+
+def test_deeply_nested_json_is_a_serialization_error() -> None:
+    with pytest.raises(SerializationError, match="too deeply"):
+        JsonSerializer[object]().deserialize(b"[" * 100_000)

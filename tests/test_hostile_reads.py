@@ -10,18 +10,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from readergroup import (
+    BytesSerializer,
     CoordinationError,
+    CorruptSegmentError,
     EventStreamClientFactory,
+    JsonSerializer,
+    ReaderConfig,
+    ReaderGroupConfig,
+    ReaderGroupError,
+    ReaderGroupManager,
+    ScalingPolicy,
+    SerializationError,
+    StreamConfiguration,
+    StreamCut,
     StreamManager,
+    TruncatedDataError,
     UTF8StringSerializer,
+    key_position,
 )
 from readergroup.names import CATALOG_SYNC_NAME, group_sync_name
 from statesync import CorruptEntryError
 from tests.support.hostile import hostile_entry
 from tests.support.waiting import wait_until
-from tests.test_faults_security import setup_group
+from tests.test_faults_security import FAST, setup_group
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,3 +122,186 @@ def test_a_deeply_nested_catalog_entry_is_a_typed_error_for_admins(private_redis
     assert caught.value.__cause__.revision == bad
     done = cli(url, "scope", "list")
     assert done.returncode not in (-11, 0), done
+
+
+def make_group(url: str, scope: str, config: StreamConfiguration | None = None) -> None:
+    with StreamManager.from_url(url) as sm:
+        sm.create_stream(scope, "s", config)
+    with ReaderGroupManager.from_url(scope, url) as rgm:
+        rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"], **FAST))
+
+
+def collect(reader: Any, until: Any, timeout: float = 30.0) -> list[Any]:
+    """Read until ``until(results)``: events' values and typed errors, in order."""
+    results: list[Any] = []
+
+    def step() -> bool:
+        try:
+            results.extend(e.event for e in reader.read_batch(100, timeout=0.05))
+        except ReaderGroupError as exc:
+            if isinstance(exc, CoordinationError):
+                raise
+            results.append(exc)
+        return bool(until(results))
+
+    wait_until(step, timeout, "reading")
+    return results
+
+
+def rogue_xadd(client: redis.Redis, events_key: str, offset: int, payload: bytes) -> None:
+    client.xadd(events_key, {"p": payload, "w": 0, "t": 0, "b": 0}, id=f"{offset + 1}-0")
+
+
+def values_and_errors(results: list[Any]) -> tuple[list[Any], list[Exception]]:
+    return (
+        [r for r in results if not isinstance(r, Exception)],
+        [r for r in results if isinstance(r, Exception)],
+    )
+
+
+class Picky:
+    """An application's deserializer that raises something of its own on one event."""
+
+    def serialize(self, value: str) -> bytes:
+        return value.encode()
+
+    def deserialize(self, data: bytes) -> str:
+        if data == b"bad":
+            raise KeyError("the application's own failure")
+        return data.decode()
+
+
+@pytest.mark.parametrize("serializer", ["json", "user"])
+def test_any_deserializer_failure_is_a_serialization_error_and_nothing_before_it_is_lost(
+    redis_url: str, scope: str, serializer: str
+) -> None:
+    make_group(redis_url, scope)
+    bad = b"[" * 100_000 if serializer == "json" else b"bad"
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        with factory.create_event_writer("s", BytesSerializer()) as writer:
+            for i in range(10):
+                writer.write_event(bad if i == 5 else b"%d" % i, routing_key="k")
+        chosen: Any = JsonSerializer() if serializer == "json" else Picky()
+        reader = factory.create_reader("r", "g", chosen)
+        results = collect(reader, lambda r: len(r) >= 10)
+        values, errors = values_and_errors(results)
+        assert [int(v) for v in values] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+        assert results[5] is errors[0] and isinstance(errors[0], SerializationError)
+        assert f"{scope}/s segment 0 offset 5" in str(errors[0])
+        reader.close()
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        cut = rgm.get_reader_group("g").get_stream_cuts()[f"{scope}/s"]
+        assert dict(cut.positions) == {0: 10}  # nothing committed past what was handed out
+
+
+def test_oversized_stored_events_are_errors_not_deliveries(redis_url: str, scope: str) -> None:
+    make_group(redis_url, scope, StreamConfiguration(max_event_size=1000))
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        writer = factory.create_event_writer("s", UTF8StringSerializer())
+        writer.write_event("small", routing_key="k").result(5)
+        meta, events, _ = factory.connection.segment_keys(scope, "s", 0)
+        client = redis.Redis.from_url(redis_url)
+        for offset in (1, 2):  # a rogue client bypasses the writer's size check
+            rogue_xadd(client, events, offset, b"x" * 5000)
+            client.hset(meta, "events", offset + 1)
+        writer.write_event("after", routing_key="k").result(5)
+        writer.close()
+        with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
+            results = collect(reader, lambda r: len(r) >= 4)
+    values, errors = values_and_errors(results)
+    assert values == ["small", "after"] and len(errors) == 2
+    assert all("over the stream's max_event_size of 1000" in str(e) for e in errors)
+
+
+def test_a_segment_key_of_the_wrong_type_does_not_block_the_others(
+    redis_url: str, scope: str
+) -> None:
+    make_group(redis_url, scope, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
+            for i in range(40):
+                writer.write_event(f"e{i}", routing_key=f"k{i}")
+        healthy = [f"e{i}" for i in range(40) if key_position(f"k{i}") < 0.5]  # segment 0
+        _, broken, _ = factory.connection.segment_keys(scope, "s", 1)
+        redis.Redis.from_url(redis_url).set(broken, "not a stream")  # a rogue overwrite
+        with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
+            results = collect(reader, lambda r: len(r) >= len(healthy) + 1)
+    values, errors = values_and_errors(results)
+    assert sorted(values) == sorted(healthy)
+    assert len(errors) == 1 and isinstance(errors[0], CorruptSegmentError)
+    assert broken in str(errors[0]) and "not a stream" in str(errors[0])
+
+
+def test_a_rogue_offset_gap_stops_only_its_segment_after_the_good_events(
+    redis_url: str, scope: str
+) -> None:
+    make_group(redis_url, scope, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        conn = factory.connection
+        with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
+            for i in range(40):
+                writer.write_event(f"a{i}", routing_key=f"k{i}")
+        tail = conn.segment_states(scope, "s", [0])[0].tail  # offsets 0..tail-1 are good
+        events_key = conn.segment_keys(scope, "s", 0)[1]
+        rogue_xadd(redis.Redis.from_url(redis_url), events_key, tail + 14, b"rogue")
+        with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
+            first = collect(reader, lambda r: len(r) >= 41)
+            later = [f"b{i}" for i in range(40) if key_position(f"k{i}") >= 0.5]  # segment 1
+            with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
+                for event in later:
+                    writer.write_event(event, routing_key=f"k{event[1:]}")
+            more = collect(reader, lambda r: len(r) >= len(later))
+    values, errors = values_and_errors(first)
+    assert sorted(values) == sorted(f"a{i}" for i in range(40))  # nothing before the gap lost
+    assert len(errors) == 1 and isinstance(errors[0], CorruptSegmentError)
+    assert f"after offset {tail - 1} has offset {tail + 14}" in str(errors[0]), errors[0]
+    assert events_key in str(errors[0])
+    assert sorted(more) == sorted(later)  # the healthy segment keeps flowing
+
+
+def test_truncation_under_a_reader_is_reported_once_then_everything_that_exists_comes(
+    redis_url: str, scope: str
+) -> None:
+    make_group(redis_url, scope)
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
+            for i in range(200):
+                writer.write_event(f"e{i}", routing_key="k")
+        config = ReaderConfig(read_batch=20, max_buffered_events=20)
+        reader = factory.create_reader("r", "g", UTF8StringSerializer(), config)
+        got = collect(reader, lambda r: len(r) >= 20)
+        with StreamManager.from_url(redis_url) as sm:
+            sm.truncate_stream(scope, "s", StreamCut(scope, "s", {0: 100}))
+        got += collect(reader, lambda r: r and r[-1] == "e199")
+        reader.close()
+    values, errors = values_and_errors(got)
+    assert len(errors) == 1 and isinstance(errors[0], TruncatedDataError)
+    assert "below the head 100" in str(errors[0])
+    before = [v for v in values if int(v[1:]) < 100]
+    assert before == [f"e{i}" for i in range(len(before))]  # in order, up to the error
+    assert [v for v in values if int(v[1:]) >= 100] == [f"e{i}" for i in range(100, 200)]
+
+
+def test_a_segment_truncated_away_under_a_reader_is_reported_once_and_reading_moves_on(
+    redis_url: str, scope: str
+) -> None:
+    make_group(redis_url, scope)
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
+            for i in range(60):
+                writer.write_event(f"a{i}", routing_key="k")
+        config = ReaderConfig(read_batch=10, max_buffered_events=10)
+        reader = factory.create_reader("r", "g", UTF8StringSerializer(), config)
+        got = collect(reader, lambda r: len(r) >= 10)
+        with StreamManager.from_url(redis_url) as sm:
+            successors = sm.scale_stream(scope, "s", [0], [(0.0, 0.5), (0.5, 1.0)])
+            with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
+                for i in range(20):
+                    writer.write_event(f"b{i}", routing_key=f"k{i}")
+            sm.truncate_stream(scope, "s", StreamCut(scope, "s", dict.fromkeys(successors, 0)))
+        got += collect(reader, lambda r: len([v for v in r if str(v).startswith("b")]) >= 20)
+        reader.close()
+    values, errors = values_and_errors(got)
+    assert len(errors) == 1 and isinstance(errors[0], TruncatedDataError)
+    assert "deleted segment" in str(errors[0])
+    assert sorted(v for v in values if v.startswith("b")) == sorted(f"b{i}" for i in range(20))
