@@ -26,6 +26,7 @@ segments, and its commits are refused by the state's conditional updates.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from readergroup.errors import (
+    CoordinationError,
     CorruptSegmentError,
     ReaderGroupError,
     ReaderGroupNotFoundError,
@@ -47,6 +49,7 @@ from readergroup.group_state import UPDATE_TYPES as GROUP_UPDATE_TYPES
 from readergroup.group_state import (
     Assignment,
     GroupState,
+    ReaderAlreadyOnlineError,
     ReaderNotInGroupError,
     SegKey,
     SegmentNotOwnedError,
@@ -57,12 +60,16 @@ from readergroup.redis_io import RedisConnection, SegmentEvent, translate_errors
 from readergroup.routing import segment_name
 from readergroup.serializers import Serializer
 from readergroup.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
-from statesync import StateSynchronizer, SynchronizerNotFoundError
+from statesync import BadEntryError, StateSynchronizer, SynchronizerNotFoundError
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK
 
 T = TypeVar("T")
+
 logger = logging.getLogger(__name__)
+
+REJOIN_MAX_DELAY = 2.0
+"""Cap (seconds) of the jittered backoff between attempts to rejoin after being fenced."""
 
 
 class EventRead(Generic[T]):
@@ -137,7 +144,12 @@ _NOTHING: EventRead[Any] = EventRead(None)
 
 
 class RebalanceListener(Protocol):
-    """Called from the reading thread when this reader's segments change."""
+    """Called from the reading thread when this reader's segments change.
+
+    A listener may also define ``on_segments_lost(reader_id, segments)``: called instead of
+    ``on_segments_released`` when the reader was fenced (session expired, e.g. during a Redis
+    outage) and the segments may already be read by others; nothing can be committed for them.
+    """
 
     def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None: ...
 
@@ -199,6 +211,7 @@ class EventStreamReader(Generic[T]):
         config: ReaderConfig | None = None,
         *,
         clock: Clock | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._connection = connection
         self._member = member
@@ -206,6 +219,9 @@ class EventStreamReader(Generic[T]):
         self._serializer = serializer
         self._config = config or ReaderConfig()
         self._clock = clock or SYSTEM_CLOCK
+        self._rng = rng or random.Random()  # noqa: S311 (backoff jitter, not secrets)
+        self._outage: RedisUnavailableError | None = None
+        """Set while Redis cannot be reached (reads return nothing; logged once)."""
         self.reader_id = member.reader_id
         self._owned: dict[SegKey, _Owned] = {}
         self._listeners: list[RebalanceListener] = []
@@ -235,6 +251,9 @@ class EventStreamReader(Generic[T]):
         self._end_of_data = False
         self._errors: deque[ReaderGroupError] = deque()
         """Errors to raise on the next read call, after the events returned before them."""
+        self._stuck_at: dict[str, int] = {}
+        """State log -> revision of a bad entry its synchronizer stopped at: the XREAD waits
+        for entries after it (never transferring the bad one again and again)."""
         self._bad_logs: set[str] = set()
         """State logs whose key has the wrong type: left out of the XREAD (their refresh
         reports the error)."""
@@ -339,11 +358,65 @@ class EventStreamReader(Generic[T]):
         self.close()
 
     def __iter__(self) -> Iterator[EventRead[T]]:
-        """Yield events until the reader is closed (timeouts are skipped)."""
+        """Yield events until the reader is closed (timeouts are skipped). A fenced reader
+        (its session expired, e.g. during a Redis outage) rejoins by itself (:meth:`rejoin`)."""
         while not self._closed:
-            event = self.read_next_event()
+            try:
+                event = self.read_next_event()
+            except ReaderNotInGroupError:
+                if self._closed:
+                    return
+                self.rejoin()
+                continue
             if event.event is not None or event.is_checkpoint:
                 yield event
+
+    def rejoin(self, stop: threading.Event | None = None) -> int:
+        """Join the group again after being fenced, as a new generation under the same id;
+        return the generation (``-1`` if ``stop`` was set or the reader closed first).
+
+        Retries with jittered backoff (capped at :data:`REJOIN_MAX_DELAY` s) for as long as
+        Redis cannot be reached or the previous session still looks alive; any other error is
+        raised. Segments start over from the group's committed positions, so events handed
+        out after the last commit come again (at-least-once). Reading thread only."""
+        failures = 0
+        while not self._closed and not (stop is not None and stop.is_set()):
+            if self._fenced is None:
+                return self._member.generation
+            try:
+                return self._rejoin_once()
+            except (RedisUnavailableError, ReaderAlreadyOnlineError) as exc:
+                failures += 1
+                delay = self._rng.uniform(0, min(REJOIN_MAX_DELAY, 0.05 * 2 ** min(failures, 8)))
+                logger.warning("reader %r: rejoin failed, retrying: %s", self.reader_id, exc)
+                self._clock.sleep(delay)
+        return -1
+
+    def _rejoin_once(self) -> int:
+        self._stop.set()  # the fenced heartbeat thread must be gone before a new generation
+        self._heartbeat_thread.join(self._connection.config.socket_timeout + 1)
+        if self._heartbeat_thread.is_alive():
+            raise RedisUnavailableError(
+                f"reader {self.reader_id!r}: the previous heartbeat is still waiting on Redis"
+            )
+        with translate_errors("rejoin"):
+            generation = self._member.join()
+        now = self._clock.monotonic()
+        self._fenced = None
+        self._outage = None
+        self._owned.clear()
+        self._round_robin.clear()
+        self._checkpoint_due = self._checkpoint_ack = None
+        self._group_dirty = self._streams_dirty = True
+        self._seen_revision = -1
+        self._last_beat_ok = self._last_poll = self._last_refresh = self._last_commit = now
+        self._stop = threading.Event()
+        self._heartbeat_thread = threading.Thread(
+            target=self._heartbeat_loop, name=f"rg-heartbeat-{self.reader_id}", daemon=True
+        )
+        self._heartbeat_thread.start()
+        logger.info("reader %r rejoined its group as generation %d", self.reader_id, generation)
+        return generation
 
     # -- reading ----------------------------------------------------------------------------
     def _check_usable(self) -> None:
@@ -352,6 +425,7 @@ class EventStreamReader(Generic[T]):
         if self._gone:
             raise self._group_gone()
         if self._fenced is not None:
+            self._fence(self._fenced)  # the heartbeat thread may have set it: drop segments
             raise ReaderNotInGroupError(self._fenced)
         if self._clock.monotonic() - self._last_beat_ok > self._session:
             self._fence(
@@ -396,10 +470,11 @@ class EventStreamReader(Generic[T]):
     def _fence(self, reason: str) -> None:
         if self._fenced is None:
             self._fenced = reason
-        released = list(self._owned)
+        lost = list(self._owned)
         self._owned.clear()
-        if released:
-            self._notify(released=released)
+        if lost:
+            logger.warning("reader %r fenced, segments lost: %s", self.reader_id, reason)
+            self._notify(lost=lost)
 
     def _read(self, max_events: int, timeout: float) -> list[EventRead[T]]:
         self._check_usable()
@@ -418,10 +493,15 @@ class EventStreamReader(Generic[T]):
             except ReaderNotInGroupError as exc:
                 self._fence(str(exc))
                 raise
+            except RedisUnavailableError as exc:  # buffered events still go out; then back off
+                self._redis_lost(exc)
+                self._check_usable()  # a call that hung past the session hands out nothing
             except ReaderGroupError as exc:
                 if self._group_deleted(exc):
                     self._on_group_deleted()
                     raise self._group_gone() from exc
+                if isinstance(exc, CoordinationError):
+                    self._note_bad_entry(exc)
                 raise
             if self._checkpoint_due is not None:
                 return [self._hand_out_checkpoint()]
@@ -435,6 +515,31 @@ class EventStreamReader(Generic[T]):
                 return []
             self._fetch(min(remaining, self._group.group_refresh_time))
             self._check_usable()
+
+    def _note_bad_entry(self, exc: CoordinationError) -> None:
+        cause = exc.__cause__
+        if isinstance(cause, BadEntryError):
+            self._stuck_at[self._connection.log_backend.keys(cause.name).log] = cause.revision
+
+    def _log_position(self, log: str, revision: int) -> str:
+        return f"{max(revision, self._stuck_at.get(log, 0), 0)}-0"
+
+    def _redis_lost(self, exc: RedisUnavailableError) -> None:
+        """Reads return nothing while Redis is unreachable; past the session, fencing."""
+        if self._outage is None:
+            logger.warning(
+                "reader %r: Redis unreachable, reads return nothing until it is back "
+                "(fenced after session_timeout=%ss): %s",
+                self.reader_id,
+                self._session,
+                exc,
+            )
+        self._outage = exc
+
+    def _redis_back(self) -> None:
+        if self._outage is not None:
+            self._outage = None
+            logger.info("reader %r: Redis reachable again", self.reader_id)
 
     def _take(self, max_events: int) -> list[EventRead[T]]:
         """Up to ``max_events`` buffered events, round-robin over segments.
@@ -533,16 +638,17 @@ class EventStreamReader(Generic[T]):
                 positions[owned.data_key] = f"{owned.fetch}-0"
                 by_key[owned.data_key] = owned
         if self._group_log not in self._bad_logs:
-            positions[self._group_log] = f"{max(self._seen_revision, 0)}-0"
+            positions[self._group_log] = self._log_position(self._group_log, self._seen_revision)
         stream_logs: dict[str, str] = {}
         for name, sync in self._streams.items():
             log = self._connection.log_backend.keys(sync.name).log
             if log not in self._bad_logs:
-                positions[log] = f"{max(sync.revision, 0)}-0"
+                positions[log] = self._log_position(log, sync.revision)
                 stream_logs[log] = name
         try:
             reply = self._connection.read_keys(positions, block, self._config.read_batch)
-        except RedisUnavailableError:
+        except RedisUnavailableError as exc:
+            self._redis_lost(exc)
             self._clock.sleep(min(block, 0.5))  # back off; the lease check fences if it lasts
             return
         except WrongKeyTypeError as exc:
@@ -558,10 +664,14 @@ class EventStreamReader(Generic[T]):
                     self._bad_logs.add(key)
                     self._group_dirty = self._streams_dirty = True
             return
+        self._redis_back()
         for key, entries in reply.items():
             target = by_key.get(key)
             if target is not None:
-                self._buffer(target, entries)
+                try:
+                    self._buffer(target, entries)
+                except RedisUnavailableError as exc:  # nothing buffered: fetched again later
+                    self._redis_lost(exc)
             elif key == self._group_log:
                 self._group_dirty = True
             elif key in stream_logs:
@@ -823,16 +933,25 @@ class EventStreamReader(Generic[T]):
             owned.hold(TruncatedDataError(owned.name, owned.fetch, -1), owned.fetch)
             owned.final_tail = owned.fetch  # nothing more can be fetched
 
-    def _notify(self, acquired: Sequence[SegKey] = (), released: Sequence[SegKey] = ()) -> None:
+    def _notify(
+        self,
+        acquired: Sequence[SegKey] = (),
+        released: Sequence[SegKey] = (),
+        lost: Sequence[SegKey] = (),
+    ) -> None:
         for listener in self._listeners:
             if acquired:
                 listener.on_segments_acquired(self.reader_id, list(acquired))
             if released:
                 listener.on_segments_released(self.reader_id, list(released))
+            if lost:
+                on_lost = getattr(listener, "on_segments_lost", listener.on_segments_released)
+                on_lost(self.reader_id, list(lost))
 
     # -- heartbeat thread -------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
         interval = self._group.heartbeat_interval
+        failed = False
         while not self._stop.is_set():
             sent = self._clock.monotonic()
             wait = interval
@@ -851,10 +970,14 @@ class EventStreamReader(Generic[T]):
                 if liveness.next_expiry_ms is not None:
                     until = (liveness.next_expiry_ms - liveness.now_ms) / 1000
                     wait = max(0.05, min(interval, until))
+                failed = False
             except ReaderGroupError as exc:
                 if self._group_deleted(exc):
                     self._on_group_deleted()
                     return
+                if not failed:
+                    logger.warning("reader %r: heartbeat failed: %s", self.reader_id, exc)
+                failed = True
                 wait = min(interval, 0.5)
             if self._fenced is None and sent - self._last_poll > self._group.max_poll_interval:
                 self._fenced = (

@@ -8,10 +8,15 @@ is committed only after the handler returned for every event before it. SIGINT o
 
 A segment the group takes away mid-run has its lane dropped; the new owner resumes at the last
 committed position, so only uncommitted events can be handled twice (at-least-once).
+
+Outages: while Redis cannot be reached, reads return nothing and commits are put off (logged).
+If the outage outlasts the session the reader is fenced: every lane is dropped, and the run
+rejoins the group by itself as a new generation once Redis is back, then goes on.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections import deque
@@ -20,12 +25,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from readergroup.group_state import SegKey, SegmentNotOwnedError
+from readergroup.errors import ReaderGroupError
+from readergroup.group_state import ReaderNotInGroupError, SegKey, SegmentNotOwnedError
+from statesync import StateSyncError
 
 if TYPE_CHECKING:
     from readergroup.reader import EventRead, EventStreamReader
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -81,6 +90,9 @@ class _Runner(Generic[T]):
                     lane.generation += 1
                 self.processed.pop(key, None)
             self.lock.notify_all()
+
+    def on_segments_lost(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        self.on_segments_released(reader_id, segments)
 
     def dispatch(self, pool: ThreadPoolExecutor, events: list[EventRead[T]]) -> None:
         with self.lock:
@@ -147,8 +159,12 @@ class _Runner(Generic[T]):
         try:
             self.reader.commit(chosen)
             self.stats.commits += 1
-        except SegmentNotOwnedError:
-            pass  # moved on a rebalance; the new owner resumes from the last commit
+        except (SegmentNotOwnedError, ReaderNotInGroupError):
+            pass  # moved on a rebalance or fenced; the new owner resumes from the last commit
+        except (ReaderGroupError, StateSyncError) as exc:
+            if not exc.retriable:
+                raise
+            logger.warning("commit put off (Redis unreachable), retried next round: %s", exc)
 
 
 def run(
@@ -179,7 +195,12 @@ def run(
             rounds = 0
             while not stop.is_set() and not runner.failure:
                 runner.wait_for_room(stop)
-                runner.dispatch(pool, reader.read_batch(1000))
+                try:
+                    events = reader.read_batch(1000)
+                except ReaderNotInGroupError:
+                    reader.rejoin(stop)  # fenced (lanes dropped): back as a new generation
+                    continue
+                runner.dispatch(pool, events)
                 rounds += 1
                 if rounds % commit_every == 0:
                     runner.commit()

@@ -31,12 +31,16 @@ from typing import Protocol
 @dataclass(frozen=True, slots=True)
 class RawEntry:
     """An entry as stored: its revision, server time (ms), undecoded payload and the log's
-    history at it (``""`` for entries written before histories existed)."""
+    history at it (``""`` for entries written before histories existed).
+
+    ``refused_size`` > 0: the stored payload is that many bytes, over the read limit; it was
+    left in the backend and ``payload`` is empty."""
 
     revision: int
     server_time_ms: int
     payload: bytes
     history: str = ""
+    refused_size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,8 @@ class ReadResult:
     entries: list[RawEntry]
     anchor: str = ""
     snapshot_history: str = ""
+    snapshot_refused_size: int = 0
+    """> 0: the snapshot is that many bytes, over the read limit; ``snapshot`` is None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +112,18 @@ class LogBackend(Protocol):
         history ``anchor_history`` at its revision ``anchor_revision`` are checked when given."""
         ...
 
-    def read(self, name: str, after_revision: int, limit: int) -> ReadResult:
-        """Return up to ``limit`` entries after ``after_revision`` (``-1``: from scratch)."""
+    def read(
+        self,
+        name: str,
+        after_revision: int,
+        limit: int,
+        *,
+        max_entry_bytes: int | None = None,
+        max_snapshot_bytes: int | None = None,
+    ) -> ReadResult:
+        """Return up to ``limit`` entries after ``after_revision`` (``-1``: from scratch).
+        An entry or snapshot over its ``max_*_bytes`` is not transferred: it comes back
+        empty with its size in ``refused_size`` / ``snapshot_refused_size``."""
         ...
 
     def wait(self, name: str, after_revision: int, timeout: float) -> bool:

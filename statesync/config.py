@@ -11,6 +11,7 @@ from statesync.retry import RetryPolicy
 
 MiB = 1024 * 1024
 MAX_ENTRY_BYTES_LIMIT = 64 * MiB
+MAX_SNAPSHOT_BYTES_LIMIT = 256 * MiB
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -31,6 +32,8 @@ class SyncConfig:
             entries, keyed by a digest of the snapshot bytes and the registered types) so that
             synchronizers reading the same snapshot decode it once (default True). States are
             then shared objects: ``apply_to`` must return new values, never mutate.
+        max_snapshot_bytes: largest snapshot read or written (default 64 MiB; 1 byte to
+            256 MiB). A larger one in Redis is not transferred: it is a ``CorruptEntryError``.
         compact_every: if set, the client whose append lands at a revision that is a multiple
             of it compacts right after (best effort), so logs stay short without a separate
             compactor (default None: never automatically; 10 to 10,000,000).
@@ -44,6 +47,7 @@ class SyncConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     socket_timeout: float = 10.0
     share_decoded_snapshots: bool = True
+    max_snapshot_bytes: int = 64 * MiB
     compact_every: int | None = None
     acks: Acks = field(default_factory=Acks)
 
@@ -52,6 +56,11 @@ class SyncConfig:
         if not 1 <= self.max_entry_bytes <= MAX_ENTRY_BYTES_LIMIT:
             raise InvalidConfigError(
                 f"max_entry_bytes must be 1..{MAX_ENTRY_BYTES_LIMIT}, got {self.max_entry_bytes}"
+            )
+        if not 1 <= self.max_snapshot_bytes <= MAX_SNAPSHOT_BYTES_LIMIT:
+            raise InvalidConfigError(
+                f"max_snapshot_bytes must be 1..{MAX_SNAPSHOT_BYTES_LIMIT}, "
+                f"got {self.max_snapshot_bytes}"
             )
         if not 1 <= self.read_batch <= 100_000:
             raise InvalidConfigError(f"read_batch must be 1..100000, got {self.read_batch}")

@@ -33,10 +33,11 @@ class EncodeError(StateSyncError, TypeError):
 class EntryTooLargeError(StateSyncError, ValueError):
     """An encoded log entry is larger than ``SyncConfig.max_entry_bytes``; nothing was written."""
 
-    def __init__(self, name: str, size: int, limit: int) -> None:
+    def __init__(self, name: str, size: int, limit: int, setting: str = "max_entry_bytes") -> None:
+        what = "entry" if setting == "max_entry_bytes" else "snapshot"
         super().__init__(
-            f"synchronizer {name!r}: encoded entry is {size} bytes, "
-            f"over the limit of {limit} bytes (SyncConfig.max_entry_bytes); nothing was appended"
+            f"synchronizer {name!r}: encoded {what} is {size} bytes, "
+            f"over the limit of {limit} bytes (SyncConfig.{setting}); nothing was written"
         )
         self.name = name
         self.size = size

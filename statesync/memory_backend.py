@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from statesync import status
 from statesync.backend import AppendOutcome, CompactOutcome, RawEntry, ReadResult
@@ -121,18 +121,38 @@ class MemoryLogBackend:
             self._changed.notify_all()
             return AppendOutcome(status.OK, log.revision, now, history)
 
-    def read(self, name: str, after_revision: int, limit: int) -> ReadResult:
+    def read(
+        self,
+        name: str,
+        after_revision: int,
+        limit: int,
+        *,
+        max_entry_bytes: int | None = None,
+        max_snapshot_bytes: int | None = None,
+    ) -> ReadResult:
         with self._changed:
             log = self._get(name)
             snapshot_revision, snapshot, anchor, snapshot_history = -1, None, "", ""
+            refused = 0
             if after_revision < log.trunc:
                 snapshot_revision, snapshot = log.snap, log.snapshots[log.snap]
                 snapshot_history = log.history_at(log.snap)
                 after_revision = log.snap
+                if max_snapshot_bytes is not None and len(log.snapshots[log.snap]) > (
+                    max_snapshot_bytes
+                ):
+                    snapshot, refused = None, len(log.snapshots[log.snap])
             else:
                 anchor = log.history_at(after_revision)
             last = min(log.revision, after_revision + limit)
             entries = [log.entries[r] for r in range(after_revision + 1, last + 1)]
+            if max_entry_bytes is not None:
+                entries = [
+                    replace(e, payload=b"", refused_size=len(e.payload))
+                    if len(e.payload) > max_entry_bytes
+                    else e
+                    for e in entries
+                ]
             return ReadResult(
                 log.revision,
                 log.incarnation,
@@ -141,6 +161,7 @@ class MemoryLogBackend:
                 entries,
                 anchor,
                 snapshot_history,
+                refused,
             )
 
     def wait(self, name: str, after_revision: int, timeout: float) -> bool:

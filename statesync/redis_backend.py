@@ -309,18 +309,30 @@ class RedisLogBackend:
             check_acknowledged(self._acks, acknowledged, f"synchronizer {name!r}")
         return reply
 
-    def read(self, name: str, after_revision: int, limit: int) -> ReadResult:
+    def read(
+        self,
+        name: str,
+        after_revision: int,
+        limit: int,
+        *,
+        max_entry_bytes: int | None = None,
+        max_snapshot_bytes: int | None = None,
+    ) -> ReadResult:
         k = self.keys(name)
+        limits = [-1 if m is None else m for m in (max_entry_bytes, max_snapshot_bytes)]
         with translate_redis_errors("read", name):
             reply = run_read_only(
                 self._client,
                 self._scripts["read"],
                 [k.meta, k.log, k.snapshots],
-                [after_revision, limit],
+                [after_revision, limit, *limits],
             )
         status.raise_for_status("read", name, reply)
         try:
-            _, head, incarnation, snapshot_revision, snapshot, entries, anchor, snap_history = reply
+            _, head, incarnation, snapshot_revision, snapshot, entries, anchor, snap_history = (
+                reply[:8]
+            )
+            refused = reply[8] if len(reply) > 8 else 0
             return ReadResult(
                 int(head),
                 _text(incarnation),
@@ -329,6 +341,7 @@ class RedisLogBackend:
                 [_raw_entry(entry) for entry in entries],
                 _text(anchor),
                 _text(snap_history),
+                int(refused),
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise BackendProtocolError(
@@ -405,4 +418,7 @@ def _raw_entry(entry: Any) -> RawEntry:
         server_time = int(time_ms)
     except ValueError:
         server_time = 0
-    return RawEntry(revision, server_time, payload, _text(values.get(b"h")))
+    refused = values.get(b"x")  # read.lua left an over-limit payload in Redis
+    return RawEntry(
+        revision, server_time, payload, _text(values.get(b"h")), int(refused) if refused else 0
+    )

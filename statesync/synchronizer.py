@@ -397,6 +397,10 @@ class StateSynchronizer(Generic[S]):
             replica = self._loaded()
             state = snapshot_fn(replica.state) if snapshot_fn else replica.state
             blob = self._codec.encode_snapshot(replica.revision, replica.server_time_ms, state)
+            if len(blob) > self._config.max_snapshot_bytes:
+                raise EntryTooLargeError(
+                    self._name, len(blob), self._config.max_snapshot_bytes, "max_snapshot_bytes"
+                )
             outcome = self._backend.compact(
                 self._name,
                 replica.revision,
@@ -549,11 +553,25 @@ class StateSynchronizer(Generic[S]):
     def _fetch_pages(self) -> int:
         applied = 0
         while True:
-            page = self._backend.read(self._name, self.revision, self._config.read_batch)
+            page = self._backend.read(
+                self._name,
+                self.revision,
+                self._config.read_batch,
+                max_entry_bytes=self._config.max_entry_bytes,
+                max_snapshot_bytes=self._config.max_snapshot_bytes,
+            )
             replica = self._replica_for(page)
             start = replica.revision
             try:
                 for raw in page.entries:
+                    if raw.refused_size:
+                        raise CorruptEntryError(
+                            self._name,
+                            raw.revision,
+                            replica.revision,
+                            f"entry is {raw.refused_size} bytes, over max_entry_bytes "
+                            f"({self._config.max_entry_bytes}); left unread in Redis",
+                        )
                     replica = self._apply_raw(replica, raw)
             finally:  # keep the good prefix even when an entry is bad
                 self._replica = replica
@@ -589,7 +607,7 @@ class StateSynchronizer(Generic[S]):
                 status.regressed_detail("read", page.head_revision, status.OTHER_HISTORY)
                 + f"; at revision {current.revision}",
             )
-        if page.snapshot is not None:
+        if page.snapshot is not None or page.snapshot_refused_size:
             current = self._decode_snapshot(page, current)
             self._stats.snapshots_loaded += 1
         if current is None:
@@ -603,8 +621,15 @@ class StateSynchronizer(Generic[S]):
         return current
 
     def _decode_snapshot(self, page: ReadResult, current: Replica[S] | None) -> Replica[S]:
-        assert page.snapshot is not None
         last_good = -1 if current is None else current.revision
+        if page.snapshot is None:
+            raise CorruptEntryError(
+                self._name,
+                page.snapshot_revision,
+                last_good,
+                f"snapshot is {page.snapshot_refused_size} bytes, over max_snapshot_bytes "
+                f"({self._config.max_snapshot_bytes}); left unread in Redis",
+            )
         try:
             if self._config.share_decoded_snapshots:
                 decoded = snapshot_cache.decode_shared(

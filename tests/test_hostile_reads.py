@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from readergroup import (
     ReaderGroupConfig,
     ReaderGroupError,
     ReaderGroupManager,
+    ReaderNotInGroupError,
     ScalingPolicy,
     SerializationError,
     StreamConfiguration,
@@ -32,8 +35,10 @@ from readergroup import (
     key_position,
 )
 from readergroup.names import CATALOG_SYNC_NAME, group_sync_name
-from statesync import CorruptEntryError
+from statesync import CorruptEntryError, EntryTooLargeError, StateSynchronizer, SyncConfig
+from statesync.redis_backend import RedisLogBackend
 from tests.support.hostile import hostile_entry
+from tests.support.model import ALL_TYPES, Add, Put
 from tests.support.waiting import wait_until
 from tests.test_faults_security import FAST, setup_group
 
@@ -305,3 +310,150 @@ def test_a_segment_truncated_away_under_a_reader_is_reported_once_and_reading_mo
     assert len(errors) == 1 and isinstance(errors[0], TruncatedDataError)
     assert "deleted segment" in str(errors[0])
     assert sorted(v for v in values if v.startswith("b")) == sorted(f"b{i}" for i in range(20))
+
+
+class Heard:
+    """A rebalance listener that records what it hears."""
+
+    def __init__(self) -> None:
+        self.lost: list[Any] = []
+        self.acquired: list[Any] = []
+
+    def on_segments_acquired(self, reader_id: str, segments: Any) -> None:
+        self.acquired += segments
+
+    def on_segments_released(self, reader_id: str, segments: Any) -> None:
+        return None
+
+    def on_segments_lost(self, reader_id: str, segments: Any) -> None:
+        self.lost += segments
+
+
+def test_reads_return_nothing_in_an_outage_then_fence_and_run_rejoins_by_itself(
+    private_redis: Any,
+) -> None:
+    url = private_redis.url
+    with StreamManager.from_url(url) as sm:
+        sm.create_scope("o")
+    make_group(url, "o")
+    with EventStreamClientFactory.from_url("o", url) as factory:
+        reader = factory.create_reader("r", "g", UTF8StringSerializer())
+        heard = Heard()
+        reader.add_rebalance_listener(heard)
+        writer = factory.create_event_writer("s", UTF8StringSerializer())
+        writer.write_event("one", routing_key="k").result(5)
+        assert collect(reader, lambda r: r == ["one"]) == ["one"]
+        first_generation = reader.generation
+        private_redis.stop()
+        outage = time.monotonic()
+        fenced: list[Exception] = []
+
+        def read_in_outage() -> bool:
+            try:  # never RedisUnavailableError: no event, until the session is over
+                assert reader.read_batch(10, timeout=0.1) == []
+            except ReaderNotInGroupError as exc:
+                fenced.append(exc)
+            return bool(fenced)
+
+        wait_until(read_in_outage, 60, "fenced after the session timeout")
+        # not before the session (counted from the last heartbeat sent before the outage)
+        assert time.monotonic() - outage >= FAST["session_timeout"] - FAST["heartbeat_interval"]
+        assert heard.lost == [("o/s", 0)]
+        private_redis.start()
+        handled: list[str] = []
+        stop = threading.Event()
+        runner = threading.Thread(
+            target=reader.run,
+            args=(lambda e: handled.append(e.event),),
+            kwargs={"stop": stop, "handle_signals": False},
+        )
+        runner.start()
+        try:
+            writer.write_event("two", routing_key="k").result(60)
+            wait_until(lambda: "two" in handled, 60, "the run rejoined and read on")
+        finally:
+            stop.set()
+            runner.join(60)
+        assert reader.generation > first_generation
+        assert heard.acquired.count(("o/s", 0)) == 2
+        writer.close()
+        reader.close()
+
+
+def sent_bytes(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_net_output_bytes"])
+
+
+def test_an_oversized_log_entry_is_refused_in_redis_not_transferred_again_and_again(
+    redis_url: str, unique_name: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    sync = StateSynchronizer.from_url(redis_url, unique_name, update_types=ALL_TYPES)
+    sync.initialize({"total": 0})
+    sync.update_state(lambda s: [Add(1)])
+    backend = RedisLogBackend.from_url(redis_url)
+    bad = backend.append(
+        unique_name,
+        b"x" * 3_000_000,
+        expected_revision=None,
+        writer="rogue",
+        sequence=1,
+        max_bytes=1 << 27,
+    ).revision
+    before = sent_bytes(client)
+    for _ in range(5):
+        with pytest.raises(CorruptEntryError) as caught:
+            sync.fetch_updates()
+        assert caught.value.revision == bad and "over max_entry_bytes" in str(caught.value)
+    assert sent_bytes(client) - before < 1_000_000  # 5 refreshes never moved the 3 MB
+    assert sync.state == {"total": 1}
+    sync.close()
+    backend.close()
+
+
+def test_an_oversized_snapshot_is_never_written_and_never_read(
+    redis_url: str, unique_name: str
+) -> None:
+    small = SyncConfig(max_snapshot_bytes=1000)
+    sync = StateSynchronizer.from_url(redis_url, unique_name, update_types=ALL_TYPES, config=small)
+    sync.initialize({"total": 0})
+    sync.update_state(lambda s: [Put("k" * 2000, 1)])
+    with pytest.raises(EntryTooLargeError, match="max_snapshot_bytes"):
+        sync.compact()
+    big = StateSynchronizer.from_url(redis_url, unique_name, update_types=ALL_TYPES)
+    big.fetch_updates()
+    big.compact()  # another client with a larger limit writes a 2 kB snapshot
+    big.update_state(lambda s: [Add(1)])
+    big.compact()
+    fresh = StateSynchronizer.from_url(redis_url, unique_name, update_types=ALL_TYPES, config=small)
+    with pytest.raises(CorruptEntryError, match="over max_snapshot_bytes"):
+        fresh.fetch_updates()
+    for client in (sync, big, fresh):
+        client.close()
+
+
+def test_a_reader_does_not_pull_an_oversized_group_log_entry_on_every_refresh(
+    redis_url: str, scope: str
+) -> None:
+    setup_group(redis_url, scope)
+    client = redis.Redis.from_url(redis_url)
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        reader = factory.create_reader("r", "g", UTF8StringSerializer())
+        reader.read_next_event(timeout=0.2)
+        bad = plant(factory.connection, group_sync_name(scope, "g"), b"x" * 3_000_000)
+        errors: list[CoordinationError] = []
+
+        def failed() -> bool:
+            try:
+                reader.read_next_event(timeout=0.05)
+            except CoordinationError as exc:
+                errors.append(exc)
+            return len(errors) >= 3
+
+        wait_until(failed, 30, "the oversized entry reported")
+        before = sent_bytes(client)
+        wait_until(lambda: failed() and len(errors) >= 8, 30, "more refreshes")
+        assert sent_bytes(client) - before < 1_000_000  # five more refreshes, no 3 MB moved
+        cause = errors[-1].__cause__
+        assert isinstance(cause, CorruptEntryError) and cause.revision == bad
+        reader._stop.set()

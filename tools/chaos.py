@@ -5,9 +5,11 @@ restarts, while a writer writes; then the history checker (``tools/chaos_check.p
 
 A private Redis with an append-only file (fsync always) is started for the run. A reader is
 SIGKILLed every ``--kill-every`` seconds and restarted under the same id; the stream splits a
-segment at 30% of the run and merges two at 65%; Redis is stopped and started at 50%. Prints the
-figures as JSON and exits non-zero if any event was lost, reordered within an ownership, or
-handed out by two live readers at once.
+segment at 30% of the run and merges two at 65%; Redis is stopped and started at 50%. One more
+reader (``p0``) talks to Redis through a proxy that blackholes every byte for 2.5 session
+timeouts from 15% of the run: it is fenced, and rejoins by itself once the partition heals.
+Prints the figures as JSON and exits non-zero if any event was lost, reordered within an
+ownership, or handed out by two live readers at once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ from readergroup import (  # noqa: E402
     UTF8StringSerializer,
 )
 from readergroup.embedded_redis import local_redis_server  # noqa: E402
+from tests.support.proxy import ReplyDroppingProxy  # noqa: E402
 from tools.chaos_check import Delivery, check  # noqa: E402
 
 KEYS = 64
@@ -88,7 +92,8 @@ def reader_main(url: str, reader_id: str, out: str, stop_file: str) -> None:
             try:
                 batch = reader.read_batch(100, timeout=0.2)
             except ReaderNotInGroupError:
-                return
+                reader.rejoin()  # fenced (a partition outlasted the session): a new generation
+                continue
             except ReaderGroupError:
                 time.sleep(0.2)  # Redis is restarting: back off and try again
                 continue
@@ -133,11 +138,23 @@ class ChaosRun:
                 auto_commit_interval=0.2,
             )
             rgm.create_reader_group("g", group)
+        self.session_timeout = group.session_timeout
+        self.partitions = 0
+        host, port = url.split("//")[1].split("/", maxsplit=1)[0].rsplit(":", 1)
+        self.proxy = ReplyDroppingProxy(host, int(port))
         self.writer = spawn("writer", url, str(work / "acked.log"), self.stop_file)
         self.procs = {f"r{i}": self.reader(f"r{i}") for i in range(readers)}
+        self.procs["p0"] = self.reader("p0")
 
     def reader(self, name: str) -> subprocess.Popen[bytes]:
-        return spawn("reader", self.url, name, str(self.work / f"{name}.log"), self.stop_file)
+        url = self.proxy.url if name.startswith("p") else self.url
+        return spawn("reader", url, name, str(self.work / f"{name}.log"), self.stop_file)
+
+    def partition(self) -> float:
+        """Blackhole the proxied reader's traffic; returns when to heal (2.5 sessions on)."""
+        self.proxy.blackhole(True)
+        self.partitions += 1
+        return time.monotonic() + 2.5 * self.session_timeout
 
     def kill_one(self) -> None:
         victim = self.rng.choice(sorted(self.procs))
@@ -186,19 +203,35 @@ def run(
         chaos = ChaosRun(readers, segments, work, server.url)
         began = time.monotonic()
         next_kill = began + kill_every
-        steps = [(0.3, chaos.split), (0.5, server.restart), (0.65, chaos.merge)]
-        while time.monotonic() - began < seconds:
+        steps: list[tuple[float, Callable[[], Any]]] = [
+            (0.15, chaos.partition),
+            (0.3, chaos.split),
+            (0.5, server.restart),
+            (0.65, chaos.merge),
+        ]
+        heal_at = healed_wall = float("inf")
+        while time.monotonic() - began < seconds or heal_at < float("inf"):
+            if time.monotonic() >= heal_at:
+                chaos.proxy.blackhole(False)
+                healed_wall = time.time()
+                heal_at = float("inf")
             if time.monotonic() >= next_kill:
                 chaos.kill_one()
                 next_kill += kill_every
             while steps and (time.monotonic() - began) / seconds >= steps[0][0]:
                 action = steps.pop(0)[1]
-                action()  # a split, a Redis restart (SIGTERM, AOF flushed, same port), a merge
+                # a partition, a split, a Redis restart (SIGTERM, AOF flushed, same port), a merge
+                result = action()
+                if action == chaos.partition:
+                    heal_at = float(result)
                 if action == server.restart:
                     chaos.restarts += 1
             time.sleep(0.05)
         acked = chaos.finish()
-        report = check(acked, load(work))
+        chaos.proxy.close()
+        deliveries = load(work)
+        report = check(acked, deliveries)
+        after_heal = [d for d in deliveries if d.reader == "p0" and d.at > healed_wall]
     figures = report.as_dict()
     figures.update(
         seconds=seconds,
@@ -207,6 +240,8 @@ def run(
         kills=chaos.kills,
         scales=chaos.scales,
         redis_restarts=chaos.restarts,
+        reader_partitions=chaos.partitions,
+        partitioned_reader_events_after_heal=len(after_heal),
         ok=report.ok,
     )
     return figures

@@ -1,7 +1,8 @@
 """A real TCP proxy between a client and Redis that can lose replies on demand.
 
 Used to produce the failure that matters for idempotence: the server executes a command,
-then the connection dies before the reply reaches the client.
+then the connection dies before the reply reaches the client; and a network partition
+(``blackhole``): every byte either way vanishes, connections stay open, clients time out.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class ReplyDroppingProxy:
         self._listener.listen(16)
         self.port: int = self._listener.getsockname()[1]
         self._armed = threading.Event()
+        self._blackholed = threading.Event()
         self.dropped = 0
         self._closed = False
         self._sockets: list[socket.socket] = []
@@ -36,6 +38,13 @@ class ReplyDroppingProxy:
 
     def drop_next_reply(self) -> None:
         self._armed.set()
+
+    def blackhole(self, on: bool = True) -> None:
+        """While on, bytes in both directions are silently discarded (a partition)."""
+        if on:
+            self._blackholed.set()
+        else:
+            self._blackholed.clear()
 
     def _accept_loop(self) -> None:
         while not self._closed:
@@ -54,6 +63,8 @@ class ReplyDroppingProxy:
                 data = source.recv(65536)
                 if not data:
                     break
+                if self._blackholed.is_set():
+                    continue
                 if is_reply and self._armed.is_set():
                     self._armed.clear()
                     self.dropped += 1
