@@ -457,3 +457,32 @@ def test_a_reader_does_not_pull_an_oversized_group_log_entry_on_every_refresh(
         cause = errors[-1].__cause__
         assert isinstance(cause, CorruptEntryError) and cause.revision == bad
         reader._stop.set()
+
+
+def test_a_group_log_of_the_wrong_type_does_not_stop_the_events(redis_url: str, scope: str) -> None:
+    setup_group(redis_url, scope)
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        reader = factory.create_reader("r", "g", UTF8StringSerializer())
+        reader.read_next_event(timeout=0.2)
+        name = group_sync_name(scope, "g")
+        log = factory.connection.log_backend.keys(name).log
+        client = redis.Redis.from_url(redis_url)
+        client.delete(log)
+        client.set(log, "not a stream")  # a rogue overwrite of the group's state log
+        with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
+            for i in range(3):
+                writer.write_event(f"e{i}", routing_key="k")
+        got: list[Any] = []
+
+        def step() -> bool:
+            try:
+                got.extend(e.event for e in reader.read_batch(10, timeout=0.05))
+            except CoordinationError as exc:  # a commit cannot land: named, typed
+                got.append(exc)
+            return len([g for g in got if isinstance(g, str)]) >= 3
+
+        wait_until(step, 30, "the events read")
+        values, errors = values_and_errors(got)
+        assert values == ["e0", "e1", "e2"]
+        assert all(name in str(e) for e in errors)
+        reader._stop.set()
