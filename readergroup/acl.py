@@ -41,11 +41,12 @@ ROLES = ("writer", "reader", "admin", "operator")
 _CONNECT = {"hello", "client|setinfo", "time"}
 _SCRIPTS = {"evalsha", "evalsha_ro", "script|load"}
 _PIPELINED_SCRIPTS = {"script|exists"}  # redis-py checks a pipeline's scripts first
-_STATE_READ = {"hget", "hmget", "xrange"}  # statesync read.lua
+_STATE_READ = {"hget", "hmget", "xrange", "hstrlen"}  # statesync read.lua
 _STATE_WAIT = {"xread"}  # wait_for_updates
 _STATE_APPEND = {"hget", "hset", "time", "xadd", "hdel", "hgetall", "hkeys", "hmget", "xtrim"}
 _STATE_CREATE_DELETE = {"exists", "del", "hset", "time"}  # initialize.lua, delete
-_SEGMENT_READ = {"hmget", "xrange", "xread", "multi", "exec"}  # read_range is MULTI/EXEC
+_SEGMENT_READ = {"hmget", "xrange", "xread", "multi", "exec", "type"}  # read_range: MULTI/EXEC;
+# TYPE only after a WRONGTYPE reply, to name the key a rogue write replaced
 _SEGMENT_APPEND = {"hget", "hmget", "hset", "time", "xadd"}  # append_events.lua
 _SEGMENT_SEAL = {"exists", "hmget", "hset"}  # seal_segment.lua
 _SEGMENT_ADMIN = {"hsetnx", "xtrim", "del"}  # create, truncate_segment.lua, delete

@@ -34,7 +34,7 @@ from readergroup import (
     UTF8StringSerializer,
     key_position,
 )
-from readergroup.names import CATALOG_SYNC_NAME, group_sync_name
+from readergroup.names import SCOPES_SYNC_NAME, catalog_sync_name, group_sync_name
 from statesync import CorruptEntryError, EntryTooLargeError, StateSynchronizer, SyncConfig
 from statesync.redis_backend import RedisLogBackend
 from tests.support.hostile import hostile_entry
@@ -116,17 +116,26 @@ def test_a_deeply_nested_group_log_entry_is_a_typed_error_for_readers_and_the_cl
     assert "CorruptEntryError" in restarted.stdout
 
 
-def test_a_deeply_nested_catalog_entry_is_a_typed_error_for_admins(private_redis: Any) -> None:
+def test_deeply_nested_catalog_entries_are_typed_errors_for_admins(private_redis: Any) -> None:
     url = private_redis.url
     with StreamManager.from_url(url) as manager:
         manager.create_scope("a")
-        bad = plant(manager.connection, CATALOG_SYNC_NAME, hostile_entry(200))
-    with StreamManager.from_url(url) as manager, pytest.raises(CoordinationError) as caught:
         manager.list_scopes()
-    assert isinstance(caught.value.__cause__, CorruptEntryError)
-    assert caught.value.__cause__.revision == bad
-    done = cli(url, "scope", "list")
-    assert done.returncode not in (-11, 0), done
+        bad_list = plant(manager.connection, SCOPES_SYNC_NAME, hostile_entry(200))
+        bad_catalog = plant(manager.connection, catalog_sync_name("a"), hostile_entry(200))
+    with StreamManager.from_url(url) as manager:
+        for call, bad in (
+            (manager.list_scopes, bad_list),
+            (lambda: manager.list_streams("a"), bad_catalog),
+        ):
+            with pytest.raises(CoordinationError) as caught:
+                call()
+            assert isinstance(caught.value.__cause__, CorruptEntryError)
+            assert caught.value.__cause__.revision == bad
+    for args in (("stream", "list", "a"),):
+        done = cli(url, *args)
+        assert done.returncode not in (-11, 0), done
+        assert "revision" in done.stdout + done.stderr
 
 
 def make_group(url: str, scope: str, config: StreamConfiguration | None = None) -> None:
