@@ -52,7 +52,11 @@ class ReplyDroppingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self._target)
+            try:
+                upstream = socket.create_connection(self._target)
+            except OSError:  # the server is down (restarting): refuse this client, go on
+                client.close()
+                continue
             self._sockets += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
