@@ -7,7 +7,7 @@ A private Redis with an append-only file (fsync always) is started for the run. 
 SIGKILLed every ``--kill-every`` seconds and restarted under the same id; the stream splits a
 segment at 30% of the run and merges two at 65%; Redis is stopped and started at 50%. One more
 reader (``p0``) talks to Redis through a proxy that blackholes every byte for 2.5 session
-timeouts from 15% of the run: it is fenced, and rejoins by itself once the partition heals.
+timeouts from 40% of the run: it is fenced, and rejoins by itself once the partition heals.
 Prints the figures as JSON and exits non-zero if any event was lost, reordered within an
 ownership, or handed out by two live readers at once.
 """
@@ -204,7 +204,7 @@ def run(
         began = time.monotonic()
         next_kill = began + kill_every
         steps: list[tuple[float, Callable[[], Any]]] = [
-            (0.15, chaos.partition),
+            (0.4, chaos.partition),
             (0.3, chaos.split),
             (0.5, server.restart),
             (0.65, chaos.merge),
