@@ -56,7 +56,7 @@ _STAGING = {"rpush", "expire", "lrange", "del", "hexists", "hget", "hmget", "hse
 
 _WRITER = _CONNECT | _SCRIPTS | _PIPELINED_SCRIPTS | _STATE_READ | _SEGMENT_APPEND | _STAGING
 _CLUSTER = {"cluster|slots", "command"}  # redis-py's cluster client: topology, key positions
-_WRITER_METADATA = {"evalsha_ro", "hget", "hmget", "xrange"}  # selector: stream metadata
+_WRITER_METADATA = {"evalsha_ro", "hget", "hmget", "hstrlen", "xrange"}  # selector: stream metadata
 _WRITER_STAGING = {"rpush", "expire", "lrange", "del", "hexists"}  # selector: staging keys
 _READER = (
     _CONNECT
