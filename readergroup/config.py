@@ -34,6 +34,13 @@ class ClientConfig:
             append-only file has them on disk; Redis/Valkey 7.2+ with ``appendonly yes``).
         ack_timeout: seconds one acknowledgement wait may take before the append is retried
             (default 5.0; > 0); the writer's ``delivery_timeout`` bounds the retries.
+        sentinel_options: keyword arguments for the connections to the Sentinels of a
+            ``redis+sentinel://`` URL, for example their own ``password`` (default none;
+            ``redis_options`` go to the primary's connections).
+
+    URLs: ``redis://``, ``rediss://``, ``unix://``, ``redis+sentinel://[user:pass@]host:port
+    [,host:port...]/service_name[/db]`` (the primary the Sentinels name, followed across
+    failovers), and for a cluster ``redis://host:port[,host:port...]`` (several seeds).
     """
 
     key_prefix: str = "rg"
@@ -44,6 +51,7 @@ class ClientConfig:
     cluster: bool = False
     acks: str = "leader"
     ack_timeout: float = 5.0
+    sentinel_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         try:

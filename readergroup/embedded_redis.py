@@ -21,6 +21,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -178,6 +179,16 @@ class LocalRedisServer:
         self.stop()
         self.start()
 
+    def pause(self) -> None:
+        """SIGSTOP the server: it answers nothing (a replica stops following) until resumed."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -279,6 +290,146 @@ def local_redis_cluster(masters: int = 3) -> Iterator[LocalRedisCluster]:
     finally:
         for node in nodes:
             node.close()
+
+
+@dataclass
+class LocalSentinelGroup:
+    """A primary, its replicas and Sentinels monitoring them as ``service``, on loopback."""
+
+    primary: LocalRedisServer
+    replicas: list[LocalRedisServer]
+    sentinel_ports: list[int]
+    service: str
+
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://`` URL of the group."""
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{self.service}"
+
+    def primary_port(self) -> int:
+        """The port of the primary the first Sentinel that answers names now."""
+        for port in self.sentinel_ports:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(
+                        b"SENTINEL GET-MASTER-ADDR-BY-NAME " + self.service.encode() + b"\r\n"
+                    )
+                    reply = sock.recv(256).split(b"\r\n")
+                return int(reply[4])
+            except (OSError, IndexError, ValueError):
+                continue
+        raise EmbeddedRedisError("no Sentinel answered")
+
+    def failover(self, dead: int | None = None) -> int:
+        """Without ``dead``: ask a Sentinel for a failover (``SENTINEL FAILOVER``). With the
+        port of a ``dead`` primary: let the Sentinels find it down and fail over. Either way
+        wait until they name a new primary that says so; return its port."""
+        before = self.primary_port() if dead is None else dead
+        if dead is None and not _answers(
+            self.sentinel_ports[0], b"SENTINEL FAILOVER " + self.service.encode(), b"+OK"
+        ):
+            raise EmbeddedRedisError("SENTINEL FAILOVER was refused")
+        deadline = time.monotonic() + _START_DEADLINE * 4
+        while time.monotonic() < deadline:
+            port = self.primary_port()
+            if port != before and _answers(port, b"ROLE", b"master"):
+                return port
+            time.sleep(0.05)
+        raise EmbeddedRedisError("the Sentinels did not finish the failover in time")
+
+    def wait_replicating(self) -> None:
+        """Wait until the primary the Sentinels name has every other server as a replica."""
+        wanted = len(self.replicas)
+        deadline = time.monotonic() + _START_DEADLINE * 4
+        while time.monotonic() < deadline:
+            port = self.primary_port()
+            if _answers(port, b"INFO replication", f"connected_slaves:{wanted}".encode()):
+                return
+            time.sleep(0.05)
+        raise EmbeddedRedisError("the replicas did not follow the new primary in time")
+
+
+def _sentinel_conf(directory: Path, port: int, primary_port: int, service: str) -> Path:
+    path = directory / f"sentinel-{port}.conf"
+    path.write_text(
+        "\n".join(
+            [
+                f"port {port}",
+                "bind 127.0.0.1",
+                "daemonize no",
+                f"dir {directory}",
+                f"logfile {directory}/sentinel-{port}.log",
+                f"sentinel monitor {service} 127.0.0.1 {primary_port} 2",
+                f"sentinel down-after-milliseconds {service} 1000",
+                f"sentinel failover-timeout {service} 4000",
+                f"sentinel parallel-syncs {service} 1",
+                "",
+            ]
+        )
+    )
+    return path
+
+
+@contextlib.contextmanager
+def local_sentinel_group(
+    replicas: int = 1, sentinels: int = 3, service: str = "mymaster"
+) -> Iterator[LocalSentinelGroup]:
+    """Start a primary, ``replicas`` replicas following it and ``sentinels`` Sentinels
+    (``valkey-server --sentinel``, quorum 2) monitoring it; remove everything on exit."""
+    binary = find_server_binary()
+    if binary is None:
+        raise EmbeddedRedisError("no Redis server binary to build a Sentinel group from")
+    primary = LocalRedisServer(binary)
+    followers: list[LocalRedisServer] = []
+    processes: list[subprocess.Popen[bytes]] = []
+    directory = Path(tempfile.mkdtemp(prefix="readergroup-sentinel-"))
+    try:
+        primary.start()
+        for _ in range(replicas):
+            follower = LocalRedisServer(
+                binary, extra_args=["--replicaof", "127.0.0.1", str(primary.port)]
+            )
+            follower.start()
+            followers.append(follower)
+        deadline = time.monotonic() + _START_DEADLINE
+        while not all(
+            _answers(f.port, b"INFO replication", b"master_link_status:up") for f in followers
+        ):
+            if time.monotonic() > deadline:
+                raise EmbeddedRedisError("the replicas did not sync with the primary")
+            time.sleep(0.05)
+        ports = []
+        for _ in range(sentinels):
+            port = _free_port()
+            conf = _sentinel_conf(directory, port, primary.port, service)
+            processes.append(
+                subprocess.Popen(  # noqa: S603 (our own argument list)
+                    [binary, str(conf), "--sentinel"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            ports.append(port)
+        group = LocalSentinelGroup(primary, followers, ports, service)
+        deadline = time.monotonic() + _START_DEADLINE * 2
+        while not all(
+            _answers(port, b"SENTINEL REPLICAS " + service.encode(), b"flags")
+            and _answers(port, b"SENTINEL SENTINELS " + service.encode(), b"flags")
+            for port in ports
+        ):
+            if time.monotonic() > deadline:
+                raise EmbeddedRedisError("the Sentinels did not discover the group in time")
+            time.sleep(0.05)
+        yield group
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=10)
+        for server in [primary, *followers]:
+            server.close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _cluster_ok(port: int) -> bool:

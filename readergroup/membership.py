@@ -40,6 +40,7 @@ from readergroup.group_state import (
     CompleteSegment,
     GroupState,
     ReaderAlreadyOnlineError,
+    ReaderNotInGroupError,
     ReleaseSegments,
     RemoveReader,
     SegKey,
@@ -65,6 +66,10 @@ def _recovers(
             return method(member, *args, **kwargs)
         except LogRegressedError as exc:
             member.recover(exc)
+            return method(member, *args, **kwargs)
+        except ReaderNotInGroupError:
+            if not member.member_after_recovery():
+                raise
             return method(member, *args, **kwargs)
 
     return run
@@ -285,7 +290,7 @@ class GroupMember:
         self._session_timeout_ms = session_timeout_ms
         self._max_moves = max_moves
         self._joined = False
-        self._recovery = threading.Lock()
+        self._recovery = threading.RLock()
 
     @property
     def state(self) -> GroupState:
@@ -307,6 +312,12 @@ class GroupMember:
                     self.reader_id,
                     self.generation,
                 )
+
+    def member_after_recovery(self) -> bool:
+        """Whether this reader is a member once any recovery under way in another thread is
+        over (between its resync and its rejoin the state does not list this reader)."""
+        with self._recovery:
+            return self._joined and self.is_member()
 
     @_recovers
     def refresh(self) -> GroupState:
@@ -365,7 +376,7 @@ class GroupMember:
             now,
             tuple(removed),
             next_expiry_ms(others, beats, self._session_timeout_ms),
-            self.is_member(state),
+            self.is_member(state) or self.member_after_recovery(),
         )
 
     def remove_if(
@@ -401,8 +412,9 @@ class GroupMember:
         positions = dict(release_positions)
         released = list(self.sync.update_state(plan_release(me, generation, moves, positions)))
         chosen = self.sync.update_state(plan_acquire(me, generation, moves, self.server_ms))
-        state = self.sync.state
-        acquired = {s: state.assigned[s] for s in chosen}
+        # another thread may have adopted a regressed log since: keep what we still own
+        mine = self.sync.state.owned_by(me)
+        acquired = {s: mine[s] for s in chosen if s in mine}
         return acquired, released
 
     @_recovers

@@ -34,6 +34,7 @@ from readergroup.errors import (
     AckTimeoutError,
     AckUnsupportedError,
     CoordinationError,
+    InvalidConfigError,
     ReaderGroupError,
     RedisFailoverError,
     RedisUnavailableError,
@@ -45,6 +46,7 @@ from readergroup.routing import segment_name
 from readergroup.scripts import SCRIPT_NAMES, script_source
 from statesync import StateSynchronizer, SyncConfig, SynchronizerNotFoundError, Update
 from statesync import errors as sync_errors
+from statesync.endpoints import EndpointURLError, is_sentinel_url, sentinel_clients, split_seeds
 from statesync.errors import (
     BackendAccessError,
     BackendFailoverError,
@@ -361,17 +363,45 @@ class RedisConnection:
             "socket_connect_timeout": min(config.socket_timeout, 5.0),
             **dict(config.redis_options),
         }
+        try:
+            sentinel = is_sentinel_url(url)
+            first, seeds = (url, []) if sentinel else split_seeds(url)
+        except EndpointURLError as exc:
+            raise InvalidConfigError(str(exc)) from exc
+        if sentinel and config.cluster:
+            raise InvalidConfigError("a redis+sentinel:// URL cannot name a cluster")
         with translate_errors("connect"):
+            if sentinel:
+                try:
+                    client, blocking = sentinel_clients(
+                        url,
+                        socket_timeout=config.socket_timeout,
+                        blocking_socket_timeout=MAX_BLOCK_SECONDS + 5,
+                        sentinel_options=dict(config.sentinel_options),
+                        retry=Retry(NoBackoff(), 0),
+                        **options,
+                    )
+                except EndpointURLError as exc:
+                    raise InvalidConfigError(str(exc)) from exc
+                return cls(client, config, blocking)
             if config.cluster:
-                from redis.cluster import RedisCluster
+                from redis.cluster import ClusterNode, RedisCluster
 
+                nodes = [
+                    ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                    for host, port in seeds
+                ]
                 cluster = RedisCluster.from_url(
-                    url, socket_timeout=config.socket_timeout, **options
+                    first, startup_nodes=nodes, socket_timeout=config.socket_timeout, **options
                 )
-                blocking = RedisCluster.from_url(
-                    url, socket_timeout=MAX_BLOCK_SECONDS + 5, **options
+                cluster_blocking = RedisCluster.from_url(
+                    first, startup_nodes=nodes, socket_timeout=MAX_BLOCK_SECONDS + 5, **options
                 )
-                return cls(cluster, config, blocking)  # type: ignore[arg-type]
+                return cls(cluster, config, cluster_blocking)  # type: ignore[arg-type]
+            if len(seeds) > 1:
+                raise InvalidConfigError(
+                    f"{len(seeds)} hosts in the URL: several seeds need ClientConfig(cluster=True)"
+                )
             client = redis.Redis.from_url(
                 url, socket_timeout=config.socket_timeout, retry=Retry(NoBackoff(), 0), **options
             )

@@ -25,6 +25,7 @@ from redis.retry import Retry
 from statesync import status
 from statesync.backend import AppendOutcome, CompactOutcome, RawEntry, ReadResult
 from statesync.durability import Acks
+from statesync.endpoints import is_sentinel_url, sentinel_clients
 from statesync.errors import (
     AckTimeoutError,
     AckUnsupportedError,
@@ -216,7 +217,17 @@ class RedisLogBackend:
         acks: Acks | None = None,
         **redis_kwargs: Any,
     ) -> RedisLogBackend:
-        """Connect to ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://`` or
+        ``redis+sentinel://``, see :mod:`statesync.endpoints`)."""
+        if is_sentinel_url(url):
+            client, blocking = sentinel_clients(
+                url,
+                socket_timeout=socket_timeout,
+                blocking_socket_timeout=_MAX_BLOCK_MS / 1000 + _BLOCKING_SOCKET_MARGIN,
+                retry=_no_retry(),
+                **redis_kwargs,
+            )
+            return cls(client, key_prefix=key_prefix, blocking_client=blocking, acks=acks)
         client = redis.Redis.from_url(
             url,
             socket_timeout=socket_timeout,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -163,3 +165,14 @@ def test_the_generated_cluster_rules_on_every_node(cluster: LocalRedisCluster) -
     theirs = EventStreamClientFactory.from_url("acltheirs", url, config("writer"))
     with theirs, pytest.raises(AccessDeniedError):
         theirs.create_event_writer("s", UTF8StringSerializer())
+
+
+def test_several_seeds_get_past_a_dead_one(cluster: LocalRedisCluster) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    url = f"redis://127.0.0.1:{dead},127.0.0.1:{cluster.nodes[1].port}/0"
+    with StreamManager.from_url(url, CLUSTER) as sm:
+        scope = f"seeds{uuid.uuid4().hex[:6]}"
+        sm.create_scope(scope)
+        assert scope in sm.list_scopes()

