@@ -46,7 +46,7 @@ from readergroup.routing import segment_name
 from readergroup.scripts import SCRIPT_NAMES, script_source
 from statesync import StateSynchronizer, SyncConfig, SynchronizerNotFoundError, Update
 from statesync import errors as sync_errors
-from statesync.endpoints import EndpointURLError, is_sentinel_url, sentinel_clients, split_seeds
+from statesync.endpoints import EndpointURLError, is_sentinel_url, split_seeds
 from statesync.errors import (
     BackendAccessError,
     BackendFailoverError,
@@ -59,6 +59,7 @@ from statesync.redis_backend import (
     command_client_for,
     failover_reply,
     run_read_only,
+    sentinel_clients,
 )
 
 MAX_BLOCK_SECONDS = 5.0

@@ -23,10 +23,7 @@ URL forms (parsed here, once, for every client of both packages):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import unquote
-
-import redis
 
 from statesync.errors import InvalidConfigError
 
@@ -111,40 +108,3 @@ def split_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
     first = f"{seeds[0][0]}:{seeds[0][1]}"
     at = f"{credentials}@" if credentials else ""
     return f"{scheme}{sep}{at}{first}{slash}{path}", seeds
-
-
-def sentinel_clients(
-    url: str,
-    *,
-    socket_timeout: float,
-    blocking_socket_timeout: float,
-    sentinel_options: dict[str, Any] | None = None,
-    **options: Any,
-) -> tuple[redis.Redis, redis.Redis]:
-    """(command client, blocking client) for the primary a ``redis+sentinel://`` URL names.
-
-    ``options`` go to the primary's connections (TLS files, ``retry``...); ``sentinel_options``
-    to the Sentinels' (for example their own password)."""
-    from redis.sentinel import Sentinel
-
-    target = parse_sentinel_url(url)
-    auth = {"username": target.username, "password": target.password}
-    if target.tls:
-        options = {"ssl": True, **options}
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        target.sentinels,
-        sentinel_kwargs={
-            "socket_timeout": min(socket_timeout, 5.0),
-            **(sentinel_options or {}),
-        },
-        socket_connect_timeout=options.pop("socket_connect_timeout", min(socket_timeout, 5.0)),
-        **auth,
-        **options,
-    )
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        target.service, socket_timeout=socket_timeout, db=target.db
-    )
-    blocking: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        target.service, socket_timeout=blocking_socket_timeout, db=target.db
-    )
-    return client, blocking

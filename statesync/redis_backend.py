@@ -25,7 +25,7 @@ from redis.retry import Retry
 from statesync import status
 from statesync.backend import AppendOutcome, CompactOutcome, RawEntry, ReadResult
 from statesync.durability import Acks
-from statesync.endpoints import is_sentinel_url, sentinel_clients
+from statesync.endpoints import is_sentinel_url, parse_sentinel_url
 from statesync.errors import (
     AckTimeoutError,
     AckUnsupportedError,
@@ -163,6 +163,43 @@ def check_acknowledged(acks: Acks, reply: Any, where: str) -> None:
             f"{where}: the append landed on the primary, but {shortfall} "
             f"(acks={acks}); a failover may still lose it"
         )
+
+
+def sentinel_clients(
+    url: str,
+    *,
+    socket_timeout: float,
+    blocking_socket_timeout: float,
+    sentinel_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> tuple[redis.Redis, redis.Redis]:
+    """(command client, blocking client) for the primary a ``redis+sentinel://`` URL names.
+
+    ``options`` go to the primary's connections (TLS files, ``retry``...); ``sentinel_options``
+    to the Sentinels' (for example their own password)."""
+    from redis.sentinel import Sentinel
+
+    target = parse_sentinel_url(url)
+    auth = {"username": target.username, "password": target.password}
+    if target.tls:
+        options = {"ssl": True, **options}
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        target.sentinels,
+        sentinel_kwargs={
+            "socket_timeout": min(socket_timeout, 5.0),
+            **(sentinel_options or {}),
+        },
+        socket_connect_timeout=options.pop("socket_connect_timeout", min(socket_timeout, 5.0)),
+        **auth,
+        **options,
+    )
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.service, socket_timeout=socket_timeout, db=target.db
+    )
+    blocking: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.service, socket_timeout=blocking_socket_timeout, db=target.db
+    )
+    return client, blocking
 
 
 def _no_retry() -> Retry:
