@@ -9,16 +9,21 @@ to itself on every refresh, converge to sizes that differ by at most one and the
 * **release** down to ``ceil`` when above it; release down to ``floor`` only while another
   reader is below ``floor`` and no segment is unassigned. Between ``floor`` and ``ceil`` nothing
   moves: that band is the hysteresis that keeps the group from flapping;
-* at most ``max_moves`` segments per refresh; the oldest segments (lowest epoch, then number)
-  are acquired first, the most recently acquired released first (owners stay sticky).
+* a reader acquires its whole share in one update (like Pravega's reader group; bounded by the
+  rule above, not by a fixed cap) and releases at most ``max_moves`` segments per update (the
+  caller releases again at once while the cap cut a release short); the oldest segments (lowest
+  epoch, then number) are acquired first, the most recently acquired released first (owners
+  stay sticky).
 
 >>> fair_share(8, 3)
 (2, 3)
 >>> counts = {"a": 4, "b": 4, "c": 0}
 >>> release_count(4, counts, unassigned=0, max_moves=16)   # a and b: above ceil 3
 1
->>> acquire_count(0, {"a": 3, "b": 3, "c": 0}, unassigned=2, max_moves=16)   # c: up to floor 2
+>>> acquire_count(0, {"a": 3, "b": 3, "c": 0}, unassigned=2)   # c: up to floor 2
 2
+>>> acquire_count(0, {"a": 0}, unassigned=1024)   # a lone reader: everything, in one update
+1024
 """
 
 from __future__ import annotations
@@ -36,15 +41,16 @@ def fair_share(segments: int, readers: int) -> tuple[int, int]:
     return segments // readers, -(-segments // readers)
 
 
-def acquire_count(owned: int, counts: Mapping[str, int], unassigned: int, max_moves: int) -> int:
-    """How many unassigned segments a reader owning ``owned`` should take now."""
+def acquire_count(owned: int, counts: Mapping[str, int], unassigned: int) -> int:
+    """How many unassigned segments a reader owning ``owned`` should take now: its whole
+    share at once (each reader takes at most ``ceil``, so this never overshoots)."""
     floor, ceil = fair_share(sum(counts.values()) + unassigned, len(counts))
     if owned < floor:
         wanted = floor - owned
     else:
         starving = sum(1 for c in counts.values() if c < floor)
         wanted = 0 if starving else ceil - owned
-    return max(0, min(wanted, unassigned, max_moves))
+    return max(0, min(wanted, unassigned))
 
 
 def release_count(owned: int, counts: Mapping[str, int], unassigned: int, max_moves: int) -> int:
@@ -64,10 +70,10 @@ def segment_age(segment: SegKey) -> tuple[int, int, str]:
     return epoch_of(segment[1]), number_of(segment[1]), segment[0]
 
 
-def segments_to_acquire(state: GroupState, reader_id: str, max_moves: int) -> list[SegKey]:
+def segments_to_acquire(state: GroupState, reader_id: str) -> list[SegKey]:
     counts = state.counts()
     owned = counts.get(reader_id, 0)
-    count = acquire_count(owned, counts, len(state.unassigned), max_moves)
+    count = acquire_count(owned, counts, len(state.unassigned))
     return sorted(state.unassigned, key=segment_age)[:count]
 
 

@@ -48,8 +48,9 @@ class ReaderGroupConfig:
             call counts as processed when the next call starts (commit-on-get). ``"manual"``
             commits only on ``reader.commit()``.
         auto_commit_interval: seconds between automatic commits (default 5.0).
-        max_segment_moves: segments one reader may acquire or release per refresh
-            (default 16; 1-1024): bounds churn when many readers come and go at once.
+        max_segment_moves: segments one reader releases per update (default 16; 1-1024);
+            a release cut short is followed by another at once. Acquisitions take the
+            reader's whole fair share in one update.
         max_poll_interval: a reader whose application has not called ``read_next_event`` for
             this long gives its segments back and must rejoin (default 300.0; Kafka's
             ``max.poll.interval.ms``).

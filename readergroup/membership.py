@@ -189,15 +189,15 @@ def plan_release(
     return release
 
 
-def plan_acquire(reader_id: str, generation: int, max_moves: int, now_ms: int) -> Plan:
-    """Take below-share unassigned segments, unless a checkpoint or reset awaits this reader.
-    Result: the segments acquired."""
+def plan_acquire(reader_id: str, generation: int, now_ms: int) -> Plan:
+    """Take this reader's whole share of unassigned segments, unless a checkpoint or reset
+    awaits this reader. Result: the segments acquired."""
 
     def acquire(state: GroupState) -> Any:
         check_member(state, reader_id, generation)
         if state.frozen_for(reader_id):
             return [], []
-        chosen = segments_to_acquire(state, reader_id, max_moves)
+        chosen = segments_to_acquire(state, reader_id)
         update = AcquireSegments(reader_id, generation, tuple(chosen), now_ms)
         return ([update] if chosen else []), chosen
 
@@ -406,12 +406,22 @@ class GroupMember:
         """Release above-share segments at ``release_positions`` and acquire below-share ones
         (nothing moves while a checkpoint or reset awaits this reader).
 
+        A release cut short by ``max_moves`` is followed by another at once (each re-decided on
+        fresh state), so no share waits for the next refresh; the acquisition takes the whole
+        share in one update.
+
         Returns ``(acquired, released)``. Raises ReaderNotInGroupError if no longer a member.
         """
         me, generation, moves = self.reader_id, self.generation, self._max_moves
         positions = dict(release_positions)
-        released = list(self.sync.update_state(plan_release(me, generation, moves, positions)))
-        chosen = self.sync.update_state(plan_acquire(me, generation, moves, self.server_ms))
+        released: list[SegKey] = []
+        # bounded: every capped round gives back ``moves`` of the segments owned now
+        for _ in range(len(self.sync.state.owned_by(me)) // moves + 1):
+            chosen = self.sync.update_state(plan_release(me, generation, moves, positions))
+            released.extend(chosen)
+            if len(chosen) < moves:
+                break
+        chosen = self.sync.update_state(plan_acquire(me, generation, self.server_ms))
         # another thread may have adopted a regressed log since: keep what we still own
         mine = self.sync.state.owned_by(me)
         acquired = {s: mine[s] for s in chosen if s in mine}

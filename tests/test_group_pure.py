@@ -59,7 +59,7 @@ def balance_round(state: GroupState, order: list[str], moves: int = 16) -> tuple
             triples = tuple((s, state.assigned[s].token, 5) for s in release)
             state = ReleaseSegments(name, generation, triples).apply_to(state)
             moved += len(release)
-        acquire = segments_to_acquire(state, name, moves)
+        acquire = segments_to_acquire(state, name)
         if acquire:
             state = AcquireSegments(name, generation, tuple(acquire), 0).apply_to(state)
             moved += len(acquire)
@@ -102,6 +102,27 @@ def test_a_joining_reader_gets_its_share_from_the_others() -> None:
     assert sorted(counts.values()) == [1, 1, 2, 2, 2]
 
 
+def test_a_lone_reader_acquires_its_whole_share_in_one_update() -> None:
+    state = with_readers(group(1024), ["a"])
+    assert len(segments_to_acquire(state, "a")) == 1024  # bounded by fair share, not moves
+    state = with_readers(group(1024), ["a", "b", "c"])
+    assert len(segments_to_acquire(state, "a")) == 341  # floor while b and c starve
+
+
+def test_a_capped_release_rebalances_again_at_once() -> None:
+    sim = GroupSimulation(1, segments=64)  # members move at most 4 segments per update
+    sim.join("a")
+    a = sim.readers["a"].member
+    acquired, _ = a.rebalance({})
+    assert len(acquired) == 64  # one rebalance, one update: the whole share
+    sim.join("b")
+    _, released = a.rebalance({})
+    assert len(released) == 32  # down to ceil in one rebalance, four segments per update
+    acquired, _ = sim.readers["b"].member.rebalance({})
+    assert len(acquired) == 32
+    check_invariants(sim.state())
+
+
 def test_share_arithmetic() -> None:
     assert fair_share(0, 3) == (0, 0)
     assert fair_share(7, 0) == (0, 0)
@@ -110,7 +131,7 @@ def test_share_arithmetic() -> None:
     assert release_count(3, {"a": 3, "b": 3, "c": 1}, unassigned=0, max_moves=8) == 1  # c < floor
     assert release_count(3, {"a": 3, "b": 3, "c": 1}, unassigned=1, max_moves=8) == 0  # c takes it
     assert release_count(5, {"a": 5, "b": 1, "c": 1}, unassigned=0, max_moves=1) == 1  # bounded
-    assert acquire_count(2, {"a": 2, "b": 3, "c": 1}, unassigned=1, max_moves=8) == 0  # c first
+    assert acquire_count(2, {"a": 2, "b": 3, "c": 1}, unassigned=1) == 0  # c first
 
 
 def test_liveness_is_judged_on_server_time_and_generation() -> None:
