@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) bench/statesync_bench.py
 	$(PY) bench/stream_bench.py
 	$(PY) bench/readergroup_bench.py
+	$(PY) bench/coordination_bench.py
 	$(PY) bench/spark_bench.py
 	$(PY) bench/acks_bench.py
 

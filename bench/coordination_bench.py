@@ -1,0 +1,229 @@
+"""Reader-group coordination at scale: how fast segments find owners (issue 15).
+
+In one run, against one server, readers as threads of this process (default configuration):
+
+* ``lone_reader``: seconds from ``create_reader`` until one reader owns every segment of a
+  group over 1,024 segments (one stream) and 4,096 segments (four streams of 1,024: the
+  per-stream cap).
+* ``many_readers``: 128 readers start together on 1,024 segments; seconds from the last join
+  until every reader owns 8 (+-1), with the conditional appends that conflicted and the log
+  entries the readers appended meanwhile (from the synchronizers' counters).
+* ``one_more_reader``: a ninth reader joins eight balanced readers on 1,024 segments; seconds
+  until it owns its share (113 or 114) and the group is balanced.
+
+Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import emit
+from readergroup import (
+    BytesSerializer,
+    EventStreamClientFactory,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+)
+from readergroup.embedded_redis import redis_server
+from readergroup.errors import ReaderGroupError
+
+PER_STREAM = 1024
+
+
+class Readers:
+    """Reader threads of one group, each with its own client factory (connections): each joins,
+    then reads (and so maintains its membership) until stopped."""
+
+    def __init__(self, url: str, scope: str, group: str) -> None:
+        self._url, self._scope, self._group = url, scope, group
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self.readers: list[Any] = []
+        self.failures: list[str] = []
+
+    def start(self, reader_id: str, together: threading.Barrier | None = None) -> None:
+        thread = threading.Thread(target=self._run, args=(reader_id, together), daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _run(self, reader_id: str, together: threading.Barrier | None) -> None:
+        with EventStreamClientFactory.from_url(self._scope, self._url) as factory:
+            if together is not None:
+                together.wait()
+            try:
+                reader = factory.create_reader(reader_id, self._group, BytesSerializer())
+                with self._lock:
+                    self.readers.append(reader)
+                while not self._stop.is_set():
+                    reader.read_next_event(timeout=0.2)
+                reader.close()
+            except ReaderGroupError as exc:  # reported in the JSON, not hidden
+                with self._lock:
+                    self.failures.append(f"{reader_id}: {type(exc).__name__}: {exc}")
+
+    def sync_stats(self) -> tuple[int, int]:
+        """(conflicts, appends) summed over every reader's synchronizer."""
+        with self._lock:
+            stats = [r._member.sync.stats for r in self.readers]
+        return sum(s.conflicts for s in stats), sum(s.appends for s in stats)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+
+def _setup(url: str, streams: int, session_timeout: float = 10.0) -> tuple[str, Any, Any]:
+    scope = f"c{uuid.uuid4().hex[:6]}"
+    names = [f"{scope}/s{i}" for i in range(streams)]
+    policy = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(PER_STREAM))
+    with StreamManager.from_url(url) as sm:
+        sm.create_scope(scope)
+        for i in range(streams):
+            sm.create_stream(scope, f"s{i}", policy)
+    rgm = ReaderGroupManager.from_url(scope, url)
+    config = ReaderGroupConfig(streams=names, session_timeout=session_timeout)
+    rgm.create_reader_group("g", config)
+    return scope, rgm, rgm.get_reader_group("g")
+
+
+def _wait(condition: Callable[[], bool], limit: float = 300.0) -> float:
+    began = time.monotonic()
+    while not condition():
+        if time.monotonic() - began > limit:
+            raise TimeoutError(f"not reached within {limit} s")
+        time.sleep(0.01)
+    return time.monotonic() - began
+
+
+def _balanced(group: Any, readers: int, segments: int) -> bool:
+    dist = group.get_segment_distribution()
+    sizes = [len(s) for s in dist.assigned.values()]
+    return (
+        len(sizes) == readers
+        and sum(sizes) == segments
+        and not dist.unassigned
+        and max(sizes) - min(sizes) <= 1
+    )
+
+
+def lone_reader(url: str, streams: int) -> float:
+    scope, rgm, group = _setup(url, streams)
+    readers = Readers(url, scope, "g")
+    began = time.monotonic()
+    readers.start("r0")
+    _wait(lambda: _balanced(group, 1, streams * PER_STREAM))
+    seconds = time.monotonic() - began
+    readers.stop()
+    if readers.failures:
+        raise RuntimeError(f"the lone reader failed: {readers.failures}")
+    rgm.close()
+    return round(seconds, 3)
+
+
+def many_readers(url: str, count: int, session_timeout: float) -> dict[str, Any]:
+    scope, rgm, group = _setup(url, 1, session_timeout)
+    readers = Readers(url, scope, "g")
+    together = threading.Barrier(count)
+    began = time.monotonic()
+    for i in range(count):
+        readers.start(f"r{i}", together)
+    try:
+        _wait(lambda: len(group.get_online_readers()) == count, limit=120)
+        joined = time.monotonic() - began
+        conflicts0, appends0 = readers.sync_stats()
+        seconds = _wait(lambda: _balanced(group, count, PER_STREAM), limit=120)
+    except TimeoutError as exc:
+        readers.stop()
+        sizes = [len(s) for s in group.get_segment_distribution().assigned.values()]
+        rgm.close()
+        return {
+            "readers": count,
+            "timeout": str(exc),
+            "online": len(sizes),
+            "owned_min_max": [min(sizes, default=0), max(sizes, default=0)],
+            "reader_failures": readers.failures[:5],
+            "reader_failure_count": len(readers.failures),
+        }
+    conflicts, appends = readers.sync_stats()
+    readers.stop()
+    rgm.close()
+    return {
+        "readers": count,
+        "session_timeout_s": session_timeout,
+        "start_to_all_joined_s": round(joined, 3),
+        "last_join_to_balanced_s": round(seconds, 3),
+        "conflicting_appends_total": conflicts,
+        "log_entries_total": appends,
+        "conflicting_appends_after_last_join": conflicts - conflicts0,
+        "log_entries_after_last_join": appends - appends0,
+        "reader_failures": readers.failures,
+    }
+
+
+def one_more_reader(url: str, existing: int) -> dict[str, Any]:
+    scope, rgm, group = _setup(url, 1)
+    readers = Readers(url, scope, "g")
+    for i in range(existing):
+        readers.start(f"r{i}")
+    _wait(lambda: _balanced(group, existing, PER_STREAM))
+    began = time.monotonic()
+    readers.start("newcomer")
+    _wait(lambda: _balanced(group, existing + 1, PER_STREAM))
+    seconds = time.monotonic() - began
+    readers.stop()
+    rgm.close()
+    return {
+        "readers_before": existing,
+        "join_to_balanced_s": round(seconds, 3),
+        "reader_failures": readers.failures,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--readers", type=int, default=128)
+    parser.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        help="of the many-readers group (all readers share this process's two cores)",
+    )
+    parser.add_argument("--only", help="measure only the part whose name contains this")
+    args = parser.parse_args()
+    results: dict[str, Any] = {}
+    with redis_server() as server:
+        results["server"] = server.kind
+        parts: list[tuple[str, Callable[[], Any]]] = [
+            ("lone_reader_1024_segments_s", lambda: lone_reader(server.url, 1)),
+            ("lone_reader_4096_segments_s", lambda: lone_reader(server.url, 4)),
+            (
+                "many_readers_1024_segments",
+                lambda: many_readers(server.url, args.readers, args.session_timeout),
+            ),
+            ("one_more_reader_1024_segments", lambda: one_more_reader(server.url, 8)),
+        ]
+        for name, measure in parts:
+            if args.only and args.only not in name:
+                continue
+            results[name] = measure()
+            print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
+    emit("coordination", results)
+
+
+if __name__ == "__main__":
+    main()
