@@ -289,10 +289,20 @@ def wire_key(routing_key: str | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AppendReply:
+    """One batch's outcome. ``error`` is set when the batch was refused (its ``status`` is then
+    :data:`REFUSED`): nothing of it was written, since every command of ``append_events.lua``
+    that can fail (a key of the wrong type, a missing segment, an event too large) runs before
+    its first write."""
+
     status: int
     first_offset: int = -1
     server_ms: int = 0
     tail: int = -1
+    error: ReaderGroupError | None = None
+
+
+REFUSED = -1
+""":attr:`AppendReply.status` of a batch refused with an error."""
 
 
 def _raw_reply(response: Any, **options: Any) -> Any:
@@ -316,6 +326,24 @@ def _by_key(reply: Any) -> dict[str, Any]:
 def parse_event(segment: int, entry: Any) -> SegmentEvent:
     """A :class:`SegmentEvent` over one raw XRANGE/XREAD item ``[id, [field, value, ...]]``."""
     return SegmentEvent(segment, entry[0], entry[1])
+
+
+def _append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
+    """One batch's reply, read on its own: an error reply refuses this batch only, naming its
+    segment; the other batches of the pipeline keep their own replies."""
+    name = segment_name(batch.scope, batch.stream, batch.segment)
+    try:
+        if isinstance(reply, Exception):
+            with translate_errors(f"append to segment {name}"):
+                raise reply
+        code = segment_status.check("append_events", name, reply)
+    except ReaderGroupError as exc:
+        return AppendReply(REFUSED, error=exc)
+    if code == segment_status.OK:
+        return AppendReply(code, int(reply[1]), int(reply[3]))
+    if code == segment_status.SEALED:
+        return AppendReply(code, tail=int(reply[1]))
+    return AppendReply(code)
 
 
 class RedisConnection:
@@ -450,7 +478,9 @@ class RedisConnection:
             pipe.execute()
 
     def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]:
-        """Send every batch in one pipelined round trip; one reply per batch, in order.
+        """Send every batch in one pipelined round trip; one reply per batch, in order. A batch
+        the server refuses gets a reply carrying the error (:attr:`AppendReply.error`); only a
+        failure of the round trip itself raises.
 
         Unless ``ClientConfig.acks`` is leader, the acknowledgement wait follows on the same
         connection, and a shortfall raises (retriable :class:`AckTimeoutError`)."""
@@ -491,20 +521,10 @@ class RedisConnection:
                 replies = pipe.execute(raise_on_error=False)
                 if wait is not None:
                     waits.append(replies.pop())
-        results = []
-        for batch, reply in zip(batches, replies, strict=True):
-            if isinstance(reply, Exception):
-                with translate_errors("append"):
-                    raise reply
-            name = segment_name(batch.scope, batch.stream, batch.segment)
-            code = segment_status.check("append_events", name, reply)
-            if code == segment_status.OK:
-                results.append(AppendReply(code, int(reply[1]), int(reply[3])))
-            elif code == segment_status.SEALED:
-                results.append(AppendReply(code, tail=int(reply[1])))
-            else:
-                results.append(AppendReply(code))
-        if any(r.status != segment_status.SEALED for r in results):
+        results = [
+            _append_reply(batch, reply) for batch, reply in zip(batches, replies, strict=True)
+        ]
+        if any(r.status not in (segment_status.SEALED, REFUSED) for r in results):
             with translate_errors("append"):
                 for acknowledged in waits:
                     where = f"stream {batches[0].scope}/{batches[0].stream}"

@@ -17,7 +17,12 @@ Guarantees:
 * **Bounded memory.** At most ``max_in_flight_bytes`` of payload is queued or in flight;
   ``write_event`` blocks up to ``max_block`` seconds for room, then raises.
 * **Bounded delivery.** A round is retried (jittered backoff) for ``delivery_timeout``
-  seconds; then its futures fail with :class:`~readergroup.errors.WriteFailedError`.
+  seconds, the metadata refresh included (an outage with expired metadata is retried like
+  one with fresh metadata; a stream not found is retried too: it may be being re-created);
+  then its futures fail with :class:`~readergroup.errors.WriteFailedError`.
+* **A future fails only if its event is not in Redis.** Every batch settles on its own reply:
+  a batch the server refuses for good (a key of the wrong type, say) fails its own events
+  with an error naming the segment; the other batches of the round are unaffected.
 
 Who may call what: any thread may call ``write_event``, ``flush`` and ``close``.
 """
@@ -41,12 +46,14 @@ from readergroup.errors import (
     EventTooLargeError,
     InvalidConfigError,
     ReaderGroupError,
+    SegmentNotFoundError,
+    StreamNotFoundError,
     StreamSealedError,
     WriteFailedError,
     WriterClosedError,
 )
 from readergroup.metadata_cache import StreamMetadataCache
-from readergroup.redis_io import AppendBatch, RedisConnection
+from readergroup.redis_io import AppendBatch, AppendReply, RedisConnection
 from readergroup.routing import key_position
 from readergroup.serializers import Serializer
 from readergroup.stream_metadata import StreamState
@@ -348,29 +355,35 @@ class EventStreamWriter(Generic[T]):
     def _send_round(self) -> None:
         """Send one drained round until every event in it is acknowledged or failed."""
         events = self._drain()
-        budget = self._retry.start(self._clock, self._rng)
-        refresh = False
-        sent: tuple[list[AppendBatch], list[list[WriteFuture]]] | None = None
         try:
-            while events:
-                if sent is None:  # a retry after an outage re-sends the very same batches
-                    sent = self._batches(self._state(refresh), events)
-                try:
-                    replies = self._connection.append(sent[0])
-                except ReaderGroupError as exc:
-                    if not exc.retriable:
-                        raise
-                    self._backoff(budget, exc)
-                    continue
-                events, refresh = self._settle(*sent, replies)
-                sent = None
-                if events:  # sealed segments: refresh the metadata and route again
-                    self._backoff(budget, None)
+            self._deliver(events, self._retry.start(self._clock, self._rng))
         except BaseException as exc:  # fail what is left of the round; the sender lives on
             self._fail(events, exc)
         finally:
             with self._completed:
                 self._completed.notify_all()
+
+    def _deliver(self, route: list[WriteFuture], budget: RetryBudget) -> None:
+        """Route, send and settle until nothing is left. Every step that can fail for a while,
+        the metadata refresh included, is retried within ``delivery_timeout``; a batch that
+        may have landed is re-sent as it was (same sequence number), never re-batched."""
+        pending: _Sent = ([], [])
+        refresh = False
+        while route or pending[0]:
+            try:
+                if route:
+                    batches, members = self._batches(self._state(refresh), route)
+                    pending, route = (pending[0] + batches, pending[1] + members), []
+                replies = self._connection.append(pending[0])
+            except ReaderGroupError as exc:
+                if not _worth_retrying(exc):
+                    raise
+                self._backoff(budget, exc)
+                continue
+            left = self._settle(*pending, replies)
+            route, pending, refresh = left.reroute, left.resend, bool(left.reroute)
+            if route or pending[0]:
+                self._backoff(budget, left.cause)
 
     def _backoff(self, budget: RetryBudget, cause: BaseException | None) -> None:
         delay = budget.next_delay()
@@ -382,6 +395,7 @@ class EventStreamWriter(Generic[T]):
                 )
             raise WriteFailedError(
                 f"events not acknowledged within delivery_timeout={self._config.delivery_timeout}s"
+                f": {cause}"
             ) from cause
         self._clock.sleep(delay)
 
@@ -432,28 +446,37 @@ class EventStreamWriter(Generic[T]):
 
     def _settle(
         self, batches: list[AppendBatch], members: list[list[WriteFuture]], replies: list[Any]
-    ) -> tuple[list[WriteFuture], bool]:
-        """Complete acknowledged batches; return the events to re-route (sealed segments)."""
-        reroute: list[WriteFuture] = []
-        sealed = False
+    ) -> _Left:
+        """Settle each batch on its own reply: acknowledge what landed, fail what was refused
+        for good (naming its segment); return what is left to route or send again."""
+        left = _Left([], ([], []), None)
         for batch, group, reply in zip(batches, members, replies, strict=True):
-            if reply.status == segment_status.SEALED:
-                sealed = True
-                reroute.extend(group)
-                continue
-            released = sum(event.size for event in group)
-            if reply.status == segment_status.OK:
-                first, segment = reply.first_offset, batch.segment
-                for index, event in enumerate(group):
-                    event._complete(EventPointer(segment, first + index), None)
-            else:  # DUPLICATE: an earlier try landed; its offsets are not known here
-                for event in group:
-                    event._complete(EventPointer(batch.segment, -1), None)
-            self._release(len(group), released)
+            error = reply.error
+            if reply.status == segment_status.SEALED or isinstance(error, SegmentNotFoundError):
+                left.reroute.extend(group)  # stale metadata (a scale, or a re-created stream)
+                left.cause = error or left.cause
+            elif error is None:
+                self._acknowledge(batch.segment, group, reply)
+            elif error.retriable:
+                left.resend[0].append(batch)
+                left.resend[1].append(group)
+                left.cause = error
+            else:
+                self._fail(group, error)
         # re-routed events keep their queue order; a sealed segment refuses every later batch
         # too, so no event of a key can overtake an earlier one of the same key
-        reroute.sort(key=lambda event: event.order)
-        return reroute, sealed
+        left.reroute.sort(key=lambda event: event.order)
+        return left
+
+    def _acknowledge(self, segment: int, group: list[WriteFuture], reply: AppendReply) -> None:
+        if reply.status == segment_status.OK:
+            first = reply.first_offset
+            for index, event in enumerate(group):
+                event._complete(EventPointer(segment, first + index), None)
+        else:  # DUPLICATE: an earlier try landed; its offsets are not known here
+            for event in group:
+                event._complete(EventPointer(segment, -1), None)
+        self._release(len(group), sum(event.size for event in group))
 
     def _fail(self, events: list[WriteFuture], error: BaseException) -> None:
         if not isinstance(error, ReaderGroupError):
@@ -475,6 +498,25 @@ class EventStreamWriter(Generic[T]):
             if not self._outstanding:
                 self._idle.notify_all()
             self._room.notify_all()
+
+
+_Sent = tuple[list[AppendBatch], list[list[WriteFuture]]]
+"""Batches and, for each, the events it carries."""
+
+
+@dataclass(slots=True)
+class _Left:
+    """What a round's replies leave to do."""
+
+    reroute: list[WriteFuture]  # sealed or missing segments: route again on fresh metadata
+    resend: _Sent  # refused with a retriable error: send again as they are
+    cause: BaseException | None  # why (None: sealed segments only)
+
+
+def _worth_retrying(error: ReaderGroupError) -> bool:
+    """A transient error, or a stream not found on refresh: it may be being re-created after
+    Redis lost it (as Kafka producers retry an unknown topic within their delivery timeout)."""
+    return error.retriable or isinstance(error, StreamNotFoundError)
 
 
 def _wall_clock_ms() -> int:
