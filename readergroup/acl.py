@@ -38,7 +38,7 @@ ROLES = ("writer", "reader", "admin", "operator")
 
 # What the library sends for each capability (redis-py's own commands, and what each Lua
 # script calls). Kept as small sets so a role is the union of what its calls need.
-_CONNECT = {"hello", "client|setinfo", "time"}
+_CONNECT = {"hello", "client|setinfo", "time", "info|memory"}  # INFO memory: maxmemory-policy
 _SCRIPTS = {"evalsha", "evalsha_ro", "script|load"}
 _PIPELINED_SCRIPTS = {"script|exists"}  # redis-py checks a pipeline's scripts first
 _STATE_READ = {"hget", "hmget", "xrange", "hstrlen"}  # statesync read.lua

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from readergroup.errors import InvalidConfigError
+from readergroup.errors import InvalidConfigError, UnsafeServerConfigError
 from statesync import Acks, RetryPolicy
 from statesync.errors import StateSyncError
 from statesync.names import validate_name as validate_key_prefix
@@ -41,6 +41,10 @@ class ClientConfig:
     URLs: ``redis://``, ``rediss://``, ``unix://``, ``redis+sentinel://[user:pass@]host:port
     [,host:port...]/service_name[/db]`` (the primary the Sentinels name, followed across
     failovers), and for a cluster ``redis://host:port[,host:port...]`` (several seeds).
+        allow_key_eviction: accept a server whose ``maxmemory-policy`` may evict keys without
+            a TTL (``allkeys-*``). Default False: every new connection checks the policy and
+            such a server is refused with :class:`UnsafeServerConfigError`, since evicted
+            catalog, group or segment keys lose acknowledged events and whole streams.
     """
 
     key_prefix: str = "rg"
@@ -52,6 +56,7 @@ class ClientConfig:
     acks: str = "leader"
     ack_timeout: float = 5.0
     sentinel_options: Mapping[str, Any] = field(default_factory=dict)
+    allow_key_eviction: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -73,3 +78,22 @@ class ClientConfig:
     def durability(self) -> Acks:
         """``acks`` and ``ack_timeout`` as a :class:`statesync.Acks`."""
         return Acks.parse(self.acks, timeout=self.ack_timeout)
+
+
+def check_eviction_policy(policy: str) -> None:
+    """Refuse a ``maxmemory-policy`` that may evict keys without a TTL (every key of this
+    library but the Spark sink's staging lists): ``allkeys-lru``, ``allkeys-lfu``,
+    ``allkeys-random``. ``noeviction`` and the ``volatile-*`` policies are accepted.
+
+    >>> check_eviction_policy("noeviction")
+    >>> check_eviction_policy("allkeys-lru")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    readergroup.errors.UnsafeServerConfigError: ...
+    """
+    if policy.startswith("allkeys-"):
+        raise UnsafeServerConfigError(
+            f"the Redis server's maxmemory-policy is {policy}: it may evict this library's keys "
+            "(catalog, groups, segments) and lose acknowledged events; set maxmemory-policy "
+            "noeviction, or opt out with ClientConfig(allow_key_eviction=True)"
+        )

@@ -143,6 +143,24 @@ class AccessDeniedError(ReaderGroupError, PermissionError):
     """Redis refused the command: authentication failed or the ACL user lacks permission."""
 
 
+class UnsafeServerConfigError(ReaderGroupError):
+    """The Redis server may delete this library's keys on its own: its ``maxmemory-policy``
+    evicts keys that have no TTL (``allkeys-*``). Set ``noeviction`` (see the README's
+    production settings), or opt out with ``ClientConfig(allow_key_eviction=True)``."""
+
+
+class DataLostError(ReaderGroupError):
+    """Redis lost keys this library wrote: a catalog, stream or reader group that was created
+    is gone (eviction, a failover to a replica that had not caught up, a restart without
+    persistence, a ``DEL``). It is never created again silently, empty; see the README's
+    production Redis settings for what to do."""
+
+
+class StreamLostError(DataLostError, StreamNotFoundError):
+    """A stream's metadata vanished from Redis (see :class:`DataLostError`). ``delete_stream``
+    still removes what is left of it, after which it can be created again."""
+
+
 class CoordinationError(ReaderGroupError):
     """The shared state (a state synchronizer) refused or failed an operation; see
     ``__cause__`` for the :mod:`statesync` error."""

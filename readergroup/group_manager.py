@@ -12,10 +12,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from readergroup import catalog, reset_planning
+from readergroup import catalog, reset_planning, vanished
 from readergroup.closing import Closing
 from readergroup.config import ClientConfig
 from readergroup.errors import (
+    DataLostError,
     InvalidConfigError,
     ReaderGroupError,
     ReaderGroupInUseError,
@@ -623,8 +624,12 @@ class ReaderGroupManager(Closing):
         sync = self._connection.synchronizer(
             group_sync_name(scope, name), UPDATE_TYPES, STATE_TYPES, writer_label=self._writer_label
         )
-        with translate_errors("create reader group"):
-            sync.initialize(new_group(scope, name, config, starts, now, end))
+        lost = lambda: DataLostError(  # noqa: E731
+            f"the state of reader group {scope}/{name} vanished from Redis; "
+            "delete_reader_group removes what is left of it"
+        )
+        initial = new_group(scope, name, config, starts, now, end)
+        vanished.initialize_once(self._connection, scope, sync, initial, lost)
         return created
 
     def get_reader_group(self, name: str) -> ReaderGroup:
@@ -665,6 +670,7 @@ class ReaderGroupManager(Closing):
         except ScopeNotFoundError:
             removed = False
         sync = self._connection.synchronizer(sync_name, UPDATE_TYPES, STATE_TYPES)
+        vanished.forget(self._connection, self.scope, sync_name)
         with translate_errors("delete reader group"):
             existed = sync.delete()
             heartbeats = heartbeat_key(self._connection, sync_name)

@@ -9,20 +9,17 @@ regressed: Redis lost its data and the application re-ran its set-up) is reloade
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 
 from cachetools import TTLCache
 
-from readergroup.errors import CoordinationError, StreamNotFoundError
+from readergroup.errors import StreamNotFoundError
 from readergroup.names import stream_sync_name
-from readergroup.redis_io import RedisConnection, fetch_state, missing_as
+from readergroup.redis_io import RedisConnection
 from readergroup.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
+from readergroup.vanished import fetch_adopting
 from statesync import StateSynchronizer
-from statesync.errors import LogRegressedError
-
-_log = logging.getLogger(__name__)
 
 
 class StreamMetadataCache:
@@ -54,7 +51,8 @@ class StreamMetadataCache:
                 sync = self._syncs[key] = self._connection.synchronizer(
                     stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
                 )
-        state = _fetch(sync, scope, stream)
+        missing = lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist")  # noqa: E731
+        state: StreamState = fetch_adopting(sync, missing, "read stream metadata")
         with self._lock:
             self._fresh[key] = state
         return state
@@ -62,21 +60,3 @@ class StreamMetadataCache:
     def invalidate(self, scope: str, stream: str) -> None:
         with self._lock:
             self._fresh.pop((scope, stream), None)
-
-
-def _fetch(sync: StateSynchronizer[StreamState], scope: str, stream: str) -> StreamState:
-    """Fetch the stream's metadata; a stream deleted and created again (Redis lost its data and
-    the application re-ran its set-up) is reloaded from scratch, with a warning."""
-    missing = lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist")  # noqa: E731
-    try:
-        state: StreamState = fetch_state(sync, missing, "read stream metadata")
-    except CoordinationError as exc:
-        if not isinstance(exc.__cause__, LogRegressedError):
-            raise
-        _log.warning(
-            "stream %s/%s was created again; reloading its metadata: %s", scope, stream, exc
-        )
-        with missing_as(missing, "reload stream metadata"):
-            sync.resync()
-        state = sync.state
-    return state

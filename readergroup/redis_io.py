@@ -28,7 +28,7 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from readergroup import segment_status
-from readergroup.config import ClientConfig
+from readergroup.config import ClientConfig, check_eviction_policy
 from readergroup.errors import (
     AccessDeniedError,
     AckTimeoutError,
@@ -346,6 +346,31 @@ def _append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
     return AppendReply(code)
 
 
+def _connect_checking_eviction_policy(connection: Any) -> None:
+    """redis-py's ``redis_connect_func``: set up a new socket as usual, then refuse a server
+    whose ``maxmemory-policy`` may evict keys (checked on every new socket, so also after a
+    reconnect to a restarted or failed-over server)."""
+    connection.on_connect()
+    try:
+        connection.send_command("INFO", "memory")
+        info = connection.read_response()
+        if isinstance(info, bytes):
+            info = info.decode("utf-8", "replace")
+        for line in str(info).splitlines():
+            name, _, value = line.partition(":")
+            if name == "maxmemory_policy":
+                check_eviction_policy(value.strip())
+    except redis.exceptions.NoPermissionError as exc:
+        connection.disconnect()
+        raise AccessDeniedError(
+            f"Redis refused INFO, needed to check its maxmemory-policy ({exc}): grant the ACL "
+            "user +info, or opt out with ClientConfig(allow_key_eviction=True)"
+        ) from exc
+    except ReaderGroupError:
+        connection.disconnect()  # never leave an unchecked socket in the pool
+        raise
+
+
 class RedisConnection:
     """One Redis client (and its pool) shared by everything a factory or manager creates.
 
@@ -399,6 +424,8 @@ class RedisConnection:
             raise InvalidConfigError(str(exc)) from exc
         if sentinel and config.cluster:
             raise InvalidConfigError("a redis+sentinel:// URL cannot name a cluster")
+        if not config.allow_key_eviction:
+            options["redis_connect_func"] = _connect_checking_eviction_policy
         with translate_errors("connect"):
             if sentinel:
                 try:

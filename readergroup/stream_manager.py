@@ -24,14 +24,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from readergroup import catalog
+from readergroup import catalog, vanished
 from readergroup.closing import Closing
 from readergroup.config import ClientConfig
 from readergroup.errors import (
+    DataLostError,
     InvalidStreamCutError,
     ScaleConflictError,
     ScopeNotEmptyError,
     ScopeNotFoundError,
+    StreamLostError,
     StreamNotFoundError,
     StreamNotSealedError,
 )
@@ -45,7 +47,6 @@ from readergroup.planning import ancestors
 from readergroup.redis_io import (
     RedisConnection,
     SegmentState,
-    fetch_state,
     missing_as,
     translate_errors,
 )
@@ -156,9 +157,11 @@ class StreamManager(Closing):
         Raises ScopeNotFoundError if the scope does not exist.
         """
         validate_name(scope, "scope")
-        state: catalog.Catalog = fetch_state(
-            self._catalog_sync(scope), lambda: self._no_scope(scope), "read catalog"
+        sync = self._catalog_sync(scope)
+        missing = vanished.missing_or_lost(
+            self._connection, scope, sync.name, lambda: self._no_scope(scope), _lost_catalog(scope)
         )
+        state: catalog.Catalog = vanished.fetch_adopting(sync, missing, "read catalog")
         if catalog.is_closed(state):
             raise self._no_scope(scope)
         return state
@@ -174,15 +177,21 @@ class StreamManager(Closing):
             return generator(state)
 
         sync = self._catalog_sync(scope)
+        if not sync.is_loaded:
+            self.catalog(scope)  # a scope that does not exist, or whose catalog vanished
         with missing_as(lambda: self._no_scope(scope), "update catalog"):
-            if not sync.is_loaded:
-                sync.fetch_updates()
             return sync.update_state(checked)
 
+    def _load_scope_list(self) -> dict[str, Any]:
+        lost = lambda: DataLostError("the list of scopes vanished from Redis")  # noqa: E731
+        initial = catalog.EMPTY_SCOPE_LIST
+        vanished.initialize_once(self._connection, None, self._scope_list, initial, lost)
+        state: catalog.ScopeList = self._scope_list.state
+        return state
+
     def _update_scope_list(self, generator: Any) -> Any:
+        self._load_scope_list()
         with translate_errors("update the list of scopes"):
-            if not self._scope_list.is_loaded:
-                self._scope_list.initialize(catalog.EMPTY_SCOPE_LIST)
             return self._scope_list.update_state(generator)
 
     def create_scope(self, scope: str) -> bool:
@@ -206,10 +215,14 @@ class StreamManager(Closing):
             return [catalog.ListScope(scope, now)], True
 
         listed = bool(self._update_scope_list(add))  # first: refused unless operator
-        with translate_errors("create scope"):
-            if sync.is_loaded and catalog.is_closed(sync.state):
-                sync.delete()  # left behind by an interrupted delete_scope
-            created = sync.initialize(catalog.empty_catalog())
+        if sync.is_loaded and catalog.is_closed(sync.state):  # an interrupted delete_scope's
+            vanished.forget(self._connection, scope, sync.name)
+            with translate_errors("create scope"):
+                sync.delete()
+        initial = catalog.empty_catalog()
+        created = vanished.initialize_once(
+            self._connection, scope, sync, initial, _lost_catalog(scope)
+        )
         return listed or created
 
     def delete_scope(self, scope: str) -> bool:
@@ -253,18 +266,14 @@ class StreamManager(Closing):
                 raise
             except ScopeNotFoundError:
                 pass
+            vanished.forget(self._connection, scope, catalog_sync_name(scope))
             with translate_errors("delete scope"):
                 self._catalog_sync(scope).delete()
         return unlisted or exists
 
     def list_scopes(self) -> list[str]:
         """Every scope (an operator action: scope roles cannot enumerate other scopes)."""
-        with translate_errors("list scopes"):
-            if not self._scope_list.is_loaded:
-                self._scope_list.initialize(catalog.EMPTY_SCOPE_LIST)
-            else:
-                self._scope_list.fetch_updates()
-            return sorted(catalog.listed_scopes(self._scope_list.state))
+        return sorted(catalog.listed_scopes(self._load_scope_list()))
 
     def list_streams(self, scope: str) -> list[str]:
         return sorted(catalog.streams_of(self.catalog(scope)))
@@ -288,8 +297,8 @@ class StreamManager(Closing):
         state = initial_state(scope, stream, config, now)
         # idempotent steps, repeated on every call so an interrupted creation completes
         self._connection.create_segments(scope, stream, list(state.segments), now)
-        with translate_errors("create stream"):
-            self._sync(scope, stream, must_exist=False).initialize(state)
+        sync = self._sync(scope, stream, must_exist=False)
+        vanished.initialize_once(self._connection, scope, sync, state, _lost_stream(scope, stream))
         return created
 
     def _sync(
@@ -306,13 +315,15 @@ class StreamManager(Closing):
             self._fetch(sync, scope, stream)
         return sync
 
-    @staticmethod
-    def _fetch(sync: StateSynchronizer[StreamState], scope: str, stream: str) -> StreamState:
-        state: StreamState = fetch_state(
-            sync,
+    def _fetch(self, sync: StateSynchronizer[StreamState], scope: str, stream: str) -> StreamState:
+        missing = vanished.missing_or_lost(
+            self._connection,
+            scope,
+            sync.name,
             lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist"),
-            "read stream metadata",
+            _lost_stream(scope, stream),
         )
+        state: StreamState = vanished.fetch_adopting(sync, missing, "read stream metadata")
         return state
 
     def stream_state(self, scope: str, stream: str) -> StreamState:
@@ -529,7 +540,24 @@ class StreamManager(Closing):
             removed = False
         if state is not None:
             self._connection.delete_segments(scope, stream, list(state.segments))
+        vanished.forget(self._connection, scope, stream_sync_name(scope, stream))
+        if state is not None:
             with translate_errors("delete stream metadata"):
                 self._sync(scope, stream, must_exist=False).delete()
             self._streams.pop((scope, stream), None)
         return removed or state is not None
+
+
+def _lost_catalog(scope: str) -> vanished.Missing:
+    return lambda: DataLostError(
+        f"the catalog of scope {scope!r} vanished from Redis; once its loss is dealt with, "
+        f"HDEL <prefix>:{{catalog:{scope}}}:created catalog:{scope} lets create_scope "
+        "create it again"
+    )
+
+
+def _lost_stream(scope: str, stream: str) -> vanished.Missing:
+    return lambda: StreamLostError(
+        f"the metadata of stream {scope}/{stream} vanished from Redis; delete_stream removes "
+        "what is left of it"
+    )
