@@ -39,6 +39,7 @@ def test_a_short_chaos_run_loses_nothing_and_never_overlaps() -> None:
     )
     figures = json.loads(done.stdout[done.stdout.index("{") :])
     assert figures["lost"] == 0 and figures["order_violations"] == 0 and figures["overlaps"] == 0
+    assert figures["writes_failed_early"] == 0  # also the writer whose metadata had expired
     assert figures["kills"] >= 5 and figures["redis_restarts"] == 1 and figures["scales"] == 2
     assert figures["acknowledged"] > 1000
     assert done.returncode == 0, done.stderr[-2000:]
@@ -76,3 +77,9 @@ def test_the_checker_catches_each_kind_of_failure() -> None:
         ],
     )
     assert nested.overlaps == 2
+
+
+def test_the_checker_counts_writes_failed_before_their_delivery_timeout() -> None:
+    report = check(["k:1"], [d("a", 1, 0, "k:1", 1.0)], [0.4, 130.0, -1.0], 120.0)
+    assert report.writes_failed == 3 and report.writes_failed_early == 2 and not report.ok
+    assert check(["k:1"], [d("a", 1, 0, "k:1", 1.0)], [121.0], 120.0).ok

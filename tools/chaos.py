@@ -7,20 +7,25 @@ A private Redis with an append-only file (fsync always) is started for the run. 
 SIGKILLed every ``--kill-every`` seconds and restarted under the same id; the stream splits a
 segment at 30% of the run and merges two at 65%; Redis is stopped and started at 50%. One more
 reader (``p0``) talks to Redis through a proxy that blackholes every byte for 2.5 session
-timeouts from 40% of the run: it is fenced, and rejoins by itself once the partition heals.
+timeouts from 40% of the run: it is fenced, and rejoins by itself once the partition heals. A
+second writer runs with a metadata TTL of 0, so its metadata has expired when Redis restarts.
 Prints the figures as JSON and exits non-zero if any event was lost, reordered within an
-ownership, or handed out by two live readers at once.
+ownership, or handed out by two live readers at once, or if a writer future failed before its
+``delivery_timeout``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from readergroup import (  # noqa: E402
+    ClientConfig,
     EventStreamClientFactory,
+    EventWriterConfig,
     ReaderAlreadyOnlineError,
     ReaderGroupConfig,
     ReaderGroupError,
@@ -40,38 +47,86 @@ from readergroup import (  # noqa: E402
     StreamConfiguration,
     StreamManager,
     UTF8StringSerializer,
+    WriteFuture,
 )
 from readergroup.embedded_redis import local_redis_server  # noqa: E402
 from tests.support.proxy import ReplyDroppingProxy  # noqa: E402
 from tools.chaos_check import Delivery, check  # noqa: E402
 
 KEYS = 64
+DELIVERY_TIMEOUT = EventWriterConfig().delivery_timeout
 
 
-def writer_main(url: str, out: str, stop_file: str) -> None:
-    """Write ``k<key>:<seq>``; log every acknowledged event; survive Redis restarts."""
-    log = open(out, "a", encoding="utf-8")  # noqa: SIM115
-    with EventStreamClientFactory.from_url("chaos", url) as factory:
+class WriteLog:
+    """One writer's acknowledged events (``out``) and failed futures (``out.failed``: event,
+    seconds from ``write_event`` to the failure, error). Thread-safe: futures settle on the
+    writer's sender thread."""
+
+    def __init__(self, out: str) -> None:
+        self._acked = open(out, "a", encoding="utf-8")  # noqa: SIM115
+        self._failed = open(out + ".failed", "a", encoding="utf-8")  # noqa: SIM115
+        self._lock = threading.Lock()
+
+    def settle(self, event: str, written: float, future: WriteFuture) -> None:
+        error = future.exception()
+        with self._lock:
+            if error is None:
+                self._acked.write(event + "\n")
+            else:
+                age = round(time.monotonic() - written, 3)
+                self._failed.write(json.dumps([event, age, repr(error)]) + "\n")
+
+    def flush(self) -> None:
+        with self._lock:
+            self._acked.flush()
+            self._failed.flush()
+
+    def unresolved(self, event: str) -> None:
+        """A future neither acknowledged nor failed in time (counted as failed early)."""
+        with self._lock:
+            self._failed.write(json.dumps([event, -1, "unresolved"]) + "\n")
+
+    def close(self) -> None:
+        with self._lock:
+            self._acked.close()
+            self._failed.close()
+
+
+def writer_main(url: str, out: str, stop_file: str, kind: str = "main") -> None:
+    """Write ``k<key>:<seq>`` (64 at a time, then wait for them); survive Redis restarts.
+
+    The ``stale`` writer (``m<key>:<seq>``) has a metadata TTL of 0 and writes one event every
+    2 ms without waiting, so rounds keep starting, each with expired metadata, while Redis
+    restarts."""
+    stale = kind == "stale"
+    prefix, config = ("m", ClientConfig(metadata_ttl=0.0)) if stale else ("k", None)
+    log = WriteLog(out)
+    with EventStreamClientFactory.from_url("chaos", url, config) as factory:
         writer = factory.create_event_writer("s", UTF8StringSerializer())
         seq = 0
         while not Path(stop_file).exists():
             futures = []
             for key in range(KEYS):
-                event = f"k{key}:{seq}"
+                event = f"{prefix}{key}:{seq}"
                 try:
-                    futures.append((event, writer.write_event(event, routing_key=f"k{key}")))
+                    future = writer.write_event(event, routing_key=f"{prefix}{key}")
                 except ReaderGroupError:
                     time.sleep(0.1)
-            for event, future in futures:
+                    continue
+                future.add_done_callback(functools.partial(log.settle, event, time.monotonic()))
+                futures.append((event, future))
+                if stale:
+                    time.sleep(0.002)
+            for event, future in [] if stale else futures:  # the stale writer never waits
                 try:
-                    future.result(timeout=180)
-                    log.write(event + "\n")
-                except (ReaderGroupError, TimeoutError):
-                    pass  # not acknowledged: the checker does not require it
+                    future.exception(timeout=180)
+                except TimeoutError:
+                    log.unresolved(event)
             log.flush()
             seq += 1
             time.sleep(0.01)
-        writer.close()
+        with contextlib.suppress(ReaderGroupError):  # close re-raises a failure: logged already
+            writer.close()
     log.close()
 
 
@@ -143,8 +198,19 @@ class ChaosRun:
         host, port = url.split("//")[1].split("/", maxsplit=1)[0].rsplit(":", 1)
         self.proxy = ReplyDroppingProxy(host, int(port))
         self.writer = spawn("writer", url, str(work / "acked.log"), self.stop_file)
+        # a second writer whose metadata has always expired, also during the Redis restart
+        self.stale = spawn("writer", url, str(work / "stale.acked"), self.stop_file, "stale")
         self.procs = {f"r{i}": self.reader(f"r{i}") for i in range(readers)}
         self.procs["p0"] = self.reader("p0")
+
+    def wait_for_writers(self) -> None:
+        """Until both writers have had events acknowledged (the schedule starts after that)."""
+        logs = [self.work / "acked.log", self.work / "stale.acked"]
+        deadline = time.monotonic() + 120
+        while not all(path.exists() and path.stat().st_size for path in logs):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the writers did not start within 120 s")
+            time.sleep(0.05)
 
     def reader(self, name: str) -> subprocess.Popen[bytes]:
         url = self.proxy.url if name.startswith("p") else self.url
@@ -181,9 +247,13 @@ class ChaosRun:
         """Stop everyone; drain with fresh readers until every acknowledged event is read."""
         Path(self.stop_file).touch()
         self.writer.wait(120)
+        self.stale.wait(120)
         for proc in self.procs.values():
             proc.wait(60)
-        acked = (self.work / "acked.log").read_text().split()
+        acked = [
+            *(self.work / "acked.log").read_text().split(),
+            *(self.work / "stale.acked").read_text().split(),
+        ]
         if set(acked) - {d.event for d in load(self.work)}:
             Path(self.stop_file).unlink()
             drainers = [self.reader(f"drain{i}") for i in range(2)]
@@ -201,6 +271,7 @@ def run(
 ) -> dict[str, Any]:
     with local_redis_server(persistent=True) as server:
         chaos = ChaosRun(readers, segments, work, server.url)
+        chaos.wait_for_writers()
         began = time.monotonic()
         next_kill = began + kill_every
         steps: list[tuple[float, Callable[[], Any]]] = [
@@ -230,7 +301,7 @@ def run(
         acked = chaos.finish()
         chaos.proxy.close()
         deliveries = load(work)
-        report = check(acked, deliveries)
+        report = check(acked, deliveries, write_failure_ages(work), DELIVERY_TIMEOUT)
         after_heal = [d for d in deliveries if d.reader == "p0" and d.at > healed_wall]
     figures = report.as_dict()
     figures.update(
@@ -245,6 +316,15 @@ def run(
         ok=report.ok,
     )
     return figures
+
+
+def write_failure_ages(work: Path) -> list[float]:
+    """Seconds from ``write_event`` to the failure of each failed future, both writers."""
+    ages = []
+    for path in work.glob("*.failed"):
+        for line in path.read_text().splitlines():
+            ages.append(float(json.loads(line)[1]))
+    return ages
 
 
 def load(work: Path) -> list[Delivery]:
@@ -263,7 +343,7 @@ def load(work: Path) -> list[Delivery]:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "writer":
-        writer_main(*sys.argv[2:5])
+        writer_main(*sys.argv[2:6])
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "reader":
         reader_main(*sys.argv[2:6])

@@ -10,7 +10,10 @@ recorded as ``(reader, token, segment, offset, event, wall time)``. Figures:
   reader died or lost its segment before committing; ``max_duplicates_per_ownership`` bounds
   them by what one commit interval can hold);
 * ``overlaps``: two ownerships of one segment whose deliveries interleave in time, i.e. two
-  live readers handing out the same segment at once (must be 0).
+  live readers handing out the same segment at once (must be 0);
+* ``writes_failed_early``: writer futures that failed although their ``delivery_timeout`` had
+  not passed (or never resolved: age ``-1``), from each failed future's age in seconds
+  (must be 0: outages within the timeout are ridden out).
 """
 
 from __future__ import annotations
@@ -42,17 +45,30 @@ class Report:
     overlaps: int
     ownerships: int
     max_duplicates_per_ownership: int
+    writes_failed: int = 0
+    writes_failed_early: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
     def ok(self) -> bool:
-        return self.lost == 0 and self.order_violations == 0 and self.overlaps == 0
+        return (
+            self.lost == 0
+            and self.order_violations == 0
+            and self.overlaps == 0
+            and self.writes_failed_early == 0
+        )
 
 
-def check(acknowledged: Iterable[str], deliveries: list[Delivery]) -> Report:
+def check(
+    acknowledged: Iterable[str],
+    deliveries: list[Delivery],
+    write_failure_ages: Iterable[float] = (),
+    delivery_timeout: float = 120.0,
+) -> Report:
     acked = set(acknowledged)
+    ages = list(write_failure_ages)
     counts = Counter(d.event for d in deliveries)
     runs: dict[tuple[str, int], list[Delivery]] = defaultdict(list)
     for d in sorted(deliveries, key=lambda d: (d.reader, d.token, d.at)):
@@ -96,4 +112,6 @@ def check(acknowledged: Iterable[str], deliveries: list[Delivery]) -> Report:
         overlaps=overlaps,
         ownerships=len(runs),
         max_duplicates_per_ownership=max(dup_by_owner.values(), default=0),
+        writes_failed=len(ages),
+        writes_failed_early=sum(1 for age in ages if age < delivery_timeout),
     )
