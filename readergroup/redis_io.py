@@ -347,10 +347,15 @@ def _append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
 
 
 def _connect_checking_eviction_policy(connection: Any) -> None:
-    """redis-py's ``redis_connect_func``: set up a new socket as usual, then refuse a server
-    whose ``maxmemory-policy`` may evict keys (checked on every new socket, so also after a
-    reconnect to a restarted or failed-over server)."""
+    """redis-py's ``redis_connect_func``: set up a new socket as usual, then check the policy."""
     connection.on_connect()
+    _check_eviction_policy(connection)
+
+
+def _check_eviction_policy(connection: Any) -> None:
+    """Refuse a server whose ``maxmemory-policy`` may evict keys, on a new socket (so checked
+    again after every reconnect, to a restarted or failed-over server too). RedisCluster calls
+    it after its own set-up of the socket."""
     try:
         connection.send_command("INFO", "memory")
         info = connection.read_response()
@@ -425,7 +430,9 @@ class RedisConnection:
         if sentinel and config.cluster:
             raise InvalidConfigError("a redis+sentinel:// URL cannot name a cluster")
         if not config.allow_key_eviction:
-            options["redis_connect_func"] = _connect_checking_eviction_policy
+            options["redis_connect_func"] = (
+                _check_eviction_policy if config.cluster else _connect_checking_eviction_policy
+            )
         with translate_errors("connect"):
             if sentinel:
                 try:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.cluster
 
 from readergroup import (
     AccessDeniedError,
@@ -22,6 +23,7 @@ from readergroup import (
     ScalingPolicy,
     StreamConfiguration,
     StreamManager,
+    UnsafeServerConfigError,
     UTF8StringSerializer,
     acl,
 )
@@ -176,3 +178,16 @@ def test_several_seeds_get_past_a_dead_one(cluster: LocalRedisCluster) -> None:
         scope = f"seeds{uuid.uuid4().hex[:6]}"
         sm.create_scope(scope)
         assert scope in sm.list_scopes()
+
+
+@pytest.mark.redis
+def test_every_cluster_node_is_checked_for_an_evicting_policy(cluster: LocalRedisCluster) -> None:
+    raw = redis.cluster.RedisCluster.from_url(cluster.url)
+    last = raw.get_primaries()[-1]
+    raw.config_set("maxmemory-policy", "allkeys-lru", target_nodes=last)
+    try:
+        with pytest.raises(UnsafeServerConfigError, match="allkeys-lru"):
+            RedisConnection.from_url(cluster.url, CLUSTER)  # connects to every primary
+    finally:
+        raw.config_set("maxmemory-policy", "noeviction", target_nodes=last)
+        raw.close()
