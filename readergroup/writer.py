@@ -457,7 +457,7 @@ class EventStreamWriter(Generic[T]):
                 left.cause = error or left.cause
             elif error is None:
                 self._acknowledge(batch.segment, group, reply)
-            elif error.retriable:
+            elif error.retriable:  # a server-wide condition, so later batches got it too
                 left.resend[0].append(batch)
                 left.resend[1].append(group)
                 left.cause = error
