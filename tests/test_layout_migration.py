@@ -14,6 +14,7 @@ from readergroup import (
     ScopeNotFoundError,
     StreamManager,
     catalog,
+    vanished,
 )
 from readergroup.cli import main
 from readergroup.names import LEGACY_CATALOG_SYNC_NAME, SCOPES_SYNC_NAME, catalog_sync_name
@@ -33,6 +34,8 @@ def old_layout(url: str, scope: str, other: str) -> None:
     for name in (scope, other):
         connection.synchronizer(catalog_sync_name(name), catalog.UPDATE_TYPES).delete()
     connection.synchronizer(SCOPES_SYNC_NAME, catalog.SCOPE_LIST_UPDATE_TYPES).delete()
+    for name in (scope, other, None):  # nor the records of what was created (issue 13)
+        connection.client.delete(vanished.record_key(connection, name))
     old = connection.synchronizer(LEGACY_CATALOG_SYNC_NAME, catalog.LEGACY_UPDATE_TYPES)
     old.initialize(catalog.EMPTY_LEGACY_CATALOG)
     v1: dict[str, Any] = {t.type_name: t for t in catalog.LEGACY_UPDATE_TYPES}  # type: ignore[attr-defined]
