@@ -511,6 +511,19 @@ class RedisConnection:
                 pipe.hsetnx(self.segment_keys(scope, stream, segment)[0], "created_ms", now_ms)
             pipe.execute()
 
+    def create_closed_segments(
+        self, scope: str, stream: str, segments: Sequence[int], now_ms: int
+    ) -> None:
+        """Create a scale's successors sealed until :meth:`open_segment` (idempotent: an
+        existing segment is left alone); see ``create_closed_segment.lua``."""
+        for segment in segments:
+            self._run("create_closed_segment", scope, stream, segment, 1, now_ms)
+
+    def open_segment(self, scope: str, stream: str, segment: int) -> bool:
+        """Open a successor created closed, once its predecessors are sealed; ``False`` if it
+        was open already or is sealed for real."""
+        return bool(self._run("open_segment", scope, stream, segment, 1)[1])
+
     def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]:
         """Send every batch in one pipelined round trip; one reply per batch, in order. A batch
         the server refuses gets a reply carrying the error (:attr:`AppendReply.error`); only a
@@ -582,14 +595,18 @@ class RedisConnection:
         """Delete events below ``offset``; return how many were removed."""
         return int(self._run("truncate_segment", scope, stream, segment, 2, offset)[2])
 
-    def offset_at_time(self, scope: str, stream: str, segment: int, server_ms: int) -> int:
+    def offset_at_time(
+        self, scope: str, stream: str, segment: int, server_ms: int
+    ) -> tuple[int, int]:
+        """The first offset appended at or after ``server_ms`` (at least the head; the tail
+        when every event is older), and the tail."""
         meta, events, _ = self.segment_keys(scope, stream, segment)
         with translate_errors("offset_at_time"):
             reply = run_read_only(
                 self.client, self._scripts["offset_at_time"], [meta, events], [server_ms]
             )
         segment_status.check("offset_at_time", segment_name(scope, stream, segment), reply)
-        return int(reply[1])
+        return int(reply[1]), int(reply[2])
 
     def read_range(
         self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int

@@ -28,6 +28,8 @@ _EXPECTED: dict[str, frozenset[int]] = {
     "offset_at_time": frozenset({OK}),
     "heartbeat": frozenset({OK}),
     "commit_staged": frozenset({OK, SEALED, DUPLICATE}),
+    "create_closed_segment": frozenset({OK}),
+    "open_segment": frozenset({OK}),
 }
 
 

@@ -8,10 +8,14 @@ may run any of these operations, and conditional appends keep concurrent ones co
 Order of effects, chosen so that a crash at any point leaves a state the next call repairs:
 
 * ``create_stream``: catalog entry, then segments in Redis, then the stream's metadata.
-* ``scale_stream``: successors created in Redis, then the metadata names them (atomically
-  sealing the predecessors there), then the predecessors are sealed in Redis. A seal left
-  undone by a crash is completed by the next ``scale_stream``, ``seal_stream`` or
-  ``get_stream_info``, and by readers reaching the segment's end.
+* ``scale_stream``: successors created in Redis *closed* (sealed, flagged ``opening``), then
+  the metadata names them (atomically sealing the predecessors there), then the predecessors
+  are sealed in Redis, then the successors are opened. So a successor takes no event before
+  every predecessor stopped taking events: per key, server times never go back across a
+  scale, and time cuts are exact. A scale left undone by a crash (predecessors unsealed, or
+  successors closed) is completed by :meth:`StreamManager.complete_scales`, which the next
+  ``scale_stream``, ``seal_stream``, ``get_stream_info``, ``cut_at_time`` and the Spark source
+  run, and readers seal a predecessor they reach the end of.
 * ``truncate_stream``: the metadata head moves first (readers stop asking for older data),
   then the data is deleted.
 * ``delete_stream``: the catalog entry (so a role that may not delete streams changes
@@ -20,6 +24,7 @@ Order of effects, chosen so that a crash at any point leaves a state the next ca
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +48,7 @@ from readergroup.names import (
     stream_sync_name,
     validate_name,
 )
-from readergroup.planning import ancestors
+from readergroup.planning import ancestors, time_positions
 from readergroup.redis_io import (
     RedisConnection,
     SegmentState,
@@ -65,6 +70,8 @@ from readergroup.stream_metadata import (
     initial_state,
 )
 from statesync import StateSynchronizer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,17 +357,31 @@ class StreamManager(Closing):
     ) -> dict[int, SegmentState]:
         return self._connection.segment_states(scope, stream, segments)
 
+    def complete_scales(self, scope: str, stream: str) -> StreamState:
+        """Finish any interrupted scale of the stream now; return the metadata it checked.
+
+        Afterwards every segment the metadata calls sealed is sealed in Redis (its tail is
+        final) and every successor whose predecessors are sealed is open."""
+        state = self.stream_state(scope, stream)
+        self._complete_seals(state)
+        return state
+
     def _complete_seals(self, state: StreamState) -> None:
-        """Seal in Redis every segment the metadata says is sealed (repairs interrupted scales)."""
-        candidates = [
+        """Seal in Redis every segment the metadata says is sealed, then open the successors
+        left closed (repairs interrupted scales, see the module docstring)."""
+        scope, stream = state.scope, state.stream
+        inactive = [
             r.segment_id for r in state.segments.values() if not r.active and not r.truncated
         ]
-        if not candidates:
-            return
-        states = self._connection.segment_states(state.scope, state.stream, candidates)
-        for segment, seg_state in states.items():
-            if seg_state.exists and not seg_state.sealed:
-                self._connection.seal(state.scope, state.stream, segment)
+        closed = [r.segment_id for r in state.active_segments if r.predecessors]
+        states = self._connection.segment_states(scope, stream, inactive + closed)
+        for segment in inactive:
+            if states[segment].exists and not states[segment].sealed:
+                log.warning("sealing %s/%s/%d left unsealed by a scale", scope, stream, segment)
+                self._connection.seal(scope, stream, segment)
+        for segment in closed:
+            if states[segment].sealed and self._connection.open_segment(scope, stream, segment):
+                log.warning("opened %s/%s/%d left closed by a scale", scope, stream, segment)
 
     def get_stream_info(self, scope: str, stream: str) -> StreamInfo:
         state = self.stream_state(scope, stream)
@@ -405,18 +426,16 @@ class StreamManager(Closing):
 
     def cut_at_time(self, scope: str, stream: str, server_ms: int) -> StreamCut:
         """The cut at the first events appended at or after ``server_ms`` (Redis server time),
-        clipped to the head."""
-        state = self.stream_state(scope, stream)
-        epoch = state.epoch_at(server_ms)
-        if any(state.segments[s].truncated for s in epoch.segments):
-            return StreamCut(scope, stream, dict(state.head))
-        positions = {
-            s: max(
-                state.head.get(s, 0), self._connection.offset_at_time(scope, stream, s, server_ms)
-            )
-            for s in epoch.segments
-        }
-        return StreamCut(scope, stream, positions)
+        exact per segment and never behind the head: reading from it returns exactly the
+        events appended at or after ``server_ms`` that are still stored, reading up to it
+        exactly those before (see :func:`~readergroup.planning.time_positions`)."""
+        state = self.complete_scales(scope, stream)
+
+        def locate(segment: int) -> tuple[int, int]:
+            offset, tail = self._connection.offset_at_time(scope, stream, segment, server_ms)
+            return max(offset, state.head.get(segment, 0)), tail
+
+        return StreamCut(scope, stream, time_positions(state, locate))
 
     def scale_stream(
         self,
@@ -438,7 +457,7 @@ class StreamManager(Closing):
             numbers = range(state.next_number, state.next_number + len(ranges))
             planned = [segment_id(epoch, n) for n in numbers]
             now = self._connection.server_time_ms()
-            self._connection.create_segments(scope, stream, planned, now)
+            self._connection.create_closed_segments(scope, stream, planned, now)
 
             def scale(
                 current: StreamState,
@@ -455,6 +474,8 @@ class StreamManager(Closing):
             if created is not None:
                 for old in sealed:
                     self._connection.seal(scope, stream, old)
+                for new in created:  # every predecessor is sealed now: successors may take writes
+                    self._connection.open_segment(scope, stream, new)
                 return list(created)
         raise ScaleConflictError(f"scale of {scope}/{stream} lost every race to other scales")
 

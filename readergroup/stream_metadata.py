@@ -16,8 +16,9 @@ Invariants (checked by the tests over random histories): the active segments' ra
 predecessor and successor links are symmetric; the head only moves forward.
 
 Data-plane order (done by :class:`~readergroup.stream_manager.StreamManager`): successors are
-created before the metadata names them, and predecessors are sealed in Redis after it does;
-an interrupted seal is completed by the next ``scale_stream``/``get_stream_info``/reader.
+created closed before the metadata names them, predecessors are sealed in Redis after it does,
+and the successors are opened last; an interrupted scale is completed by
+``StreamManager.complete_scales`` (and readers seal a predecessor they reach the end of).
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ class SegmentRecord:
 
 @dataclass(frozen=True, slots=True)
 class EpochRecord:
-    """The segments active from ``created_ms`` (server time) until the next epoch."""
+    """The segments active from ``created_ms`` (server time) until the next epoch.
+
+    ``created_ms`` is when the scale was planned, before its metadata update and seals: an
+    approximate boundary for display. Time cuts use the events' own server times instead
+    (:func:`readergroup.planning.time_positions`)."""
 
     epoch: int
     segments: tuple[int, ...]
@@ -92,14 +97,6 @@ class StreamState:
 
     def range_map(self) -> RangeMap:
         return RangeMap([(r.segment_id, r.low, r.high) for r in self.active_segments])
-
-    def epoch_at(self, server_ms: int) -> EpochRecord:
-        """The epoch in force at ``server_ms`` (the first epoch for earlier times)."""
-        chosen = self.epochs[0]
-        for record in self.epochs:
-            if record.created_ms <= server_ms:
-                chosen = record
-        return chosen
 
 
 def initial_state(

@@ -14,6 +14,8 @@ SCRIPT_NAMES = (
     "offset_at_time",
     "heartbeat",
     "commit_staged",
+    "create_closed_segment",
+    "open_segment",
 )
 
 

@@ -7,14 +7,15 @@
 -- [head, tail): O(log n) point reads inside one atomic call.
 --
 -- Returns:
---   {0, offset}   in [head, tail]; tail when every event is older
---   {2}           the segment does not exist
+--   {0, offset, tail}   offset in [head, tail]; tail when every event is older
+--   {2}                 the segment does not exist
 local meta = redis.call('HMGET', KEYS[1], 'created_ms', 'events', 'head')
 if not meta[1] then
   return {2}
 end
 local lo = tonumber(meta[3] or 0)
 local hi = tonumber(meta[2] or 0)
+local tail = hi
 local target = tonumber(ARGV[1])
 while lo < hi do
   local mid = math.floor((lo + hi) / 2)
@@ -35,4 +36,4 @@ while lo < hi do
     hi = mid
   end
 end
-return {0, lo}
+return {0, lo, tail}
