@@ -87,10 +87,14 @@ class EventStreamClientFactory(Closing):
     ) -> EventStreamReader[T]:
         """Join ``reader_id`` to reader group ``group`` of this scope and return its reader.
 
-        Raises ReaderAlreadyOnlineError if a live reader with this id is online; the same id
-        after the first is gone (or was declared dead) rejoins.
+        Raises ReaderAlreadyOnlineError if a live reader with this id is online (unless
+        ``config.takeover``: it is then fenced and replaced); the same id after the first is
+        gone (or was declared dead) rejoins.
         """
-        member, group_config = join_group(self._connection, self._scope, group, reader_id)
+        takeover = config is not None and config.takeover
+        member, group_config = join_group(
+            self._connection, self._scope, group, reader_id, takeover=takeover
+        )
         reader: EventStreamReader[T] = EventStreamReader(
             self._connection, member, group_config, serializer, config, **kwargs
         )

@@ -154,10 +154,14 @@ class ReaderConfig:
     Attributes:
         read_batch: most events fetched from one segment per round trip (default 1000).
         max_buffered_events: events buffered per segment before fetching pauses (default 5000).
+        takeover: joining under an id still online replaces that incarnation, fencing it,
+            instead of raising ReaderAlreadyOnlineError (default False). For a retried task
+            (Spark) replacing a dead predecessor before its session expires.
     """
 
     read_batch: int = 1000
     max_buffered_events: int = 5000
+    takeover: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.read_batch <= 100_000:

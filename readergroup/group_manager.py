@@ -681,9 +681,10 @@ class ReaderGroupManager(Closing):
 
 
 def join_group(
-    connection: RedisConnection, scope: str, group: str, reader_id: str
+    connection: RedisConnection, scope: str, group: str, reader_id: str, *, takeover: bool = False
 ) -> tuple[GroupMember, ReaderGroupConfig]:
-    """Join ``reader_id`` to ``scope/group``; return its member handle and the group config."""
+    """Join ``reader_id`` to ``scope/group``; return its member handle and the group config
+    (``takeover``: see :meth:`GroupMember.join`)."""
     validate_name(reader_id, "reader id")
     handle = ReaderGroup(connection, scope, group)
     sync = connection.synchronizer(
@@ -703,5 +704,5 @@ def join_group(
             session_timeout_ms=int(config.session_timeout * 1000),
             max_moves=config.max_segment_moves,
         )
-        member.join()
+        member.join(takeover=takeover)
     return member, config

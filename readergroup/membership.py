@@ -330,17 +330,22 @@ class GroupMember:
         record = state.readers.get(self.reader_id)
         return record is not None and record.generation == self.generation
 
-    def join(self) -> int:
+    def join(self, *, takeover: bool = False) -> int:
         """Become an online member; return the new generation.
 
         A previous incarnation with this id that stopped beating is removed first (its
-        segments return at their committed positions); a live one is an error.
+        segments return at their committed positions); a live one is an error, unless
+        ``takeover``: then it is removed all the same, in the same conditional update, which
+        fences its generation (its commits and moves fail from then on). For a retried task
+        that replaces a dead incarnation whose heartbeat has not expired yet.
         """
+        if takeover:
+            logger.info("reader %r joins taking over any incarnation online", self.reader_id)
         try:
-            return self._join(replace_own=False)
+            return self._join(replace_own=takeover)
         except LogRegressedError:
             self.sync.resync()
-            return self._join(replace_own=False)
+            return self._join(replace_own=takeover)
 
     def _join(self, *, replace_own: bool) -> int:
         """Join; ``replace_own``: a record under this id is this member's own, left behind by a

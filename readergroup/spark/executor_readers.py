@@ -5,12 +5,15 @@
 bounded group, the end of data.
 
 Guarantees, stated honestly: **at-least-once**. Each reader commits what it handed to
-``handler`` (commit-on-get), so a task that dies is replaced (by Spark's retry, with the same
-reader id, or by the group giving its segments to the other readers) from the last commit, and
-events handled since then are handled again. Unlike the data source, this is not replayable:
-Spark's checkpoints do not cover it. Use it for side-effecting consumers (sinks with their own
-idempotence, alerting); use ``spark.readStream.format("readergroup")`` for exactly-once
-pipelines.
+``handler`` (commit-on-get), so a task that dies is replaced from the last commit, and events
+handled since then are handled again. Spark retries a failed task under the same reader id: a
+retried attempt (``attemptNumber > 0``) joins with ``ReaderConfig(takeover=True)``, fencing the
+dead attempt's membership at once instead of waiting out its session; meanwhile, or without a
+retry, the group gives the segments to the other readers once the session expires. A first
+attempt never takes over, so two jobs given the same reader ids still fail clearly. Unlike
+the data source, this is not replayable: Spark's checkpoints do not cover it. Use it for
+side-effecting consumers (sinks with their own idempotence, alerting); use
+``spark.readStream.format("readergroup")`` for exactly-once pipelines.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from readergroup.client_factory import EventStreamClientFactory
 from readergroup.config import ClientConfig
+from readergroup.group_config import ReaderConfig
 from readergroup.reader import EventRead
 from readergroup.serializers import BytesSerializer, Serializer
 
@@ -41,9 +46,13 @@ def _task(
         handled = 0
         deadline = None if run_seconds is None else time.monotonic() + run_seconds
         config = ClientConfig(key_prefix=key_prefix)
+        context = TaskContext.get()
+        retried = context is not None and context.attemptNumber() > 0
         with (
             EventStreamClientFactory.from_url(scope, redis_url, config) as factory,
-            factory.create_reader(f"{prefix}-{index}", group, serializer) as reader,
+            factory.create_reader(
+                f"{prefix}-{index}", group, serializer, ReaderConfig(takeover=retried)
+            ) as reader,
         ):
             while deadline is None or time.monotonic() < deadline:
                 batch = reader.read_batch(500, timeout=0.5)
