@@ -10,6 +10,8 @@ cuts (:mod:`readergroup.spark.options`).
 from __future__ import annotations
 
 import json
+import logging
+import random
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -41,12 +43,13 @@ from readergroup.errors import (
     InvalidStreamCutError,
     ReaderGroupError,
     SegmentNotFoundError,
+    StreamSealedError,
     TruncatedDataError,
 )
-from readergroup.planning import plan_ranges
+from readergroup.planning import completed_merge_siblings, plan_ranges, skip_lost
 from readergroup.redis_io import RedisConnection, SegmentEvent
 from readergroup.retention import RetentionManager
-from readergroup.routing import key_position
+from readergroup.routing import RangeMap, key_position
 from readergroup.spark.options import (
     BASE_COLUMNS,
     SourceOptions,
@@ -57,6 +60,8 @@ from readergroup.spark.options import (
 )
 from readergroup.stream_cut import StreamCut
 from readergroup.stream_manager import StreamManager
+from readergroup.stream_metadata import StreamState
+from statesync.system_clock import SystemClock
 
 try:  # admission control and AvailableNow arrived in Spark 4.2
     from pyspark.sql.streaming.datasource import (
@@ -83,6 +88,7 @@ BASE_SCHEMA = StructType(
     ]
 )
 STAGING_TTL_S = 24 * 3600
+log = logging.getLogger(__name__)
 
 
 def _connection(options: SourceOptions) -> RedisConnection:
@@ -117,34 +123,71 @@ class _Planner:
         cut = StreamCut.from_text(which)
         if (cut.scope, cut.stream) != (o.scope, o.stream):
             raise InvalidConfigError(f"cut {cut} is not for {o.scope}/{o.stream}")
-        return cut
+        return self.completed(manager, cut)
+
+    def completed(self, manager: StreamManager, cut: StreamCut) -> StreamCut:
+        """``cut`` with the merge predecessors it leaves out because they were read to their
+        end (a reader group's checkpoint of a half-read merge) added at their final tails."""
+        o = self.options
+        state = manager.complete_scales(o.scope, o.stream)
+        missing = completed_merge_siblings(state, cut.positions)
+        if not missing:
+            return cut
+        tails = manager.segment_states(o.scope, o.stream, sorted(missing))
+        ends = {s: max(t.tail, state.head.get(s, 0)) for s, t in tails.items()}
+        return StreamCut(o.scope, o.stream, {**cut.positions, **ends})
 
     def checked_start(self, manager: StreamManager, start: StreamCut) -> StreamCut:
-        """``start``, or the head if ``start`` is before it and data loss is allowed."""
-        try:
+        """``start``, checked against the stream now. With data lost to truncation, a
+        TruncatedDataError, or with ``fail_on_data_loss=false`` the same cut with only the lost
+        part skipped (a segment below its head starts at the head; a segment truncated away
+        is replaced by its lineage's segments in the head cut)."""
+        o = self.options
+        state = manager.stream_state(o.scope, o.stream)
+        unknown = [s for s in start.positions if s not in state.segments]
+        if unknown:
+            raise InvalidStreamCutError(f"{start.scoped_stream} has no segments {unknown}")
+        lost = {
+            s: o_
+            for s, o_ in start.positions.items()
+            if state.segments[s].truncated or o_ < state.head.get(s, 0)
+        }
+        if not lost:
             manager.check_cut(start)
             return start
-        except InvalidStreamCutError:
-            state = manager.stream_state(self.options.scope, self.options.stream)
-            lost = [
-                s for s in start.positions if s in state.segments and state.segments[s].truncated
-            ]
-            if not lost:
-                raise
-            if self.options.fail_on_data_loss:
-                raise TruncatedDataError(
-                    f"{start.scoped_stream}/{lost[0]}",
-                    start.positions[lost[0]],
-                    -1,
-                    " (fail_on_data_loss=false skips lost data)",
-                ) from None
-            return manager.head_cut(self.options.scope, self.options.stream)
+        if o.fail_on_data_loss:
+            segment = min(lost)
+            raise TruncatedDataError(
+                f"{start.scoped_stream}/{segment}",
+                lost[segment],
+                state.head.get(segment, -1),
+                " (fail_on_data_loss=false skips lost data)",
+            )
+        skipped = StreamCut(o.scope, o.stream, skip_lost(state, start.positions))
+        try:
+            manager.check_cut(skipped)
+        except InvalidStreamCutError as exc:
+            raise TruncatedDataError(
+                f"{start.scoped_stream}/{min(lost)}",
+                lost[min(lost)],
+                -1,
+                f" and the rest of the cut cannot be kept around the lost part ({exc})",
+            ) from exc
+        log.warning(
+            "%s: start cut %s is partly truncated (segments %s); skipping to %s "
+            "(fail_on_data_loss=false)",
+            start.scoped_stream,
+            start,
+            sorted(lost),
+            skipped,
+        )
+        return skipped
 
     def partitions(
         self, manager: StreamManager, start: StreamCut, end: StreamCut | None
     ) -> list[SegmentPartition]:
         o = self.options
-        state = manager.stream_state(o.scope, o.stream)
+        state = manager.complete_scales(o.scope, o.stream)  # sealed tails are final
         segments = list(state.segments)
         tails = {
             s: st.tail for s, st in manager.segment_states(o.scope, o.stream, segments).items()
@@ -272,10 +315,11 @@ class ReaderGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def initialOffset(self) -> dict[str, Any]:
         def initial(manager: StreamManager, _: RedisConnection) -> dict[str, Any]:
-            cut = _Planner(self.options).resolve(
+            planner = _Planner(self.options)
+            cut = planner.resolve(
                 manager, self.options.start_stream_cut, self.options.starting_timestamp
             )
-            return encode_offset(cut)
+            return encode_offset(planner.checked_start(manager, cut))
 
         return dict(self._with(initial))
 
@@ -297,8 +341,13 @@ class ReaderGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         budget = limit.max_rows if ADMISSION_CONTROL and isinstance(limit, ReadMaxRows) else None
 
         def latest(manager: StreamManager, _: RedisConnection) -> dict[str, Any]:
-            state = manager.stream_state(o.scope, o.stream)
+            # a predecessor is final only once sealed in Redis: finish any interrupted scale
+            # before reading tails, or a writer with cached metadata could still append to a
+            # segment this offset already passed
+            state = manager.complete_scales(o.scope, o.stream)
+            planner = _Planner(o)
             begin = decode_offset(start) if start else manager.head_cut(o.scope, o.stream)
+            begin = planner.checked_start(manager, planner.completed(manager, begin))
             end = decode_offset(self._target) if self._target else None
             tails = {
                 s: st.tail
@@ -315,10 +364,13 @@ class ReaderGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return dict(self._with(latest))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        begin, finish = decode_offset(start), decode_offset(end)
-        return list(
-            self._with(lambda manager, _: _Planner(self.options).partitions(manager, begin, finish))
-        )
+        def plan(manager: StreamManager, _: RedisConnection) -> list[SegmentPartition]:
+            planner = _Planner(self.options)
+            begin = planner.completed(manager, decode_offset(start))
+            begin = planner.checked_start(manager, begin)
+            return planner.partitions(manager, begin, decode_offset(end))
+
+        return list(self._with(plan))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SegmentPartition)
@@ -358,7 +410,7 @@ class _Stager:
         connection = _connection(o)
         try:
             state = StreamManager(connection).stream_state(o.scope, o.stream)
-            ranges = state.range_map()
+            ranges = _writable_ranges(state)
             limit = state.config.max_event_size
             part = uuid.uuid4().hex[:12]
             by_segment: dict[int, list[tuple[str | None, bytes, int]]] = {}
@@ -380,6 +432,16 @@ class _Stager:
             return StagedCommit(staged, sum(len(e) for e in by_segment.values()))
         finally:
             connection.close()
+
+
+def _writable_ranges(state: StreamState) -> RangeMap:
+    """The active segments to route to; a sealed stream takes no writes."""
+    if state.sealed:
+        raise StreamSealedError(
+            f"stream {state.scope}/{state.stream} was sealed (server ms {state.sealed_ms}); "
+            "nothing from this write is committed"
+        )
+    return state.range_map()
 
 
 def _spread(payload: bytes) -> float:
@@ -406,15 +468,26 @@ def _row_event(row: Any) -> tuple[str | None, bytes]:
 
 def commit_job(options: SourceOptions, job: str, messages: Sequence[Any]) -> int:
     """Driver side: commit every task's staged events atomically (one script), once per job.
-    A sealed target (the stream scaled meanwhile) re-routes the staged events and retries."""
+    A sealed target (the stream scaled meanwhile) re-routes the staged events and retries,
+    with backoff; a sealed stream raises StreamSealedError and commits nothing."""
     staged = [pair for m in messages if m is not None for pair in m.staged]
     connection = _connection(options)
+    budget = connection.config.retry.start(SystemClock(), random.Random())  # noqa: S311
     try:
-        for _ in range(16):
+        while True:
             code, value = connection.commit_staged(options.scope, options.stream, job, staged)
             if code != 1:  # committed now, or before
                 return value if code == 0 else 0
-            staged = _restage(connection, options, job, staged)
+            delay = budget.next_delay()
+            if delay is None:
+                break
+            time.sleep(delay)
+            try:
+                staged = _restage(connection, options, job, staged)
+            except StreamSealedError:
+                connection.delete_keys([key for _, key in staged])
+                raise
+        connection.delete_keys([key for _, key in staged])
         raise ReaderGroupError(f"job {job}: target segments kept sealing; nothing committed")
     finally:
         connection.close()
@@ -423,8 +496,9 @@ def commit_job(options: SourceOptions, job: str, messages: Sequence[Any]) -> int
 def _restage(
     connection: RedisConnection, options: SourceOptions, job: str, staged: list[tuple[int, str]]
 ) -> list[tuple[int, str]]:
-    state = StreamManager(connection).stream_state(options.scope, options.stream)
-    ranges = state.range_map()
+    # finish a scale left undone (successors still closed) before routing again
+    state = StreamManager(connection).complete_scales(options.scope, options.stream)
+    ranges = _writable_ranges(state)
     regrouped: dict[int, list[tuple[str | None, bytes, int]]] = {}
     for _, key in staged:
         for routing_key, payload, ms in connection.read_staged(key):
