@@ -48,7 +48,7 @@ _STATE_CREATE_DELETE = {"exists", "del", "hset", "time"}  # initialize.lua, dele
 _SEGMENT_READ = {"hmget", "xrange", "xread", "multi", "exec", "type"}  # read_range: MULTI/EXEC;
 # TYPE only after a WRONGTYPE reply, to name the key a rogue write replaced
 _SEGMENT_APPEND = {"hget", "hmget", "hset", "time", "xadd"}  # append_events.lua
-_SEGMENT_SEAL = {"exists", "hmget", "hset"}  # seal_segment.lua
+_SEGMENT_SEAL = {"exists", "hget", "hmget", "hset", "hdel"}  # seal/open_segment.lua
 _SEGMENT_ADMIN = {"hsetnx", "xtrim", "del"}  # create, truncate_segment.lua, delete
 _HEARTBEATS = {"hget", "hgetall", "hset", "time", "hdel"}  # heartbeat.lua (beat, claim, forget)
 _SUBSCRIBERS = {"hset", "hdel", "hgetall"}  # publish, unsubscribe, retention

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from readergroup import (
+    ClientConfig,
     EventStreamClientFactory,
     JsonSerializer,
     ReaderGroupConfig,
@@ -24,12 +25,14 @@ from readergroup import (
     StreamConfiguration,
     StreamCut,
     StreamManager,
+    StreamSealedError,
     UTF8StringSerializer,
     acl,
 )
 from readergroup.spark.executor_readers import run_executor_readers
 from readergroup.spark.options import SourceOptions, decode_offset, encode_offset, limited_end
 from readergroup.stream_metadata import ScaleStream, initial_state
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -298,3 +301,298 @@ def test_sink_and_source_work_with_exactly_the_generated_rules(
     assert spark.sql(f"select * from acl_{scope}").count() == 40
     published = RetentionManager(StreamManager.from_url(redis_url)).subscriber_cuts(scope, "acl")
     assert any(name.startswith("external:spark:") for name in published)  # as the reader
+
+
+# -- edges: scaling, time and truncation (issue 19) --------------------------------------------
+class Crash(Exception):
+    """The scaling process dies here."""
+
+
+def crashed_scale(url: str, scope: str, stream: str, sealed: list[int], ranges: Any) -> list[int]:
+    """A scale whose process dies after the metadata update, before sealing in Redis."""
+    with StreamManager.from_url(url) as sm:
+
+        def die(*_: Any) -> int:
+            raise Crash
+
+        sm.connection.seal = die  # type: ignore[method-assign]
+        with pytest.raises(Crash):
+            sm.scale_stream(scope, stream, sealed, ranges)
+        return [s for s in sm.stream_state(scope, stream).segments if s not in sealed]
+
+
+def stale_writer(url: str, scope: str, stream: str) -> Any:
+    """A writer that trusts its cached metadata for the whole test."""
+    factory = EventStreamClientFactory.from_url(scope, url, ClientConfig(metadata_ttl=3600))
+    return factory, factory.create_event_writer(stream, UTF8StringSerializer())
+
+
+def written(writer: Any, prefix: str, count: int) -> list[Any]:
+    futures = [writer.write_event(f"{prefix}{i}", routing_key=f"k{i}") for i in range(count)]
+    writer.flush()
+    return [f.result(30) for f in futures]
+
+
+def payloads(df: Any) -> list[str]:
+    return sorted(bytes(r.event).decode() for r in df.select("event").collect())
+
+
+def test_a_crashed_scale_loses_nothing_from_a_streaming_query(
+    spark: Any, redis_url: str, scope: str
+) -> None:
+    """Item 1: the query seals the predecessor before it passes it, so a writer with cached
+    metadata cannot append behind the query's back."""
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "crash", StreamConfiguration())
+    factory, writer = stale_writer(redis_url, scope, "crash")
+    with factory, writer:
+        written(writer, "a", 100)
+        crashed_scale(redis_url, scope, "crash", [0], [(0.0, 0.5), (0.5, 1.0)])
+        name = f"crash_{uuid.uuid4().hex[:8]}"
+        query = (
+            spark.readStream.format("readergroup")
+            .options(redis_url=redis_url, scope=scope, stream="crash")
+            .load()
+            .writeStream.format("memory")
+            .queryName(name)
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+            late = written(writer, "b", 50)  # acknowledged: must reach the query
+            query.processAllAvailable()
+            rows = spark.sql(f"select segment_id, offset, event from {name}").collect()
+        finally:
+            query.stop()
+    assert len(late) == 50
+    assert len(rows) == 150 == len({(r.segment_id, r.offset) for r in rows})
+
+
+@pytest.fixture
+def truncated(redis_url: str, scope: str) -> dict[str, Any]:
+    """Two segments; a start cut and a time taken after the first 200 events; segment 0 then
+    split and truncated away (segment 1 untouched)."""
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "t", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    with (
+        StreamManager.from_url(redis_url) as sm,
+        EventStreamClientFactory.from_url(scope, redis_url) as f,
+        f.create_event_writer("t", UTF8StringSerializer()) as writer,
+    ):
+        early = written(writer, "early", 200)
+        start = sm.tail_cut(scope, "t")
+        at = sm.connection.server_time_ms() + 1
+        wait_until(lambda: sm.connection.server_time_ms() > at)
+        late = written(writer, "late", 100)
+        split = sm.scale_stream(scope, "t", [0], [(0.0, 0.25), (0.25, 0.5)])
+        written(writer, "later", 60)
+        sm.truncate_stream(scope, "t", StreamCut(scope, "t", {1: 0, **dict.fromkeys(split, 0)}))
+    lost = {f"late{i}" for i, p in enumerate(late) if p.segment == 0}
+    kept = {f"late{i}" for i, p in enumerate(late) if p.segment == 1} | {
+        f"later{i}" for i in range(60)
+    }
+    assert lost and any(p.segment == 1 for p in early)
+    return {"scope": scope, "url": redis_url, "start": start, "at": at, "expected": sorted(kept)}
+
+
+def test_fail_on_data_loss_false_and_timestamps_skip_only_the_lost_part(
+    spark: Any, truncated: dict[str, Any]
+) -> None:
+    """Items 2 and 3: segment 0 of the start cut was truncated away; only its part is skipped,
+    and segment 1 still starts at the cut (or at the time), not at the head."""
+    t = {"redis_url": truncated["url"], "scope": truncated["scope"], "stream": "t"}
+    by_cut = spark.read.format("readergroup").options(**t)
+    by_cut = by_cut.option("start_stream_cut", str(truncated["start"]))
+    with pytest.raises(Exception, match=r"TruncatedDataError.*deleted segment"):
+        by_cut.load().count()
+    lenient = by_cut.option("fail_on_data_loss", "false").load()
+    assert payloads(lenient) == truncated["expected"]
+    by_time = spark.read.format("readergroup").options(**t)
+    by_time = by_time.option("starting_timestamp", str(truncated["at"])).load()
+    assert payloads(by_time) == truncated["expected"]
+
+
+def test_time_cuts_are_exact_at_a_scale_boundary(spark: Any, redis_url: str, scope: str) -> None:
+    """Item 4: after a scale's metadata update, a writer with cached metadata still appends to
+    the predecessor; a time cut splits every segment at the time (none goes to the successors
+    before its predecessors are sealed)."""
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "edge", StreamConfiguration())
+        factory, writer = stale_writer(redis_url, scope, "edge")
+        with factory, writer:
+            written(writer, "old", 20)
+            successors = crashed_scale(redis_url, scope, "edge", [0], [(0.0, 0.5), (0.5, 1.0)])
+            at = sm.connection.server_time_ms() + 1
+            wait_until(lambda: sm.connection.server_time_ms() > at)
+            assert {p.segment for p in written(writer, "new", 30)} == {0}  # unsealed still
+    t = {"redis_url": redis_url, "scope": scope, "stream": "edge"}
+    before = spark.read.format("readergroup").options(**t, ending_timestamp=str(at)).load()
+    assert payloads(before) == sorted(f"old{i}" for i in range(20))
+    with (
+        EventStreamClientFactory.from_url(scope, redis_url) as f,
+        f.create_event_writer("edge", UTF8StringSerializer()) as fresh,
+    ):
+        assert {p.segment for p in written(fresh, "newer", 10)} <= set(successors)
+    after = spark.read.format("readergroup").options(**t, starting_timestamp=str(at)).load()
+    assert payloads(after) == sorted(
+        [f"new{i}" for i in range(30)] + [f"newer{i}" for i in range(10)]
+    )
+    with EventStreamClientFactory.from_url(scope, redis_url) as f:
+        reads = list(f.create_batch_client().read_events("edge"))
+    last_old = max(e.server_ms for e in reads if e.segment == 0)  # server times never go back
+    assert all(e.server_ms >= last_old for e in reads if e.segment in successors)
+
+
+def test_a_cut_from_a_half_read_merge_is_planned_exactly(
+    spark: Any, redis_url: str, scope: str, tmp_path: Path
+) -> None:
+    """Item 5: a group checkpoint taken while merge predecessor 0 is complete and 1 is being
+    read holds only {1: 60}; the source reads 1 from 60, then the merged segment."""
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "m", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    with (
+        StreamManager.from_url(redis_url) as sm,
+        EventStreamClientFactory.from_url(scope, redis_url) as f,
+        f.create_event_writer("m", UTF8StringSerializer()) as writer,
+    ):
+        first = written(writer, "a", 200)
+        (merged,) = sm.scale_stream(scope, "m", [0, 1], [(0.0, 1.0)])
+        written(writer, "b", 40)
+    in_one = [f"a{i}" for i, p in enumerate(first) if p.segment == 1 and p.offset >= 60]
+    tail0 = sum(1 for p in first if p.segment == 0)
+    expected = sorted(in_one + [f"b{i}" for i in range(40)])
+    t = {"redis_url": redis_url, "scope": scope, "stream": "m"}
+    for cut in ({1: 60}, {0: tail0, 1: 60}):  # as recorded, and covering the key space
+        text = str(StreamCut(scope, "m", cut))
+        df = spark.read.format("readergroup").options(**t, start_stream_cut=text).load()
+        assert payloads(df) == expected
+    query = (
+        spark.readStream.format("readergroup")
+        .options(**t, start_stream_cut=str(StreamCut(scope, "m", {1: 60})))
+        .option("max_events_per_trigger", "50")
+        .load()
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start(str(tmp_path / "out"))
+    )
+    query.awaitTermination(120)
+    assert payloads(spark.read.parquet(str(tmp_path / "out"))) == expected
+    assert merged in {r.segment_id for r in spark.read.parquet(str(tmp_path / "out")).collect()}
+
+
+def test_the_sink_refuses_a_sealed_stream_and_writes_nothing(
+    spark: Any, redis_url: str, scope: str
+) -> None:
+    """Item 6: sealed before the write (executor) and between staging and commit (driver)."""
+    from readergroup.spark.source import _Stager, commit_job
+
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "sealed", StreamConfiguration())
+        options = {"redis_url": redis_url, "scope": scope, "stream": "sealed"}
+        job = f"job-{uuid.uuid4().hex}"
+        staged = _Stager(SourceOptions.parse(options), job).stage(
+            iter([{"routing_key": f"k{i}", "event": f"e{i}"} for i in range(20)])
+        )
+        sm.seal_stream(scope, "sealed")
+        with pytest.raises(StreamSealedError, match=f"{scope}/sealed was sealed"):
+            commit_job(SourceOptions.parse(options), job, [staged])
+        df = spark.createDataFrame([("k", "e")], "routing_key string, event string")
+        with pytest.raises(Exception, match=r"StreamSealedError.*sealed"):
+            df.write.format("readergroup").options(**options).mode("append").save()
+        assert sm.get_stream_info(scope, "sealed").tail_cut.positions == {0: 0}  # nothing
+        assert not sm.connection.client.keys(f"rg:{{stage:{scope}/sealed}}:{job}*")
+
+
+def crash_first_attempt(event: Any) -> None:
+    """A handler whose first attempt of task 0 dies (the Python worker is killed)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context.partitionId() == 0 and context.attemptNumber() == 0:
+        os._exit(3)
+
+
+def test_a_retried_executor_reader_takes_over_its_predecessor(
+    spark: Any, events: dict[str, Any]
+) -> None:
+    """Item 7: Spark retries the killed task under the same reader id long before the dead
+    reader's 60 s session expires; the retry fences it and carries on."""
+    with StreamManager.from_url(events["url"]) as sm:
+        end = sm.tail_cut(events["scope"], "orders")
+    with ReaderGroupManager.from_url(events["scope"], events["url"]) as rgm:
+        rgm.create_reader_group(
+            "retried",
+            ReaderGroupConfig(
+                streams=[f"{events['scope']}/orders"],
+                end=end,
+                group_refresh_time=0.1,
+                session_timeout=60.0,
+            ),
+        )
+    began = time.monotonic()
+    handled = run_executor_readers(
+        spark,
+        redis_url=events["url"],
+        scope=events["scope"],
+        group="retried",
+        handler=crash_first_attempt,
+        readers=2,
+        run_seconds=50,
+    )
+    assert handled >= 1500
+    assert time.monotonic() - began < 50  # finished, not stopped by run_seconds
+
+
+LOOKUP = """
+import io, sys
+from pyspark.serializers import read_int
+from pyspark.sql.worker.lookup_data_sources import _main
+out = io.BytesIO()
+_main(io.BytesIO(), out)
+out.seek(0)
+names = []
+for _ in range(read_int(out)):
+    names.append(out.read(read_int(out)).decode())
+    out.read(read_int(out))
+import readergroup
+print(",".join(names), readergroup.__file__)
+"""
+
+
+def spark_lookup(cwd: Path, python_path: list[str], isolated: bool) -> str:
+    """What PySpark's own data source lookup finds, in a fresh interpreter outside the
+    checkout (``isolated``: no site-packages processing, only ``python_path``)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join(python_path)
+    flags = ["-S"] if isolated else []
+    done = subprocess.run(
+        [sys.executable, *flags, "-c", LOOKUP],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
+def test_the_source_is_found_installed_editable_and_from_py_files(
+    spark: Any, events: dict[str, Any], tmp_path: Path
+) -> None:
+    """Item 8: the editable install of this checkout, and a --py-files zip on a bare path."""
+    import site
+
+    from readergroup.spark.session import py_files_zip, register
+
+    names, origin = spark_lookup(tmp_path, [], isolated=False).split(" ")
+    assert "readergroup" in names.split(",") and origin.startswith(str(ROOT))
+    shipped = py_files_zip(tmp_path / "readergroup.zip")
+    bare = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    names, origin = spark_lookup(tmp_path, [str(shipped), *bare], isolated=True).split(" ")
+    assert "readergroup" in names.split(",") and origin.startswith(str(shipped))
+    register(spark)  # explicit registration, for anywhere else
+    assert source(spark, events).load().count() == 1500
