@@ -350,3 +350,24 @@ def test_runner_processes_segments_in_parallel_and_each_in_order(
     committed = reader._member.refresh().positions()
     assert sum(committed.values()) == 400  # committed only after handling, and all of it
     reader.close()
+
+
+def test_a_takeover_join_fences_the_live_incarnation_at_once(
+    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+) -> None:
+    """A retried task joins with takeover: the old generation is removed in the same conditional
+    update (no session to wait out) and is fenced from then on."""
+    write(factory, 40)
+    make_group(redis_url, scope, session_timeout=60.0)
+    old = factory.create_reader("task-0", "billing", UTF8StringSerializer())
+    first = old.read_next_event(timeout=2)
+    new = factory.create_reader(
+        "task-0", "billing", UTF8StringSerializer(), ReaderConfig(takeover=True)
+    )
+    assert new.generation > old.generation
+    with pytest.raises(ReaderNotInGroupError):
+        old._member.commit({next(iter(old._member.state.assigned)): (1, 5)})
+    rest = {e.event for e in drain(new)}  # from the committed positions: nothing lost
+    assert rest | {first.event} == {f"e{i}" for i in range(40)}
+    new.close()
+    old.close()
