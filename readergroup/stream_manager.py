@@ -367,21 +367,7 @@ class StreamManager(Closing):
         return state
 
     def _complete_seals(self, state: StreamState) -> None:
-        """Seal in Redis every segment the metadata says is sealed, then open the successors
-        left closed (repairs interrupted scales, see the module docstring)."""
-        scope, stream = state.scope, state.stream
-        inactive = [
-            r.segment_id for r in state.segments.values() if not r.active and not r.truncated
-        ]
-        closed = [r.segment_id for r in state.active_segments if r.predecessors]
-        states = self._connection.segment_states(scope, stream, inactive + closed)
-        for segment in inactive:
-            if states[segment].exists and not states[segment].sealed:
-                log.warning("sealing %s/%s/%d left unsealed by a scale", scope, stream, segment)
-                self._connection.seal(scope, stream, segment)
-        for segment in closed:
-            if states[segment].sealed and self._connection.open_segment(scope, stream, segment):
-                log.warning("opened %s/%s/%d left closed by a scale", scope, stream, segment)
+        complete_scale_seals(self._connection, state)
 
     def get_stream_info(self, scope: str, stream: str) -> StreamInfo:
         state = self.stream_state(scope, stream)
@@ -582,3 +568,19 @@ def _lost_stream(scope: str, stream: str) -> vanished.Missing:
         f"the metadata of stream {scope}/{stream} vanished from Redis; delete_stream removes "
         "what is left of it"
     )
+
+
+def complete_scale_seals(connection: RedisConnection, state: StreamState) -> None:
+    """Seal in Redis every segment the metadata says is sealed, then open the successors
+    left closed (repairs interrupted scales, see the module docstring). Idempotent."""
+    scope, stream = state.scope, state.stream
+    inactive = [r.segment_id for r in state.segments.values() if not r.active and not r.truncated]
+    closed = [r.segment_id for r in state.active_segments if r.predecessors]
+    states = connection.segment_states(scope, stream, inactive + closed)
+    for segment in inactive:
+        if states[segment].exists and not states[segment].sealed:
+            log.warning("sealing %s/%s/%d left unsealed by a scale", scope, stream, segment)
+            connection.seal(scope, stream, segment)
+    for segment in closed:
+        if states[segment].sealed and connection.open_segment(scope, stream, segment):
+            log.warning("opened %s/%s/%d left closed by a scale", scope, stream, segment)

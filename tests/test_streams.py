@@ -12,6 +12,7 @@ import redis
 
 from readergroup import (
     BytesSerializer,
+    ClientConfig,
     EventStreamClientFactory,
     EventTooLargeError,
     EventWriterConfig,
@@ -411,3 +412,35 @@ def test_autoscaler_splits_a_hot_segment_then_merges_quiet_ones(
     merge = scaler.run_once()  # nothing written: both halves are quiet
     assert merge is not None and merge.kind == "merge"
     assert len(manager.get_stream_info(scope, "s").active_segments) == 1
+
+
+def test_successors_take_no_event_before_their_predecessors_are_sealed(
+    manager: StreamManager, redis_url: str, scope: str
+) -> None:
+    """A scale that dies after its metadata update leaves the predecessor open and the
+    successors closed: a writer with cached metadata still appends to the predecessor, and a
+    writer routing to a successor finishes the scale itself (seal, then open) before its events
+    land, so per key server times never go back and time cuts stay exact."""
+    manager.create_stream(scope, "s")
+    stale = EventStreamClientFactory.from_url(scope, redis_url, ClientConfig(metadata_ttl=3600))
+    with stale, stale.create_event_writer("s", UTF8StringSerializer()) as old_writer:
+        old_writer.write_event("before", routing_key="k").result(10)
+        with StreamManager.from_url(redis_url) as crashing:
+            crashing.connection.seal = lambda *_: 1 / 0  # type: ignore[method-assign]
+            with pytest.raises(ZeroDivisionError):
+                crashing.scale_stream(scope, "s", [0], [(0.0, 0.5), (0.5, 1.0)])
+        successors = [s for s in manager.stream_state(scope, "s").segments if s != 0]
+        assert all(st.sealed for st in manager.segment_states(scope, "s", successors).values())
+        assert old_writer.write_event("late", routing_key="k").result(10).segment == 0
+        with EventStreamClientFactory.from_url(scope, redis_url) as fresh:
+            with fresh.create_event_writer("s", UTF8StringSerializer()) as new_writer:
+                landed = new_writer.write_event("after", routing_key="k").result(30)
+            assert landed.segment in successors
+            events = list(fresh.create_batch_client().read_events("s"))
+            at = events[2].server_ms
+            cut = manager.cut_at_time(scope, "s", at)
+            newer = list(fresh.create_batch_client().read_events("s", start=cut))
+    assert manager.segment_states(scope, "s", [0])[0].sealed
+    assert [e.payload for e in events] == [b"before", b"late", b"after"]
+    assert events[1].server_ms <= events[2].server_ms
+    assert newer == [e for e in events if e.server_ms >= at]
