@@ -102,6 +102,9 @@ def _translated(operation: str, exc: Exception) -> ReaderGroupError:
         error = CoordinationError(f"{operation}: {exc}")
         error.retriable = exc.retriable
         return error
+    if isinstance(exc, redis.ResponseError) and str(exc).startswith("ACL failure"):
+        # a command inside a script the user may not run
+        return AccessDeniedError(f"Redis refused {operation}: {exc}")
     return ReaderGroupError(f"Redis error during {operation}: {exc}")
 
 
