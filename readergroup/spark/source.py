@@ -39,6 +39,7 @@ from pyspark.sql.types import (
 
 from readergroup.config import ClientConfig
 from readergroup.errors import (
+    AccessDeniedError,
     InvalidConfigError,
     InvalidStreamCutError,
     ReaderGroupError,
@@ -496,8 +497,14 @@ def commit_job(options: SourceOptions, job: str, messages: Sequence[Any]) -> int
 def _restage(
     connection: RedisConnection, options: SourceOptions, job: str, staged: list[tuple[int, str]]
 ) -> list[tuple[int, str]]:
-    # finish a scale left undone (successors still closed) before routing again
-    state = StreamManager(connection).complete_scales(options.scope, options.stream)
+    # finish a scale left undone (successors still closed) before routing again; a writer
+    # role may not seal or open segments: it then waits for whoever may (bounded retries)
+    manager = StreamManager(connection)
+    try:
+        state = manager.complete_scales(options.scope, options.stream)
+    except AccessDeniedError as exc:
+        log.warning("job %s: cannot finish an interrupted scale: %s", job, exc, exc_info=exc)
+        state = manager.stream_state(options.scope, options.stream)
     ranges = _writable_ranges(state)
     regrouped: dict[int, list[tuple[str | None, bytes, int]]] = {}
     for _, key in staged:
