@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench chaos explore clean venv
+.PHONY: demo test test-long lint bench chaos explore clean venv
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -21,7 +21,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	mkdir -p .artifacts
-	$(PY) -m pytest --junitxml=.artifacts/junit.xml $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not long" --junitxml=.artifacts/junit.xml $(PYTEST_ARGS)
+
+# End-to-end runs of a minute or less each (examples, the demo, a short chaos run, a Spark
+# query killed and restarted): their own target so `make test` stays well under 10 minutes.
+test-long: $(STAMP)
+	mkdir -p .artifacts
+	$(PY) -m pytest -m long --junitxml=.artifacts/junit-long.xml $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -61,11 +61,29 @@ def find_server_binary() -> str | None:
     return None
 
 
-def _free_port() -> int:
+_CLUSTER_BUS_OFFSET = 10000
+"""A cluster node also listens on ``port + 10000`` (its bus): that port must exist, free."""
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    """A free loopback port whose cluster bus port (``port + 10000``) is free as well, so any
+    server started here, cluster node or not, can bind both."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port + _CLUSTER_BUS_OFFSET <= 65535 and _bindable(port + _CLUSTER_BUS_OFFSET):
+            return port
+    raise EmbeddedRedisError("no free loopback port with a free cluster bus port was found")
 
 
 def _answers(port: int, command: bytes, expected: bytes) -> bool:

@@ -14,6 +14,7 @@ from tools.chaos_check import Delivery, check
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.redis
 def test_a_short_chaos_run_loses_nothing_and_never_overlaps() -> None:

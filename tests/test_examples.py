@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.long
 
 
 def run_example(script: str, redis_url: str, *args: str) -> str:

@@ -162,6 +162,7 @@ def test_streaming_available_now_with_admission_control(
     assert any(name.startswith("external:spark:") for name in subscribers)  # published commits
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)  # two Spark processes in a row: slow on a loaded machine
 def test_a_killed_query_restarts_from_its_checkpoint_exactly_once(
     spark: Any, events: dict[str, Any], tmp_path: Path
