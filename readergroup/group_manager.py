@@ -545,7 +545,10 @@ class GroupWatcher:
                     if self._on_end is not None:
                         self._on_end()
                 self._sync.wait_for_updates(0.5)
-            except Exception:
+            except Exception:  # a listener's or an outage's error must not end the watch
+                logger.warning(
+                    "watcher of %s: retrying after an error", self._sync.name, exc_info=True
+                )
                 self._stop.wait(0.5)
 
     def stop(self) -> None:
