@@ -12,29 +12,13 @@ from typing import Any
 
 from readergroup import EventStreamClientFactory, UTF8StringSerializer
 from readergroup.spark.options import SourceOptions
-from tests.support.cli import as_json, cli, refused
+from tests.support.cli import as_json, cli, refused, setup_group
 from tests.support.waiting import wait_until
 
 
 def positions(redis_url: str, group: str) -> dict[int, int]:
     described = as_json(redis_url, "group", "describe", group)
     return {s["segment"]: s["position"] for s in described["segments"]}
-
-
-def setup_group(redis_url: str, scope: str, start: str = "tail") -> str:
-    cli(redis_url, "stream", "create", f"{scope}/orders", "--segments", "2")
-    cli(redis_url, "stream", "write", f"{scope}/orders", "--count", "30")
-    cli(
-        redis_url,
-        "group",
-        "create",
-        f"{scope}/billing",
-        "--stream",
-        f"{scope}/orders",
-        "--start",
-        start,
-    )
-    return f"{scope}/billing"
 
 
 def test_reset_to_offset_of_one_segment_dry_run_export_and_apply_an_edited_plan(

@@ -8,28 +8,12 @@ from typing import Any
 import pytest
 
 from readergroup import EventStreamClientFactory, ReaderGroupNotFoundError, UTF8StringSerializer
-from tests.support.cli import as_json, cli, refused
+from tests.support.cli import as_json, cli, refused, setup_group
 
 
 def positions(redis_url: str, group: str) -> dict[tuple[str, int], int]:
     described = as_json(redis_url, "group", "describe", group)
     return {(s["stream"], s["segment"]): s["position"] for s in described["segments"]}
-
-
-def setup_group(redis_url: str, scope: str, events: int = 30, start: str = "tail") -> str:
-    cli(redis_url, "stream", "create", f"{scope}/orders", "--segments", "2")
-    cli(redis_url, "stream", "write", f"{scope}/orders", "--count", str(events))
-    cli(
-        redis_url,
-        "group",
-        "create",
-        f"{scope}/billing",
-        "--stream",
-        f"{scope}/orders",
-        "--start",
-        start,
-    )
-    return f"{scope}/billing"
 
 
 def test_reset_refuses_a_cut_or_selection_for_a_stream_the_group_does_not_read(

@@ -45,3 +45,20 @@ def refused(redis_url: str, *args: str, code: int = 1) -> str:
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, done.stderr
     return lines[0]
+
+
+def setup_group(redis_url: str, scope: str, events: int = 30, start: str = "tail") -> str:
+    """``SCOPE/orders`` (2 segments, ``events`` written) read by group ``SCOPE/billing``."""
+    cli(redis_url, "stream", "create", f"{scope}/orders", "--segments", "2")
+    cli(redis_url, "stream", "write", f"{scope}/orders", "--count", str(events))
+    cli(
+        redis_url,
+        "group",
+        "create",
+        f"{scope}/billing",
+        "--stream",
+        f"{scope}/orders",
+        "--start",
+        start,
+    )
+    return f"{scope}/billing"
