@@ -23,7 +23,7 @@ import redis
 
 from bench.common import emit
 from readergroup import BytesSerializer, ClientConfig, EventStreamClientFactory, StreamManager
-from readergroup.embedded_redis import local_redis_server
+from readergroup.testing.embedded_redis import local_redis_server
 
 MODES = ("leader", "replicas=1", "fsync")
 

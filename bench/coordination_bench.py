@@ -37,8 +37,8 @@ from readergroup import (
     StreamConfiguration,
     StreamManager,
 )
-from readergroup.embedded_redis import redis_server
-from readergroup.errors import ReaderGroupError
+from readergroup.core.errors import ReaderGroupError
+from readergroup.testing.embedded_redis import redis_server
 
 PER_STREAM = 1024
 

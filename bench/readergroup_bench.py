@@ -41,7 +41,7 @@ from readergroup import (
     StreamConfiguration,
     StreamManager,
 )
-from readergroup.embedded_redis import redis_server
+from readergroup.testing.embedded_redis import redis_server
 
 PAYLOAD = b"x" * 100
 

@@ -25,7 +25,7 @@ from readergroup import (
     StreamConfiguration,
     StreamManager,
 )
-from readergroup.embedded_redis import redis_server
+from readergroup.testing.embedded_redis import redis_server
 
 
 def spark_rate(url: str, scope: str, cores: int, events: int) -> float:

@@ -29,7 +29,7 @@ import msgpack
 import redis
 
 from bench.common import emit, median, run_processes
-from readergroup.embedded_redis import redis_server
+from readergroup.testing.embedded_redis import redis_server
 from statesync import RetryPolicy, StateSynchronizer, SyncConfig
 from statesync.redis_backend import RedisLogBackend
 from statesync.scripts import script_source

@@ -35,7 +35,7 @@ from readergroup import (
     StreamConfiguration,
     StreamManager,
 )
-from readergroup.embedded_redis import redis_server
+from readergroup.testing.embedded_redis import redis_server
 
 
 def raw_write(client: redis.Redis, key: str, payloads: list[bytes], keys: list[str]) -> float:

@@ -33,7 +33,7 @@ from readergroup import (
     StreamConfiguration,
     StreamManager,
 )
-from readergroup.embedded_redis import redis_server
+from readergroup.testing.embedded_redis import redis_server
 
 TIMING = {
     "heartbeat_interval": 0.3,

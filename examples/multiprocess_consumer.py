@@ -28,7 +28,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.embedded_redis import redis_server
+from readergroup.testing.embedded_redis import redis_server
 
 
 def consume(url: str, name: str, out: str) -> None:

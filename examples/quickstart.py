@@ -11,7 +11,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.embedded_redis import redis_server
+from readergroup.testing.embedded_redis import redis_server
 
 with redis_server() as server, StreamManager.from_url(server.url) as streams:
     streams.create_scope("shop")

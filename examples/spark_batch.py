@@ -11,8 +11,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from readergroup import EventStreamClientFactory, JsonSerializer, StreamManager
-from readergroup.embedded_redis import redis_server
 from readergroup.spark.session import local_session
+from readergroup.testing.embedded_redis import redis_server
 
 
 def main() -> int:

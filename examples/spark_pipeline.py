@@ -25,8 +25,8 @@ from readergroup import (
     StreamConfiguration,
     StreamManager,
 )
-from readergroup.embedded_redis import redis_server
 from readergroup.spark.session import local_session
+from readergroup.testing.embedded_redis import redis_server
 
 
 def write_events(url: str, scope: str, count: int, scale_at: threading.Event) -> Counter[str]:

@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from readergroup.embedded_redis import redis_server
+from readergroup.testing.embedded_redis import redis_server
 from statesync import StateSynchronizer, Update
 
 

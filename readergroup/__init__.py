@@ -1,10 +1,35 @@
 """readergroup: Pravega-style streams and reader groups on Redis, built on :mod:`statesync`."""
 
-from readergroup.autoscale import AutoScaler, ScaleAction, plan_scaling
-from readergroup.batch_client import BatchClient
-from readergroup.client_factory import EventStreamClientFactory
-from readergroup.config import ClientConfig
-from readergroup.errors import (
+from readergroup.admin.autoscale import AutoScaler, ScaleAction, plan_scaling
+from readergroup.admin.group_manager import (
+    CheckpointResult,
+    GroupMetrics,
+    Lag,
+    ReaderGroup,
+    ReaderGroupManager,
+    ResetResult,
+    SegmentDistribution,
+)
+from readergroup.admin.retention import RetentionManager
+from readergroup.admin.stream_manager import SegmentInfo, StreamInfo, StreamManager
+from readergroup.client.batch_client import BatchClient
+from readergroup.client.client_factory import EventStreamClientFactory
+from readergroup.client.reader import EventRead, EventStreamReader, RebalanceListener
+from readergroup.client.serializers import (
+    BytesSerializer,
+    JsonSerializer,
+    MsgpackSerializer,
+    Serializer,
+    UTF8StringSerializer,
+)
+from readergroup.client.writer import (
+    EventPointer,
+    EventStreamWriter,
+    EventWriterConfig,
+    WriteFuture,
+)
+from readergroup.core.config import ClientConfig
+from readergroup.core.errors import (
     AccessDeniedError,
     AckTimeoutError,
     AckUnsupportedError,
@@ -38,38 +63,18 @@ from readergroup.errors import (
     WriterClosedError,
     WrongKeyTypeError,
 )
-from readergroup.group_config import ReaderConfig, ReaderGroupConfig
-from readergroup.group_manager import (
-    CheckpointResult,
-    GroupMetrics,
-    Lag,
-    ReaderGroup,
-    ReaderGroupManager,
-    ResetResult,
-    SegmentDistribution,
-)
-from readergroup.group_state import (
+from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
+from readergroup.core.group_state import (
     CheckpointError,
     ReaderAlreadyOnlineError,
     ReaderNotInGroupError,
     SegmentNotOwnedError,
 )
-from readergroup.planning import SegmentRange
-from readergroup.reader import EventRead, EventStreamReader, RebalanceListener
-from readergroup.redis_io import SegmentEvent
-from readergroup.retention import RetentionManager
-from readergroup.routing import key_position, segment_id
-from readergroup.serializers import (
-    BytesSerializer,
-    JsonSerializer,
-    MsgpackSerializer,
-    Serializer,
-    UTF8StringSerializer,
-)
-from readergroup.stream_config import RetentionPolicy, ScalingPolicy, StreamConfiguration
-from readergroup.stream_cut import StreamCut
-from readergroup.stream_manager import SegmentInfo, StreamInfo, StreamManager
-from readergroup.writer import EventPointer, EventStreamWriter, EventWriterConfig, WriteFuture
+from readergroup.core.planning import SegmentRange
+from readergroup.core.routing import key_position, segment_id
+from readergroup.core.stream_config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from readergroup.core.stream_cut import StreamCut
+from readergroup.storage.redis_io import SegmentEvent
 
 __version__ = "0.1.0"
 

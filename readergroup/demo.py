@@ -33,15 +33,15 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
+from readergroup.admin.group_manager import ReaderGroupManager
+from readergroup.admin.stream_manager import StreamManager
 from readergroup.cli.groups import DESCRIBE_COLUMNS, describe_rows
 from readergroup.cli.output import table
-from readergroup.client_factory import EventStreamClientFactory
-from readergroup.embedded_redis import redis_server
-from readergroup.group_config import ReaderGroupConfig
-from readergroup.group_manager import ReaderGroupManager
-from readergroup.serializers import UTF8StringSerializer
-from readergroup.stream_config import ScalingPolicy, StreamConfiguration
-from readergroup.stream_manager import StreamManager
+from readergroup.client.client_factory import EventStreamClientFactory
+from readergroup.client.serializers import UTF8StringSerializer
+from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.core.stream_config import ScalingPolicy, StreamConfiguration
+from readergroup.testing.embedded_redis import redis_server
 
 KEYS = 24
 

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from readergroup.embedded_redis import (
+from readergroup.core.errors import EmbeddedRedisError
+from readergroup.testing.embedded_redis import (
     LocalRedisServer,
     RedisServer,
     local_redis_server,
     redis_server,
 )
-from readergroup.errors import EmbeddedRedisError
 from statesync import MemoryLogBackend, snapshot_cache
 from statesync.backend import LogBackend
 from statesync.redis_backend import RedisLogBackend

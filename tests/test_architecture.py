@@ -50,3 +50,101 @@ def test_only_backend_modules_import_redis() -> None:
         relative = str(path.relative_to(ROOT))
         if "redis" in imported_roots(path):
             assert relative in allowed, relative
+
+
+# readergroup's layers, bottom first: a module may import its own layer and the ones below.
+LAYERS = ["core", "storage", "testing", "admin", "client", "app"]
+APP = {"cli", "spark", "demo", "__init__", "__main__"}
+
+
+def readergroup_layer(path: Path) -> str:
+    part = path.relative_to(ROOT / "readergroup").parts[0].removesuffix(".py")
+    return "app" if part in APP else part
+
+
+def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:`` (imports for annotations only)."""
+    found: list[ast.AST] = []
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and ast.unparse(child.test).endswith("TYPE_CHECKING"):
+                pending.extend(child.orelse)
+            else:
+                pending.append(child)
+    return found
+
+
+def readergroup_imports(path: Path) -> set[str]:
+    """Modules of readergroup that ``path`` imports, as dotted names."""
+    modules: set[str] = set()
+    for node in runtime_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules |= {a.name for a in node.names if a.name.startswith("readergroup.")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "readergroup":
+                modules |= {f"readergroup.{a.name}" for a in node.names}
+            elif node.module.startswith("readergroup."):
+                modules.add(node.module)
+    return modules
+
+
+def module_path(dotted: str) -> Path | None:
+    base = ROOT / Path(*dotted.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def test_every_readergroup_module_lives_in_a_layer() -> None:
+    for path in (ROOT / "readergroup").glob("**/*.py"):
+        assert readergroup_layer(path) in LAYERS, f"{path}: not in a layer folder"
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    for path in (ROOT / "readergroup").glob("**/*.py"):
+        rank = LAYERS.index(readergroup_layer(path))
+        for dotted in readergroup_imports(path):
+            target = module_path(dotted)
+            if target is None:  # a name imported from a package, not a module
+                continue
+            target_rank = LAYERS.index(readergroup_layer(target))
+            assert target_rank <= rank, f"{path.relative_to(ROOT)} imports {dotted}: up a layer"
+
+
+def test_pure_core_does_no_io() -> None:
+    for path in (ROOT / "readergroup" / "core").glob("*.py"):
+        assert not imported_roots(path) & FORBIDDEN, path
+
+
+def test_only_the_storage_layer_and_tooling_import_redis() -> None:
+    for path in (ROOT / "readergroup").glob("**/*.py"):
+        if "redis" in imported_roots(path):
+            assert readergroup_layer(path) in {"storage", "testing", "app"}, path
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph: dict[Path, set[Path]] = {}
+    for path in (ROOT / "readergroup").glob("**/*.py"):
+        targets = {module_path(d) for d in readergroup_imports(path)}
+        graph[path] = {t for t in targets if t is not None and t != path}
+    state: dict[Path, int] = {}
+
+    def visit(node: Path, stack: list[Path]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = [*stack[stack.index(nxt) :], nxt] if nxt in stack else [node, nxt]
+                raise AssertionError(
+                    "import cycle: " + " -> ".join(str(p.relative_to(ROOT)) for p in cycle)
+                )
+            if nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])

@@ -25,7 +25,7 @@ from readergroup import (
     TruncatedDataError,
     UTF8StringSerializer,
 )
-from readergroup.group_state import CreateCheckpoint
+from readergroup.core.group_state import CreateCheckpoint
 from tests.support.waiting import wait_until
 from tests.test_reader_group_processes import Cluster
 
@@ -152,7 +152,7 @@ def test_at_most_three_outstanding_checkpoints(redis_url: str, scope: str, strea
 
 
 def AddReaderLike() -> Any:
-    from readergroup.group_state import AddReader
+    from readergroup.core.group_state import AddReader
 
     return AddReader("ghost", 0)
 

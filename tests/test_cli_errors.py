@@ -18,9 +18,9 @@ from typing import Any
 import redis
 
 from readergroup import ReaderGroupConfig, ReaderGroupManager, StreamManager
-from readergroup.embedded_redis import LocalRedisServer
-from readergroup.group_manager import join_group
-from readergroup.redis_io import RedisConnection
+from readergroup.admin.group_manager import join_group
+from readergroup.storage.redis_io import RedisConnection
+from readergroup.testing.embedded_redis import LocalRedisServer
 from tests.support.cli import ROOT, as_json, cli, refused
 from tests.support.waiting import wait_until
 

@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from readergroup import EventStreamClientFactory, UTF8StringSerializer
-from readergroup.group_state import STATE_TYPES, UPDATE_TYPES
-from readergroup.metrics import register_metrics
-from readergroup.names import group_sync_name
-from readergroup.redis_io import RedisConnection
+from readergroup.admin.metrics import register_metrics
+from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES
+from readergroup.core.names import group_sync_name
+from readergroup.storage.redis_io import RedisConnection
 from tests.support.cli import ROOT, as_json, cli
 from tests.support.waiting import wait_until
 

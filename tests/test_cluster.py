@@ -25,11 +25,11 @@ from readergroup import (
     StreamManager,
     UnsafeServerConfigError,
     UTF8StringSerializer,
-    acl,
 )
-from readergroup.embedded_redis import LocalRedisCluster, local_redis_cluster
-from readergroup.errors import EmbeddedRedisError
-from readergroup.redis_io import RedisConnection
+from readergroup.admin import acl
+from readergroup.core.errors import EmbeddedRedisError
+from readergroup.storage.redis_io import RedisConnection
+from readergroup.testing.embedded_redis import LocalRedisCluster, local_redis_cluster
 from tests.support.model import ALL_TYPES, Add
 
 CLUSTER = ClientConfig(cluster=True)

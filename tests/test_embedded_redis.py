@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import redis
 
-from readergroup.embedded_redis import (
+from readergroup.core.errors import EmbeddedRedisError
+from readergroup.testing.embedded_redis import (
     find_server_binary,
     local_redis_server,
     redis_server,
 )
-from readergroup.errors import EmbeddedRedisError
 
 
 def test_redis_url_wins(monkeypatch: pytest.MonkeyPatch) -> None:

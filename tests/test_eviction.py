@@ -16,7 +16,7 @@ from readergroup import (
     StreamManager,
     UnsafeServerConfigError,
 )
-from readergroup.names import (
+from readergroup.core.names import (
     SCOPES_SYNC_NAME,
     catalog_sync_name,
     group_sync_name,

@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
-from readergroup import membership
-from readergroup.group_state import (
+from readergroup.admin import group_member
+from readergroup.admin.group_member import GroupMember
+from readergroup.core import membership
+from readergroup.core.group_state import (
     CompleteSegment,
     GroupState,
     SegKey,
     check_owner,
 )
-from readergroup.membership import GroupMember
 from tests.support.explorer import InvariantViolation, Limits, explore
 
 DEADLINE_S = 150.0  # generous on a loaded 2-core machine; typically a third of that
@@ -130,7 +131,7 @@ def test_the_explorer_finds_a_checkpoint_raced_by_a_release(
             return {}, []
         return original(self, positions)
 
-    monkeypatch.setattr(membership, "plan_release", _unguarded_release)
+    monkeypatch.setattr(group_member, "plan_release", _unguarded_release)
     monkeypatch.setattr(GroupMember, "rebalance", rebalance)
     with pytest.raises(InvariantViolation, match="checkpoint cp0") as caught:
         explore(Limits(depth=5, readers=2, resets=0), deadline_s=DEADLINE_S)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from readergroup.embedded_redis import LocalRedisServer
+from readergroup.testing.embedded_redis import LocalRedisServer
 from statesync import BackendUnavailableError, RetryPolicy, StateSynchronizer, SyncConfig
 from statesync.redis_backend import RedisLogBackend
 from tests.support.model import ALL_TYPES, Add

@@ -24,10 +24,10 @@ from readergroup import (
     SerializationError,
     StreamManager,
     UTF8StringSerializer,
-    acl,
 )
-from readergroup.names import group_sync_name
-from readergroup.routing import MAX_ROUTING_KEY_BYTES
+from readergroup.admin import acl
+from readergroup.core.names import group_sync_name
+from readergroup.core.routing import MAX_ROUTING_KEY_BYTES
 from statesync import CorruptEntryError
 from statesync.clock import Clock
 from tests.support.tls import TlsProxy, make_certificates

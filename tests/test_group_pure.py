@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from readergroup.balance import (
+from readergroup.core.balance import (
     acquire_count,
     expired_readers,
     fair_share,
@@ -14,9 +14,9 @@ from readergroup.balance import (
     segments_to_acquire,
     segments_to_release,
 )
-from readergroup.errors import InvalidConfigError
-from readergroup.group_config import ReaderGroupConfig
-from readergroup.group_state import (
+from readergroup.core.errors import InvalidConfigError
+from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.core.group_state import (
     AcquireSegments,
     AddReader,
     CommitPositions,
@@ -213,7 +213,7 @@ def test_many_reader_simulation_keeps_every_invariant(seed: int) -> None:
 
 
 def test_a_checkpoint_never_completes_before_it_was_created() -> None:
-    from readergroup.group_state import AckCheckpoint, CreateCheckpoint
+    from readergroup.core.group_state import AckCheckpoint, CreateCheckpoint
 
     state = with_readers(group(1), ["a"])
     state = CreateCheckpoint("cp", created_ms=5_000).apply_to(state)

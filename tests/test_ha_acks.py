@@ -20,8 +20,8 @@ from readergroup import (
     UTF8StringSerializer,
     WriteFailedError,
 )
-from readergroup.embedded_redis import LocalRedisServer, local_redis_server
-from readergroup.errors import AckTimeoutError
+from readergroup.core.errors import AckTimeoutError
+from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
 from statesync import Acks, RetryPolicy, StateSynchronizer, SyncConfig
 from statesync import AckTimeoutError as SyncAckTimeoutError
 from statesync import AckUnsupportedError as SyncAckUnsupportedError

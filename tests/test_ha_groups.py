@@ -17,7 +17,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.names import group_sync_name
+from readergroup.core.names import group_sync_name
 from statesync.redis_backend import RedisLogBackend
 from tests.support.failover import remember
 

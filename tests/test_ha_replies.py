@@ -15,8 +15,8 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.errors import RedisUnavailableError
-from readergroup.redis_io import translate_errors
+from readergroup.core.errors import RedisUnavailableError
+from readergroup.storage.redis_io import translate_errors
 from statesync import (
     BackendUnavailableError,
     ManualClock,

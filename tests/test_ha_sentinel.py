@@ -18,7 +18,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.embedded_redis import LocalSentinelGroup, local_sentinel_group
+from readergroup.testing.embedded_redis import LocalSentinelGroup, local_sentinel_group
 from statesync import StateSynchronizer
 from statesync.endpoints import EndpointURLError, parse_sentinel_url
 from tests.support.model import ALL_TYPES, Add

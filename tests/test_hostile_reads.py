@@ -34,7 +34,7 @@ from readergroup import (
     UTF8StringSerializer,
     key_position,
 )
-from readergroup.names import SCOPES_SYNC_NAME, catalog_sync_name, group_sync_name
+from readergroup.core.names import SCOPES_SYNC_NAME, catalog_sync_name, group_sync_name
 from statesync import CorruptEntryError, EntryTooLargeError, StateSynchronizer, SyncConfig
 from statesync.redis_backend import RedisLogBackend
 from tests.support.hostile import hostile_entry

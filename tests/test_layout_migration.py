@@ -13,12 +13,12 @@ from readergroup import (
     RetentionManager,
     ScopeNotFoundError,
     StreamManager,
-    catalog,
-    vanished,
 )
 from readergroup.cli import main
-from readergroup.names import LEGACY_CATALOG_SYNC_NAME, SCOPES_SYNC_NAME, catalog_sync_name
-from readergroup.redis_io import RedisConnection
+from readergroup.core import catalog
+from readergroup.core.names import LEGACY_CATALOG_SYNC_NAME, SCOPES_SYNC_NAME, catalog_sync_name
+from readergroup.storage import vanished
+from readergroup.storage.redis_io import RedisConnection
 
 
 def old_layout(url: str, scope: str, other: str) -> None:

@@ -24,11 +24,11 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.group_manager import ReaderGroup, join_group
-from readergroup.group_state import CreateCheckpoint, GroupState
-from readergroup.membership import GroupMember
-from readergroup.redis_io import RedisConnection
-from readergroup.routing import key_position
+from readergroup.admin.group_manager import ReaderGroup, join_group
+from readergroup.admin.group_member import GroupMember
+from readergroup.core.group_state import CreateCheckpoint, GroupState
+from readergroup.core.routing import key_position
+from readergroup.storage.redis_io import RedisConnection
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.05}

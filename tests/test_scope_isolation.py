@@ -37,13 +37,13 @@ from readergroup import (
     StreamConfiguration,
     StreamManager,
     UTF8StringSerializer,
-    acl,
 )
-from readergroup.catalog import RemoveGroup
+from readergroup.admin import acl
 from readergroup.cli import main
-from readergroup.embedded_redis import LocalRedisServer, local_redis_server
-from readergroup.names import catalog_sync_name, scope_key_patterns
-from readergroup.redis_io import RedisConnection
+from readergroup.core.catalog import RemoveGroup
+from readergroup.core.names import catalog_sync_name, scope_key_patterns
+from readergroup.storage.redis_io import RedisConnection
+from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
 from statesync.errors import BackendAccessError
 
 ROOT = Path(__file__).resolve().parent.parent

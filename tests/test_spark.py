@@ -27,11 +27,11 @@ from readergroup import (
     StreamManager,
     StreamSealedError,
     UTF8StringSerializer,
-    acl,
 )
+from readergroup.admin import acl
+from readergroup.core.stream_metadata import ScaleStream, initial_state
 from readergroup.spark.executor_readers import run_executor_readers
 from readergroup.spark.options import SourceOptions, decode_offset, encode_offset, limited_end
-from readergroup.stream_metadata import ScaleStream, initial_state
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +122,7 @@ def test_offsets_are_canonical_and_limits_respect_predecessors() -> None:
     assert list(encode_offset(cut)["positions"]) == ["0", "5"]
     state = initial_state("a", "b", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)), 0)
     state = ScaleStream(1, (0,), ((0.0, 0.5), (0.5, 1.0)), 0).apply_to(state)
-    from readergroup.planning import plan_ranges
+    from readergroup.core.planning import plan_ranges
 
     ranges = plan_ranges(state, {0: 0}, None, {0: 10, 4294967297: 5, 4294967298: 5})
     assert limited_end(state, ranges, 4) == {0: 4}  # the successors wait for segment 0
@@ -207,7 +207,7 @@ def test_the_sink_writes_once_per_job_and_per_batch(
     with EventStreamClientFactory.from_url(scope, redis_url) as f:
         got = list(f.create_batch_client().read_events("sink"))
     assert sorted(e.payload.decode() for e in got) == sorted(r[1] for r in rows)
-    from readergroup.routing import key_position
+    from readergroup.core.routing import key_position
 
     info = StreamManager.from_url(redis_url).get_stream_info(scope, "sink")
     ranges = {s.segment_id: (s.low, s.high) for s in info.active_segments}

@@ -35,9 +35,9 @@ from readergroup import (
     UTF8StringSerializer,
     WriteFailedError,
 )
-from readergroup.autoscale import AutoScaler
-from readergroup.redis_io import AppendBatch
-from readergroup.routing import key_position
+from readergroup.admin.autoscale import AutoScaler
+from readergroup.core.routing import key_position
+from readergroup.storage.redis_io import AppendBatch
 from tests.support.proxy import ReplyDroppingProxy
 from tests.support.waiting import wait_until
 

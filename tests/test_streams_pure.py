@@ -18,11 +18,11 @@ from readergroup import (
     StreamConfiguration,
     StreamCut,
 )
-from readergroup.autoscale import ScaleAction, plan_scaling
-from readergroup.errors import InvalidConfigError, ScaleConflictError
-from readergroup.names import split_scoped_stream, validate_name
-from readergroup.planning import plan_ranges
-from readergroup.routing import (
+from readergroup.admin.autoscale import ScaleAction, plan_scaling
+from readergroup.core.errors import InvalidConfigError, ScaleConflictError
+from readergroup.core.names import split_scoped_stream, validate_name
+from readergroup.core.planning import plan_ranges
+from readergroup.core.routing import (
     RangeMap,
     check_exact_cover,
     epoch_of,
@@ -31,7 +31,7 @@ from readergroup.routing import (
     segment_id,
     uniform_ranges,
 )
-from readergroup.stream_metadata import ScaleStream, StreamState, check_scale, initial_state
+from readergroup.core.stream_metadata import ScaleStream, StreamState, check_scale, initial_state
 from statesync.codec import Codec, TypeRegistry
 
 
@@ -111,7 +111,10 @@ def test_random_scales_keep_every_invariant(steps: list[tuple[bool, int, int]]) 
     state = fresh()
     codec = Codec(
         TypeRegistry(
-            [*__import__("readergroup.stream_metadata", fromlist=["x"]).STATE_TYPES, ScaleStream]
+            [
+                *__import__("readergroup.core.stream_metadata", fromlist=["x"]).STATE_TYPES,
+                ScaleStream,
+            ]
         )
     )
     for split, pick, factor in steps:

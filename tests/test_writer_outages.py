@@ -16,8 +16,8 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.errors import ReaderGroupError
-from readergroup.routing import key_position, segment_name
+from readergroup.core.errors import ReaderGroupError
+from readergroup.core.routing import key_position, segment_name
 
 FOUR = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4))
 

@@ -49,7 +49,7 @@ from readergroup import (  # noqa: E402
     UTF8StringSerializer,
     WriteFuture,
 )
-from readergroup.embedded_redis import local_redis_server  # noqa: E402
+from readergroup.testing.embedded_redis import local_redis_server  # noqa: E402
 from tests.support.proxy import ReplyDroppingProxy  # noqa: E402
 from tools.chaos_check import Delivery, check  # noqa: E402
 

@@ -7,11 +7,11 @@ import os
 
 import click
 
-from readergroup import acl as rules_of
+from readergroup.admin import acl as rules_of
+from readergroup.admin.migration import migrate_catalog
+from readergroup.admin.stream_manager import StreamManager
 from readergroup.cli.common import Context, command
-from readergroup.errors import ReaderGroupError
-from readergroup.migration import migrate_catalog
-from readergroup.stream_manager import StreamManager
+from readergroup.core.errors import ReaderGroupError
 
 
 @click.group("acl")

@@ -18,9 +18,9 @@ import click
 from rich.console import Console
 
 from readergroup.cli.output import Output
-from readergroup.config import ClientConfig
-from readergroup.errors import AccessDeniedError, ReaderGroupError, RedisUnavailableError
-from readergroup.names import split_scoped_stream
+from readergroup.core.config import ClientConfig
+from readergroup.core.errors import AccessDeniedError, ReaderGroupError, RedisUnavailableError
+from readergroup.core.names import split_scoped_stream
 from statesync import RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -17,22 +17,22 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from readergroup.admin.group_manager import ReaderGroup, ReaderGroupManager
+from readergroup.admin.stream_manager import StreamManager
 from readergroup.cli.common import CLI_WRITER, Context, command, scoped
 from readergroup.cli.output import table
 from readergroup.cli.reset_options import ResetRequest, reset_options
-from readergroup.errors import (
+from readergroup.core.errors import (
     ReaderGroupError,
     ReaderGroupInUseError,
     RedisUnavailableError,
 )
-from readergroup.group_config import ReaderGroupConfig, StartPosition, start_word
-from readergroup.group_manager import ReaderGroup, ReaderGroupManager
-from readergroup.group_state import STATE_TYPES, UPDATE_TYPES
-from readergroup.group_view import group_state_word
-from readergroup.names import group_sync_name
-from readergroup.redis_io import RedisConnection, translate_errors
-from readergroup.stream_cut import StreamCut
-from readergroup.stream_manager import StreamManager
+from readergroup.core.group_config import ReaderGroupConfig, StartPosition, start_word
+from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES
+from readergroup.core.group_view import group_state_word
+from readergroup.core.names import group_sync_name
+from readergroup.core.stream_cut import StreamCut
+from readergroup.storage.redis_io import RedisConnection, translate_errors
 from statesync.codec import Codec, DecodeError, TypeRegistry
 
 logger = logging.getLogger(__name__)

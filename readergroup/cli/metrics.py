@@ -8,9 +8,9 @@ import click
 from prometheus_client import start_http_server
 from prometheus_client.registry import CollectorRegistry
 
+from readergroup.admin.metrics import register_metrics
 from readergroup.cli.common import Context, command
-from readergroup.metrics import register_metrics
-from readergroup.redis_io import RedisConnection
+from readergroup.storage.redis_io import RedisConnection
 
 
 @click.group()

@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 
 import click
 
-from readergroup.group_config import StartPosition
-from readergroup.group_manager import ReaderGroup
-from readergroup.group_state import SegKey
-from readergroup.stream_cut import StreamCut
+from readergroup.admin.group_manager import ReaderGroup
+from readergroup.core.group_config import StartPosition
+from readergroup.core.group_state import SegKey
+from readergroup.core.stream_cut import StreamCut
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
+from readergroup.admin.stream_manager import StreamManager
 from readergroup.cli.common import Context, command
-from readergroup.stream_manager import StreamManager
 
 
 @click.group()

@@ -9,16 +9,16 @@ from typing import Any
 import click
 from rich.progress import Progress
 
-from readergroup.catalog import subscribers_of
+from readergroup.admin.stream_manager import StreamInfo, StreamManager
 from readergroup.cli.common import Context, command, scoped
-from readergroup.client_factory import EventStreamClientFactory
-from readergroup.errors import ReaderGroupError
-from readergroup.routing import segment_name, uniform_ranges
-from readergroup.serializers import BytesSerializer
-from readergroup.stream_config import ScalingPolicy, StreamConfiguration
-from readergroup.stream_cut import StreamCut
-from readergroup.stream_manager import StreamInfo, StreamManager
-from readergroup.writer import WriteFuture
+from readergroup.client.client_factory import EventStreamClientFactory
+from readergroup.client.serializers import BytesSerializer
+from readergroup.client.writer import WriteFuture
+from readergroup.core.catalog import subscribers_of
+from readergroup.core.errors import ReaderGroupError
+from readergroup.core.routing import segment_name, uniform_ranges
+from readergroup.core.stream_config import ScalingPolicy, StreamConfiguration
+from readergroup.core.stream_cut import StreamCut
 
 
 @click.group()

@@ -25,11 +25,11 @@ from typing import Any
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
-from readergroup.client_factory import EventStreamClientFactory
-from readergroup.config import ClientConfig
-from readergroup.group_config import ReaderConfig
-from readergroup.reader import EventRead
-from readergroup.serializers import BytesSerializer, Serializer
+from readergroup.client.client_factory import EventStreamClientFactory
+from readergroup.client.reader import EventRead
+from readergroup.client.serializers import BytesSerializer, Serializer
+from readergroup.core.config import ClientConfig
+from readergroup.core.group_config import ReaderConfig
 
 
 def _task(

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from readergroup.errors import InvalidConfigError, InvalidStreamCutError
-from readergroup.names import validate_name
-from readergroup.planning import SegmentRange
-from readergroup.stream_cut import StreamCut
-from readergroup.stream_metadata import StreamState
+from readergroup.core.errors import InvalidConfigError, InvalidStreamCutError
+from readergroup.core.names import validate_name
+from readergroup.core.planning import SegmentRange
+from readergroup.core.stream_cut import StreamCut
+from readergroup.core.stream_metadata import StreamState
 
 OFFSET_VERSION = 1
 SERIALIZERS = ("bytes", "utf8", "json")

@@ -37,8 +37,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from readergroup.config import ClientConfig
-from readergroup.errors import (
+from readergroup.admin.retention import RetentionManager
+from readergroup.admin.stream_manager import StreamManager
+from readergroup.core.config import ClientConfig
+from readergroup.core.errors import (
     AccessDeniedError,
     InvalidConfigError,
     InvalidStreamCutError,
@@ -47,10 +49,10 @@ from readergroup.errors import (
     StreamSealedError,
     TruncatedDataError,
 )
-from readergroup.planning import completed_merge_siblings, plan_ranges, skip_lost
-from readergroup.redis_io import RedisConnection, SegmentEvent
-from readergroup.retention import RetentionManager
-from readergroup.routing import RangeMap, key_position
+from readergroup.core.planning import completed_merge_siblings, plan_ranges, skip_lost
+from readergroup.core.routing import RangeMap, key_position
+from readergroup.core.stream_cut import StreamCut
+from readergroup.core.stream_metadata import StreamState
 from readergroup.spark.options import (
     BASE_COLUMNS,
     SourceOptions,
@@ -59,9 +61,7 @@ from readergroup.spark.options import (
     limited_end,
     split_ranges,
 )
-from readergroup.stream_cut import StreamCut
-from readergroup.stream_manager import StreamManager
-from readergroup.stream_metadata import StreamState
+from readergroup.storage.redis_io import RedisConnection, SegmentEvent
 from statesync.system_clock import SystemClock
 
 try:  # admission control and AvailableNow arrived in Spark 4.2

@@ -3,9 +3,9 @@
 Every interleaving of up to ``depth`` steps of up to three readers and an administrator on a
 stream that split and merged (0 -> A, B; B + 1 -> M), breadth first, with an invariant check
 after every step. The steps call the real protocol code: :class:`GroupMember`'s methods (and
-so the very generators of :mod:`readergroup.membership` that readers pass to ``update_state``),
-the administrator's generators of :mod:`readergroup.group_manager`, and the updates of
-:mod:`readergroup.group_state` with :mod:`readergroup.balance`. Only the synchronizer is a
+so the very generators of :mod:`readergroup.core.membership` that readers pass to ``update_state``),
+the administrator's generators of :mod:`readergroup.admin.group_manager`, and the updates of
+:mod:`readergroup.core.group_state` with :mod:`readergroup.core.balance`. Only the synchronizer is a
 model (:class:`ModelSync`: the contract of ``StateSynchronizer.update_state``, in memory), and
 the reading application is modelled by what a reader's shell decides (read, commit,
 acknowledge, absorb a reset, leave, crash).
@@ -31,10 +31,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from readergroup.errors import ReaderGroupError
-from readergroup.group_config import ReaderGroupConfig
-from readergroup.group_manager import plan_checkpoint
-from readergroup.group_state import (
+from readergroup.admin.group_manager import plan_checkpoint
+from readergroup.admin.group_member import GroupMember
+from readergroup.core.errors import ReaderGroupError
+from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.core.group_state import (
     CheckpointError,
     GroupState,
     ResetGroup,
@@ -42,7 +43,8 @@ from readergroup.group_state import (
     check_invariants,
     new_group,
 )
-from readergroup.membership import GroupMember, MemoryHeartbeatStore, plan_remove
+from readergroup.core.membership import plan_remove
+from readergroup.testing.memory_heartbeats import MemoryHeartbeatStore
 from statesync.replica import ApplyError, apply_updates, split_generator_result
 
 STREAM = "x/s"

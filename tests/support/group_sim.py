@@ -6,8 +6,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from readergroup.group_config import ReaderGroupConfig
-from readergroup.group_state import (
+from readergroup.admin.group_member import GroupMember
+from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.core.group_state import (
     STATE_TYPES,
     UPDATE_TYPES,
     GroupState,
@@ -15,10 +16,10 @@ from readergroup.group_state import (
     check_invariants,
     new_group,
 )
-from readergroup.membership import GroupMember, MemoryHeartbeatStore
-from readergroup.routing import uniform_ranges
-from readergroup.stream_config import ScalingPolicy, StreamConfiguration
-from readergroup.stream_metadata import ScaleStream, StreamState, initial_state
+from readergroup.core.routing import uniform_ranges
+from readergroup.core.stream_config import ScalingPolicy, StreamConfiguration
+from readergroup.core.stream_metadata import ScaleStream, StreamState, initial_state
+from readergroup.testing.memory_heartbeats import MemoryHeartbeatStore
 from statesync import ManualClock, MemoryLogBackend, StateSynchronizer
 
 STREAM = "sim/stream"

@@ -25,7 +25,7 @@ from readergroup import (
     SegmentNotOwnedError,
     UTF8StringSerializer,
 )
-from readergroup.group_config import ReaderConfig
+from readergroup.core.group_config import ReaderConfig
 
 
 def main() -> int:

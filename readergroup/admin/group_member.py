@@ -1,0 +1,285 @@
+"""One reader's membership in a group: join, heartbeat, liveness, balance, commit, complete.
+
+The protocol shell between the pure plans (:mod:`~readergroup.core.membership`, over
+:mod:`~readergroup.core.group_state` and :mod:`~readergroup.core.balance`) and storage. It
+depends only on a state synchronizer and a
+:class:`~readergroup.core.membership.HeartbeatStore`, so the same code runs against Redis in
+production and against :class:`~statesync.MemoryLogBackend` plus
+:class:`~readergroup.testing.memory_heartbeats.MemoryHeartbeatStore` in the deterministic
+simulation.
+
+Who may call what: one :class:`GroupMember` per reader; its owner's threads may call any
+method (the synchronizer serializes them).
+
+A lossy failover of the group's log: every method that meets
+:class:`~statesync.LogRegressedError` (the log lost entries this member had applied) adopts
+the log's state, rejoins if the log lost this member's join (its own live heartbeat does not
+hold the rejoin back), and runs once more on the adopted state.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Concatenate, ParamSpec, TypeVar
+
+from readergroup.core.balance import (
+    expired_readers,
+    next_expiry_ms,
+)
+from readergroup.core.group_state import (
+    Assignment,
+    GroupState,
+    ReaderNotInGroupError,
+    SegKey,
+)
+from readergroup.core.membership import (
+    HeartbeatStore,
+    plan_ack_checkpoint,
+    plan_ack_reset,
+    plan_acquire,
+    plan_commit,
+    plan_complete,
+    plan_join,
+    plan_release,
+    plan_remove,
+)
+from statesync import LogRegressedError, StateSynchronizer
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _recovers(
+    method: Callable[Concatenate[GroupMember, P], R],
+) -> Callable[Concatenate[GroupMember, P], R]:
+    """Run ``method``; after a regressed log, recover (see the module doc) and run it again."""
+
+    @functools.wraps(method)
+    def run(member: GroupMember, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(member, *args, **kwargs)
+        except LogRegressedError as exc:
+            member.recover(exc)
+            return method(member, *args, **kwargs)
+        except ReaderNotInGroupError:
+            if not member.member_after_recovery():
+                raise
+            return method(member, *args, **kwargs)
+
+    return run
+
+
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """What a heartbeat learned: server time, who was removed, when to look again."""
+
+    now_ms: int
+    removed: tuple[str, ...]
+    next_expiry_ms: int | None
+    member: bool
+
+
+class GroupMember:
+    """A reader's actions on the group state. All changes are conditional appends."""
+
+    def __init__(
+        self,
+        sync: StateSynchronizer[GroupState],
+        heartbeats: HeartbeatStore,
+        reader_id: str,
+        *,
+        session_timeout_ms: int,
+        max_moves: int,
+    ) -> None:
+        self.sync = sync
+        self.heartbeats = heartbeats
+        self.reader_id = reader_id
+        self.generation = 0
+        self.server_ms = 0
+        """Server time seen by the latest heartbeat (stamps acquisitions)."""
+        self._session_timeout_ms = session_timeout_ms
+        self._max_moves = max_moves
+        self._joined = False
+        self._recovery = threading.RLock()
+
+    @property
+    def state(self) -> GroupState:
+        return self.sync.state
+
+    def recover(self, cause: LogRegressedError) -> None:
+        """Adopt the group log's state after ``cause``; rejoin if the log lost our join."""
+        with self._recovery:
+            logger.warning(
+                "reader %r: the group log lost writes it had applied; adopting the log",
+                self.reader_id,
+                exc_info=cause,
+            )
+            self.sync.resync()
+            if self._joined and not self.is_member():
+                self._join(replace_own=True)
+                logger.info(
+                    "reader %r rejoined the group as generation %d after the log regressed",
+                    self.reader_id,
+                    self.generation,
+                )
+
+    def member_after_recovery(self) -> bool:
+        """Whether this reader is a member once any recovery under way in another thread is
+        over (between its resync and its rejoin the state does not list this reader)."""
+        with self._recovery:
+            return self._joined and self.is_member()
+
+    @_recovers
+    def refresh(self) -> GroupState:
+        self.sync.fetch_updates()
+        state: GroupState = self.sync.state
+        return state
+
+    def is_member(self, state: GroupState | None = None) -> bool:
+        state = state or self.sync.state
+        record = state.readers.get(self.reader_id)
+        return record is not None and record.generation == self.generation
+
+    def join(self, *, takeover: bool = False) -> int:
+        """Become an online member; return the new generation.
+
+        A previous incarnation with this id that stopped beating is removed first (its
+        segments return at their committed positions); a live one is an error, unless
+        ``takeover``: then it is removed all the same, in the same conditional update, which
+        fences its generation (its commits and moves fail from then on). For a retried task
+        that replaces a dead incarnation whose heartbeat has not expired yet.
+        """
+        if takeover:
+            logger.info("reader %r joins taking over any incarnation online", self.reader_id)
+        try:
+            return self._join(replace_own=takeover)
+        except LogRegressedError:
+            self.sync.resync()
+            return self._join(replace_own=takeover)
+
+    def _join(self, *, replace_own: bool) -> int:
+        """Join; ``replace_own``: a record under this id is this member's own, left behind by a
+        regressed log, and is replaced whatever its heartbeat says."""
+        now, beats = self.heartbeats.beat("", 0)
+        self.server_ms = now
+        me = self.reader_id
+        self.sync.fetch_updates()
+        self.sync.update_state(
+            plan_join(me, beats, now, self._session_timeout_ms, replace_own=replace_own)
+        )
+        self.generation = self.sync.state.readers[me].generation
+        self._joined = True
+        # the join was decided on fresh state, so whatever heartbeat is stored under this id is
+        # stale (even of a higher generation, should a regressed log have reused numbers)
+        self.heartbeats.beat(me, self.generation, claim=True)
+        return self.generation
+
+    @_recovers
+    def heartbeat(self) -> Liveness:
+        """Renew this reader's heartbeat and remove members whose session expired."""
+        now, beats = self.heartbeats.beat(self.reader_id, self.generation)
+        self.server_ms = now
+        state = self.refresh()
+        others = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
+        removed = []
+        for reader_id, generation in expired_readers(others, beats, now, self._session_timeout_ms):
+            if self.remove_if(reader_id, generation):
+                removed.append(reader_id)
+        state = self.sync.state
+        others = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
+        return Liveness(
+            now,
+            tuple(removed),
+            next_expiry_ms(others, beats, self._session_timeout_ms),
+            self.is_member(state) or self.member_after_recovery(),
+        )
+
+    def remove_if(
+        self, reader_id: str, generation: int, positions: Sequence[tuple[SegKey, int]] = ()
+    ) -> bool:
+        """Remove ``reader_id`` if it is still online in ``generation`` (and forget that
+        generation's heartbeat); ``False`` if it was not."""
+        removed = self.sync.update_state(
+            plan_remove(reader_id, generation, positions, self.server_ms)
+        )
+        if removed is not None:
+            self.heartbeats.forget(reader_id, generation)
+        return removed is not None
+
+    @_recovers
+    def leave(self, positions: Mapping[SegKey, int] | None = None) -> bool:
+        """Leave the group; owned segments return at ``positions`` (else committed ones)."""
+        self._joined = False  # a regressed log met while leaving must not rejoin
+        left = self.remove_if(self.reader_id, self.generation, tuple((positions or {}).items()))
+        self.heartbeats.forget(self.reader_id, self.generation)
+        return left
+
+    @_recovers
+    def rebalance(
+        self, release_positions: Mapping[SegKey, int]
+    ) -> tuple[dict[SegKey, Assignment], list[SegKey]]:
+        """Release above-share segments at ``release_positions`` and acquire below-share ones
+        (nothing moves while a checkpoint or reset awaits this reader).
+
+        A release cut short by ``max_moves`` is followed by another at once (each re-decided on
+        fresh state), so no share waits for the next refresh; the acquisition takes the whole
+        share in one update.
+
+        Returns ``(acquired, released)``. Raises ReaderNotInGroupError if no longer a member.
+        """
+        me, generation, moves = self.reader_id, self.generation, self._max_moves
+        positions = dict(release_positions)
+        released: list[SegKey] = []
+        # bounded: every capped round gives back ``moves`` of the segments owned now
+        for _ in range(len(self.sync.state.owned_by(me)) // moves + 1):
+            chosen = self.sync.update_state(plan_release(me, generation, moves, positions))
+            released.extend(chosen)
+            if len(chosen) < moves:
+                break
+        chosen = self.sync.update_state(plan_acquire(me, generation, self.server_ms))
+        # another thread may have adopted a regressed log since: keep what we still own
+        mine = self.sync.state.owned_by(me)
+        acquired = {s: mine[s] for s in chosen if s in mine}
+        return acquired, released
+
+    @_recovers
+    def ack_checkpoint(self, name: str, positions: Mapping[SegKey, int]) -> None:
+        """Report this reader's positions for checkpoint ``name``."""
+        self.sync.update_state(
+            plan_ack_checkpoint(
+                self.reader_id, self.generation, name, tuple(positions.items()), self.server_ms
+            )
+        )
+
+    @_recovers
+    def ack_reset(self, group_generation: int) -> None:
+        self.sync.update_state(plan_ack_reset(self.reader_id, self.generation, group_generation))
+
+    @_recovers
+    def commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
+        """Record ``segment -> (token, position)``; fenced readers get an error, nothing lands."""
+        if not positions:
+            return
+        triples = tuple((s, token, position) for s, (token, position) in positions.items())
+        self.sync.update_state(plan_commit(self.reader_id, self.generation, triples))
+
+    @_recovers
+    def complete(
+        self,
+        segment: SegKey,
+        token: int,
+        successors: Sequence[tuple[SegKey, tuple[SegKey, ...], int]],
+        end: int = -1,
+    ) -> bool:
+        """The segment was read to the end of its seal (offset ``end``): hand its successors to
+        the group. ``False`` (nothing changed) while a checkpoint or reset awaits this reader."""
+        plan = plan_complete(
+            self.reader_id, self.generation, segment, token, tuple(successors), end
+        )
+        return bool(self.sync.update_state(plan))

@@ -1,0 +1,188 @@
+"""Prometheus metrics of reader groups: positions, tails and lag per segment, readers, state,
+rebalances and checkpoints per group, read from Redis at scrape time (like Burrow or
+kafka-lag-exporter). ``readergroup metrics serve`` runs it as an HTTP endpoint; an application
+adds the same metrics to its own registry with :func:`register_metrics`::
+
+    from prometheus_client import REGISTRY
+    from readergroup.admin.metrics import register_metrics
+    register_metrics(REGISTRY, connection, scopes=["shop"])
+
+Nothing is cached between scrapes: each scrape reads every group once. A group that cannot be
+read (deleted meanwhile, Redis unreachable) is counted in ``readergroup_scrape_errors_total``
+and left out of that scrape; the endpoint stays up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from readergroup.admin.group_manager import ReaderGroup, ReaderGroupManager
+from readergroup.admin.stream_manager import StreamManager
+from readergroup.core.errors import ReaderGroupError
+from readergroup.core.group_view import GROUP_STATES, group_state_word
+from readergroup.storage.redis_io import RedisConnection
+
+logger = logging.getLogger(__name__)
+
+SEGMENT_LABELS = ["scope", "group", "stream", "segment"]
+GROUP_LABELS = ["scope", "group"]
+
+
+class _Families:
+    """The metric families of one scrape."""
+
+    def __init__(self) -> None:
+        def segment(name: str, text: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"readergroup_segment_{name}", text, labels=SEGMENT_LABELS)
+
+        def group(name: str, text: str, labels: Sequence[str] = ()) -> GaugeMetricFamily:
+            return GaugeMetricFamily(
+                f"readergroup_group_{name}", text, labels=[*GROUP_LABELS, *labels]
+            )
+
+        self.position = segment("position", "Committed position (offset of the next event).")
+        self.tail = segment("tail", "Tail offset: events written to the segment so far.")
+        self.lag_events = segment("lag_events", "Events after the committed position.")
+        self.lag_bytes = segment("lag_bytes", "Bytes after the committed position.")
+        self.lag_seconds = segment(
+            "lag_seconds", "Age of the oldest event not yet committed (server clock; 0: none)."
+        )
+        self.readers = group("readers_online", "Readers whose heartbeat is within the session.")
+        self.fenced = group(
+            "readers_fenced",
+            "Members whose heartbeat is older than the session timeout: they fence themselves "
+            "and are removed at the next check.",
+        )
+        self.state = group("state", "1 for the group's state word.", ["state"])
+        self.lag_total = group("lag_events", "Events behind, all segments.")
+        self.unassigned = group("segments_unassigned", "Segments no reader owns now.")
+        self.rebalances = CounterMetricFamily(
+            "readergroup_group_rebalances",
+            "Readers that joined the group (each join starts a rebalance).",
+            labels=GROUP_LABELS,
+        )
+        self.acquisitions = CounterMetricFamily(
+            "readergroup_group_segment_acquisitions",
+            "Segments acquired by readers (ownership moves).",
+            labels=GROUP_LABELS,
+        )
+        self.resets = CounterMetricFamily(
+            "readergroup_group_resets", "Resets of the group.", labels=GROUP_LABELS
+        )
+        self.checkpoints = group(
+            "checkpoints", "Checkpoints kept in the group's state.", ["status"]
+        )
+        self.last_checkpoint = group(
+            "last_checkpoint_timestamp_seconds", "When the last checkpoint completed (server)."
+        )
+
+    def all(self) -> list[Any]:
+        return list(vars(self).values())
+
+
+class ReaderGroupCollector(Collector):
+    """Collects every reader group of ``scopes`` (all scopes if ``None``) at each scrape."""
+
+    def __init__(self, connection: RedisConnection, scopes: Sequence[str] | None = None) -> None:
+        self._connection = connection
+        self._scopes = list(scopes) if scopes else None
+        self._lock = threading.Lock()
+        self._errors: dict[str, int] = {}
+
+    def _error(self, scope: str, exc: Exception) -> None:
+        logger.warning("metrics scrape of scope %s: %s", scope, exc, exc_info=exc)
+        self._errors[scope] = self._errors.get(scope, 0) + 1
+
+    def collect(self) -> Iterator[Any]:
+        with self._lock:  # one scrape at a time: they share the connection's state handles
+            began = time.monotonic()
+            families = _Families()
+            up = 1
+            try:
+                scopes = self._scopes or StreamManager(self._connection).list_scopes()
+            except ReaderGroupError as exc:
+                self._error("", exc)
+                scopes, up = [], 0
+            for scope in scopes:
+                try:
+                    rgm = ReaderGroupManager(scope, self._connection)
+                    names = rgm.list_reader_groups()
+                except ReaderGroupError as exc:
+                    self._error(scope, exc)
+                    up = 0
+                    continue
+                for name in names:
+                    try:
+                        self._collect_group(rgm.get_reader_group(name), families)
+                    except ReaderGroupError as exc:
+                        self._error(scope, exc)
+            yield from families.all()
+            yield from self._scrape_families(up, time.monotonic() - began)
+
+    def _scrape_families(self, up: int | None, seconds: float | None) -> Iterator[Any]:
+        errors = CounterMetricFamily(
+            "readergroup_scrape_errors",
+            "Scopes or groups that could not be read during scrapes.",
+            labels=["scope"],
+        )
+        for scope, count in sorted(self._errors.items()):
+            errors.add_metric([scope], count)
+        yield errors
+        yield GaugeMetricFamily("readergroup_up", "1 if Redis could be read.", value=up)
+        yield GaugeMetricFamily(
+            "readergroup_scrape_duration_seconds", "Seconds the last scrape took.", value=seconds
+        )
+
+    def describe(self) -> Iterator[Any]:
+        """The metric names, without reading Redis (so registering does not scrape)."""
+        yield from _Families().all()
+        yield from self._scrape_families(None, None)
+
+    @staticmethod
+    def _collect_group(g: ReaderGroup, out: _Families) -> None:
+        metrics = g.get_metrics()
+        state = g.sync.state
+        members = g.members()
+        word = group_state_word(state, members, g.missing_streams())
+        labels = [g.scope, g.name]
+        for row in metrics.segments:
+            key = [*labels, row.stream, str(row.segment)]
+            out.position.add_metric(key, row.position)
+            out.tail.add_metric(key, row.tail)
+            out.lag_events.add_metric(key, row.lag.events)
+            out.lag_bytes.add_metric(key, row.lag.bytes)
+            out.lag_seconds.add_metric(key, row.lag.ms / 1000)
+        out.readers.add_metric(labels, sum(not m.stale for m in members))
+        out.fenced.add_metric(labels, sum(m.stale for m in members))
+        for candidate in GROUP_STATES:
+            out.state.add_metric([*labels, candidate], 1 if candidate == word else 0)
+        out.lag_total.add_metric(labels, metrics.total.events)
+        out.unassigned.add_metric(labels, len(state.unassigned))
+        out.rebalances.add_metric(labels, state.next_generation - 1)
+        out.acquisitions.add_metric(labels, state.next_token - 1)
+        out.resets.add_metric(labels, state.generation)
+        done = [c for c in state.checkpoints if c.completed_ms >= 0]
+        failed = [c for c in state.checkpoints if c.failed]
+        pending = len(state.checkpoints) - len(done) - len(failed)
+        for status, count in (("completed", len(done)), ("failed", len(failed))):
+            out.checkpoints.add_metric([*labels, status], count)
+        out.checkpoints.add_metric([*labels, "pending"], pending)
+        if done:
+            out.last_checkpoint.add_metric(labels, max(c.completed_ms for c in done) / 1000)
+
+
+def register_metrics(
+    registry: CollectorRegistry, connection: RedisConnection, scopes: Sequence[str] | None = None
+) -> ReaderGroupCollector:
+    """Add the reader-group metrics of ``scopes`` (all if ``None``) to ``registry``; returns
+    the collector (``registry.unregister(collector)`` removes them)."""
+    collector = ReaderGroupCollector(connection, scopes)
+    registry.register(collector)
+    return collector

@@ -1,0 +1,199 @@
+"""Retention: truncate a stream's old data, never past what a subscriber still needs.
+
+A stream's :class:`RetentionPolicy` (in its :class:`~readergroup.StreamConfiguration`) says
+which data is *eligible* for deletion: with ``max_age_ms`` data appended longer ago than that,
+with ``max_bytes`` data beyond that many bytes from the tail, with neither all of it. When
+``consumption_based`` is true (the default) eligible data is deleted only once every
+*subscriber* has passed it:
+
+* every reader group reading the stream whose ``retention_subscriber`` is ``"committed"`` (its
+  committed positions) or ``"checkpoint"`` (its last completed checkpoint; nothing is deleted
+  for a group that has none yet). Groups read streams of their own scope only and are found
+  in that scope's catalog, so retention of a scope reads only keys its own roles can write;
+* every external subscriber that published a cut with :meth:`RetentionManager.publish` (the
+  Spark source does, on each committed micro-batch).
+
+The truncation point is the *meet* of those cuts: at every point of the key space the earliest
+position any of them still needs. :meth:`RetentionManager.apply` computes it and truncates;
+run it periodically from any process (it is idempotent and never moves the head backwards).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from readergroup.admin.group_positions import cuts_by_stream
+from readergroup.admin.stream_manager import StreamManager
+from readergroup.core import catalog
+from readergroup.core.errors import InvalidStreamCutError, ReaderGroupError
+from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState
+from readergroup.core.names import group_sync_name
+from readergroup.core.planning import descendants, plan_ranges
+from readergroup.core.stream_config import RetentionPolicy
+from readergroup.core.stream_cut import StreamCut, check_cut_covers
+from readergroup.core.stream_metadata import StreamState
+from readergroup.storage.redis_io import fetch_state, translate_errors
+
+
+def meet(state: StreamState, cuts: Sequence[Mapping[int, int]]) -> dict[int, int]:
+    """The earliest of several cuts at every point of the key space.
+
+    A segment that has an ancestor in any cut is replaced by that ancestor (earlier data); for
+    a segment in several cuts the lowest offset wins.
+
+    >>> from readergroup.core.stream_config import StreamConfiguration, ScalingPolicy
+    >>> from readergroup.core.stream_metadata import initial_state, ScaleStream
+    >>> s = initial_state("a", "b", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)), 0)
+    >>> s = ScaleStream(1, (0,), ((0.0, 0.25), (0.25, 0.5)), 0).apply_to(s)
+    >>> meet(s, [{0: 7, 1: 3}, {4294967298: 2, 4294967299: 5, 1: 9}])
+    {0: 7, 1: 3}
+    """
+    merged: dict[int, int] = {}
+    for cut in cuts:
+        for segment, offset in cut.items():
+            merged[segment] = min(offset, merged.get(segment, offset))
+    later = descendants(state, set(merged))  # segments some cut is still before
+    return {s: o for s, o in sorted(merged.items()) if s not in later}
+
+
+class _GroupGone(ReaderGroupError):
+    """A subscribed group was deleted between reading the catalog and reading its state."""
+
+
+class RetentionManager:
+    """Computes and applies retention for streams (any process may run it)."""
+
+    def __init__(self, manager: StreamManager) -> None:
+        self._manager = manager
+        self._connection = manager.connection
+
+    def _subscriber_key(self, scope: str, stream: str) -> str:
+        return f"{self._connection.config.key_prefix}:{{subscribers:{scope}/{stream}}}"
+
+    def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> None:
+        """Record ``subscriber``'s position so retention keeps what it has not passed."""
+        if (cut.scope, cut.stream) != (scope, stream):
+            raise InvalidStreamCutError(f"cut is for {cut.scoped_stream}, not {scope}/{stream}")
+        with translate_errors("publish subscriber"):
+            self._connection.client.hset(self._subscriber_key(scope, stream), subscriber, str(cut))
+
+    def unsubscribe(self, scope: str, stream: str, subscriber: str) -> None:
+        with translate_errors("unsubscribe"):
+            self._connection.client.hdel(self._subscriber_key(scope, stream), subscriber)
+
+    def subscriber_cuts(self, scope: str, stream: str) -> dict[str, StreamCut | None]:
+        """Every subscriber's cut (``None``: a subscriber that needs everything for now, such as
+        a checkpoint-mode group without a checkpoint, or a group whose state cannot be read)."""
+        scoped = f"{scope}/{stream}"
+        cuts: dict[str, StreamCut | None] = {}
+        # only this scope's keys: its catalog and its groups (a group reads its own scope only)
+        for group in catalog.subscribers_of(self._manager.catalog(scope), stream):
+            try:
+                subscribes, cut = self._group_cut(scope, group, scoped)
+            except ReaderGroupError:
+                subscribes, cut = True, None  # unreadable: never delete what it may need
+            if subscribes:
+                cuts[f"group:{scope}/{group}"] = cut
+        with translate_errors("read subscribers"):
+            published = self._connection.client.hgetall(self._subscriber_key(scope, stream))
+        for name, text in published.items():
+            cuts[f"external:{_text(name)}"] = StreamCut.from_text(_text(text))
+        return cuts
+
+    def _group_cut(self, scope: str, group: str, scoped: str) -> tuple[bool, StreamCut | None]:
+        """Whether a group subscribes to ``scoped``, and its cut (``None``: needs everything)."""
+        sync = self._connection.synchronizer(
+            group_sync_name(scope, group), UPDATE_TYPES, STATE_TYPES
+        )
+        try:
+            state: GroupState = fetch_state(sync, _GroupGone, "read group")
+        except _GroupGone:
+            return False, None  # deleted meanwhile: no longer a subscriber
+        config = state.config
+        if config.retention_subscriber == "none":
+            return False, None
+        streams = {f"{s}/{t}" for s, t in config.scoped_streams(scope)}
+        if scoped not in streams:
+            return False, None
+        if config.retention_subscriber == "checkpoint":
+            done = [c for c in state.checkpoints if c.completed_ms >= 0]
+            if not done:
+                return True, None
+            return True, cuts_by_stream(done[-1].positions).get(scoped)
+        return True, cuts_by_stream(state.positions()).get(scoped)
+
+    def truncation_cut(self, scope: str, stream: str) -> StreamCut | None:
+        """Where :meth:`apply` would truncate now (``None``: nothing to delete)."""
+        state = self._manager.stream_state(scope, stream)
+        policy = state.config.retention
+        if policy is None:
+            return None
+        candidates: list[Mapping[int, int]] = [self._limit_cut(state, policy)]
+        if policy.consumption_based:
+            for cut in self.subscriber_cuts(scope, stream).values():
+                if cut is None:
+                    return None
+                candidates.append(dict(cut.positions))
+        point = meet(state, candidates)
+        if meet(state, [point, state.head]) == point:
+            return None  # not past the head anywhere: nothing to delete
+        ranges = {s: (r.low, r.high) for s, r in state.segments.items() if not r.truncated}
+        cut = StreamCut(scope, stream, point)
+        check_cut_covers(cut, ranges)
+        return cut
+
+    def _limit_cut(self, state: StreamState, policy: RetentionPolicy) -> dict[int, int]:
+        """The cut the age and size limits allow (the tail when there is no limit)."""
+        scope, stream = state.scope, state.stream
+        tail = self._manager.tail_cut(scope, stream)
+        limits: list[Mapping[int, int]] = []
+        if policy.max_age_ms is not None:
+            now = self._connection.server_time_ms()
+            limits.append(
+                dict(self._manager.cut_at_time(scope, stream, now - policy.max_age_ms).positions)
+            )
+        if policy.max_bytes is not None:
+            limits.append(self._size_cut(state, policy.max_bytes, dict(tail.positions)))
+        if not limits:
+            return dict(tail.positions)
+        # a limit makes data *eligible*; when both are set, data must be beyond both
+        return meet(state, limits)
+
+    def _size_cut(self, state: StreamState, max_bytes: int, tail: dict[int, int]) -> dict[int, int]:
+        """The latest time cut after which at most ``max_bytes`` remain (binary search)."""
+        scope, stream = state.scope, state.stream
+        low = state.created_ms
+        high = self._connection.server_time_ms()
+        best = dict(state.head)
+        while high - low > 1:
+            middle = (low + high) // 2
+            cut = dict(self._manager.cut_at_time(scope, stream, middle).positions)
+            if self._bytes_after(state, cut) <= max_bytes:
+                best, high = cut, middle
+            else:
+                low = middle
+        return best if self._bytes_after(state, best) <= max_bytes else dict(tail)
+
+    def _bytes_after(self, state: StreamState, cut: dict[int, int]) -> int:
+        """Bytes stored at and after ``cut`` (one round trip)."""
+        ranges = plan_ranges(state, cut, None, dict.fromkeys(state.segments, 1 << 62))
+        probe = self._connection.lag_probe(
+            state.scope, state.stream, {r.segment: r.start for r in ranges}
+        )
+        return sum(size - byte_at for _, size, byte_at, _ in probe.values())
+
+    def apply(self, scope: str, stream: str) -> StreamCut | None:
+        """Truncate ``scope/stream`` as far as its policy and subscribers allow; return the cut
+        truncated at (``None``: nothing was deleted)."""
+        cut = self.truncation_cut(scope, stream)
+        if cut is None:
+            return None
+        try:
+            self._manager.truncate_stream(scope, stream, cut)
+        except InvalidStreamCutError:
+            return None  # behind the head already: nothing new to delete
+        return cut
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

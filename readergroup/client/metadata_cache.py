@@ -1,0 +1,83 @@
+"""Cached stream metadata for writers and readers (``cachetools.TTLCache``).
+
+A writer routes every event with the stream's active segments; reading the metadata for each
+event would cost a round trip. The cache keeps one state synchronizer per stream and trusts
+its local copy for ``ClientConfig.metadata_ttl`` seconds; a sealed-segment error invalidates
+the entry so the next lookup fetches at once, and finishes any scale left undone by a crash
+(:func:`~readergroup.admin.stream_manager.complete_scale_seals`), so writers never wait on a
+successor left closed. A stream found deleted and created again (its log
+regressed: Redis lost its data and the application re-ran its set-up) is reloaded from scratch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from cachetools import TTLCache
+
+from readergroup.admin.stream_manager import complete_scale_seals
+from readergroup.core.errors import ReaderGroupError, StreamNotFoundError
+from readergroup.core.names import stream_sync_name
+from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
+from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.vanished import fetch_adopting
+from statesync import StateSynchronizer
+
+log = logging.getLogger(__name__)
+
+
+class StreamMetadataCache:
+    """Stream metadata by ``(scope, stream)``, refreshed at most every ``ttl`` seconds.
+
+    Thread-safe. ``timer`` is injectable (defaults to the monotonic clock).
+    """
+
+    def __init__(
+        self, connection: RedisConnection, ttl: float, timer: Callable[[], float] | None = None
+    ) -> None:
+        self._connection = connection
+        self._fresh: TTLCache[tuple[str, str], StreamState] = (
+            TTLCache(maxsize=1024, ttl=ttl, timer=timer)
+            if timer
+            else TTLCache(maxsize=1024, ttl=ttl)
+        )
+        self._syncs: dict[tuple[str, str], StateSynchronizer[StreamState]] = {}
+        self._repair: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def get(self, scope: str, stream: str) -> StreamState:
+        key = (scope, stream)
+        with self._lock:
+            cached = self._fresh.get(key)
+            if cached is not None:
+                return cached
+            sync = self._syncs.get(key)
+            if sync is None:
+                sync = self._syncs[key] = self._connection.synchronizer(
+                    stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
+                )
+        missing = lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist")  # noqa: E731
+        state: StreamState = fetch_adopting(sync, missing, "read stream metadata")
+        with self._lock:
+            self._fresh[key] = state
+            repair = key in self._repair
+            self._repair.discard(key)
+        if repair:
+            self._complete_scales(key, state)
+        return state
+
+    def _complete_scales(self, key: tuple[str, str], state: StreamState) -> None:
+        try:
+            complete_scale_seals(self._connection, state)
+        except ReaderGroupError as exc:  # the caller retries; so does the repair, next time
+            log.warning("could not complete the scales of %s/%s: %s", *key, exc, exc_info=exc)
+            with self._lock:
+                self._repair.add(key)
+
+    def invalidate(self, scope: str, stream: str) -> None:
+        """Drop the entry after a sealed-segment error: the next lookup fetches and repairs."""
+        with self._lock:
+            self._fresh.pop((scope, stream), None)
+            self._repair.add((scope, stream))

@@ -1,0 +1,227 @@
+"""Run a handler over a reader's events: segments in parallel, each segment in order.
+
+:func:`run` is the common case done right (Nuclio's workers): the calling thread reads batches;
+every owned segment has its own queue (a *lane*), drained by at most one worker at a time, so a
+segment's events are handled strictly in order, by a pool of ``max_workers`` threads. A position
+is committed only after the handler returned for every event before it. SIGINT or SIGTERM (or
+``stop.set()``) lets workers finish what they were handed, commits, and returns.
+
+A segment the group takes away mid-run has its lane dropped; the new owner resumes at the last
+committed position, so only uncommitted events can be handled twice (at-least-once).
+
+Outages: while Redis cannot be reached, reads return nothing and commits are put off (logged).
+If the outage outlasts the session the reader is fenced: every lane is dropped, and the run
+rejoins the group by itself as a new generation once Redis is back, then goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from readergroup.core.errors import ReaderGroupError
+from readergroup.core.group_state import ReaderNotInGroupError, SegKey, SegmentNotOwnedError
+from statesync import StateSyncError
+
+if TYPE_CHECKING:
+    from readergroup.client.reader import EventRead, EventStreamReader
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunStats:
+    """What a run did: events handled, handler failures, commits made."""
+
+    handled: int = 0
+    failed: int = 0
+    commits: int = 0
+
+
+class _Lane:
+    """One segment's queue. ``generation`` changes when the segment is taken away."""
+
+    __slots__ = ("events", "generation", "running")
+
+    def __init__(self) -> None:
+        self.events: deque[Any] = deque()
+        self.running = False
+        self.generation = 0
+
+
+class _Runner(Generic[T]):
+    def __init__(
+        self,
+        reader: EventStreamReader[T],
+        handler: Callable[[EventRead[T]], Any],
+        on_error: Callable[[EventRead[T], BaseException], Any] | None,
+        max_queued: int,
+    ) -> None:
+        self.reader = reader
+        self.handler = handler
+        self.on_error = on_error
+        self.max_queued = max_queued
+        self.stats = RunStats()
+        self.lanes: dict[SegKey, _Lane] = {}
+        self.processed: dict[SegKey, int] = {}
+        self.lock = threading.Condition()
+        self.failure: list[BaseException] = []
+        self.queued = 0
+
+    # rebalance listener: drop the lanes of segments this reader lost
+    def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        return None
+
+    def on_segments_released(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        with self.lock:
+            for key in segments:
+                lane = self.lanes.get(key)
+                if lane is not None:
+                    self.queued -= len(lane.events)
+                    lane.events.clear()
+                    lane.generation += 1
+                self.processed.pop(key, None)
+            self.lock.notify_all()
+
+    def on_segments_lost(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        self.on_segments_released(reader_id, segments)
+
+    def dispatch(self, pool: ThreadPoolExecutor, events: list[EventRead[T]]) -> None:
+        with self.lock:
+            for event in events:
+                key = (event.stream or "", event.segment or 0)
+                lane = self.lanes.setdefault(key, _Lane())
+                lane.events.append(event)
+                self.queued += 1
+                if not lane.running:
+                    lane.running = True
+                    pool.submit(self.drain, key, lane, lane.generation)
+
+    def drain(self, key: SegKey, lane: _Lane, generation: int) -> None:
+        while True:
+            with self.lock:
+                if not lane.events or lane.generation != generation or self.failure:
+                    lane.running = False
+                    self.lock.notify_all()
+                    return
+                event = lane.events.popleft()
+            ok = self.handle(event)
+            with self.lock:
+                self.queued -= 1
+                if ok and lane.generation == generation:
+                    assert event.offset is not None
+                    self.processed[key] = event.offset + 1
+                    self.stats.handled += 1
+                else:
+                    self.stats.failed += 1
+                self.lock.notify_all()
+
+    def handle(self, event: EventRead[T]) -> bool:
+        try:
+            self.handler(event)
+            return True
+        except BaseException as exc:
+            if self.on_error is None:
+                self.failure.append(exc)
+                return False
+            try:
+                self.on_error(event, exc)
+                return True
+            except BaseException as inner:
+                self.failure.append(inner)
+                return False
+
+    def wait_for_room(self, stop: threading.Event) -> None:
+        with self.lock:
+            while self.queued >= self.max_queued and not self.failure and not stop.is_set():
+                self.lock.wait(0.1)
+
+    def wait_idle(self) -> None:
+        with self.lock:
+            while any(lane.running for lane in self.lanes.values()):
+                self.lock.wait(0.1)
+
+    def commit(self) -> None:
+        with self.lock:
+            chosen = dict(self.processed)
+        owned = self.reader.owned_segments()
+        chosen = {k: p for k, p in chosen.items() if k in owned}
+        if not chosen:
+            return
+        try:
+            self.reader.commit(chosen)
+            self.stats.commits += 1
+        except (SegmentNotOwnedError, ReaderNotInGroupError):
+            pass  # moved on a rebalance or fenced; the new owner resumes from the last commit
+        except (ReaderGroupError, StateSyncError) as exc:
+            if not exc.retriable:
+                raise
+            logger.warning("commit put off (Redis unreachable), retried next round: %s", exc)
+
+
+def run(
+    reader: EventStreamReader[T],
+    handler: Callable[[EventRead[T]], Any],
+    *,
+    max_workers: int = 4,
+    stop: threading.Event | None = None,
+    max_queued: int = 10_000,
+    commit_every: int = 1,
+    handle_signals: bool = True,
+    on_error: Callable[[EventRead[T], BaseException], Any] | None = None,
+) -> RunStats:
+    """Handle events until ``stop`` is set or a signal arrives; return the counts.
+
+    ``handler`` runs in worker threads. If it raises, ``on_error`` decides (its normal return
+    counts the event as handled); without ``on_error`` the run stops, commits what was handled
+    and re-raises. Commits happen every ``commit_every`` read rounds and at the end.
+    """
+    if max_workers < 1 or commit_every < 1:
+        raise ValueError("max_workers and commit_every must be >= 1")
+    stop = stop or threading.Event()
+    runner = _Runner(reader, handler, on_error, max_queued)
+    reader.add_rebalance_listener(runner)
+    previous = _install_signals(stop) if handle_signals else {}
+    try:
+        with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rg-worker") as pool:
+            rounds = 0
+            while not stop.is_set() and not runner.failure:
+                runner.wait_for_room(stop)
+                try:
+                    events = reader.read_batch(1000)
+                except ReaderNotInGroupError:
+                    reader.rejoin(stop)  # fenced (lanes dropped): back as a new generation
+                    continue
+                runner.dispatch(pool, events)
+                rounds += 1
+                if rounds % commit_every == 0:
+                    runner.commit()
+            runner.wait_idle()
+        runner.commit()
+    finally:
+        _restore_signals(previous)
+    if runner.failure:
+        raise runner.failure[0]
+    return runner.stats
+
+
+def _install_signals(stop: threading.Event) -> dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous: dict[int, Any] = {}
+    for number in (signal.SIGINT, signal.SIGTERM):
+        previous[number] = signal.signal(number, lambda *_: stop.set())
+    return previous
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for number, handler in previous.items():
+        signal.signal(number, handler)

@@ -1,0 +1,523 @@
+"""``EventStreamWriter``: routes, batches and pipelines events into a stream's segments.
+
+Life of an event: ``write_event`` serializes it, checks its size, picks its key-space position
+(the routing key's hash; a random one for events without a key) and queues it, returning a
+:class:`WriteFuture`. One background thread drains the queue: it routes each event to the
+active segment owning its position, groups events per segment in queue order, and sends every
+group as one idempotent script call, all groups of a round in one pipelined round trip.
+
+Guarantees:
+
+* **Per-key order.** Events of one routing key written by one writer land in write order,
+  also across scaling: a batch bound for a sealed segment is refused whole by the script, and
+  its events, with any later ones for that segment, are re-routed (metadata refreshed) to the
+  successors in their original order.
+* **No duplicates from retries.** Each batch carries ``(writer id, sequence)``; a re-send after
+  a lost reply or an outage is recognised by the script and not written again.
+* **Bounded memory.** At most ``max_in_flight_bytes`` of payload is queued or in flight;
+  ``write_event`` blocks up to ``max_block`` seconds for room, then raises.
+* **Bounded delivery.** A round is retried (jittered backoff) for ``delivery_timeout``
+  seconds, the metadata refresh included (an outage with expired metadata is retried like
+  one with fresh metadata; a stream not found is retried too: it may be being re-created);
+  then its futures fail with :class:`~readergroup.core.errors.WriteFailedError`.
+* **A future fails only if its event is not in Redis.** Every batch settles on its own reply:
+  a batch the server refuses for good (a key of the wrong type, say) fails its own events
+  with an error naming the segment; the other batches of the round are unaffected.
+
+Who may call what: any thread may call ``write_event``, ``flush`` and ``close``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import random
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from readergroup.client.metadata_cache import StreamMetadataCache
+from readergroup.client.serializers import Serializer
+from readergroup.core.errors import (
+    EventTooLargeError,
+    InvalidConfigError,
+    ReaderGroupError,
+    SegmentNotFoundError,
+    StreamNotFoundError,
+    StreamSealedError,
+    WriteFailedError,
+    WriterClosedError,
+)
+from readergroup.core.routing import key_position
+from readergroup.core.stream_metadata import StreamState
+from readergroup.storage import segment_status
+from readergroup.storage.redis_io import AppendBatch, AppendReply, RedisConnection
+from statesync import RetryPolicy
+from statesync.clock import Clock
+from statesync.retry import RetryBudget
+from statesync.system_clock import SYSTEM_CLOCK
+
+T = TypeVar("T")
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventWriterConfig:
+    """Writer settings.
+
+    Attributes:
+        max_batch_events: most events in one script call to one segment (default 1000; 1-10000).
+        max_in_flight_bytes: payload bytes queued or in flight before ``write_event`` blocks
+            (default 32 MiB; >= 1 MiB).
+        max_block: seconds ``write_event`` waits for room before raising (default 60.0).
+        delivery_timeout: seconds a round of appends is retried before its events fail
+            (default 120.0; > 0), like Kafka's ``delivery.timeout.ms``.
+        linger: seconds the sender waits for more events before sending a non-full round
+            (default 0.0: send at once; events arriving meanwhile form the next round).
+    """
+
+    max_batch_events: int = 1000
+    max_in_flight_bytes: int = 32 * MiB
+    max_block: float = 60.0
+    delivery_timeout: float = 120.0
+    linger: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_batch_events <= 10_000:
+            raise InvalidConfigError(
+                f"max_batch_events must be 1..10000, got {self.max_batch_events}"
+            )
+        if self.max_in_flight_bytes < MiB:
+            raise InvalidConfigError("max_in_flight_bytes must be at least 1 MiB")
+        if not self.max_block >= 0 or not self.delivery_timeout > 0 or not self.linger >= 0:
+            raise InvalidConfigError("max_block and linger must be >= 0, delivery_timeout > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class EventPointer:
+    """Where an acknowledged event landed."""
+
+    segment: int
+    offset: int
+
+
+class WriteFuture:
+    """The outcome of one ``write_event``: resolves to an :class:`EventPointer` once the event
+    is in Redis, or to the error that stopped it. ``result``, ``exception``, ``done`` and
+    ``add_done_callback`` behave as in :mod:`concurrent.futures`.
+
+    It is also the queued event itself (one small object per event keeps ``write_event``
+    cheap). After a retry whose first try had landed, the pointer's offset is ``-1`` (the
+    script reports only that the batch is already in)."""
+
+    __slots__ = (
+        "_callbacks",
+        "_completed",
+        "_done",
+        "_error",
+        "_result",
+        "order",
+        "payload",
+        "position",
+        "size",
+        "wire_key",
+        "writer_ms",
+    )
+
+    _callback_lock = threading.Lock()
+
+    def __init__(
+        self,
+        completed: threading.Condition,
+        order: int,
+        wire_key: str,
+        payload: bytes,
+        writer_ms: int,
+        position: float,
+    ) -> None:
+        self._completed = completed
+        self._done = False
+        self._result: EventPointer | None = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[WriteFuture], Any]] | None = None
+        self.order = order
+        self.wire_key = wire_key
+        self.payload = payload
+        self.size = len(payload)
+        self.writer_ms = writer_ms
+        self.position = position
+
+    def done(self) -> bool:
+        return self._done
+
+    def _wait(self, timeout: float | None) -> None:
+        if self._done:
+            return
+        with self._completed:
+            if not self._completed.wait_for(lambda: self._done, timeout):
+                raise TimeoutError("the event was not acknowledged in time")
+
+    def result(self, timeout: float | None = None) -> EventPointer:
+        self._wait(timeout)
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return self._error
+
+    def add_done_callback(self, callback: Callable[[WriteFuture], Any]) -> None:
+        with self._callback_lock:
+            if not self._done:
+                self._callbacks = [*(self._callbacks or []), callback]
+                return
+        callback(self)
+
+    def _complete(self, result: EventPointer | None, error: BaseException | None) -> None:
+        """Called by the sender only; waiters are woken by its notify at the end of a round."""
+        self._result, self._error = result, error
+        self.payload = b""  # acknowledged or failed: the writer keeps no copy
+        if self._callbacks is None:
+            self._done = True
+            return
+        with self._callback_lock:
+            self._done = True
+            callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
+            with contextlib.suppress(Exception):  # a user callback must not kill the sender
+                callback(self)
+
+
+@functools.lru_cache(maxsize=65536)
+def _cached_position(routing_key: str) -> float:
+    return key_position(routing_key)
+
+
+class EventStreamWriter(Generic[T]):
+    """Writes events of type ``T`` to one stream. Create with
+    :meth:`EventStreamClientFactory.create_event_writer`."""
+
+    def __init__(
+        self,
+        connection: RedisConnection,
+        metadata: StreamMetadataCache,
+        scope: str,
+        stream: str,
+        serializer: Serializer[T],
+        config: EventWriterConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        wall_clock_ms: Callable[[], int] | None = None,
+        writer_id: str | None = None,
+    ) -> None:
+        self._connection = connection
+        self._metadata = metadata
+        self._scope = scope
+        self._stream = stream
+        self._serializer = serializer
+        self._config = config or EventWriterConfig()
+        self._clock = clock or SYSTEM_CLOCK
+        self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
+        self._wall_ms = wall_clock_ms or _wall_clock_ms
+        self.writer_id = writer_id or f"w-{uuid.uuid4().hex[:16]}"
+        self._sequence = itertools.count(1)
+        self._order = itertools.count()
+        self._queue: deque[WriteFuture] = deque()
+        self._wakeup = threading.Event()
+        # _accounting guards _outstanding and _buffered; _idle/_room wait on it
+        self._accounting = threading.Lock()
+        self._idle = threading.Condition(self._accounting)
+        self._room = threading.Condition(self._accounting)
+        self._outstanding = 0
+        self._buffered = 0
+        self._completed = threading.Condition()
+        self._closed = False
+        self._failures: list[BaseException] = []
+        self._max_event_size = metadata.get(scope, stream).config.max_event_size
+        self._retry = RetryPolicy(
+            max_attempts=100_000,
+            deadline=self._config.delivery_timeout,
+            base_delay=0.005,
+            max_delay=1.0,
+        )
+        self._sender = threading.Thread(
+            target=self._run, name=f"rg-writer-{scope}/{stream}", daemon=True
+        )
+        self._sender.start()
+
+    # -- public API -------------------------------------------------------------------------
+    def write_event(self, event: T, routing_key: str | None = None) -> WriteFuture:
+        """Queue ``event``; the future resolves once it is in Redis.
+
+        Raises at once (nothing queued) on a serialization error, an event over the stream's
+        ``max_event_size`` (:class:`EventTooLargeError`), a closed writer, or when no room
+        frees up within ``max_block`` (:class:`WriteFailedError`).
+        """
+        if self._closed:
+            raise WriterClosedError("the writer is closed")
+        payload = self._serializer.serialize(event)
+        size = len(payload)
+        if size > self._max_event_size:
+            raise EventTooLargeError(
+                f"event of {size} bytes exceeds max_event_size {self._max_event_size} of "
+                f"{self._scope}/{self._stream}; nothing was written"
+            )
+        if routing_key is None:
+            position, wire = self._rng.random(), ""
+        elif type(routing_key) is str:
+            position, wire = _cached_position(routing_key), "k" + routing_key
+        else:
+            raise TypeError(f"routing_key must be a str or None, got {type(routing_key).__name__}")
+        future = WriteFuture(
+            self._completed, next(self._order), wire, payload, self._wall_ms(), position
+        )
+        with self._accounting:
+            if self._buffered + size > self._config.max_in_flight_bytes and self._buffered:
+                self._wait_for_room(size)
+            self._outstanding += 1
+            self._buffered += size
+        self._queue.append(future)
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every event written so far is acknowledged or failed; raise the first
+        failure since the previous flush."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._idle:
+            while self._outstanding:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"{self._outstanding} events still unacknowledged")
+                self._idle.wait(remaining)
+            failures, self._failures = self._failures, []
+        if failures:
+            raise failures[0]
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop the sender. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            self._closed = True
+            self._wakeup.set()
+            self._sender.join(10)
+
+    def __enter__(self) -> EventStreamWriter[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- sender -----------------------------------------------------------------------------
+    def _wait_for_room(self, size: int) -> None:
+        """Called with ``_accounting`` held."""
+        deadline = time.monotonic() + self._config.max_block
+        while self._buffered + size > self._config.max_in_flight_bytes and self._buffered:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WriteFailedError(
+                    f"no room for the event within max_block={self._config.max_block}s "
+                    f"({self._buffered} bytes in flight)"
+                )
+            self._room.wait(remaining)
+
+    def _run(self) -> None:
+        while True:
+            self._wakeup.wait()
+            if self._config.linger:
+                self._clock.sleep(self._config.linger)
+            self._wakeup.clear()
+            while self._queue:
+                self._send_round()
+            if self._closed and not self._queue:
+                return
+
+    def _drain(self) -> list[WriteFuture]:
+        limit = self._config.max_batch_events * 16
+        queue = self._queue
+        out: list[WriteFuture] = []
+        while queue and len(out) < limit:
+            out.append(queue.popleft())
+        return out
+
+    def _send_round(self) -> None:
+        """Send one drained round until every event in it is acknowledged or failed."""
+        events = self._drain()
+        try:
+            self._deliver(events, self._retry.start(self._clock, self._rng))
+        except BaseException as exc:  # fail what is left of the round; the sender lives on
+            self._fail(events, exc)
+        finally:
+            with self._completed:
+                self._completed.notify_all()
+
+    def _deliver(self, route: list[WriteFuture], budget: RetryBudget) -> None:
+        """Route, send and settle until nothing is left. Every step that can fail for a while,
+        the metadata refresh included, is retried within ``delivery_timeout``; a batch that
+        may have landed is re-sent as it was (same sequence number), never re-batched."""
+        pending: _Sent = ([], [])
+        refresh = False
+        while route or pending[0]:
+            try:
+                if route:
+                    batches, members = self._batches(self._state(refresh), route)
+                    pending, route = (pending[0] + batches, pending[1] + members), []
+                replies = self._connection.append(pending[0])
+            except ReaderGroupError as exc:
+                if not _worth_retrying(exc):
+                    raise
+                self._backoff(budget, exc)
+                continue
+            left = self._settle(*pending, replies)
+            route, pending, refresh = left.reroute, left.resend, bool(left.reroute)
+            if route or pending[0]:
+                self._backoff(budget, left.cause)
+
+    def _backoff(self, budget: RetryBudget, cause: BaseException | None) -> None:
+        delay = budget.next_delay()
+        if delay is None:
+            if cause is None:
+                raise StreamSealedError(
+                    f"segments of {self._scope}/{self._stream} stayed sealed without successors "
+                    f"for delivery_timeout={self._config.delivery_timeout}s"
+                )
+            raise WriteFailedError(
+                f"events not acknowledged within delivery_timeout={self._config.delivery_timeout}s"
+                f": {cause}"
+            ) from cause
+        self._clock.sleep(delay)
+
+    def _state(self, refresh: bool) -> StreamState:
+        if refresh:
+            self._metadata.invalidate(self._scope, self._stream)
+        state = self._metadata.get(self._scope, self._stream)
+        if state.sealed:
+            raise StreamSealedError(f"stream {self._scope}/{self._stream} is sealed")
+        self._max_event_size = state.config.max_event_size
+        return state
+
+    def _batches(
+        self, state: StreamState, events: list[WriteFuture]
+    ) -> tuple[list[AppendBatch], list[list[WriteFuture]]]:
+        segment_at = state.range_map().segment_at
+        groups: dict[int, list[WriteFuture]] = {}
+        for event in events:
+            segment = segment_at(event.position)
+            group = groups.get(segment)
+            if group is None:
+                groups[segment] = [event]
+            else:
+                group.append(event)
+        batches: list[AppendBatch] = []
+        members: list[list[WriteFuture]] = []
+        size = self._config.max_batch_events
+        for segment, group in groups.items():
+            for start in range(0, len(group), size):
+                chunk = group[start : start + size]
+                args: list[Any] = []
+                for event in chunk:
+                    args += (event.wire_key, event.payload, event.writer_ms)
+                batches.append(
+                    AppendBatch(
+                        self._scope,
+                        self._stream,
+                        segment,
+                        self.writer_id,
+                        next(self._sequence),
+                        len(chunk),
+                        args,
+                        self._max_event_size,
+                    )
+                )
+                members.append(chunk)
+        return batches, members
+
+    def _settle(
+        self, batches: list[AppendBatch], members: list[list[WriteFuture]], replies: list[Any]
+    ) -> _Left:
+        """Settle each batch on its own reply: acknowledge what landed, fail what was refused
+        for good (naming its segment); return what is left to route or send again."""
+        left = _Left([], ([], []), None)
+        for batch, group, reply in zip(batches, members, replies, strict=True):
+            error = reply.error
+            if reply.status == segment_status.SEALED or isinstance(error, SegmentNotFoundError):
+                left.reroute.extend(group)  # stale metadata (a scale, or a re-created stream)
+                left.cause = error or left.cause
+            elif error is None:
+                self._acknowledge(batch.segment, group, reply)
+            elif error.retriable:  # a server-wide condition, so later batches got it too
+                left.resend[0].append(batch)
+                left.resend[1].append(group)
+                left.cause = error
+            else:
+                self._fail(group, error)
+        # re-routed events keep their queue order; a sealed segment refuses every later batch
+        # too, so no event of a key can overtake an earlier one of the same key
+        left.reroute.sort(key=lambda event: event.order)
+        return left
+
+    def _acknowledge(self, segment: int, group: list[WriteFuture], reply: AppendReply) -> None:
+        if reply.status == segment_status.OK:
+            first = reply.first_offset
+            for index, event in enumerate(group):
+                event._complete(EventPointer(segment, first + index), None)
+        else:  # DUPLICATE: an earlier try landed; its offsets are not known here
+            for event in group:
+                event._complete(EventPointer(segment, -1), None)
+        self._release(len(group), sum(event.size for event in group))
+
+    def _fail(self, events: list[WriteFuture], error: BaseException) -> None:
+        if not isinstance(error, ReaderGroupError):
+            wrapped = WriteFailedError(f"writer failed: {error!r}")
+            wrapped.__cause__ = error
+            error = wrapped
+        unfinished = [event for event in events if not event.done()]
+        released = sum(event.size for event in unfinished)
+        for event in unfinished:
+            event._complete(None, error)
+        with self._accounting:
+            self._failures.append(error)
+        self._release(len(unfinished), released)
+
+    def _release(self, count: int, size: int) -> None:
+        with self._accounting:
+            self._outstanding -= count
+            self._buffered -= size
+            if not self._outstanding:
+                self._idle.notify_all()
+            self._room.notify_all()
+
+
+_Sent = tuple[list[AppendBatch], list[list[WriteFuture]]]
+"""Batches and, for each, the events it carries."""
+
+
+@dataclass(slots=True)
+class _Left:
+    """What a round's replies leave to do."""
+
+    reroute: list[WriteFuture]  # sealed or missing segments: route again on fresh metadata
+    resend: _Sent  # refused with a retriable error: send again as they are
+    cause: BaseException | None  # why (None: sealed segments only)
+
+
+def _worth_retrying(error: ReaderGroupError) -> bool:
+    """A transient error, or a stream not found on refresh: it may be being re-created after
+    Redis lost it (as Kafka producers retry an unknown topic within their delivery timeout)."""
+    return error.retriable or isinstance(error, StreamNotFoundError)
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,128 @@
+"""Fair-share balancing and liveness maths for reader groups. Pure functions.
+
+Fair share: with ``S`` segments (assigned or unassigned) and ``R`` online readers, every reader
+should own ``floor = S // R`` or ``ceil = -(-S // R)`` segments. The rules, applied by each reader
+to itself on every refresh, converge to sizes that differ by at most one and then stop moving:
+
+* **acquire** unassigned segments up to ``floor``; beyond that, up to ``ceil`` only while no
+  other reader is below ``floor`` (so a starving reader gets them first);
+* **release** down to ``ceil`` when above it; release down to ``floor`` only while another
+  reader is below ``floor`` and no segment is unassigned. Between ``floor`` and ``ceil`` nothing
+  moves: that band is the hysteresis that keeps the group from flapping;
+* a reader acquires its whole share in one update (like Pravega's reader group; bounded by the
+  rule above, not by a fixed cap) and releases at most ``max_moves`` segments per update (the
+  caller releases again at once while the cap cut a release short); the oldest segments (lowest
+  epoch, then number) are acquired first, the most recently acquired released first (owners
+  stay sticky).
+
+>>> fair_share(8, 3)
+(2, 3)
+>>> counts = {"a": 4, "b": 4, "c": 0}
+>>> release_count(4, counts, unassigned=0, max_moves=16)   # a and b: above ceil 3
+1
+>>> acquire_count(0, {"a": 3, "b": 3, "c": 0}, unassigned=2)   # c: up to floor 2
+2
+>>> acquire_count(0, {"a": 0}, unassigned=1024)   # a lone reader: everything, in one update
+1024
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from readergroup.core.group_state import GroupState, ReaderRecord, SegKey
+from readergroup.core.routing import epoch_of, number_of
+
+
+def fair_share(segments: int, readers: int) -> tuple[int, int]:
+    """``(floor, ceil)`` of segments per reader; ``(0, 0)`` without readers."""
+    if readers <= 0:
+        return 0, 0
+    return segments // readers, -(-segments // readers)
+
+
+def acquire_count(owned: int, counts: Mapping[str, int], unassigned: int) -> int:
+    """How many unassigned segments a reader owning ``owned`` should take now: its whole
+    share at once (each reader takes at most ``ceil``, so this never overshoots)."""
+    floor, ceil = fair_share(sum(counts.values()) + unassigned, len(counts))
+    if owned < floor:
+        wanted = floor - owned
+    else:
+        starving = sum(1 for c in counts.values() if c < floor)
+        wanted = 0 if starving else ceil - owned
+    return max(0, min(wanted, unassigned))
+
+
+def release_count(owned: int, counts: Mapping[str, int], unassigned: int, max_moves: int) -> int:
+    """How many segments a reader owning ``owned`` should give back now."""
+    floor, ceil = fair_share(sum(counts.values()) + unassigned, len(counts))
+    if owned > ceil:
+        return min(owned - ceil, max_moves)
+    if owned > floor and unassigned == 0:
+        deficit = sum(floor - c for c in counts.values() if c < floor)
+        if deficit:
+            return min(owned - floor, deficit, 1, max_moves)
+    return 0
+
+
+def segment_age(segment: SegKey) -> tuple[int, int, str]:
+    """Sort key: oldest first (lowest epoch, then number, then stream)."""
+    return epoch_of(segment[1]), number_of(segment[1]), segment[0]
+
+
+def segments_to_acquire(state: GroupState, reader_id: str) -> list[SegKey]:
+    counts = state.counts()
+    owned = counts.get(reader_id, 0)
+    count = acquire_count(owned, counts, len(state.unassigned))
+    return sorted(state.unassigned, key=segment_age)[:count]
+
+
+def segments_to_release(state: GroupState, reader_id: str, max_moves: int) -> list[SegKey]:
+    counts = state.counts()
+    mine = state.owned_by(reader_id)
+    count = release_count(len(mine), counts, len(state.unassigned), max_moves)
+    newest_first = sorted(mine, key=lambda s: mine[s].token, reverse=True)
+    return newest_first[:count]
+
+
+def expired_readers(
+    readers: Mapping[str, ReaderRecord],
+    heartbeats: Mapping[str, tuple[int, int]],
+    now_ms: int,
+    session_timeout_ms: int,
+) -> list[tuple[str, int]]:
+    """Readers whose last sign of life is older than the session timeout, on server time.
+
+    A reader's last sign of life is its newest heartbeat *for its current generation*, or its
+    join time if it has not beaten yet. Returns ``(reader_id, generation)`` pairs.
+
+    >>> r = {"a": ReaderRecord("a", 1, 0), "b": ReaderRecord("b", 2, 0)}
+    >>> beats = {"a": (1, 9_000), "b": (1, 9_500)}   # b's beat is for an older generation
+    >>> expired_readers(r, beats, now_ms=12_000, session_timeout_ms=10_000)
+    [('b', 2)]
+    """
+    out = []
+    for reader_id, record in sorted(readers.items()):
+        beat = heartbeats.get(reader_id)
+        last = record.joined_ms
+        if beat is not None and beat[0] == record.generation:
+            last = max(last, beat[1])
+        if now_ms - last > session_timeout_ms:
+            out.append((reader_id, record.generation))
+    return out
+
+
+def next_expiry_ms(
+    readers: Mapping[str, ReaderRecord],
+    heartbeats: Mapping[str, tuple[int, int]],
+    session_timeout_ms: int,
+) -> int | None:
+    """Server time at which the next reader would expire if it does not beat again."""
+    lasts = []
+    for reader_id, record in readers.items():
+        beat = heartbeats.get(reader_id)
+        last = record.joined_ms
+        if beat is not None and beat[0] == record.generation:
+            last = max(last, beat[1])
+        lasts.append(last)
+    return min(lasts) + session_timeout_ms + 1 if lasts else None

@@ -1,0 +1,186 @@
+"""Exceptions raised by :mod:`readergroup`. Every one derives from :class:`ReaderGroupError`.
+
+``retriable`` says whether the same call can succeed later without anyone fixing anything.
+Redis errors and :mod:`statesync` errors are translated at the boundary
+(:func:`readergroup.storage.redis_io.translate_errors`) with ``raise ... from``.
+"""
+
+from __future__ import annotations
+
+
+class ReaderGroupError(Exception):
+    """Root of every error raised by readergroup."""
+
+    retriable: bool = False
+
+
+class EmbeddedRedisError(ReaderGroupError):
+    """No Redis could be had: no ``REDIS_URL``, no container engine, no server binary, or the
+    server binary failed to start (its log is quoted)."""
+
+
+class InvalidNameError(ReaderGroupError, ValueError):
+    """A scope, stream, reader group or reader name breaks the naming rule."""
+
+
+class InvalidConfigError(ReaderGroupError, ValueError):
+    """A configuration value is out of its documented range."""
+
+
+class InvalidKeyRangesError(ReaderGroupError, ValueError):
+    """New key ranges of a scale do not exactly cover the ranges of the sealed segments."""
+
+
+class InvalidRoutingKeyError(ReaderGroupError, ValueError):
+    """A routing key is not valid UTF-8 (a lone surrogate) or is longer than
+    ``MAX_ROUTING_KEY_BYTES`` (1024 bytes of UTF-8); nothing was written."""
+
+
+class InvalidStreamCutError(ReaderGroupError, ValueError):
+    """A stream cut's text is malformed, or the cut does not fit the stream."""
+
+
+class EventTooLargeError(ReaderGroupError, ValueError):
+    """A serialized event exceeds the stream's ``max_event_size``; nothing was written."""
+
+
+class SerializationError(ReaderGroupError, ValueError):
+    """A serializer could not encode or decode an event."""
+
+
+class ScopeNotFoundError(ReaderGroupError, LookupError):
+    """The scope does not exist."""
+
+
+class ScopeNotEmptyError(ReaderGroupError):
+    """``delete_scope`` on a scope that still has streams (or reader groups)."""
+
+
+class StreamNotFoundError(ReaderGroupError, LookupError):
+    """The stream does not exist in the scope."""
+
+
+class ReaderGroupNotFoundError(ReaderGroupError, LookupError):
+    """The reader group does not exist in the scope (never created, or deleted)."""
+
+
+class ReaderGroupInUseError(ReaderGroupError):
+    """An operation that would hurt a live group was refused: the group has online readers
+    (``delete_reader_group`` without ``force``)."""
+
+
+class StreamSealedError(ReaderGroupError):
+    """The stream is sealed: no more events can be written to it."""
+
+
+class StreamNotSealedError(ReaderGroupError):
+    """``delete_stream`` needs a sealed stream; call ``seal_stream`` first."""
+
+
+class ScaleConflictError(ReaderGroupError):
+    """The segments to seal are no longer active (another scale won the race)."""
+
+
+class SegmentNotFoundError(ReaderGroupError, LookupError):
+    """The segment does not exist (never created, or deleted by truncation)."""
+
+
+class TruncatedDataError(ReaderGroupError):
+    """A read asked for data below the stream's head: it was deleted by truncation."""
+
+    def __init__(self, segment: str, offset: int, head: int, hint: str = "") -> None:
+        where = f"is below the head {head}" if head >= 0 else "is in a deleted segment"
+        super().__init__(
+            f"segment {segment}: offset {offset} {where}; that data was truncated{hint}"
+        )
+        self.segment = segment
+        self.offset = offset
+        self.head = head
+
+
+class WriterClosedError(ReaderGroupError):
+    """The writer was closed; it accepts no more events."""
+
+
+class WriteFailedError(ReaderGroupError):
+    """An event could not be written within the writer's delivery timeout.
+
+    Retriable: the cause (``__cause__``) was transient, typically Redis being unreachable.
+    The event was not acknowledged; it may or may not be in the stream.
+    """
+
+    retriable = True
+
+
+class RedisUnavailableError(ReaderGroupError, ConnectionError):
+    """Redis could not be reached or did not answer in time."""
+
+    retriable = True
+
+
+class RedisFailoverError(RedisUnavailableError):
+    """Redis answered with a failover reply (``reply``: READONLY, NOREPLICAS, UNBLOCKED,
+    TRYAGAIN, CLUSTERDOWN, MASTERDOWN or LOADING): the command was not carried out because a
+    primary is being switched or is not yet ready. Retriable, like an outage."""
+
+    def __init__(self, message: str, reply: str) -> None:
+        super().__init__(message)
+        self.reply = reply
+
+
+class AckTimeoutError(RedisUnavailableError):
+    """Appended events landed on the primary but were not acknowledged as
+    ``ClientConfig.acks`` asks (too few replicas, or no fsync) within ``ack_timeout``.
+    Retriable: the writer re-sends the same batch (it never lands twice) and waits again."""
+
+
+class AckUnsupportedError(ReaderGroupError):
+    """The server cannot give the acknowledgement ``ClientConfig.acks`` asks for
+    (``fsync`` needs WAITAOF, Redis/Valkey 7.2+, and ``appendonly yes``)."""
+
+
+class AccessDeniedError(ReaderGroupError, PermissionError):
+    """Redis refused the command: authentication failed or the ACL user lacks permission."""
+
+
+class UnsafeServerConfigError(ReaderGroupError):
+    """The Redis server may delete this library's keys on its own: its ``maxmemory-policy``
+    evicts keys that have no TTL (``allkeys-*``). Set ``noeviction`` (see the README's
+    production settings), or opt out with ``ClientConfig(allow_key_eviction=True)``."""
+
+
+class DataLostError(ReaderGroupError):
+    """Redis lost keys this library wrote: a catalog, stream or reader group that was created
+    is gone (eviction, a failover to a replica that had not caught up, a restart without
+    persistence, a ``DEL``). It is never created again silently, empty; see the README's
+    production Redis settings for what to do."""
+
+
+class StreamLostError(DataLostError, StreamNotFoundError):
+    """A stream's metadata vanished from Redis (see :class:`DataLostError`). ``delete_stream``
+    still removes what is left of it, after which it can be created again."""
+
+
+class CoordinationError(ReaderGroupError):
+    """The shared state (a state synchronizer) refused or failed an operation; see
+    ``__cause__`` for the :mod:`statesync` error."""
+
+
+class CorruptSegmentError(ReaderGroupError):
+    """A segment's stored data breaks the layout (a rogue write): its key holds the wrong type,
+    or its entries skip offsets that were never truncated. Reading stops at the fault in that
+    segment only; the events before it were delivered and the other segments keep flowing."""
+
+    def __init__(self, segment: str, key: str, detail: str) -> None:
+        super().__init__(f"segment {segment} (key {key}): {detail}; reading it stops here")
+        self.segment = segment
+        self.key = key
+
+
+class WrongKeyTypeError(ReaderGroupError):
+    """Redis keys the library reads hold a value of another type (a rogue write); ``keys``
+    names them."""
+
+    def __init__(self, keys: list[str]) -> None:
+        super().__init__(f"keys of the wrong type (not a stream): {', '.join(keys)}")
+        self.keys = keys

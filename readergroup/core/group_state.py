@@ -1,0 +1,569 @@
+"""A reader group's shared state and the updates that change it. Pure code.
+
+The state lives in a state synchronizer named ``group:<scope>/<group>``. Every segment the
+group knows is in exactly one of four places:
+
+* ``assigned``: owned by an online reader, with its last committed position and the fencing
+  token of that ownership;
+* ``unassigned``: free, with the position the next owner starts from;
+* ``future``: a successor waiting for its predecessors (listed) to complete;
+* ``completed``: read to the end of a sealed segment.
+
+A successor becomes assignable only once *every* one of its predecessors is completed, whether
+or not the group has reached that predecessor yet (per-key order across a split followed by a
+merge). While it waits, the ends of its completed predecessors are kept (``waiting_ends``), so
+the group's positions (and every stream cut and checkpoint taken from them) always cover the
+key space.
+
+Transitions (each an :class:`~statesync.Update`, appended conditionally; the ``check_*``
+functions below are run by the writer on the current state first, so an update that would fail
+is never appended, and fenced readers get a specific error):
+
+* :class:`AddReader`: a reader joins with a fresh membership generation;
+* :class:`RemoveReader`: a reader leaves (graceful, with its positions) or is declared dead
+  (its segments return at their last committed positions);
+* :class:`AcquireSegments`: unassigned -> assigned, each with a new fencing token;
+* :class:`ReleaseSegments`: assigned -> unassigned at the given positions;
+* :class:`CompleteSegment`: assigned -> completed; its successors enter ``future`` (or
+  ``unassigned`` once no predecessor is pending);
+* :class:`CommitPositions`: an owner records how far the application has processed.
+
+Fencing: every update from a reader names its membership generation and, per segment, the
+fencing token it holds. A reader that was removed, or lost a segment, is refused atomically
+(the conditional append re-checks against the newest state). Tokens only grow, so an
+application can fence its own sinks with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from readergroup.core.errors import ReaderGroupError
+from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.core.stream_cut import StreamCut
+from statesync import Update
+
+#: A segment of a group: ``("scope/stream", segment id)``.
+SegKey = tuple[str, int]
+
+
+class ReaderNotInGroupError(ReaderGroupError):
+    """The reader is not (or no longer) an online member: it was declared dead, exceeded
+    ``max_poll_interval``, or left. Create a reader with the same id to rejoin."""
+
+
+class ReaderAlreadyOnlineError(ReaderGroupError):
+    """Another live reader with this id is online in the group."""
+
+
+class SegmentNotOwnedError(ReaderGroupError):
+    """The reader does not own the segment (any more) under the fencing token it presented."""
+
+
+class CheckpointError(ReaderGroupError):
+    """A checkpoint could not be taken: too many outstanding, a duplicate name, or it failed
+    (``pending_readers`` names the readers that did not acknowledge it in time)."""
+
+    def __init__(self, message: str, pending_readers: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.pending_readers = pending_readers
+
+
+MAX_OUTSTANDING_CHECKPOINTS = 3
+KEPT_CHECKPOINTS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A group-wide consistent cut, collected from every reader online when it was initiated.
+
+    ``positions`` holds, per segment, the position every event before which had been returned
+    to the application when its reader handed out the checkpoint (so the application's state
+    saved at that checkpoint covers exactly those events).
+    """
+
+    name: str
+    created_ms: int
+    pending: tuple[str, ...]
+    positions: Mapping[SegKey, int]
+    silent: bool = False
+    completed_ms: int = -1
+    failed: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.completed_ms >= 0 or bool(self.failed)
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderRecord:
+    reader_id: str
+    generation: int
+    joined_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    reader: str
+    position: int
+    token: int
+    acquired_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    scope: str
+    name: str
+    config: ReaderGroupConfig
+    readers: Mapping[str, ReaderRecord]
+    assigned: Mapping[SegKey, Assignment]
+    unassigned: Mapping[SegKey, int]
+    future: Mapping[SegKey, tuple[SegKey, ...]]
+    completed: frozenset[SegKey]
+    next_generation: int = 1
+    next_token: int = 1
+    generation: int = 0
+    """Group generation: bumped by resets; readers re-initialize when it changes."""
+    created_ms: int = 0
+    checkpoints: tuple[Checkpoint, ...] = ()
+    """Outstanding checkpoints, then the last completed or failed ones (newest last)."""
+    end: Mapping[SegKey, int] | None = None
+    """Bounded reads: the end offset of every segment the group may read; ``None``: unbounded."""
+    reset_pending: tuple[str, ...] = ()
+    """Readers that have not yet acknowledged the latest reset."""
+    waiting_ends: Mapping[SegKey, Mapping[SegKey, int]] = field(default_factory=dict)
+    """Per ``future`` successor: its completed predecessors and the offsets they ended at."""
+
+    def checkpoint(self, name: str) -> Checkpoint | None:
+        for checkpoint in reversed(self.checkpoints):
+            if checkpoint.name == name:
+                return checkpoint
+        return None
+
+    def frozen_for(self, reader_id: str) -> bool:
+        """Whether ``reader_id`` must not move segments: a checkpoint or reset awaits it."""
+        if reader_id in self.reset_pending:
+            return True
+        return any(reader_id in c.pending for c in self.checkpoints if not c.done)
+
+    @property
+    def end_of_data(self) -> bool:
+        """Bounded group with every segment read to its end."""
+        return self.end is not None and not (self.assigned or self.unassigned or self.future)
+
+    def owned_by(self, reader_id: str) -> dict[SegKey, Assignment]:
+        return {s: a for s, a in self.assigned.items() if a.reader == reader_id}
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.readers, 0)
+        for assignment in self.assigned.values():
+            counts[assignment.reader] = counts.get(assignment.reader, 0) + 1
+        return counts
+
+    def positions(self) -> dict[SegKey, int]:
+        """Committed position of every segment that has one (assigned or unassigned), plus the
+        end of every completed predecessor a waiting successor still needs: together they
+        cover the key space of every stream (a valid stream cut)."""
+        out = self.unowned_positions()
+        out.update({s: a.position for s, a in self.assigned.items()})
+        return out
+
+    def unowned_positions(self) -> dict[SegKey, int]:
+        """Positions no reader reports: unassigned segments and completed predecessors of
+        waiting successors (at their ends)."""
+        out: dict[SegKey, int] = {}
+        for ends in self.waiting_ends.values():
+            out.update(ends)
+        out.update(self.unassigned)
+        return out
+
+
+def new_group(
+    scope: str,
+    name: str,
+    config: ReaderGroupConfig,
+    starts: Mapping[SegKey, int],
+    now_ms: int,
+    end: Mapping[SegKey, int] | None = None,
+) -> GroupState:
+    """A group whose segments all start unassigned at ``starts`` (reading up to ``end``, the
+    end offset of every segment it may read, if bounded)."""
+    return GroupState(
+        scope,
+        name,
+        config,
+        {},
+        {},
+        dict(starts),
+        {},
+        frozenset(),
+        created_ms=now_ms,
+        end=None if end is None else dict(end),
+    )
+
+
+# -- checks (raise the specific error a writer should see) ------------------------------------
+def check_member(state: GroupState, reader_id: str, generation: int) -> ReaderRecord:
+    record = state.readers.get(reader_id)
+    if record is None or record.generation != generation:
+        raise ReaderNotInGroupError(
+            f"reader {reader_id!r} (generation {generation}) is not online in group "
+            f"{state.scope}/{state.name}; create the reader again to rejoin"
+        )
+    return record
+
+
+def check_owner(
+    state: GroupState, reader_id: str, generation: int, segment: SegKey, token: int
+) -> Assignment:
+    check_member(state, reader_id, generation)
+    assignment = state.assigned.get(segment)
+    if assignment is None or assignment.reader != reader_id or assignment.token != token:
+        raise SegmentNotOwnedError(
+            f"reader {reader_id!r} does not own segment {segment} under fencing token {token}"
+        )
+    return assignment
+
+
+# -- updates ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AddReader(Update):
+    reader_id: str
+    joined_ms: int
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        if self.reader_id in state.readers:
+            raise ReaderAlreadyOnlineError(f"reader {self.reader_id!r} is already online")
+        record = ReaderRecord(self.reader_id, state.next_generation, self.joined_ms)
+        return replace(
+            state,
+            readers={**state.readers, self.reader_id: record},
+            next_generation=state.next_generation + 1,
+        )
+
+
+@dataclass(frozen=True)
+class RemoveReader(Update):
+    """Remove a reader; its segments become unassigned at ``positions`` where given (a graceful
+    leave), else at their last committed positions (a crash or a fenced reader)."""
+
+    reader_id: str
+    generation: int
+    positions: tuple[tuple[SegKey, int], ...] = ()
+    now_ms: int = 0
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_member(state, self.reader_id, self.generation)
+        given = dict(self.positions)
+        assigned = dict(state.assigned)
+        unassigned = dict(state.unassigned)
+        for segment, assignment in state.assigned.items():
+            if assignment.reader == self.reader_id:
+                del assigned[segment]
+                unassigned[segment] = max(
+                    assignment.position, given.get(segment, assignment.position)
+                )
+        readers = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
+        released = {
+            s: unassigned[s] for s, a in state.assigned.items() if a.reader == self.reader_id
+        }
+        checkpoints = tuple(
+            _acknowledged(c, self.reader_id, released, self.now_ms)
+            if self.reader_id in c.pending and not c.done
+            else c
+            for c in state.checkpoints
+        )
+        return replace(
+            state,
+            readers=readers,
+            assigned=assigned,
+            unassigned=unassigned,
+            checkpoints=checkpoints,
+            reset_pending=tuple(r for r in state.reset_pending if r != self.reader_id),
+        )
+
+
+@dataclass(frozen=True)
+class AcquireSegments(Update):
+    reader_id: str
+    generation: int
+    segments: tuple[SegKey, ...]
+    now_ms: int
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_member(state, self.reader_id, self.generation)
+        assigned = dict(state.assigned)
+        unassigned = dict(state.unassigned)
+        token = state.next_token
+        for segment in self.segments:
+            if segment not in unassigned:
+                raise SegmentNotOwnedError(f"segment {segment} is not unassigned")
+            assigned[segment] = Assignment(
+                self.reader_id, unassigned.pop(segment), token, self.now_ms
+            )
+            token += 1
+        return replace(state, assigned=assigned, unassigned=unassigned, next_token=token)
+
+
+@dataclass(frozen=True)
+class ReleaseSegments(Update):
+    """Give segments back at the given positions: ``(segment, token, position)``."""
+
+    reader_id: str
+    generation: int
+    releases: tuple[tuple[SegKey, int, int], ...]
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        assigned = dict(state.assigned)
+        unassigned = dict(state.unassigned)
+        for segment, token, position in self.releases:
+            current = check_owner(state, self.reader_id, self.generation, segment, token)
+            del assigned[segment]
+            unassigned[segment] = max(position, current.position)
+        return replace(state, assigned=assigned, unassigned=unassigned)
+
+
+@dataclass(frozen=True)
+class CommitPositions(Update):
+    """Record processed positions: ``(segment, token, position)``; positions never go back."""
+
+    reader_id: str
+    generation: int
+    positions: tuple[tuple[SegKey, int, int], ...]
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        assigned = dict(state.assigned)
+        for segment, token, position in self.positions:
+            current = check_owner(state, self.reader_id, self.generation, segment, token)
+            assigned[segment] = replace(current, position=max(position, current.position))
+        return replace(state, assigned=assigned)
+
+
+@dataclass(frozen=True)
+class CompleteSegment(Update):
+    """The owner read a sealed segment to its end (offset ``end``, ``-1`` if unknown).
+    ``successors`` lists each successor with all its predecessors and the position it starts
+    from (its head). A successor becomes unassigned once every predecessor is completed."""
+
+    reader_id: str
+    generation: int
+    segment: SegKey
+    token: int
+    successors: tuple[tuple[SegKey, tuple[SegKey, ...], int], ...]
+    end: int = -1
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_owner(state, self.reader_id, self.generation, self.segment, self.token)
+        assigned = dict(state.assigned)
+        del assigned[self.segment]
+        completed = state.completed | {self.segment}
+        future = dict(state.future)
+        unassigned = dict(state.unassigned)
+        waiting = dict(state.waiting_ends)
+        for successor, predecessors, start in self.successors:
+            if successor in completed or successor in assigned or successor in unassigned:
+                continue
+            if state.end is not None and successor not in state.end:
+                continue  # past the end cut of a bounded group
+            if successor in future:
+                pending = tuple(p for p in future[successor] if p != self.segment)
+            else:  # reached or not, every predecessor must complete first
+                pending = tuple(p for p in predecessors if p not in completed)
+            if pending:
+                future[successor] = pending
+                if self.end >= 0:
+                    waiting[successor] = {**waiting.get(successor, {}), self.segment: self.end}
+            else:
+                future.pop(successor, None)
+                waiting.pop(successor, None)
+                unassigned[successor] = start
+        return replace(
+            state,
+            assigned=assigned,
+            unassigned=unassigned,
+            future=future,
+            completed=completed,
+            waiting_ends=waiting,
+        )
+
+
+def _acknowledged(
+    checkpoint: Checkpoint, reader_id: str, positions: Mapping[SegKey, int], now_ms: int
+) -> Checkpoint:
+    """The checkpoint after ``reader_id`` reported ``positions``; complete once nobody is left."""
+    pending = tuple(r for r in checkpoint.pending if r != reader_id)
+    merged = {**checkpoint.positions, **positions}
+    # server time of the last acknowledgement (as its reader last saw it), never before creation
+    completed = max(now_ms, checkpoint.created_ms, 0) if not pending else checkpoint.completed_ms
+    return replace(checkpoint, pending=pending, positions=merged, completed_ms=completed)
+
+
+@dataclass(frozen=True)
+class CreateCheckpoint(Update):
+    """Start checkpoint ``name``: every online reader must acknowledge it. Unassigned segments
+    and the completed predecessors of waiting successors are recorded at their positions now
+    (no reader will report them)."""
+
+    name: str
+    created_ms: int
+    silent: bool = False
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_new_checkpoint(state, self.name)
+        checkpoint = Checkpoint(
+            self.name,
+            self.created_ms,
+            tuple(sorted(state.readers)),
+            state.unowned_positions(),
+            self.silent,
+        )
+        if not checkpoint.pending:
+            checkpoint = replace(
+                checkpoint, positions=state.positions(), completed_ms=self.created_ms
+            )
+        return replace(state, checkpoints=_trim((*state.checkpoints, checkpoint)))
+
+
+def check_new_checkpoint(state: GroupState, name: str) -> None:
+    if state.checkpoint(name) is not None:
+        raise CheckpointError(f"a checkpoint named {name!r} already exists in this group")
+    outstanding = [c.name for c in state.checkpoints if not c.done]
+    if len(outstanding) >= MAX_OUTSTANDING_CHECKPOINTS:
+        raise CheckpointError(
+            f"{len(outstanding)} checkpoints are outstanding ({outstanding}); the most is "
+            f"{MAX_OUTSTANDING_CHECKPOINTS}"
+        )
+
+
+def _trim(checkpoints: tuple[Checkpoint, ...]) -> tuple[Checkpoint, ...]:
+    """Keep every outstanding checkpoint and the newest finished ones."""
+    finished = [c for c in checkpoints if c.done][-KEPT_CHECKPOINTS:]
+    return tuple(c for c in checkpoints if not c.done or c in finished)
+
+
+@dataclass(frozen=True)
+class AckCheckpoint(Update):
+    """A reader's part of a checkpoint: the positions of every segment it owns."""
+
+    reader_id: str
+    generation: int
+    name: str
+    positions: tuple[tuple[SegKey, int], ...]
+    now_ms: int
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_member(state, self.reader_id, self.generation)
+        checkpoint = state.checkpoint(self.name)
+        if checkpoint is None or checkpoint.done or self.reader_id not in checkpoint.pending:
+            return state
+        updated = _acknowledged(checkpoint, self.reader_id, dict(self.positions), self.now_ms)
+        return replace(
+            state,
+            checkpoints=_trim(tuple(updated if c is checkpoint else c for c in state.checkpoints)),
+        )
+
+
+@dataclass(frozen=True)
+class FailCheckpoint(Update):
+    name: str
+    reason: str
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        checkpoints = tuple(
+            replace(c, failed=self.reason) if c.name == self.name and not c.done else c
+            for c in state.checkpoints
+        )
+        return replace(state, checkpoints=_trim(checkpoints))
+
+
+@dataclass(frozen=True)
+class ResetGroup(Update):
+    """Start over from ``starts``: every segment unassigned there, the generation bumped, and
+    every online reader asked to acknowledge before it reads again."""
+
+    starts: tuple[tuple[SegKey, int], ...]
+    end: tuple[tuple[SegKey, int], ...] | None = None
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        return replace(
+            state,
+            assigned={},
+            unassigned=dict(self.starts),
+            future={},
+            completed=frozenset(),
+            waiting_ends={},
+            generation=state.generation + 1,
+            end=None if self.end is None else dict(self.end),
+            reset_pending=tuple(sorted(state.readers)),
+            checkpoints=_trim(
+                tuple(
+                    c if c.done else replace(c, failed="the reader group was reset")
+                    for c in state.checkpoints
+                )
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class AckReset(Update):
+    reader_id: str
+    generation: int
+    group_generation: int
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        check_member(state, self.reader_id, self.generation)
+        if state.generation != self.group_generation:
+            return state
+        return replace(
+            state, reset_pending=tuple(r for r in state.reset_pending if r != self.reader_id)
+        )
+
+
+STATE_TYPES: tuple[type, ...] = (
+    GroupState,
+    ReaderRecord,
+    Assignment,
+    Checkpoint,
+    ReaderGroupConfig,
+    StreamCut,
+)
+UPDATE_TYPES: tuple[type[Update], ...] = (
+    AddReader,
+    RemoveReader,
+    AcquireSegments,
+    ReleaseSegments,
+    CommitPositions,
+    CompleteSegment,
+    CreateCheckpoint,
+    AckCheckpoint,
+    FailCheckpoint,
+    ResetGroup,
+    AckReset,
+)
+
+
+def check_invariants(state: GroupState) -> None:
+    """Raise AssertionError unless every segment is in exactly one place, every assignment
+    belongs to an online reader, and tokens are unique and below ``next_token``."""
+    places: list[Iterable[SegKey]] = [
+        state.assigned,
+        state.unassigned,
+        state.future,
+        state.completed,
+    ]
+    seen: set[SegKey] = set()
+    for place in places:
+        for segment in place:
+            assert segment not in seen, f"segment {segment} is in two places"
+            seen.add(segment)
+    tokens = [a.token for a in state.assigned.values()]
+    assert len(set(tokens)) == len(tokens), "two assignments share a fencing token"
+    assert all(t < state.next_token for t in tokens)
+    for segment, assignment in state.assigned.items():
+        assert assignment.reader in state.readers, f"{segment} owned by offline {assignment.reader}"
+    for successor, pending in state.future.items():
+        assert pending, f"future segment {successor} has no pending predecessor"
+    for successor, ends in state.waiting_ends.items():
+        assert successor in state.future, f"{successor} has waiting ends but is not future"
+        assert set(ends) <= state.completed, f"{successor} waits on uncompleted ends {ends}"

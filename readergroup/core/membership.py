@@ -1,0 +1,197 @@
+"""The membership protocol as pure plans: the generators a reader's changes pass to
+``update_state`` (join, remove, release, acquire, commit, complete, acknowledgements), and the
+:class:`HeartbeatStore` interface heartbeats are kept behind. Pure code.
+
+Every precondition of a change lives inside its plan, on the state the plan is given: a
+conditional append re-runs the plan on the newest state after a conflict. The I/O shell that
+runs the plans is :class:`~readergroup.admin.group_member.GroupMember`; the exhaustive explorer
+(``tests/test_explore.py``) drives the same plans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from readergroup.core.balance import (
+    expired_readers,
+    segments_to_acquire,
+    segments_to_release,
+)
+from readergroup.core.group_state import (
+    AckCheckpoint,
+    AckReset,
+    AcquireSegments,
+    AddReader,
+    CommitPositions,
+    CompleteSegment,
+    GroupState,
+    ReaderAlreadyOnlineError,
+    ReleaseSegments,
+    RemoveReader,
+    SegKey,
+    check_member,
+    check_owner,
+)
+
+
+class HeartbeatStore(Protocol):
+    """Where heartbeats live, stamped with the storage's own clock. Every write and delete is
+    conditional on the membership generation: a zombie (an older generation of the same id)
+    can neither overwrite nor delete its replacement's heartbeat."""
+
+    def beat(
+        self, reader_id: str, generation: int, *, claim: bool = False
+    ) -> tuple[int, dict[str, tuple[int, int]]]:
+        """Renew (``reader_id == ""``: only read) unless a newer generation beats under that
+        id (``claim``: whatever is stored, for a join just decided on fresh state); return
+        server ms and every heartbeat."""
+        ...
+
+    def forget(self, reader_id: str, generation: int) -> None:
+        """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
+        ...
+
+
+# -- the generators passed to update_state ------------------------------------------------------
+# Pure functions of the state: a conditional append re-runs them on the newest state after a
+# conflict, so every precondition of a change lives here and nowhere else. The exhaustive
+# explorer (tests/test_explore.py) drives the same functions.
+Plan = Callable[[GroupState], Any]
+
+
+def plan_join(
+    reader_id: str,
+    beats: Mapping[str, tuple[int, int]],
+    now_ms: int,
+    session_timeout_ms: int,
+    *,
+    replace_own: bool = False,
+) -> Plan:
+    """Add ``reader_id``; remove an expired previous incarnation first, refuse a live one
+    (``replace_own``: the record is this member's own, left behind by a regressed log, and is
+    replaced whatever its heartbeat says)."""
+
+    def join(state: GroupState) -> Any:
+        record = state.readers.get(reader_id)
+        updates: list[Any] = []
+        if record is not None:
+            expired = expired_readers({reader_id: record}, beats, now_ms, session_timeout_ms)
+            if not replace_own and not expired:
+                raise ReaderAlreadyOnlineError(
+                    f"reader {reader_id!r} is already online in group {state.scope}/"
+                    f"{state.name} (heartbeat within the last {session_timeout_ms / 1000:.0f}s); "
+                    "use another id"
+                )
+            updates.append(RemoveReader(reader_id, record.generation))
+        updates.append(AddReader(reader_id, now_ms))
+        return updates
+
+    return join
+
+
+def plan_remove(
+    reader_id: str,
+    generation: int | None,
+    positions: Sequence[tuple[SegKey, int]] = (),
+    now_ms: int = 0,
+) -> Plan:
+    """Remove ``reader_id`` if online (in ``generation``; ``None``: whichever is online).
+    Result: the generation removed, or ``None`` if there was nothing to remove."""
+
+    def remove(state: GroupState) -> Any:
+        record = state.readers.get(reader_id)
+        if record is None or generation not in (None, record.generation):
+            return [], None
+        update = RemoveReader(reader_id, record.generation, tuple(positions), now_ms)
+        return [update], record.generation
+
+    return remove
+
+
+def plan_release(
+    reader_id: str, generation: int, max_moves: int, positions: Mapping[SegKey, int]
+) -> Plan:
+    """Give back above-share segments at ``positions`` (else their committed ones), unless a
+    checkpoint or reset awaits this reader. Result: the segments released."""
+
+    def release(state: GroupState) -> Any:
+        check_member(state, reader_id, generation)
+        if state.frozen_for(reader_id):
+            return [], []  # a checkpoint or reset awaits this reader: move nothing until then
+        chosen = segments_to_release(state, reader_id, max_moves)
+        owned = state.assigned
+        triples = tuple((s, owned[s].token, positions.get(s, owned[s].position)) for s in chosen)
+        return ([ReleaseSegments(reader_id, generation, triples)] if triples else []), chosen
+
+    return release
+
+
+def plan_acquire(reader_id: str, generation: int, now_ms: int) -> Plan:
+    """Take this reader's whole share of unassigned segments, unless a checkpoint or reset
+    awaits this reader. Result: the segments acquired."""
+
+    def acquire(state: GroupState) -> Any:
+        check_member(state, reader_id, generation)
+        if state.frozen_for(reader_id):
+            return [], []
+        chosen = segments_to_acquire(state, reader_id)
+        update = AcquireSegments(reader_id, generation, tuple(chosen), now_ms)
+        return ([update] if chosen else []), chosen
+
+    return acquire
+
+
+def plan_commit(
+    reader_id: str, generation: int, triples: tuple[tuple[SegKey, int, int], ...]
+) -> Plan:
+    """Record ``(segment, token, position)`` triples; fenced readers get an error."""
+
+    def commit(state: GroupState) -> Any:
+        for segment, token, _ in triples:
+            check_owner(state, reader_id, generation, segment, token)
+        return [CommitPositions(reader_id, generation, triples)]
+
+    return commit
+
+
+def plan_complete(
+    reader_id: str,
+    generation: int,
+    segment: SegKey,
+    token: int,
+    successors: tuple[tuple[SegKey, tuple[SegKey, ...], int], ...],
+    end: int,
+) -> Plan:
+    """Complete ``segment`` (read to ``end``) unless a checkpoint or reset awaits this reader.
+    Result: whether it was completed."""
+
+    def complete(state: GroupState) -> Any:
+        check_owner(state, reader_id, generation, segment, token)
+        if state.frozen_for(reader_id):
+            return [], False
+        return [CompleteSegment(reader_id, generation, segment, token, successors, end)], True
+
+    return complete
+
+
+def plan_ack_checkpoint(
+    reader_id: str,
+    generation: int,
+    name: str,
+    positions: tuple[tuple[SegKey, int], ...],
+    now_ms: int,
+) -> Plan:
+    def ack(state: GroupState) -> Any:
+        check_member(state, reader_id, generation)
+        return [AckCheckpoint(reader_id, generation, name, positions, now_ms)]
+
+    return ack
+
+
+def plan_ack_reset(reader_id: str, generation: int, group_generation: int) -> Plan:
+    def ack(state: GroupState) -> Any:
+        check_member(state, reader_id, generation)
+        return [AckReset(reader_id, generation, group_generation)]
+
+    return ack

