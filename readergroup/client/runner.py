@@ -23,14 +23,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from readergroup.client.event_read import EventRead, EventSource
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.group_state import ReaderNotInGroupError, SegKey, SegmentNotOwnedError
 from statesync import StateSyncError
-
-if TYPE_CHECKING:
-    from readergroup.client.reader import EventRead, EventStreamReader
 
 T = TypeVar("T")
 
@@ -60,7 +58,7 @@ class _Lane:
 class _Runner(Generic[T]):
     def __init__(
         self,
-        reader: EventStreamReader[T],
+        reader: EventSource[T],
         handler: Callable[[EventRead[T]], Any],
         on_error: Callable[[EventRead[T], BaseException], Any] | None,
         max_queued: int,
@@ -168,7 +166,7 @@ class _Runner(Generic[T]):
 
 
 def run(
-    reader: EventStreamReader[T],
+    reader: EventSource[T],
     handler: Callable[[EventRead[T]], Any],
     *,
     max_workers: int = 4,

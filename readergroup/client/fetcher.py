@@ -1,0 +1,365 @@
+"""The data side of a reader: owned segments' buffers, their reads, contiguity checks, hand-out.
+
+A :class:`Fetcher` keeps one :class:`OwnedSegment` per segment its reader owns (the group
+session adds and drops them). ``fetch`` runs one ``XREAD BLOCK`` over every segment with room in
+its buffer plus the state logs the session wants to be woken by; ``take`` hands buffered events
+out, round-robin over segments, as :class:`~readergroup.client.event_read.EventRead` values.
+
+Positions per segment: *fetch* (the next offset to read from Redis), *returned* (after the last
+event handed out) and *consumed* (after the last event the application moved past), plus
+*committed* (kept by the session). An event leaves its buffer only when it is handed out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from readergroup.client.event_read import EventRead
+from readergroup.client.serializers import Serializer
+from readergroup.core.errors import (
+    CorruptSegmentError,
+    ReaderGroupError,
+    RedisUnavailableError,
+    SerializationError,
+    TruncatedDataError,
+    WrongKeyTypeError,
+)
+from readergroup.core.group_config import ReaderConfig
+from readergroup.core.group_state import SegKey
+from readergroup.core.routing import segment_name
+from readergroup.storage.redis_io import RedisConnection, SegmentEvent
+from statesync.clock import Clock
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class OwnedSegment:
+    """Local bookkeeping for one owned segment (reading thread only)."""
+
+    key: SegKey
+    scope: str
+    stream: str
+    segment: int
+    data_key: str
+    token: int
+    committed: int
+    fetch: int
+    returned: int
+    consumed: int
+    buffer: deque[SegmentEvent] = field(default_factory=deque)
+    final_tail: int = -1
+    """Where reading this segment ends: a sealed segment's tail once known, or a bounded
+    group's end offset; -1 while it may still grow."""
+    bounded: bool = False
+    """``final_tail`` is a bounded group's end (complete there even if the segment is active)."""
+    max_event_size: int = 0
+    """The stream's ``max_event_size``: a larger stored event is an error, not an event."""
+    pending: ReaderGroupError | None = None
+    """An error to raise once the buffered events before ``pending_at`` are handed out."""
+    pending_at: int = 0
+    faulted: bool = False
+    """Reading stopped at corrupt data in this segment: nothing more is fetched from it."""
+
+    @classmethod
+    def at(
+        cls, key: SegKey, scope: str, stream: str, data_key: str, token: int, position: int
+    ) -> OwnedSegment:
+        """A segment just acquired, with every position at ``position``."""
+        return cls(key, scope, stream, key[1], data_key, token, *(position,) * 4)
+
+    @property
+    def name(self) -> str:
+        return segment_name(self.scope, self.stream, self.segment)
+
+    @property
+    def fetched_all(self) -> bool:
+        """Nothing more will be fetched: read to its end (seal or end cut), or faulted."""
+        return self.faulted or (self.final_tail >= 0 and self.fetch >= self.final_tail)
+
+    def hold(self, error: ReaderGroupError, at: int, *, fault: bool = False) -> None:
+        """Raise ``error`` when reading reaches offset ``at`` (events before it come first)."""
+        if self.pending is None:
+            self.pending, self.pending_at = error, at
+        self.faulted = self.faulted or fault
+
+
+class Outage:
+    """Whether Redis is unreachable for a reader, logged once per outage."""
+
+    def __init__(self, reader_id: str, session_timeout: float) -> None:
+        self.reader_id = reader_id
+        self.session_timeout = session_timeout
+        self.error: RedisUnavailableError | None = None
+
+    def lost(self, exc: RedisUnavailableError) -> None:
+        """Reads return nothing while Redis is unreachable; past the session, fencing."""
+        if self.error is None:
+            logger.warning(
+                "reader %r: Redis unreachable, reads return nothing until it is back "
+                "(fenced after session_timeout=%ss)",
+                self.reader_id,
+                self.session_timeout,
+                exc_info=exc,
+            )
+        self.error = exc
+
+    def back(self) -> None:
+        if self.error is not None:
+            self.error = None
+            logger.info("reader %r: Redis reachable again", self.reader_id)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOutcome:
+    """What a fetch learned about the state logs it also read: which had new entries, and
+    which are not streams (left out of later reads; their refresh reports the error)."""
+
+    woken: frozenset[str] = frozenset()
+    bad_logs: frozenset[str] = frozenset()
+
+
+NO_NEWS = FetchOutcome()
+
+
+class Fetcher(Generic[T]):
+    """Buffers, reads and hands out the events of a reader's owned segments."""
+
+    def __init__(
+        self,
+        connection: RedisConnection,
+        serializer: Serializer[T],
+        config: ReaderConfig,
+        outage: Outage,
+        clock: Clock,
+    ) -> None:
+        self._connection = connection
+        self._serializer = serializer
+        self._config = config
+        self._outage = outage
+        self._clock = clock
+        self.owned: dict[SegKey, OwnedSegment] = {}
+        self._rotation: deque[SegKey] = deque()
+        self.errors: deque[ReaderGroupError] = deque()
+        """Errors to raise on the next read call, after the events returned before them."""
+
+    # -- the segment table (changed by the group session) ------------------------------------
+    def add(self, owned: OwnedSegment) -> None:
+        self.owned[owned.key] = owned
+        if owned.key not in self._rotation:
+            self._rotation.append(owned.key)
+
+    def remove(self, key: SegKey) -> None:
+        self.owned.pop(key, None)
+
+    def clear(self) -> list[SegKey]:
+        """Forget every segment (buffers too); return the keys that were owned."""
+        dropped = list(self.owned)
+        self.owned.clear()
+        self._rotation.clear()
+        return dropped
+
+    def consume_returned(self) -> None:
+        """Commit-on-get: every event returned so far has been processed."""
+        for owned in self.owned.values():
+            owned.consumed = owned.returned
+
+    # -- hand-out ----------------------------------------------------------------------------
+    def take(self, max_events: int) -> list[EventRead[T]]:
+        """Up to ``max_events`` buffered events, round-robin over segments.
+
+        An event that cannot become a value (too large, or any exception of the serializer)
+        ends the call as a :class:`SerializationError` naming stream, segment and offset; the
+        events taken before it are returned first and the error is raised on the next call.
+        An event leaves its buffer only once it is in the returned list; if the serializer
+        raises something that is not an ``Exception`` (``KeyboardInterrupt``), every event of
+        the call goes back to its buffer."""
+        out: list[EventRead[T]] = []
+        taken: list[tuple[OwnedSegment, SegmentEvent, int]] = []
+        rotation = self._rotation
+        deserialize = self._serializer.deserialize
+        try:
+            for _ in range(len(rotation)):
+                if len(out) >= max_events:
+                    break
+                key = rotation[0]
+                rotation.rotate(-1)
+                owned = self.owned.get(key)
+                if owned is None:
+                    continue
+                buffer, stream, token, limit = (
+                    owned.buffer,
+                    key[0],
+                    owned.token,
+                    owned.max_event_size,
+                )
+                while len(out) < max_events:
+                    if owned.pending is not None and (
+                        not buffer or buffer[0].offset >= owned.pending_at
+                    ):
+                        error, owned.pending = owned.pending, None
+                        return self._stop_at(out, error)
+                    if not buffer:
+                        break
+                    raw = buffer[0]
+                    payload = raw.payload
+                    try:
+                        if limit and len(payload) > limit:
+                            raise SerializationError(
+                                f"event is {len(payload)} bytes, over the stream's "
+                                f"max_event_size of {limit}; not delivered"
+                            )
+                        value = deserialize(payload)
+                    except Exception as exc:  # any serializer, built-in or the application's
+                        buffer.popleft()
+                        owned.returned = raw.offset + 1  # the error is this event's result
+                        error = SerializationError(
+                            f"{stream} segment {owned.segment} offset {raw.offset}: "
+                            f"{type(exc).__name__}: {exc}"
+                        )
+                        error.__cause__ = exc
+                        return self._stop_at(out, error)
+                    buffer.popleft()
+                    taken.append((owned, raw, owned.returned))
+                    owned.returned = raw.offset + 1
+                    out.append(EventRead(value, raw, stream, token))
+        except BaseException:
+            for owned, raw, before in reversed(taken):  # nothing taken is lost
+                owned.buffer.appendleft(raw)
+                owned.returned = before
+            raise
+        return out
+
+    def _stop_at(self, out: list[EventRead[T]], error: ReaderGroupError) -> list[EventRead[T]]:
+        """End a take at ``error``: raise it now, or after the events already taken."""
+        if not out:
+            raise error
+        self.errors.append(error)
+        return out
+
+    # -- reads -------------------------------------------------------------------------------
+    def fetch(self, block: float, logs: Mapping[str, str]) -> FetchOutcome:
+        """One ``XREAD BLOCK`` over owned segments with room plus the state logs ``logs``
+        (log key -> the entry id to read after), so news in those logs wakes it too."""
+        positions: dict[str, str] = {}
+        by_key: dict[str, OwnedSegment] = {}
+        for owned in self.owned.values():
+            if owned.fetched_all:
+                continue
+            if len(owned.buffer) < self._config.max_buffered_events:
+                positions[owned.data_key] = f"{owned.fetch}-0"
+                by_key[owned.data_key] = owned
+        positions.update(logs)
+        try:
+            reply = self._connection.read_keys(positions, block, self._config.read_batch)
+        except RedisUnavailableError as exc:
+            self._outage.lost(exc)
+            self._clock.sleep(min(block, 0.5))  # back off; the lease check fences if it lasts
+            return NO_NEWS
+        except WrongKeyTypeError as exc:
+            bad: set[str] = set()
+            for key in exc.keys:  # isolate the fault: the other keys are read next time
+                target = by_key.get(key)
+                if target is not None:
+                    logger.warning("%s: key %s is not a stream; reading it stops", target.name, key)
+                    target.hold(
+                        CorruptSegmentError(target.name, key, "the key is not a stream"),
+                        target.fetch,
+                        fault=True,
+                    )
+                else:
+                    bad.add(key)
+            return FetchOutcome(bad_logs=frozenset(bad))
+        self._outage.back()
+        woken: set[str] = set()
+        for key, entries in reply.items():
+            target = by_key.get(key)
+            if target is None:
+                woken.add(key)
+                continue
+            try:
+                self._buffer(target, entries)
+            except RedisUnavailableError as exc:  # nothing buffered: fetched again later
+                self._outage.lost(exc)
+        return FetchOutcome(woken=frozenset(woken))
+
+    def _buffer(self, owned: OwnedSegment, entries: list[Any]) -> None:
+        """Append fetched entries. Offsets are normally consecutive from the fetch position, so
+        only the ends are checked; otherwise the entries are checked one by one: a gap at the
+        start below the segment's head is truncation (reported once, reading goes on from the
+        first event that exists), any other gap is corrupt data (the events before it are
+        delivered, then the segment stops with a :class:`CorruptSegmentError`)."""
+        if not entries:
+            return
+        segment = owned.segment
+        events = [SegmentEvent(segment, entry[0], entry[1]) for entry in entries]
+        first, last = events[0].offset, events[-1].offset
+        if first != owned.fetch or last - first + 1 != len(events):
+            events = [e for e in events if e.offset >= owned.fetch]  # overlap: drop the old part
+            if not events:
+                return
+            if events[0].offset > owned.fetch and not self._skip_truncated(owned, events[0]):
+                return
+            run = 1
+            while run < len(events) and events[run].offset == events[run - 1].offset + 1:
+                run += 1
+            if run < len(events):
+                after, gap_at = events[run - 1].offset, events[run].offset
+                logger.warning(
+                    "%s: the entry after offset %d has offset %d; reading it stops there",
+                    owned.name,
+                    after,
+                    gap_at,
+                )
+                owned.hold(
+                    CorruptSegmentError(
+                        owned.name,
+                        owned.data_key,
+                        f"the entry after offset {after} has offset {gap_at} (entries "
+                        "out of sequence, not written by this library)",
+                    ),
+                    after + 1,
+                    fault=True,
+                )
+                events = events[:run]
+            last = events[-1].offset
+        if owned.bounded and last >= owned.final_tail:
+            events = [e for e in events if e.offset < owned.final_tail]
+        owned.buffer.extend(events)
+        owned.fetch = last + 1
+
+    def _skip_truncated(self, owned: OwnedSegment, first: SegmentEvent) -> bool:
+        """Entries resume at ``first`` after ``owned.fetch``: if truncation removed the events
+        between (the head moved past them), report it once when reading reaches them and go
+        on; otherwise hold a corrupt-data error there. True when reading goes on."""
+        head = self._connection.segment_states(owned.scope, owned.stream, [owned.segment])[
+            owned.segment
+        ].head
+        if head > owned.fetch:
+            owned.hold(TruncatedDataError(owned.name, owned.fetch, head), owned.fetch)
+            owned.fetch = first.offset
+            return True
+        logger.warning(
+            "%s: offsets %d..%d are missing below the head %d; reading it stops there",
+            owned.name,
+            owned.fetch,
+            first.offset - 1,
+            head,
+        )
+        owned.hold(
+            CorruptSegmentError(
+                owned.name,
+                owned.data_key,
+                f"offsets {owned.fetch}..{first.offset - 1} are missing below the head {head} "
+                f"(the next entry has offset {first.offset})",
+            ),
+            owned.fetch,
+            fault=True,
+        )
+        return False

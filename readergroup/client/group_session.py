@@ -1,0 +1,623 @@
+"""The group side of a reader: membership, rebalance, commits, checkpoints, resets, completion.
+
+A :class:`GroupSession` runs one reader's membership through
+:class:`~readergroup.admin.group_member.GroupMember` and keeps the reader's
+:class:`~readergroup.client.fetcher.Fetcher` owning exactly the segments the group gives it:
+
+* on the reading thread, :meth:`GroupSession.maintain` commits (auto mode), rebalances (fair
+  share: release, acquire), absorbs resets, queues checkpoints and completes sealed segments
+  read to their end;
+* a **heartbeat** thread renews the heartbeat, removes members whose session expired (judged on
+  Redis server time), and gives the segments back when the application stopped reading for
+  ``max_poll_interval``.
+
+Fencing: a reader that has not renewed its heartbeat within ``session_timeout`` (on its own
+monotonic clock, measured from when the last successful heartbeat was *sent*) drops its segments
+and raises :class:`ReaderNotInGroupError`; by then other members may have taken them, and its
+commits are refused by the state's conditional updates.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Generic, TypeVar
+
+from readergroup.admin.group_member import GroupMember
+from readergroup.client.event_read import EventRead, RebalanceListener
+from readergroup.client.fetcher import Fetcher, FetchOutcome, Outage, OwnedSegment
+from readergroup.core.errors import (
+    CoordinationError,
+    ReaderGroupError,
+    ReaderGroupNotFoundError,
+    RedisUnavailableError,
+    TruncatedDataError,
+)
+from readergroup.core.group_config import AUTO, ReaderGroupConfig
+from readergroup.core.group_state import STATE_TYPES as GROUP_STATE_TYPES
+from readergroup.core.group_state import UPDATE_TYPES as GROUP_UPDATE_TYPES
+from readergroup.core.group_state import (
+    Assignment,
+    GroupState,
+    ReaderAlreadyOnlineError,
+    ReaderNotInGroupError,
+    SegKey,
+    SegmentNotOwnedError,
+)
+from readergroup.core.names import split_scoped_stream, stream_sync_name
+from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
+from readergroup.storage.redis_io import RedisConnection, translate_errors
+from statesync import BadEntryError, StateSynchronizer, SynchronizerNotFoundError
+from statesync.clock import Clock
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+REJOIN_MAX_DELAY = 2.0
+"""Cap (seconds) of the jittered backoff between attempts to rejoin after being fenced."""
+
+
+class GroupSession(Generic[T]):
+    """One reader's life in its group, keeping ``fetcher``'s segments those the group gives."""
+
+    def __init__(
+        self,
+        connection: RedisConnection,
+        member: GroupMember,
+        group_config: ReaderGroupConfig,
+        fetcher: Fetcher[T],
+        outage: Outage,
+        *,
+        clock: Clock,
+        rng: random.Random,
+    ) -> None:
+        self._connection = connection
+        self.member = member
+        self._group = group_config
+        self._fetcher = fetcher
+        self._outage = outage
+        self._clock = clock
+        self._rng = rng
+        self.reader_id = member.reader_id
+        self.listeners: list[RebalanceListener] = []
+        self._streams: dict[str, StateSynchronizer[StreamState]] = {}
+        self.fenced: str | None = None
+        self.gone = False
+        """The group was deleted under this reader: every read raises ReaderGroupNotFoundError."""
+        self.closed = False
+        self.stop = threading.Event()
+        self.group_dirty = True
+        self._streams_dirty = True
+        self._session = group_config.session_timeout
+        now = self._clock.monotonic()
+        self._last_refresh = now
+        self._last_commit = now
+        self.last_poll = now
+        self._last_beat_ok = now
+        self._group_log = connection.log_backend.keys(member.sync.name).log
+        self._seen_revision = -1
+        """Group-log revision the reading thread last acted on (the heartbeat thread may have
+        fetched further; the reading thread must still be woken for those entries)."""
+        self._group_generation = -1
+        self.checkpoint_due: str | None = None
+        """A checkpoint to hand to the application before any further event."""
+        self._checkpoint_ack: tuple[str, dict[SegKey, int]] | None = None
+        """A checkpoint handed out, to acknowledge when the application next reads."""
+        self._handled_checkpoints: set[str] = set()
+        self.end_of_data = False
+        self._stuck_at: dict[str, int] = {}
+        """State log -> revision of a bad entry its synchronizer stopped at: the XREAD waits
+        for entries after it (never transferring the bad one again and again)."""
+        self._bad_logs: set[str] = set()
+        """State logs whose key has the wrong type: left out of the XREAD (their refresh
+        reports the error)."""
+        self._heartbeat_thread = self._start_heartbeats()
+
+    # -- usability (reading thread) ----------------------------------------------------------
+    def check_usable(self) -> None:
+        """Raise if the reader may not hand out events: closed, group gone, or fenced (by the
+        heartbeat thread, or because no heartbeat was renewed within the session timeout)."""
+        if self.closed:
+            raise ReaderGroupError("the reader is closed")
+        if self.gone:
+            raise self.group_gone()
+        if self.fenced is not None:
+            self.fence(self.fenced)  # the heartbeat thread may have set it: drop segments
+            raise ReaderNotInGroupError(self.fenced)
+        if self._clock.monotonic() - self._last_beat_ok > self._session:
+            self.fence(
+                f"reader {self.reader_id!r} could not renew its heartbeat within the session "
+                f"timeout ({self._session}s); its segments may be owned by others now"
+            )
+            raise ReaderNotInGroupError(self.fenced or "")
+
+    def group_gone(self) -> ReaderGroupNotFoundError:
+        group = self.member.sync.name.removeprefix("group:")
+        return ReaderGroupNotFoundError(
+            f"reader group {group} of reader {self.reader_id!r} was deleted; it reads no more"
+        )
+
+    def fence(self, reason: str) -> None:
+        if self.fenced is None:
+            self.fenced = reason
+        lost = self._fetcher.clear()
+        if lost:
+            logger.warning("reader %r fenced, segments lost: %s", self.reader_id, reason)
+            self._notify(lost=lost)
+
+    # -- maintenance (reading thread) --------------------------------------------------------
+    def maintain(self) -> None:
+        """Acknowledge a checkpoint handed out, then commit, rebalance and complete as due.
+        Fencing, outages, a deleted group and bad log entries are handled (and re-raised
+        when the read call must end with them)."""
+        try:
+            with translate_errors("read"):
+                self._acknowledge_checkpoint()
+                self._maintain()
+        except ReaderNotInGroupError as exc:
+            self.fence(str(exc))
+            raise
+        except RedisUnavailableError as exc:  # buffered events still go out; then back off
+            self._outage.lost(exc)
+            self.check_usable()  # a call that hung past the session hands out nothing
+        except ReaderGroupError as exc:
+            if self._group_deleted(exc):
+                self._on_group_deleted()
+                raise self.group_gone() from exc
+            if isinstance(exc, CoordinationError):
+                self._note_bad_entry(exc)
+            raise
+
+    def _maintain(self) -> None:
+        now = self._clock.monotonic()
+        refresh_due = now - self._last_refresh >= self._group.group_refresh_time
+        if (
+            self._group.commit_mode == AUTO
+            and now - self._last_commit >= self._group.auto_commit_interval
+        ):
+            self._absorb_reset()  # never commit positions of a generation the group left
+            self._commit(self._auto_positions())
+            self._last_commit = now
+        if self.group_dirty or refresh_due:
+            self.group_dirty = False
+            self._last_refresh = now
+            self._rebalance()
+        if self._streams_dirty or refresh_due:
+            self._streams_dirty = False
+            self._complete_finished()
+
+    def _auto_positions(self) -> dict[SegKey, tuple[int, int]]:
+        return {
+            k: (o.token, o.consumed)
+            for k, o in self._fetcher.owned.items()
+            if o.consumed > o.committed
+        }
+
+    def _release_position(self, owned: OwnedSegment) -> int:
+        return owned.consumed if self._group.commit_mode == AUTO else owned.committed
+
+    def commit(self, positions: Mapping[SegKey, int] | None) -> None:
+        """Commit ``positions`` (segment -> position) of owned segments, or by default every
+        event returned (:meth:`EventStreamReader.commit`)."""
+        owned_now = self._fetcher.owned
+        if positions is None:
+            chosen = {
+                k: (o.token, o.returned) for k, o in owned_now.items() if o.returned > o.committed
+            }
+        else:
+            chosen = {}
+            for key, position in positions.items():
+                owned = owned_now.get(key)
+                if owned is None:
+                    raise SegmentNotOwnedError(f"reader {self.reader_id!r} does not own {key}")
+                chosen[key] = (owned.token, position)
+        self._commit(chosen)
+
+    def _commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
+        if not positions:
+            return
+        try:
+            self.member.commit(positions)
+        except SegmentNotOwnedError:
+            self.group_dirty = True  # ownership moved: reconcile on the next maintenance
+            raise
+        for key, (_, position) in positions.items():
+            owned = self._fetcher.owned.get(key)
+            if owned is not None:
+                owned.committed = max(owned.committed, position)
+
+    def _rebalance(self) -> None:
+        state = self.member.refresh()
+        if state.generation != self._group_generation:
+            self._reinitialize(state)
+            state = self.member.state
+        self._take_checkpoints(state)
+        release_at = {k: self._release_position(o) for k, o in self._fetcher.owned.items()}
+        acquired, released = self.member.rebalance(release_at)
+        state = self.member.state
+        self._seen_revision = self.member.sync.revision
+        self.end_of_data = state.end_of_data
+        self._reconcile(state, released)
+        for key, assignment in acquired.items():
+            self._adopt(key, assignment)
+        if acquired:
+            logger.info("reader %r acquired %s", self.reader_id, sorted(acquired))
+            self._notify(acquired=list(acquired))
+
+    def _absorb_reset(self) -> None:
+        """Re-initialize now if the group was reset since this reader last looked."""
+        state = self.member.refresh()
+        if state.generation != self._group_generation and self._group_generation >= 0:
+            self._reinitialize(state)
+
+    def _reinitialize(self, state: GroupState) -> None:
+        """The group was reset (or this is the first look): start over from its state."""
+        first = self._group_generation < 0
+        self._group_generation = state.generation
+        if not first:
+            dropped = self._fetcher.clear()
+            self.checkpoint_due = None
+            self._checkpoint_ack = None
+            logger.info(
+                "reader %r: the group was reset (generation %d); dropped %s",
+                self.reader_id,
+                state.generation,
+                sorted(dropped),
+            )
+            if dropped:
+                self._notify(released=dropped)
+        if self.reader_id in state.reset_pending:
+            self.member.ack_reset(state.generation)
+
+    def _take_checkpoints(self, state: GroupState) -> None:
+        """Queue (or, if silent, acknowledge at once) checkpoints that wait for this reader."""
+        for checkpoint in state.checkpoints:
+            name = checkpoint.name
+            if checkpoint.done or self.reader_id not in checkpoint.pending:
+                continue
+            if name in self._handled_checkpoints:
+                continue
+            if checkpoint.silent:
+                self._handled_checkpoints.add(name)
+                self.member.ack_checkpoint(
+                    name, {k: o.consumed for k, o in self._fetcher.owned.items()}
+                )
+            elif self.checkpoint_due is None and self._checkpoint_ack is None:
+                self._handled_checkpoints.add(name)
+                self.checkpoint_due = name
+
+    def _reconcile(self, state: GroupState, released: list[SegKey]) -> None:
+        """Drop local segments the group no longer gives this reader (released, taken away)."""
+        mine = state.owned_by(self.reader_id)
+        owned_now = self._fetcher.owned
+        lost = [k for k, o in owned_now.items() if k not in mine or mine[k].token != o.token]
+        for key in lost:
+            self._fetcher.remove(key)
+        for key, assignment in mine.items():
+            if key not in owned_now:
+                self._adopt(key, assignment)
+        gone = sorted(set(lost) | set(released))
+        if gone:
+            logger.info("reader %r released %s", self.reader_id, gone)
+            self._notify(released=gone)
+
+    def _adopt(self, key: SegKey, assignment: Assignment) -> None:
+        scope, stream = split_scoped_stream(key[0], None)
+        data_key = self._connection.segment_keys(scope, stream, key[1])[1]
+        owned = OwnedSegment.at(key, scope, stream, data_key, assignment.token, assignment.position)
+        end = self.member.state.end
+        if end is not None:
+            owned.final_tail, owned.bounded = end.get(key, assignment.position), True
+        self._fetcher.add(owned)
+        stream_state: StreamState = self._stream_sync(key[0]).state
+        owned.max_event_size = stream_state.config.max_event_size
+
+    def _stream_sync(self, scoped: str) -> StateSynchronizer[StreamState]:
+        sync = self._streams.get(scoped)
+        if sync is None:
+            scope, stream = split_scoped_stream(scoped, None)
+            sync = self._connection.synchronizer(
+                stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
+            )
+            sync.follow()
+            self._streams[scoped] = sync
+        return sync
+
+    def _complete_finished(self) -> None:
+        """Complete owned segments that are sealed (or at a bounded end) and consumed."""
+        if self.member.state.frozen_for(self.reader_id):
+            return  # a checkpoint or reset awaits this reader: move nothing until then
+        for scoped, sync in self._streams.items():
+            sync.follow()
+            state: StreamState = sync.state
+            for owned in [o for o in self._fetcher.owned.values() if o.key[0] == scoped]:
+                record = state.segments.get(owned.segment)
+                if record is None or (record.active and not owned.bounded):
+                    continue
+                if record.truncated:
+                    self._truncated_away(owned)
+                elif owned.final_tail < 0:
+                    seg = self._connection.segment_states(
+                        owned.scope, owned.stream, [owned.segment]
+                    )
+                    if not seg[owned.segment].sealed:  # an interrupted scale: finish its seal
+                        logger.info(
+                            "reader %r: finishing the seal of %s", self.reader_id, owned.name
+                        )
+                        self._connection.seal(owned.scope, owned.stream, owned.segment)
+                        seg = self._connection.segment_states(
+                            owned.scope, owned.stream, [owned.segment]
+                        )
+                    owned.final_tail = seg[owned.segment].tail
+                if owned.consumed >= owned.final_tail and not owned.buffer and not owned.pending:
+                    successors = tuple(
+                        (
+                            (scoped, succ),
+                            tuple((scoped, p) for p in state.segments[succ].predecessors),
+                            state.head.get(succ, 0),
+                        )
+                        for succ in record.successors
+                    )
+                    if not self.member.complete(
+                        owned.key, owned.token, successors, owned.final_tail
+                    ):
+                        return  # a checkpoint or reset arrived: complete after it
+                    self._fetcher.remove(owned.key)
+                    logger.info(
+                        "reader %r completed %s at offset %d",
+                        self.reader_id,
+                        owned.name,
+                        owned.final_tail,
+                    )
+                    self._notify(released=[owned.key])
+                    self.group_dirty = True
+
+    def _truncated_away(self, owned: OwnedSegment) -> None:
+        """The segment is wholly behind the stream's head: its data is (being) deleted. Hand out
+        what is buffered, report the loss of anything after it once, then complete it (its
+        successors become readable from the head)."""
+        if owned.final_tail < 0:
+            seg = self._connection.segment_states(owned.scope, owned.stream, [owned.segment])
+            if seg[owned.segment].exists and seg[owned.segment].sealed:
+                owned.final_tail = seg[owned.segment].tail
+        if owned.final_tail < 0 or owned.fetch < owned.final_tail:
+            owned.hold(TruncatedDataError(owned.name, owned.fetch, -1), owned.fetch)
+            owned.final_tail = owned.fetch  # nothing more can be fetched
+
+    def _notify(
+        self,
+        acquired: Sequence[SegKey] = (),
+        released: Sequence[SegKey] = (),
+        lost: Sequence[SegKey] = (),
+    ) -> None:
+        for listener in self.listeners:
+            if acquired:
+                listener.on_segments_acquired(self.reader_id, list(acquired))
+            if released:
+                listener.on_segments_released(self.reader_id, list(released))
+            if lost:
+                on_lost = getattr(listener, "on_segments_lost", listener.on_segments_released)
+                on_lost(self.reader_id, list(lost))
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def hand_out_checkpoint(self) -> EventRead[T]:
+        name, self.checkpoint_due = self.checkpoint_due, None
+        assert name is not None
+        self._checkpoint_ack = (name, {k: o.returned for k, o in self._fetcher.owned.items()})
+        return EventRead(None, is_checkpoint=True, checkpoint_name=name)
+
+    def _acknowledge_checkpoint(self) -> None:
+        """The application moved past the checkpoint event: report the positions it had."""
+        if self._checkpoint_ack is not None:
+            name, positions = self._checkpoint_ack
+            self._checkpoint_ack = None
+            self.member.ack_checkpoint(name, positions)
+            self.group_dirty = True
+
+    # -- the state logs a fetch also waits on ------------------------------------------------
+    def wake_logs(self) -> dict[str, str]:
+        """State log key -> entry id after which news should wake a blocked fetch: the group's
+        log, and the metadata log of every stream read."""
+        logs: dict[str, str] = {}
+        if self._group_log not in self._bad_logs:
+            logs[self._group_log] = self._log_position(self._group_log, self._seen_revision)
+        for sync in self._streams.values():
+            log = self._connection.log_backend.keys(sync.name).log
+            if log not in self._bad_logs:
+                logs[log] = self._log_position(log, sync.revision)
+        return logs
+
+    def absorb(self, outcome: FetchOutcome) -> None:
+        """Mark what a fetch found in the state logs as due for maintenance."""
+        if outcome.bad_logs:
+            self._bad_logs |= outcome.bad_logs
+            self.group_dirty = self._streams_dirty = True
+        for log in outcome.woken:
+            if log == self._group_log:
+                self.group_dirty = True
+            else:
+                self._streams_dirty = True
+
+    def _note_bad_entry(self, exc: CoordinationError) -> None:
+        cause = exc.__cause__
+        if isinstance(cause, BadEntryError):
+            self._stuck_at[self._connection.log_backend.keys(cause.name).log] = cause.revision
+
+    def _log_position(self, log: str, revision: int) -> str:
+        return f"{max(revision, self._stuck_at.get(log, 0), 0)}-0"
+
+    # -- a deleted group ---------------------------------------------------------------------
+    def _group_deleted(self, error: ReaderGroupError) -> bool:
+        """Whether ``error`` came from the group's state having been deleted (a deleted stream's
+        metadata also reads as a missing synchronizer: the group's own log is checked)."""
+        if not isinstance(error.__cause__, SynchronizerNotFoundError):
+            return False
+        try:
+            with translate_errors("read group"):
+                self._connection.synchronizer(
+                    self.member.sync.name, GROUP_UPDATE_TYPES, GROUP_STATE_TYPES
+                ).fetch_updates()
+        except ReaderGroupError as exc:
+            return isinstance(exc.__cause__, SynchronizerNotFoundError)
+        return False
+
+    def _on_group_deleted(self) -> None:
+        """Stop for good: fenced, heartbeats stopped, and its heartbeat row removed (a beat may
+        have recreated the hash after the deletion)."""
+        if not self.gone:
+            logger.warning("reader %s: its group was deleted", self.reader_id)
+        self.gone = True
+        self.fence(str(self.group_gone()))
+        self.stop.set()
+        try:
+            self.member.heartbeats.forget(self.reader_id, self.member.generation)
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %s: could not remove its heartbeat", self.reader_id, exc_info=exc
+            )
+
+    # -- leaving and rejoining ---------------------------------------------------------------
+    def close(self) -> None:
+        """Graceful leave (see :meth:`EventStreamReader.close`)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.stop.set()
+        self._heartbeat_thread.join(10)
+        if self.fenced is None:
+            owned_now = self._fetcher.owned
+            for owned in owned_now.values():
+                owned.consumed = owned.returned
+            try:
+                with translate_errors("leave"):
+                    self._acknowledge_checkpoint()
+                    self._absorb_reset()
+                    if self._group.commit_mode == AUTO:  # manual mode commits only on commit()
+                        self._commit(self._auto_positions())
+                    self.member.leave({k: self._release_position(o) for k, o in owned_now.items()})
+                logger.info("reader %r left its group", self.reader_id)
+            except ReaderGroupError as exc:
+                logger.warning(
+                    "reader %r: could not leave its group; its session will expire and others "
+                    "take over at the committed positions",
+                    self.reader_id,
+                    exc_info=exc,
+                )
+        self._fetcher.clear()
+
+    def rejoin(self, stop: threading.Event | None = None) -> int:
+        """See :meth:`EventStreamReader.rejoin`."""
+        failures = 0
+        while not self.closed and not (stop is not None and stop.is_set()):
+            if self.fenced is None:
+                return self.member.generation
+            try:
+                return self._rejoin_once()
+            except (RedisUnavailableError, ReaderAlreadyOnlineError) as exc:
+                failures += 1
+                delay = self._rng.uniform(0, min(REJOIN_MAX_DELAY, 0.05 * 2 ** min(failures, 8)))
+                logger.warning(
+                    "reader %r: rejoin failed, retrying in %.2fs",
+                    self.reader_id,
+                    delay,
+                    exc_info=exc,
+                )
+                self._clock.sleep(delay)
+        return -1
+
+    def _rejoin_once(self) -> int:
+        self.stop.set()  # the fenced heartbeat thread must be gone before a new generation
+        self._heartbeat_thread.join(self._connection.config.socket_timeout + 1)
+        if self._heartbeat_thread.is_alive():
+            raise RedisUnavailableError(
+                f"reader {self.reader_id!r}: the previous heartbeat is still waiting on Redis"
+            )
+        with translate_errors("rejoin"):
+            generation = self.member.join()
+        now = self._clock.monotonic()
+        self.fenced = None
+        self._outage.error = None
+        self._fetcher.clear()
+        self.checkpoint_due = self._checkpoint_ack = None
+        self.group_dirty = self._streams_dirty = True
+        self._seen_revision = -1
+        self._last_beat_ok = self.last_poll = self._last_refresh = self._last_commit = now
+        self.stop = threading.Event()
+        self._heartbeat_thread = self._start_heartbeats()
+        logger.info("reader %r rejoined its group as generation %d", self.reader_id, generation)
+        return generation
+
+    # -- heartbeat thread --------------------------------------------------------------------
+    def _start_heartbeats(self) -> threading.Thread:
+        thread = threading.Thread(
+            target=self._heartbeat_loop, name=f"rg-heartbeat-{self.reader_id}", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _heartbeat_loop(self) -> None:
+        interval = self._group.heartbeat_interval
+        failed = False
+        stop = self.stop
+        while not stop.is_set():
+            sent = self._clock.monotonic()
+            wait = interval
+            try:
+                with translate_errors("heartbeat"):
+                    liveness = self.member.heartbeat()
+                if liveness.member:
+                    self._last_beat_ok = sent
+                elif self.fenced is None:
+                    self.fenced = (
+                        f"reader {self.reader_id!r} was removed from the group (its session "
+                        "expired, or reader_offline was called); create it again to rejoin"
+                    )
+                    logger.warning("%s", self.fenced)
+                if liveness.removed:
+                    logger.info(
+                        "reader %r removed expired members %s", self.reader_id, liveness.removed
+                    )
+                    self.group_dirty = True
+                if liveness.next_expiry_ms is not None:
+                    until = (liveness.next_expiry_ms - liveness.now_ms) / 1000
+                    wait = max(0.05, min(interval, until))
+                if failed:
+                    logger.info("reader %r: heartbeat renewed again", self.reader_id)
+                failed = False
+            except ReaderGroupError as exc:
+                if self._group_deleted(exc):
+                    self._on_group_deleted()
+                    return
+                if not failed:
+                    logger.warning(
+                        "reader %r: heartbeat failed, retrying", self.reader_id, exc_info=exc
+                    )
+                failed = True
+                wait = min(interval, 0.5)
+            if self.fenced is None and sent - self.last_poll > self._group.max_poll_interval:
+                self.fenced = (
+                    f"reader {self.reader_id!r} did not call read_next_event for "
+                    f"max_poll_interval={self._group.max_poll_interval}s; its segments were "
+                    "given back at their committed positions"
+                )
+                logger.warning("%s", self.fenced)
+                self._leave_quietly()
+                return
+            if self.fenced is not None:
+                self._leave_quietly()
+                return
+            stop.wait(wait)
+
+    def _leave_quietly(self) -> None:
+        try:
+            with translate_errors("leave"):
+                self.member.leave()
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %r: could not leave after being fenced; its session expires instead",
+                self.reader_id,
+                exc_info=exc,
+            )
