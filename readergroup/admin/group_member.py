@@ -36,6 +36,7 @@ from readergroup.core.group_state import (
     ReaderNotInGroupError,
     SegKey,
 )
+from readergroup.core.liveness import ExpiryGuard
 from readergroup.core.membership import (
     HeartbeatStore,
     plan_ack_checkpoint,
@@ -107,6 +108,7 @@ class GroupMember:
         self._max_moves = max_moves
         self._joined = False
         self._recovery = threading.RLock()
+        self._expiry = ExpiryGuard(session_timeout_ms)
 
     @property
     def state(self) -> GroupState:
@@ -182,13 +184,25 @@ class GroupMember:
 
     @_recovers
     def heartbeat(self) -> Liveness:
-        """Renew this reader's heartbeat and remove members whose session expired."""
+        """Renew this reader's heartbeat and remove members whose session expired (none while
+        the heartbeats cannot be trusted: see :mod:`~readergroup.core.liveness`)."""
         now, beats = self.heartbeats.beat(self.reader_id, self.generation)
         self.server_ms = now
+        grace_before = self._expiry.grace_until_ms
+        judge = self._expiry.observe(self.reader_id, now, beats)
+        if not judge and grace_before is None:
+            logger.warning(
+                "reader %r: heartbeats went back or could not be written for a session (a "
+                "failover or an outage); removing no member for %.1fs so every live one can "
+                "beat again",
+                self.reader_id,
+                self._session_timeout_ms / 1000,
+            )
         state = self.refresh()
         others = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
         removed = []
-        for reader_id, generation in expired_readers(others, beats, now, self._session_timeout_ms):
+        expired = expired_readers(others, beats, now, self._session_timeout_ms) if judge else []
+        for reader_id, generation in expired:
             if self.remove_if(reader_id, generation):
                 removed.append(reader_id)
         state = self.sync.state
