@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from readergroup.core.errors import EmbeddedRedisError
 
@@ -241,13 +242,96 @@ def local_redis_server(
 
 @dataclass
 class LocalRedisCluster:
-    """A Redis Cluster of ``masters`` primaries (no replicas) on loopback, from the binary."""
+    """A Redis Cluster on loopback, from the binary: primaries, each with its replicas."""
 
     nodes: list[LocalRedisServer]
 
     @property
     def url(self) -> str:
         return self.nodes[0].url
+
+    def _live(self) -> list[LocalRedisServer]:
+        return [node for node in self.nodes if _ping(node.port)]
+
+    def _table(self) -> dict[str, Any]:
+        """``CLUSTER NODES`` as one live node sees it (redis-py's parsed form)."""
+        import redis
+
+        for node in self._live():
+            with redis.Redis(port=node.port, socket_timeout=2) as client:
+                table: dict[str, Any] = client.execute_command("CLUSTER NODES")
+                return table
+        raise EmbeddedRedisError("no cluster node answers")
+
+    def _node(self, address: str) -> LocalRedisServer:
+        port = int(address.rsplit(":", 1)[1].split("@", maxsplit=1)[0])
+        return next(node for node in self.nodes if node.port == port)
+
+    def primary_for(self, key: str) -> LocalRedisServer:
+        """The node serving ``key``'s slot now."""
+        import redis
+
+        with redis.Redis(port=self._live()[0].port, socket_timeout=2) as client:
+            slot = int(client.execute_command("CLUSTER KEYSLOT", key))
+        for address, info in self._table().items():
+            if "master" in info["flags"] and "fail" not in info["flags"]:
+                for span in info["slots"]:
+                    if int(span[0]) <= slot <= int(span[-1]):
+                        return self._node(address)
+        raise EmbeddedRedisError(f"no primary serves slot {slot}")
+
+    def replica_of(self, primary: LocalRedisServer) -> LocalRedisServer:
+        table = self._table()
+        ids = {info["node_id"]: address for address, info in table.items()}
+        for address, info in table.items():
+            if "slave" in info["flags"] and ids.get(info["master_id"]) == (
+                f"127.0.0.1:{primary.port}"
+            ):
+                return self._node(address)
+        raise EmbeddedRedisError(f"the primary on port {primary.port} has no replica")
+
+    def failover(self, primary: LocalRedisServer, *, kill: bool = False) -> LocalRedisServer:
+        """Fail ``primary`` over to its replica: ``CLUSTER FAILOVER`` on the replica (graceful:
+        the replica catches up first), or with ``kill`` a SIGKILL of the primary (the cluster
+        promotes the replica after the node timeout, whatever it had received). Waits until the
+        replica is a primary and every live node says ``cluster_state:ok``; returns it."""
+        replica = self.replica_of(primary)
+        if kill:
+            primary.kill()
+        elif not _answers(replica.port, b"CLUSTER FAILOVER", b"+OK"):
+            raise EmbeddedRedisError("CLUSTER FAILOVER was refused")
+        deadline = time.monotonic() + _START_DEADLINE * 4
+        while not (
+            _answers(replica.port, b"ROLE", b"master")
+            and all(_cluster_ok(node.port) for node in self._live())
+        ):
+            if time.monotonic() > deadline:
+                raise EmbeddedRedisError("the cluster did not finish the failover in time")
+            time.sleep(0.05)
+        return replica
+
+    def wait_replicated(self) -> None:
+        """Wait until every live node is in a healthy cluster and every primary has a replica
+        whose link is up (a restarted node rejoins as a replica of its successor)."""
+        deadline = time.monotonic() + _START_DEADLINE * 4
+        while time.monotonic() < deadline:
+            table = self._table()
+            primaries = {
+                info["node_id"]
+                for info in table.values()
+                if "master" in info["flags"] and info["slots"] and "fail" not in info["flags"]
+            }
+            followed = {
+                info["master_id"]
+                for address, info in table.items()
+                if "slave" in info["flags"]
+                and "fail" not in info["flags"]
+                and _answers(self._node(address).port, b"INFO replication", b"link_status:up")
+            }
+            if primaries <= followed and all(_cluster_ok(n.port) for n in self._live()):
+                return
+            time.sleep(0.1)
+        raise EmbeddedRedisError("the cluster's replicas did not all follow a primary in time")
 
 
 def _cli_binary(server_binary: str) -> str:
@@ -261,9 +345,12 @@ def _cli_binary(server_binary: str) -> str:
 
 
 @contextlib.contextmanager
-def local_redis_cluster(masters: int = 3) -> Iterator[LocalRedisCluster]:
-    """Start ``masters`` server binaries in cluster mode, join them (``--cluster create``), wait
-    until the cluster state is ok, and remove everything on exit."""
+def local_redis_cluster(
+    masters: int = 3, replicas: int = 0, node_timeout_ms: int = 3000
+) -> Iterator[LocalRedisCluster]:
+    """Start ``masters * (1 + replicas)`` server binaries in cluster mode, join them
+    (``--cluster create``, ``replicas`` replicas per primary), wait until the cluster state is
+    ok (and every replica follows), and remove everything on exit."""
     binary = find_server_binary()
     if binary is None:
         raise EmbeddedRedisError("no Redis server binary to build a cluster from")
@@ -276,10 +363,10 @@ def local_redis_cluster(masters: int = 3) -> Iterator[LocalRedisCluster]:
                 "--cluster-config-file",
                 "nodes.conf",
                 "--cluster-node-timeout",
-                "3000",
+                str(node_timeout_ms),
             ],
         )
-        for _ in range(masters)
+        for _ in range(masters * (1 + replicas))
     ]
     try:
         for node in nodes:
@@ -292,7 +379,7 @@ def local_redis_cluster(masters: int = 3) -> Iterator[LocalRedisCluster]:
                 "create",
                 *addresses,
                 "--cluster-replicas",
-                "0",
+                str(replicas),
                 "--cluster-yes",
             ],
             check=True,
@@ -304,7 +391,10 @@ def local_redis_cluster(masters: int = 3) -> Iterator[LocalRedisCluster]:
             if time.monotonic() > deadline:
                 raise EmbeddedRedisError("the local cluster did not reach cluster_state:ok")
             time.sleep(0.05)
-        yield LocalRedisCluster(nodes)
+        cluster = LocalRedisCluster(nodes)
+        if replicas:
+            cluster.wait_replicated()
+        yield cluster
     finally:
         for node in nodes:
             node.close()

@@ -1,0 +1,61 @@
+"""Forced failovers of real replicated servers started by the test, under a writer and a reader
+group (issue 18): a primary/replica pair with 3 Sentinels here, a 3x2 Cluster in
+``test_ha_cluster.py``. Judged by :mod:`tools.ha_run`: nothing acknowledged-and-present skipped,
+no (segment, offset) naming two events, no segment handed out by two live readers at once, no
+reader removed (the application never has to rejoin one), readers back within the session
+timeout plus the failover time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from readergroup import ClientConfig
+from readergroup.core.errors import EmbeddedRedisError
+from readergroup.testing.embedded_redis import LocalSentinelGroup, local_sentinel_group
+from tools.ha_run import HaFigures, HaRun
+
+SESSION = 3.0
+"""Shorter than a Sentinel failover lasts for clients (the old primary keeps taking writes
+until the Sentinels turn it into a replica, several seconds after the promotion)."""
+
+
+@pytest.fixture
+def sentinels() -> Iterator[LocalSentinelGroup]:
+    try:
+        with local_sentinel_group(replicas=1, sentinels=3) as group:
+            yield group
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"a local Sentinel group is required: {exc}", pytrace=False)
+
+
+def assert_nothing_skipped(figures: HaFigures) -> None:
+    assert figures.skipped == 0, figures
+    assert figures.divergences == 0, figures
+    assert figures.overlaps == 0, figures
+    assert figures.order_violations == 0, figures
+    assert figures.removals == 0, figures.removal_reasons
+
+
+@pytest.mark.redis
+def test_a_reader_group_rides_out_a_sentinel_failover(sentinels: LocalSentinelGroup) -> None:
+    run = HaRun(
+        sentinels.url,
+        readers=3,
+        segments=4,
+        client=ClientConfig(acks="replicas=1", ack_timeout=1.0),
+        group={"session_timeout": SESSION},
+    )
+    run.start()
+    began = time.monotonic()
+    with run.failover():
+        sentinels.failover()
+        sentinels.wait_replicating()  # the old primary is a replica of the new one
+    failover_seconds = time.monotonic() - began
+    comeback = run.wait_comeback(SESSION + failover_seconds + 30)
+    figures = run.finish()
+    assert_nothing_skipped(figures)
+    assert figures.lost == 0 and figures.write_failures == 0, figures  # acks=replicas=1
+    assert figures.acknowledged > 0 and comeback <= SESSION + failover_seconds + 30
