@@ -74,7 +74,7 @@ from readergroup.core.planning import SegmentRange
 from readergroup.core.routing import key_position, segment_id
 from readergroup.core.stream_config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from readergroup.core.stream_cut import StreamCut
-from readergroup.storage.redis_io import SegmentEvent
+from readergroup.storage.segment_records import SegmentEvent
 
 __version__ = "0.1.0"
 

@@ -19,7 +19,7 @@ import redis
 
 from readergroup import ReaderGroupConfig, ReaderGroupManager, StreamManager
 from readergroup.admin.group_manager import join_group
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 from readergroup.testing.embedded_redis import LocalRedisServer
 from tests.support.cli import ROOT, as_json, cli, refused
 from tests.support.waiting import wait_until

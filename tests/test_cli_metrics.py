@@ -22,7 +22,7 @@ from readergroup import EventStreamClientFactory, UTF8StringSerializer
 from readergroup.admin.metrics import register_metrics
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES
 from readergroup.core.names import group_sync_name
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 from tests.support.cli import ROOT, as_json, cli
 from tests.support.waiting import wait_until
 

@@ -28,7 +28,7 @@ from readergroup import (
 )
 from readergroup.admin import acl
 from readergroup.core.errors import EmbeddedRedisError
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 from readergroup.testing.embedded_redis import LocalRedisCluster, local_redis_cluster
 from tests.support.model import ALL_TYPES, Add
 
@@ -49,11 +49,11 @@ def test_the_keys_of_a_segment_and_of_a_synchronizer_share_a_slot(
     cluster: LocalRedisCluster,
 ) -> None:
     connection = RedisConnection.from_url(cluster.url, CLUSTER)
-    slots = {connection.client.keyslot(k) for k in connection.segment_keys("a", "b", 7)}
+    slots = {connection.client.keyslot(k) for k in connection.keys.segment("a", "b", 7)}
     assert len(slots) == 1
     layout = connection.log_backend.keys("group:a/g")
     assert len({connection.client.keyslot(k) for k in layout.all}) == 1
-    spread = {connection.client.keyslot(connection.segment_keys("a", "b", s)[0]) for s in range(16)}
+    spread = {connection.client.keyslot(connection.keys.segment("a", "b", s)[0]) for s in range(16)}
     assert len(spread) > 8  # segments spread over the cluster
     connection.close()
 

@@ -75,7 +75,7 @@ def test_garbage_segment_entries_give_specific_errors_and_reading_goes_on(
     with EventStreamClientFactory.from_url(scope, redis_url) as factory:
         writer = factory.create_event_writer("s", UTF8StringSerializer())
         writer.write_event("before", routing_key="k").result(5)
-        meta, events, _ = factory.connection.segment_keys(scope, "s", 0)
+        meta, events, _ = factory.connection.keys.segment(scope, "s", 0)
         client = redis.Redis.from_url(redis_url)
         for entry in garbage:  # a rogue client writes entries, consecutive ids, no script
             tail = int(client.hget(meta, "events") or 0)

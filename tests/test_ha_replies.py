@@ -16,7 +16,7 @@ from readergroup import (
     UTF8StringSerializer,
 )
 from readergroup.core.errors import RedisUnavailableError
-from readergroup.storage.redis_io import translate_errors
+from readergroup.storage.translate import translate_errors
 from statesync import (
     BackendUnavailableError,
     ManualClock,

@@ -213,7 +213,7 @@ def test_oversized_stored_events_are_errors_not_deliveries(redis_url: str, scope
     with EventStreamClientFactory.from_url(scope, redis_url) as factory:
         writer = factory.create_event_writer("s", UTF8StringSerializer())
         writer.write_event("small", routing_key="k").result(5)
-        meta, events, _ = factory.connection.segment_keys(scope, "s", 0)
+        meta, events, _ = factory.connection.keys.segment(scope, "s", 0)
         client = redis.Redis.from_url(redis_url)
         for offset in (1, 2):  # a rogue client bypasses the writer's size check
             rogue_xadd(client, events, offset, b"x" * 5000)
@@ -236,7 +236,7 @@ def test_a_segment_key_of_the_wrong_type_does_not_block_the_others(
             for i in range(40):
                 writer.write_event(f"e{i}", routing_key=f"k{i}")
         healthy = [f"e{i}" for i in range(40) if key_position(f"k{i}") < 0.5]  # segment 0
-        _, broken, _ = factory.connection.segment_keys(scope, "s", 1)
+        _, broken, _ = factory.connection.keys.segment(scope, "s", 1)
         redis.Redis.from_url(redis_url).set(broken, "not a stream")  # a rogue overwrite
         with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
             results = collect(reader, lambda r: len(r) >= len(healthy) + 1)
@@ -255,8 +255,8 @@ def test_a_rogue_offset_gap_stops_only_its_segment_after_the_good_events(
         with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
             for i in range(40):
                 writer.write_event(f"a{i}", routing_key=f"k{i}")
-        tail = conn.segment_states(scope, "s", [0])[0].tail  # offsets 0..tail-1 are good
-        events_key = conn.segment_keys(scope, "s", 0)[1]
+        tail = conn.segments.segment_states(scope, "s", [0])[0].tail  # offsets 0..tail-1 are good
+        events_key = conn.keys.segment(scope, "s", 0)[1]
         rogue_xadd(redis.Redis.from_url(redis_url), events_key, tail + 14, b"rogue")
         with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
             first = collect(reader, lambda r: len(r) >= 41)

@@ -18,7 +18,7 @@ from readergroup.cli import main
 from readergroup.core import catalog
 from readergroup.core.names import LEGACY_CATALOG_SYNC_NAME, SCOPES_SYNC_NAME, catalog_sync_name
 from readergroup.storage import vanished
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 
 
 def old_layout(url: str, scope: str, other: str) -> None:

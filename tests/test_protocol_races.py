@@ -28,7 +28,7 @@ from readergroup.admin.group_manager import ReaderGroup, join_group
 from readergroup.admin.group_member import GroupMember
 from readergroup.core.group_state import CreateCheckpoint, GroupState
 from readergroup.core.routing import key_position
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.05}
@@ -251,7 +251,7 @@ def test_reader_offline_on_a_stale_handle_decides_on_fresh_state(
         r2.rebalance({})
         assert sorted(r2.state.owned_by("reader2")) == [(stream, 0), (stream, 1)]
         assert stale.reader_offline("nobody") is False
-        beats = connection.heartbeat(stale.heartbeats._key, "", 0)[1]
+        beats = stale.heartbeats.beat("", 0)[1]
         assert "reader2" in beats and "reader1" not in beats
 
 

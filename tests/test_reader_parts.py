@@ -24,7 +24,7 @@ from readergroup.admin.group_manager import join_group
 from readergroup.client.fetcher import Fetcher, Outage, OwnedSegment
 from readergroup.client.group_session import GroupSession
 from readergroup.core.errors import ReaderGroupError, SerializationError
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 from statesync.system_clock import SYSTEM_CLOCK
 from tests.support.waiting import wait_until
 
@@ -61,7 +61,7 @@ def fetcher_of(connection: RedisConnection, config: ReaderConfig | None = None) 
 
 
 def segment(connection: RedisConnection, scope: str, number: int, at: int = 0) -> OwnedSegment:
-    data_key = connection.segment_keys(scope, "s", number)[1]
+    data_key = connection.keys.segment(scope, "s", number).events
     return OwnedSegment.at((f"{scope}/s", number), scope, "s", data_key, 1, at)
 
 
@@ -140,7 +140,7 @@ def test_the_fetcher_delivers_up_to_a_gap_then_raises_corrupt_segment(
     redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
     make_stream(redis_url, scope, segments=1)
-    data_key = connection.segment_keys(scope, "s", 0)[1]
+    data_key = connection.keys.segment(scope, "s", 0).events
     for entry_id in ("1-0", "2-0", "5-0"):  # offsets 0, 1, then 4: out of sequence
         connection.client.xadd(data_key, {"p": "x", "w": "0", "t": "0", "b": "0"}, id=entry_id)
     fetcher = fetcher_of(connection)
@@ -157,7 +157,7 @@ def test_a_serializer_error_comes_after_the_events_before_it(
     redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
     make_stream(redis_url, scope, segments=1)
-    data_key = connection.segment_keys(scope, "s", 0)[1]
+    data_key = connection.keys.segment(scope, "s", 0).events
     for n, payload in enumerate((b"ok", b"\xff\xfe", b"later")):
         connection.client.xadd(
             data_key, {"p": payload, "w": "0", "t": "0", "b": "0"}, id=f"{n + 1}-0"

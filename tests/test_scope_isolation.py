@@ -41,8 +41,9 @@ from readergroup import (
 from readergroup.admin import acl
 from readergroup.cli import main
 from readergroup.core.catalog import RemoveGroup
-from readergroup.core.names import catalog_sync_name, scope_key_patterns
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.core.names import catalog_sync_name
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.keys import KeyLayout
 from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
 from statesync.errors import BackendAccessError
 
@@ -66,7 +67,7 @@ class Env:
 
     def dump(self, scope: str) -> dict[bytes, bytes | None]:
         """Every key of ``scope`` (by the generated patterns) with its DUMP."""
-        patterns = scope_key_patterns("rg", scope).values()
+        patterns = KeyLayout("rg").scope_patterns(scope).values()
         keys = sorted(
             k
             for k in self.root.scan_iter(count=1000)
@@ -523,7 +524,7 @@ def test_generated_rules_are_least_privilege() -> None:
         for pattern in [*rules.keys, *(k for keys, _ in rules.selectors for k in keys)]:
             glob = pattern.split("~", 1)[1]
             for other in ("a", "abc", "b"):
-                for key in scope_key_patterns("rg", other).values():
+                for key in KeyLayout("rg").scope_patterns(other).values():
                     assert not fnmatch.fnmatchcase(key.replace("*", "x"), glob), (pattern, key)
 
 
@@ -553,11 +554,11 @@ def _sink(url: str, config: ClientConfig, scope: str) -> None:
     """What the Spark sink sends: stage, commit atomically, read back and drop staging keys."""
     connection = RedisConnection.from_url(url, config)
     try:
-        key = connection.staging_key(scope, "s", "job1", 0, "p1")
-        connection.stage(key, [("k", b"v", 1)], 60)
-        assert connection.read_staged(key)
-        connection.commit_staged(scope, "s", "job1", [(0, key)])
-        connection.delete_keys([key])
+        key = connection.staging.staging_key(scope, "s", "job1", 0, "p1")
+        connection.staging.stage(key, [("k", b"v", 1)], 60)
+        assert connection.staging.read_staged(key)
+        connection.staging.commit_staged(scope, "s", "job1", [(0, key)])
+        connection.staging.discard([key])
     finally:
         connection.close()
 

@@ -37,7 +37,7 @@ from readergroup import (
 )
 from readergroup.admin.autoscale import AutoScaler
 from readergroup.core.routing import key_position
-from readergroup.storage.redis_io import AppendBatch
+from readergroup.storage.segment_records import AppendBatch
 from tests.support.proxy import ReplyDroppingProxy
 from tests.support.waiting import wait_until
 
@@ -261,7 +261,7 @@ def test_truncation_deletes_data_before_the_cut_and_moves_the_head(
         with pytest.raises(TruncatedDataError, match="below the head 1"):
             list(batch.read_segment("s", succ[0], 0))
         client = redis.Redis.from_url(redis_url)
-        assert client.exists(manager.connection.segment_keys(scope, "s", 0)[1]) == 0
+        assert client.exists(manager.connection.keys.segment(scope, "s", 0)[1]) == 0
         with pytest.raises(InvalidStreamCutError, match="behind"):
             manager.truncate_stream(scope, "s", StreamCut(scope, "s", {succ[0]: 0, succ[1]: 1}))
 
@@ -294,7 +294,7 @@ def test_empty_and_maximum_size_events(manager: StreamManager, redis_url: str, s
 
 def test_a_script_refuses_oversized_events_too(manager: StreamManager, scope: str) -> None:
     manager.create_stream(scope, "s")
-    [reply] = manager.connection.append(
+    [reply] = manager.connection.segments.append(
         [AppendBatch.of(scope, "s", 0, "w", 1, [(None, b"x" * 11, 0)], 10)]
     )
     assert isinstance(reply.error, EventTooLargeError)  # the batch is refused, named
@@ -426,7 +426,7 @@ def test_successors_take_no_event_before_their_predecessors_are_sealed(
     with stale, stale.create_event_writer("s", UTF8StringSerializer()) as old_writer:
         old_writer.write_event("before", routing_key="k").result(10)
         with StreamManager.from_url(redis_url) as crashing:
-            crashing.connection.seal = lambda *_: 1 / 0  # type: ignore[method-assign]
+            crashing.connection.segments.seal = lambda *_: 1 / 0  # type: ignore[method-assign]
             with pytest.raises(ZeroDivisionError):
                 crashing.scale_stream(scope, "s", [0], [(0.0, 0.5), (0.5, 1.0)])
         successors = [s for s in manager.stream_state(scope, "s").segments if s != 0]

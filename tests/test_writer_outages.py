@@ -53,7 +53,7 @@ def test_a_hostile_segment_fails_only_its_own_events(redis_url: str, scope: str)
     with EventStreamClientFactory.from_url(scope, redis_url) as factory:
         ranges = factory.metadata.get(scope, "s").range_map()
         bad = ranges.segment_at(key_position("k0"))
-        meta, _, _ = factory.connection.segment_keys(scope, "s", bad)
+        meta, _, _ = factory.connection.keys.segment(scope, "s", bad)
         raw = redis.Redis.from_url(redis_url)
         raw.delete(meta)
         raw.set(meta, "not a hash")  # hostile: the wrong type
@@ -71,7 +71,7 @@ def test_a_hostile_segment_fails_only_its_own_events(redis_url: str, scope: str)
             assert isinstance(error, ReaderGroupError) and not error.retriable
             assert segment_name(scope, "s", bad) in str(error)
         raw.delete(meta)  # repair, so the healthy segments can be read back
-        factory.connection.create_segments(scope, "s", [bad], 0)
+        factory.connection.segments.create_segments(scope, "s", [bad], 0)
         writer.close()
         landed = {e.routing_key for e in factory.create_batch_client().read_events("s")}
     assert landed == set(futures) - failed

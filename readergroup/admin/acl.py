@@ -1,7 +1,7 @@
 """Least-privilege Redis ACL rules per role, generated from the key layout. Pure code.
 
 Four roles. Three are confined to one scope (their key patterns match only that scope's keys,
-see :func:`readergroup.core.names.scope_key_patterns`); the operator is cluster-wide:
+see :meth:`readergroup.storage.keys.KeyLayout.scope_patterns`); the operator is cluster-wide:
 
 * ``writer``: writes events (``EventStreamWriter``, the Spark sink) and reads stream metadata;
 * ``reader``: reads events (readers, ``BatchClient``, the Spark source), updates its groups'
@@ -29,7 +29,8 @@ import hashlib
 from dataclasses import dataclass
 
 from readergroup.core.errors import InvalidConfigError
-from readergroup.core.names import scope_key_patterns, validate_name
+from readergroup.core.names import validate_name
+from readergroup.storage.keys import KeyLayout
 from statesync.durability import Acks
 from statesync.errors import StateSyncError
 from statesync.names import validate_name as validate_prefix
@@ -172,10 +173,10 @@ def _rules(role: str, scope: str | None, prefix: str) -> Rules:
     if role not in ROLES:
         raise InvalidConfigError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     if role == "operator":
-        return Rules(role, (f"~{prefix}:*",), _plus(set(COMMANDS[role])))
+        return Rules(role, (f"~{KeyLayout(prefix).everything()}",), _plus(set(COMMANDS[role])))
     if scope is None:
         raise InvalidConfigError(f"the {role} role needs a scope")
-    k = scope_key_patterns(prefix, validate_name(scope, "scope"))
+    k = KeyLayout(prefix).scope_patterns(validate_name(scope, "scope"))
     if role == "writer":
         # DEL only on staging keys, XRANGE only on stream metadata: a writer can neither read
         # nor delete its scope's events

@@ -46,7 +46,8 @@ from readergroup.core.membership import Plan, plan_remove
 from readergroup.core.names import group_sync_name, validate_name
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage import vanished
-from readergroup.storage.redis_io import RedisConnection, fetch_state, translate_errors
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.translate import fetch_state, translate_errors
 from statesync import StateSynchronizer
 
 logger = logging.getLogger(__name__)
@@ -60,45 +61,6 @@ def plan_checkpoint(name: str, now_ms: int, silent: bool = False) -> Plan:
         return [CreateCheckpoint(name, now_ms, silent)]
 
     return create
-
-
-class RedisHeartbeatStore:
-    """Heartbeats in a Redis hash beside the group's state (same hash tag), stamped by the
-    server's clock inside ``heartbeat.lua``; and, in a second hash, the ``host/pid`` each
-    reader registered when it joined (for operators)."""
-
-    def __init__(self, connection: RedisConnection, key: str) -> None:
-        self._connection = connection
-        self._key = key
-        self.clients_key = key.removesuffix(":heartbeats") + ":clients"
-
-    def beat(
-        self, reader_id: str, generation: int, *, claim: bool = False
-    ) -> tuple[int, dict[str, tuple[int, int]]]:
-        action = "claim" if claim else "beat"
-        return self._connection.heartbeat(self._key, reader_id, generation, action)
-
-    def forget(self, reader_id: str, generation: int) -> None:
-        self._connection.forget_heartbeat(self._key, reader_id, generation)
-
-    def register(self, reader_id: str, client: str) -> None:
-        """Record ``host/pid`` of ``reader_id`` (kept until the group is deleted; a rejoin
-        overwrites it)."""
-        with translate_errors("register reader"):
-            self._connection.client.hset(self.clients_key, reader_id, client)
-
-    def clients(self) -> dict[str, str]:
-        with translate_errors("read readers"):
-            raw: Mapping[Any, Any] = self._connection.client.hgetall(self.clients_key)
-        return {_text(k): _text(v) for k, v in raw.items()}
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def heartbeat_key(connection: RedisConnection, sync_name: str) -> str:
-    return f"{connection.config.key_prefix}:{{{sync_name}}}:heartbeats"
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +145,7 @@ class ReaderGroup:
         self.sync: StateSynchronizer[GroupState] = connection.synchronizer(
             group_sync_name(scope, name), UPDATE_TYPES, STATE_TYPES, writer_label=writer_label
         )
-        self.heartbeats = RedisHeartbeatStore(connection, heartbeat_key(connection, self.sync.name))
+        self.heartbeats = connection.heartbeat_store(self.sync.name)
         self.refresh()
 
     def refresh(self) -> GroupState:
@@ -429,7 +391,9 @@ class ReaderGroup:
         """``(head, tail)`` of every existing segment named in ``positions``."""
         bounds: dict[SegKey, tuple[int, int]] = {}
         for scoped, cut in cuts_by_stream(positions).items():
-            states = self._connection.segment_states(cut.scope, cut.stream, list(cut.positions))
+            states = self._connection.segments.segment_states(
+                cut.scope, cut.stream, list(cut.positions)
+            )
             for segment, seg in states.items():
                 if seg.exists:
                     bounds[(scoped, segment)] = (seg.head, seg.tail)
@@ -466,7 +430,7 @@ class ReaderGroup:
         rows: list[SegmentLag] = []
         for scoped, positions in sorted(by_stream.items()):
             scope, _, stream = scoped.partition("/")
-            probe = self._connection.lag_probe(scope, stream, positions)
+            probe = self._connection.segments.lag_probe(scope, stream, positions)
             for segment, position in sorted(positions.items()):
                 tail, size, byte_at, server_at = probe[segment]
                 end = state.end.get((scoped, segment), tail) if state.end else tail
@@ -678,10 +642,7 @@ class ReaderGroupManager(Closing):
         vanished.forget(self._connection, self.scope, sync_name)
         with translate_errors("delete reader group"):
             existed = sync.delete()
-            heartbeats = heartbeat_key(self._connection, sync_name)
-            self._connection.client.delete(
-                heartbeats, RedisHeartbeatStore(self._connection, heartbeats).clients_key
-            )
+        self._connection.heartbeat_store(sync_name).delete()
         return removed or existed
 
 

@@ -27,7 +27,7 @@ from readergroup.admin.group_manager import ReaderGroup, ReaderGroupManager
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.group_view import GROUP_STATES, group_state_word
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from readergroup.admin.stream_manager import StreamManager
 from readergroup.core import catalog
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.names import LEGACY_CATALOG_SYNC_NAME
-from readergroup.storage.redis_io import fetch_state, translate_errors
+from readergroup.storage.translate import fetch_state, translate_errors
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from readergroup.core.planning import descendants, plan_ranges
 from readergroup.core.stream_config import RetentionPolicy
 from readergroup.core.stream_cut import StreamCut, check_cut_covers
 from readergroup.core.stream_metadata import StreamState
-from readergroup.storage.redis_io import fetch_state, translate_errors
+from readergroup.storage.translate import fetch_state, translate_errors
 
 
 def meet(state: StreamState, cuts: Sequence[Mapping[int, int]]) -> dict[int, int]:
@@ -68,7 +68,7 @@ class RetentionManager:
         self._connection = manager.connection
 
     def _subscriber_key(self, scope: str, stream: str) -> str:
-        return f"{self._connection.config.key_prefix}:{{subscribers:{scope}/{stream}}}"
+        return self._connection.keys.subscribers(scope, stream)
 
     def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> None:
         """Record ``subscriber``'s position so retention keeps what it has not passed."""
@@ -177,7 +177,7 @@ class RetentionManager:
     def _bytes_after(self, state: StreamState, cut: dict[int, int]) -> int:
         """Bytes stored at and after ``cut`` (one round trip)."""
         ranges = plan_ranges(state, cut, None, dict.fromkeys(state.segments, 1 << 62))
-        probe = self._connection.lag_probe(
+        probe = self._connection.segments.lag_probe(
             state.scope, state.stream, {r.segment: r.start for r in ranges}
         )
         return sum(size - byte_at for _, size, byte_at, _ in probe.values())

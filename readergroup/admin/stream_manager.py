@@ -1,9 +1,9 @@
 """``StreamManager``: scopes and streams, their scaling, sealing, truncation and deletion.
 
 All metadata lives in state synchronizers (one catalog per scope, the operator's list of
-scopes, and one per stream); the data plane
-is Redis Streams (:mod:`readergroup.storage.redis_io`). There is no controller process: any client
-may run any of these operations, and conditional appends keep concurrent ones consistent.
+scopes, and one per stream); the data plane is Redis Streams
+(:mod:`readergroup.storage.segment_store`). There is no controller process: any client may run
+any of these operations, and conditional appends keep concurrent ones consistent.
 
 Order of effects, chosen so that a crash at any point leaves a state the next call repairs:
 
@@ -64,12 +64,9 @@ from readergroup.core.stream_metadata import (
     initial_state,
 )
 from readergroup.storage import vanished
-from readergroup.storage.redis_io import (
-    RedisConnection,
-    SegmentState,
-    missing_as,
-    translate_errors,
-)
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.segment_records import SegmentState
+from readergroup.storage.translate import missing_as, translate_errors
 from statesync import StateSynchronizer
 
 log = logging.getLogger(__name__)
@@ -304,7 +301,7 @@ class StreamManager(Closing):
         created = bool(self.update_catalog(scope, add))
         state = initial_state(scope, stream, config, now)
         # idempotent steps, repeated on every call so an interrupted creation completes
-        self._connection.create_segments(scope, stream, list(state.segments), now)
+        self._connection.segments.create_segments(scope, stream, list(state.segments), now)
         sync = self._sync(scope, stream, must_exist=False)
         vanished.initialize_once(self._connection, scope, sync, state, _lost_stream(scope, stream))
         return created
@@ -356,7 +353,7 @@ class StreamManager(Closing):
     def segment_states(
         self, scope: str, stream: str, segments: Sequence[int]
     ) -> dict[int, SegmentState]:
-        return self._connection.segment_states(scope, stream, segments)
+        return self._connection.segments.segment_states(scope, stream, segments)
 
     def complete_scales(self, scope: str, stream: str) -> StreamState:
         """Finish any interrupted scale of the stream now; return the metadata it checked.
@@ -375,7 +372,7 @@ class StreamManager(Closing):
         self._complete_seals(state)
         last_epoch = state.epochs[-1].segments
         shown = [r.segment_id for r in state.active_segments] or list(last_epoch)
-        seg_states = self._connection.segment_states(
+        seg_states = self._connection.segments.segment_states(
             scope, stream, sorted(set(shown) | set(state.head))
         )
         infos = tuple(
@@ -419,7 +416,9 @@ class StreamManager(Closing):
         state = self.complete_scales(scope, stream)
 
         def locate(segment: int) -> tuple[int, int]:
-            offset, tail = self._connection.offset_at_time(scope, stream, segment, server_ms)
+            offset, tail = self._connection.segments.offset_at_time(
+                scope, stream, segment, server_ms
+            )
             return max(offset, state.head.get(segment, 0)), tail
 
         return StreamCut(scope, stream, time_positions(state, locate))
@@ -444,7 +443,7 @@ class StreamManager(Closing):
             numbers = range(state.next_number, state.next_number + len(ranges))
             planned = [segment_id(epoch, n) for n in numbers]
             now = self._connection.server_time_ms()
-            self._connection.create_closed_segments(scope, stream, planned, now)
+            self._connection.segments.create_closed_segments(scope, stream, planned, now)
 
             def scale(
                 current: StreamState,
@@ -460,9 +459,9 @@ class StreamManager(Closing):
             created = self._update(scope, stream, scale)
             if created is not None:
                 for old in sealed:
-                    self._connection.seal(scope, stream, old)
+                    self._connection.segments.seal(scope, stream, old)
                 for new in created:  # every predecessor is sealed now: successors may take writes
-                    self._connection.open_segment(scope, stream, new)
+                    self._connection.segments.open_segment(scope, stream, new)
                 return list(created)
         raise ScaleConflictError(f"scale of {scope}/{stream} lost every race to other scales")
 
@@ -510,13 +509,13 @@ class StreamManager(Closing):
 
         self._update(scope, stream, truncate)
         for segment, offset in cut.items():
-            self._connection.truncate(scope, stream, segment, offset)
-        self._connection.delete_segments(scope, stream, sorted(before))
+            self._connection.segments.truncate(scope, stream, segment, offset)
+        self._connection.segments.delete_segments(scope, stream, sorted(before))
 
     def _check_cut(self, state: StreamState, cut: dict[int, int]) -> None:
         ranges = {s: (r.low, r.high) for s, r in state.segments.items() if not r.truncated}
         check_cut_covers(StreamCut(state.scope, state.stream, cut), ranges)
-        tails = self._connection.segment_states(state.scope, state.stream, list(cut))
+        tails = self._connection.segments.segment_states(state.scope, state.stream, list(cut))
         past = {s: (o, tails[s].tail) for s, o in cut.items() if o > tails[s].tail}
         if past:
             raise InvalidStreamCutError(f"cut offsets are past the tails (offset, tail): {past}")
@@ -547,7 +546,7 @@ class StreamManager(Closing):
         except ScopeNotFoundError:
             removed = False
         if state is not None:
-            self._connection.delete_segments(scope, stream, list(state.segments))
+            self._connection.segments.delete_segments(scope, stream, list(state.segments))
         vanished.forget(self._connection, scope, stream_sync_name(scope, stream))
         if state is not None:
             with translate_errors("delete stream metadata"):
@@ -577,11 +576,11 @@ def complete_scale_seals(connection: RedisConnection, state: StreamState) -> Non
     scope, stream = state.scope, state.stream
     inactive = [r.segment_id for r in state.segments.values() if not r.active and not r.truncated]
     closed = [r.segment_id for r in state.active_segments if r.predecessors]
-    states = connection.segment_states(scope, stream, inactive + closed)
+    states = connection.segments.segment_states(scope, stream, inactive + closed)
     for segment in inactive:
         if states[segment].exists and not states[segment].sealed:
             log.warning("sealing %s/%s/%d left unsealed by a scale", scope, stream, segment)
-            connection.seal(scope, stream, segment)
+            connection.segments.seal(scope, stream, segment)
     for segment in closed:
-        if states[segment].sealed and connection.open_segment(scope, stream, segment):
+        if states[segment].sealed and connection.segments.open_segment(scope, stream, segment):
             log.warning("opened %s/%s/%d left closed by a scale", scope, stream, segment)

@@ -32,7 +32,8 @@ from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES
 from readergroup.core.group_view import group_state_word
 from readergroup.core.names import group_sync_name
 from readergroup.core.stream_cut import StreamCut
-from readergroup.storage.redis_io import RedisConnection, translate_errors
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.translate import translate_errors
 from statesync.codec import Codec, DecodeError, TypeRegistry
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from readergroup.admin.metrics import register_metrics
 from readergroup.cli.common import Context, command
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 
 
 @click.group()

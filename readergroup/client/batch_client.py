@@ -1,7 +1,7 @@
 """Low-level reads: ranges of segments in batches, and blocking reads across segments.
 
 For tools, the Spark source and readers. Offsets are event offsets (see
-:mod:`readergroup.storage.redis_io`); ranges are half-open ``[start, end)``.
+:mod:`readergroup.storage.keys`); ranges are half-open ``[start, end)``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from readergroup.admin.stream_manager import StreamManager
 from readergroup.core.names import validate_name
 from readergroup.core.planning import SegmentRange, plan_ranges
 from readergroup.core.stream_cut import StreamCut
-from readergroup.storage.redis_io import RedisConnection, SegmentEvent, SegmentState
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.segment_records import SegmentEvent, SegmentState
 
 
 class BatchClient:
@@ -45,14 +46,14 @@ class BatchClient:
         begin = dict(start.positions) if start is not None else dict(state.head)
         tails = {
             s: st.tail
-            for s, st in self._connection.segment_states(
+            for s, st in self._connection.segments.segment_states(
                 self._scope, stream, list(state.segments)
             ).items()
         }
         return plan_ranges(state, begin, dict(end.positions) if end is not None else None, tails)
 
     def segment_states(self, stream: str, segments: list[int]) -> dict[int, SegmentState]:
-        return self._connection.segment_states(self._scope, stream, segments)
+        return self._connection.segments.segment_states(self._scope, stream, segments)
 
     def read_segment(
         self, stream: str, segment: int, start: int = 0, end: int = -1, batch_size: int = 1000
@@ -64,7 +65,7 @@ class BatchClient:
             raise ValueError("batch_size must be >= 1")
         position = start
         while end < 0 or position < end:
-            state, events = self._connection.read_range(
+            state, events = self._connection.segments.read_range(
                 self._scope, stream, segment, position, end, batch_size
             )
             if not events:
@@ -99,4 +100,6 @@ class BatchClient:
     ) -> dict[int, list[SegmentEvent]]:
         """Events at or after each position, from several segments in one blocking call
         (``XREAD BLOCK``, up to 5 s per call)."""
-        return self._connection.read_blocking(self._scope, stream, positions, timeout, limit)
+        return self._connection.segments.read_blocking(
+            self._scope, stream, positions, timeout, limit
+        )

@@ -16,7 +16,7 @@ from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
 from readergroup.core.group_config import ReaderConfig
 from readergroup.core.names import validate_name
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 
 T = TypeVar("T")
 

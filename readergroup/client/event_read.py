@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from readergroup.core.group_state import SegKey
-from readergroup.storage.redis_io import SegmentEvent
+from readergroup.storage.segment_records import SegmentEvent
 
 T = TypeVar("T")
 

@@ -31,7 +31,8 @@ from readergroup.core.errors import (
 from readergroup.core.group_config import ReaderConfig
 from readergroup.core.group_state import SegKey
 from readergroup.core.routing import segment_name
-from readergroup.storage.redis_io import RedisConnection, SegmentEvent
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.segment_records import SegmentEvent
 from statesync.clock import Clock
 
 T = TypeVar("T")
@@ -338,7 +339,7 @@ class Fetcher(Generic[T]):
         """Entries resume at ``first`` after ``owned.fetch``: if truncation removed the events
         between (the head moved past them), report it once when reading reaches them and go
         on; otherwise hold a corrupt-data error there. True when reading goes on."""
-        head = self._connection.segment_states(owned.scope, owned.stream, [owned.segment])[
+        head = self._connection.segments.segment_states(owned.scope, owned.stream, [owned.segment])[
             owned.segment
         ].head
         if head > owned.fetch:

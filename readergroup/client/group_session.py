@@ -48,7 +48,8 @@ from readergroup.core.group_state import (
 )
 from readergroup.core.names import split_scoped_stream, stream_sync_name
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
-from readergroup.storage.redis_io import RedisConnection, translate_errors
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.translate import translate_errors
 from statesync import BadEntryError, StateSynchronizer, SynchronizerNotFoundError
 from statesync.clock import Clock
 
@@ -306,7 +307,7 @@ class GroupSession(Generic[T]):
 
     def _adopt(self, key: SegKey, assignment: Assignment) -> None:
         scope, stream = split_scoped_stream(key[0], None)
-        data_key = self._connection.segment_keys(scope, stream, key[1])[1]
+        data_key = self._connection.keys.segment(scope, stream, key[1]).events
         owned = OwnedSegment.at(key, scope, stream, data_key, assignment.token, assignment.position)
         end = self.member.state.end
         if end is not None:
@@ -340,15 +341,15 @@ class GroupSession(Generic[T]):
                 if record.truncated:
                     self._truncated_away(owned)
                 elif owned.final_tail < 0:
-                    seg = self._connection.segment_states(
+                    seg = self._connection.segments.segment_states(
                         owned.scope, owned.stream, [owned.segment]
                     )
                     if not seg[owned.segment].sealed:  # an interrupted scale: finish its seal
                         logger.info(
                             "reader %r: finishing the seal of %s", self.reader_id, owned.name
                         )
-                        self._connection.seal(owned.scope, owned.stream, owned.segment)
-                        seg = self._connection.segment_states(
+                        self._connection.segments.seal(owned.scope, owned.stream, owned.segment)
+                        seg = self._connection.segments.segment_states(
                             owned.scope, owned.stream, [owned.segment]
                         )
                     owned.final_tail = seg[owned.segment].tail
@@ -380,7 +381,7 @@ class GroupSession(Generic[T]):
         what is buffered, report the loss of anything after it once, then complete it (its
         successors become readable from the head)."""
         if owned.final_tail < 0:
-            seg = self._connection.segment_states(owned.scope, owned.stream, [owned.segment])
+            seg = self._connection.segments.segment_states(owned.scope, owned.stream, [owned.segment])
             if seg[owned.segment].exists and seg[owned.segment].sealed:
                 owned.final_tail = seg[owned.segment].tail
         if owned.final_tail < 0 or owned.fetch < owned.final_tail:

@@ -39,7 +39,7 @@ from readergroup.client.runner import RunStats, run
 from readergroup.client.serializers import Serializer
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.group_state import ReaderNotInGroupError, SegKey
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK
 

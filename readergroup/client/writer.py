@@ -56,7 +56,8 @@ from readergroup.core.errors import (
 from readergroup.core.routing import key_position
 from readergroup.core.stream_metadata import StreamState
 from readergroup.storage import segment_status
-from readergroup.storage.redis_io import AppendBatch, AppendReply, RedisConnection
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.segment_records import AppendBatch, AppendReply
 from statesync import RetryPolicy
 from statesync.clock import Clock
 from statesync.retry import RetryBudget
@@ -374,7 +375,7 @@ class EventStreamWriter(Generic[T]):
                 if route:
                     batches, members = self._batches(self._state(refresh), route)
                     pending, route = (pending[0] + batches, pending[1] + members), []
-                replies = self._connection.append(pending[0])
+                replies = self._connection.segments.append(pending[0])
             except ReaderGroupError as exc:
                 if not _worth_retrying(exc):
                     raise

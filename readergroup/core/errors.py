@@ -2,7 +2,7 @@
 
 ``retriable`` says whether the same call can succeed later without anyone fixing anything.
 Redis errors and :mod:`statesync` errors are translated at the boundary
-(:func:`readergroup.storage.redis_io.translate_errors`) with ``raise ... from``.
+(:func:`readergroup.storage.translate.translate_errors`) with ``raise ... from``.
 """
 
 from __future__ import annotations

@@ -67,24 +67,3 @@ SCOPES_SYNC_NAME = "scopes"
 LEGACY_CATALOG_SYNC_NAME = "catalog"
 """The one catalog every scope shared before per-scope catalogs (``readergroup admin
 migrate`` moves it)."""
-
-
-def scope_key_patterns(prefix: str, scope: str) -> dict[str, str]:
-    """Glob patterns (Redis ACL ``~`` syntax) matching exactly the keys of ``scope``, by kind.
-
-    Names contain no glob characters and no ``/``, ``:`` or braces, so a pattern of scope
-    ``a`` never matches a key of scope ``ab`` or of any other scope.
-
-    >>> scope_key_patterns("rg", "shop")["groups"]
-    'rg:{group:shop/*'
-    """
-    validate_name(scope, "scope")
-    return {
-        "segments": f"{prefix}:{{{scope}/*",
-        "segment_meta": f"{prefix}:{{{scope}/*}}:meta",
-        "streams": f"{prefix}:{{{stream_sync_name(scope, '')}*",
-        "groups": f"{prefix}:{{{group_sync_name(scope, '')}*",
-        "catalog": f"{prefix}:{{{catalog_sync_name(scope)}}}:*",
-        "subscribers": f"{prefix}:{{subscribers:{scope}/*",
-        "staging": f"{prefix}:{{stage:{scope}/*",
-    }

@@ -61,7 +61,8 @@ from readergroup.spark.options import (
     limited_end,
     split_ranges,
 )
-from readergroup.storage.redis_io import RedisConnection, SegmentEvent
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.segment_records import SegmentEvent
 from statesync.system_clock import SystemClock
 
 try:  # admission control and AvailableNow arrived in Spark 4.2
@@ -212,7 +213,7 @@ def read_partition(
         start = partition.start
         while start < partition.end:
             try:
-                _, events = connection.read_range(
+                _, events = connection.segments.read_range(
                     options.scope, options.stream, partition.segment, start, partition.end, 1000
                 )
             except TruncatedDataError as exc:
@@ -427,8 +428,10 @@ class _Stager:
                 by_segment.setdefault(ranges.segment_at(position), []).append((key, payload, now))
             staged = []
             for segment, events in by_segment.items():
-                stage_key = connection.staging_key(o.scope, o.stream, self.job, segment, part)
-                connection.stage(stage_key, events, STAGING_TTL_S)
+                stage_key = connection.staging.staging_key(
+                    o.scope, o.stream, self.job, segment, part
+                )
+                connection.staging.stage(stage_key, events, STAGING_TTL_S)
                 staged.append((segment, stage_key))
             return StagedCommit(staged, sum(len(e) for e in by_segment.values()))
         finally:
@@ -476,7 +479,9 @@ def commit_job(options: SourceOptions, job: str, messages: Sequence[Any]) -> int
     budget = connection.config.retry.start(SystemClock(), random.Random())  # noqa: S311
     try:
         while True:
-            code, value = connection.commit_staged(options.scope, options.stream, job, staged)
+            code, value = connection.staging.commit_staged(
+                options.scope, options.stream, job, staged
+            )
             if code != 1:  # committed now, or before
                 return value if code == 0 else 0
             delay = budget.next_delay()
@@ -486,9 +491,9 @@ def commit_job(options: SourceOptions, job: str, messages: Sequence[Any]) -> int
             try:
                 staged = _restage(connection, options, job, staged)
             except StreamSealedError:
-                connection.delete_keys([key for _, key in staged])
+                connection.staging.discard([key for _, key in staged])
                 raise
-        connection.delete_keys([key for _, key in staged])
+        connection.staging.discard([key for _, key in staged])
         raise ReaderGroupError(f"job {job}: target segments kept sealing; nothing committed")
     finally:
         connection.close()
@@ -508,15 +513,15 @@ def _restage(
     ranges = _writable_ranges(state)
     regrouped: dict[int, list[tuple[str | None, bytes, int]]] = {}
     for _, key in staged:
-        for routing_key, payload, ms in connection.read_staged(key):
+        for routing_key, payload, ms in connection.staging.read_staged(key):
             position = key_position(routing_key) if routing_key is not None else _spread(payload)
             regrouped.setdefault(ranges.segment_at(position), []).append((routing_key, payload, ms))
-    connection.delete_keys([key for _, key in staged])
+    connection.staging.discard([key for _, key in staged])
     part = uuid.uuid4().hex[:12]
     out = []
     for segment, events in regrouped.items():
-        key = connection.staging_key(options.scope, options.stream, job, segment, part)
-        connection.stage(key, events, STAGING_TTL_S)
+        key = connection.staging.staging_key(options.scope, options.stream, job, segment, part)
+        connection.staging.stage(key, events, STAGING_TTL_S)
         out.append((segment, key))
     return out
 
@@ -524,7 +529,7 @@ def _restage(
 def abort_job(options: SourceOptions, messages: Sequence[Any]) -> None:
     connection = _connection(options)
     try:
-        connection.delete_keys([key for m in messages if m is not None for _, key in m.staged])
+        connection.staging.discard([key for m in messages if m is not None for _, key in m.staged])
     finally:
         connection.close()
 

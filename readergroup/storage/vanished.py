@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from readergroup.core.errors import ReaderGroupError
-from readergroup.core.names import SCOPES_SYNC_NAME, catalog_sync_name
-from readergroup.storage.redis_io import RedisConnection, missing_as, translate_errors
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.translate import missing_as, translate_errors
 from statesync import StateSynchronizer
 from statesync.errors import LogRegressedError
 
@@ -35,8 +35,7 @@ Missing = Callable[[], ReaderGroupError]
 
 def record_key(connection: RedisConnection, scope: str | None) -> str:
     """The hash recording what was created in ``scope`` (``None``: the list of scopes)."""
-    tag = SCOPES_SYNC_NAME if scope is None else catalog_sync_name(scope)
-    return f"{connection.config.key_prefix}:{{{tag}}}:created"
+    return connection.keys.created_record(scope)
 
 
 def initialize_once(

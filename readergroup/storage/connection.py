@@ -1,0 +1,202 @@
+"""The Redis connection of readergroup: :class:`RedisConnection` parses the URL (one server, a
+cluster's seeds, or ``redis+sentinel://``), builds the clients (redis-py's own retries off;
+the server's ``maxmemory-policy`` checked on every new socket), loads the Lua scripts, and
+composes the stores that do the I/O: :class:`~readergroup.storage.segment_store.SegmentStore`
+(``segments``), :class:`~readergroup.storage.staging_store.StagingStore` (``staging``),
+:class:`~readergroup.storage.heartbeat_store.RedisHeartbeatStore` (:meth:`heartbeat_store`),
+state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
+(:meth:`read_keys`). Every key comes from its :class:`~readergroup.storage.keys.KeyLayout`
+(``keys``); errors are translated by :mod:`readergroup.storage.translate`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from readergroup.core.config import ClientConfig, check_eviction_policy
+from readergroup.core.errors import AccessDeniedError, InvalidConfigError, ReaderGroupError
+from readergroup.storage.heartbeat_store import RedisHeartbeatStore
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.multi_read import MAX_BLOCK_SECONDS, MultiKeyReader
+from readergroup.storage.scripts import SCRIPT_NAMES, script_source
+from readergroup.storage.segment_store import SegmentStore
+from readergroup.storage.staging_store import StagingStore
+from readergroup.storage.translate import translate_errors
+from statesync import StateSynchronizer, SyncConfig, Update
+from statesync.endpoints import EndpointURLError, is_sentinel_url, split_seeds
+from statesync.redis_backend import RedisLogBackend, sentinel_clients
+
+
+def _raw_reply(response: Any, **options: Any) -> Any:
+    return response
+
+
+def _connect_checking_eviction_policy(connection: Any) -> None:
+    """redis-py's ``redis_connect_func``: set up a new socket as usual, then check the policy."""
+    connection.on_connect()
+    _check_eviction_policy(connection)
+
+
+def _check_eviction_policy(connection: Any) -> None:
+    """Refuse a server whose ``maxmemory-policy`` may evict keys, on a new socket (so checked
+    again after every reconnect, to a restarted or failed-over server too). RedisCluster calls
+    it after its own set-up of the socket."""
+    try:
+        connection.send_command("INFO", "memory")
+        info = connection.read_response()
+        if isinstance(info, bytes):
+            info = info.decode("utf-8", "replace")
+        for line in str(info).splitlines():
+            name, _, value = line.partition(":")
+            if name == "maxmemory_policy":
+                check_eviction_policy(value.strip())
+    except redis.exceptions.NoPermissionError as exc:
+        connection.disconnect()
+        raise AccessDeniedError(
+            f"Redis refused INFO, needed to check its maxmemory-policy ({exc}): grant the ACL "
+            "user +info, or opt out with ClientConfig(allow_key_eviction=True)"
+        ) from exc
+    except ReaderGroupError:
+        connection.disconnect()  # never leave an unchecked socket in the pool
+        raise
+
+
+class RedisConnection:
+    """One Redis client (and its pool) shared by everything a factory or manager creates.
+
+    Thread-safe. redis-py's own retries are off: appends are retried one level up with the
+    same sequence number, which the scripts deduplicate.
+    """
+
+    def __init__(
+        self, client: redis.Redis, config: ClientConfig, blocking_client: redis.Redis | None = None
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.cluster = config.cluster
+        self.keys = KeyLayout(config.key_prefix)
+        acks = config.durability
+        self.log_backend = RedisLogBackend(
+            client,
+            key_prefix=config.key_prefix,
+            blocking_client=blocking_client,
+            acks=acks,
+        )
+        # events are parsed by parse_event from the raw reply: skip redis-py's dict building
+        for command_client in (client, self.log_backend.blocking_client):
+            command_client.set_response_callback("XRANGE", _raw_reply)
+            command_client.set_response_callback("XREAD", _raw_reply)
+        self._scripts: dict[str, Script] = {
+            name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
+        }
+        if self.cluster:  # pipelines cannot reload a script a node lost: load them everywhere
+            with translate_errors("load scripts"):
+                for name in SCRIPT_NAMES:
+                    client.script_load(script_source(name))
+        self._sync_config = SyncConfig(
+            key_prefix=config.key_prefix,
+            retry=config.retry,
+            socket_timeout=config.socket_timeout,
+            compact_every=1000,
+            acks=acks,
+        )
+        self._reads = MultiKeyReader(client, self.log_backend.blocking_client, self.cluster)
+        self.segments = SegmentStore(
+            client, self._scripts, self.keys, acks, self.cluster, self._reads
+        )
+        """The segment data plane."""
+        self.staging = StagingStore(client, self._scripts, self.keys)
+        """The Spark sink's staged writes."""
+
+    @classmethod
+    def from_url(cls, url: str, config: ClientConfig | None = None) -> RedisConnection:
+        config = config or ClientConfig()
+        options: dict[str, Any] = {
+            "socket_connect_timeout": min(config.socket_timeout, 5.0),
+            **dict(config.redis_options),
+        }
+        try:
+            sentinel = is_sentinel_url(url)
+            first, seeds = (url, []) if sentinel else split_seeds(url)
+        except EndpointURLError as exc:
+            raise InvalidConfigError(str(exc)) from exc
+        if sentinel and config.cluster:
+            raise InvalidConfigError("a redis+sentinel:// URL cannot name a cluster")
+        if not config.allow_key_eviction:
+            options["redis_connect_func"] = (
+                _check_eviction_policy if config.cluster else _connect_checking_eviction_policy
+            )
+        with translate_errors("connect"):
+            if sentinel:
+                try:
+                    client, blocking = sentinel_clients(
+                        url,
+                        socket_timeout=config.socket_timeout,
+                        blocking_socket_timeout=MAX_BLOCK_SECONDS + 5,
+                        sentinel_options=dict(config.sentinel_options),
+                        retry=Retry(NoBackoff(), 0),
+                        **options,
+                    )
+                except EndpointURLError as exc:
+                    raise InvalidConfigError(str(exc)) from exc
+                return cls(client, config, blocking)
+            if config.cluster:
+                from redis.cluster import ClusterNode, RedisCluster
+
+                nodes = [
+                    ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                    for host, port in seeds
+                ]
+                cluster = RedisCluster.from_url(
+                    first, startup_nodes=nodes, socket_timeout=config.socket_timeout, **options
+                )
+                cluster_blocking = RedisCluster.from_url(
+                    first, startup_nodes=nodes, socket_timeout=MAX_BLOCK_SECONDS + 5, **options
+                )
+                return cls(cluster, config, cluster_blocking)  # type: ignore[arg-type]
+            if len(seeds) > 1:
+                raise InvalidConfigError(
+                    f"{len(seeds)} hosts in the URL: several seeds need ClientConfig(cluster=True)"
+                )
+            client = redis.Redis.from_url(
+                url, socket_timeout=config.socket_timeout, retry=Retry(NoBackoff(), 0), **options
+            )
+        return cls(client, config)
+
+    def synchronizer(
+        self,
+        name: str,
+        update_types: Sequence[type[Update]],
+        state_types: Sequence[type] = (),
+        writer_label: str | None = None,
+    ) -> StateSynchronizer[Any]:
+        """A state synchronizer on this connection (it does not own the connection)."""
+        return StateSynchronizer(
+            self.log_backend,
+            name,
+            update_types=update_types,
+            state_types=state_types,
+            config=self._sync_config,
+            writer_label=writer_label,
+        )
+
+    def server_time_ms(self) -> int:
+        with translate_errors("TIME"):
+            return self.log_backend.server_time_ms()
+
+    def close(self) -> None:
+        self.log_backend.close()
+
+    def heartbeat_store(self, sync_name: str) -> RedisHeartbeatStore:
+        """The heartbeats of the reader group whose synchronizer is ``sync_name``."""
+        return RedisHeartbeatStore(self.client, self._scripts, self.keys, sync_name)
+
+    def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
+        """``XREAD BLOCK`` over stream keys (segments and state logs) in one call: key -> raw
+        entries for the keys that had something (see :class:`MultiKeyReader`)."""
+        return self._reads.read_keys(positions, timeout, limit)

@@ -1,0 +1,79 @@
+"""Reader heartbeats on Redis: :class:`RedisHeartbeatStore`, one group's heartbeat hash beside
+its state (same hash tag), stamped by the server's clock inside ``heartbeat.lua``, and the
+``host/pid`` each reader registered when it joined. The in-memory twin for simulations is
+:class:`~readergroup.testing.memory_heartbeats.MemoryHeartbeatStore`; both implement
+:class:`~readergroup.core.membership.HeartbeatStore`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.translate import translate_errors
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+class RedisHeartbeatStore:
+    """The heartbeats and registered clients of the group whose synchronizer is ``sync_name``.
+    Thread-safe."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        scripts: Mapping[str, Script],
+        keys: KeyLayout,
+        sync_name: str,
+    ) -> None:
+        self._client = client
+        self._script = scripts["heartbeat"]
+        self.key = keys.heartbeats(sync_name)
+        self.clients_key = keys.reader_clients(sync_name)
+
+    def beat(
+        self, reader_id: str, generation: int, *, claim: bool = False
+    ) -> tuple[int, dict[str, tuple[int, int]]]:
+        """Renew ``reader_id``'s heartbeat unless a newer generation holds it (``claim``: write
+        whatever is stored; ``reader_id=""``: change none); return the server time and every
+        reader's ``(generation, server ms)``."""
+        return self._run(reader_id, generation, "claim" if claim else "beat")
+
+    def forget(self, reader_id: str, generation: int) -> None:
+        """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
+        self._run(reader_id, generation, "forget")
+
+    def _run(
+        self, reader_id: str, generation: int, action: str
+    ) -> tuple[int, dict[str, tuple[int, int]]]:
+        with translate_errors("heartbeat"):
+            now_ms, flat = self._script(keys=[self.key], args=[reader_id, generation, action])
+        beats: dict[str, tuple[int, int]] = {}
+        for name, value in zip(flat[::2], flat[1::2], strict=False):
+            generation_text, _, ms_text = value.partition(b" ")
+            try:
+                beats[name.decode()] = (int(generation_text), int(ms_text))
+            except ValueError:
+                continue  # a malformed row is ignored: that reader then looks silent
+        return int(now_ms), beats
+
+    def register(self, reader_id: str, client: str) -> None:
+        """Record ``host/pid`` of ``reader_id`` (kept until the group is deleted; a rejoin
+        overwrites it)."""
+        with translate_errors("register reader"):
+            self._client.hset(self.clients_key, reader_id, client)
+
+    def clients(self) -> dict[str, str]:
+        with translate_errors("read readers"):
+            raw: Mapping[Any, Any] = self._client.hgetall(self.clients_key)
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    def delete(self) -> None:
+        """Delete the heartbeats and the registered clients (the group is being deleted)."""
+        with translate_errors("delete reader group"):
+            self._client.delete(self.key, self.clients_key)

@@ -1,0 +1,91 @@
+"""``XREAD BLOCK`` over many stream keys at once (segments and state logs), on one server or
+slot by slot on a cluster: :class:`MultiKeyReader`. Raw replies; parsing is the caller's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+
+from readergroup.core.errors import ReaderGroupError, WrongKeyTypeError
+from readergroup.storage.translate import translate_errors
+
+MAX_BLOCK_SECONDS = 5.0
+"""Longest single blocking read; callers loop for longer waits (a dead server is noticed)."""
+
+
+def _by_key(reply: Any) -> dict[str, Any]:
+    """An XREAD reply (RESP3 map or RESP2 list) as key -> entries."""
+    items = reply.items() if isinstance(reply, dict) else (reply or [])
+    return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in items}
+
+
+class MultiKeyReader:
+    """Blocking reads over arbitrary stream keys: ``client`` for commands, ``blocking_client``
+    (socket timeout above :data:`MAX_BLOCK_SECONDS`) for ``XREAD BLOCK``."""
+
+    def __init__(self, client: redis.Redis, blocking_client: redis.Redis, cluster: bool) -> None:
+        self._client = client
+        self._blocking = blocking_client
+        self._cluster = cluster
+
+    def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
+        """``XREAD BLOCK`` over arbitrary stream keys (segments and state logs) in one call:
+        returns key -> raw entries for the keys that had something (at most 5 s per call).
+        Raises :class:`WrongKeyTypeError` naming the keys that are not streams."""
+        if not positions:
+            return {}
+        try:
+            if self._cluster:
+                return self._read_keys_by_slot(positions, timeout, limit)
+            block = max(1, int(min(timeout, MAX_BLOCK_SECONDS) * 1000))
+            streams: dict[Any, Any] = dict(positions)
+            with translate_errors("read"):
+                reply: Any = self._blocking.xread(streams, count=limit, block=block)
+            return _by_key(reply)
+        except ReaderGroupError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            wrong = self._keys_of_wrong_type(list(positions))
+            if not wrong:
+                raise
+            raise WrongKeyTypeError(wrong) from exc
+
+    def _keys_of_wrong_type(self, keys: Sequence[str]) -> list[str]:
+        """Those of ``keys`` that exist and are not streams (one pipelined ``TYPE`` each)."""
+        with translate_errors("read"):
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.type(key)
+            types = pipe.execute()
+        return [
+            key
+            for key, kind in zip(keys, types, strict=True)
+            if (kind.decode() if isinstance(kind, bytes) else str(kind)) not in ("stream", "none")
+        ]
+
+    def _read_keys_by_slot(
+        self, positions: Mapping[str, str], timeout: float, limit: int
+    ) -> dict[str, Any]:
+        """Cluster mode: one XREAD per hash slot, pipelined; with nothing new anywhere, block
+        on the first key (the group's log, for readers) for at most a tenth of a second."""
+        by_slot: dict[int, dict[Any, Any]] = {}
+        for key, last in positions.items():
+            slot: int = self._client.keyslot(key)  # type: ignore[attr-defined]
+            by_slot.setdefault(slot, {})[key] = last
+        with translate_errors("read"):
+            pipe = self._client.pipeline(transaction=False)
+            for streams in by_slot.values():
+                pipe.xread(streams, count=limit)
+            replies = pipe.execute()
+            result: dict[str, Any] = {}
+            for reply in replies:
+                result.update(_by_key(reply))
+            if result:
+                return result
+            first = next(iter(positions))
+            block = max(1, int(min(timeout, 0.1) * 1000))
+            single: dict[Any, Any] = {first: positions[first]}
+            reply = self._blocking.xread(single, count=limit, block=block)
+        return _by_key(reply)

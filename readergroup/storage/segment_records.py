@@ -1,0 +1,202 @@
+"""The values of the segment data plane: an event as stored (:class:`SegmentEvent`, a lazy view
+over the raw Redis reply), a segment's counters (:class:`SegmentState`), an append batch and
+its reply. Parsing only, no I/O; the key layout is in :mod:`readergroup.storage.keys`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from readergroup.core.errors import ReaderGroupError
+
+
+class SegmentEvent:
+    """One event as stored in a segment: a lazy view over the raw Redis reply.
+
+    Attributes are decoded when read, so a reader that only needs payloads pays for nothing
+    else. ``append_events.lua`` writes the fields in a fixed order (``k`` first when present,
+    then ``p w t b``); entries in any other shape are decoded by name.
+    """
+
+    __slots__ = ("_base", "_fields", "_id", "segment")
+
+    def __init__(self, segment: int, entry_id: bytes, fields: Any) -> None:
+        self.segment = segment
+        self._id = entry_id
+        if len(fields) == 10 and fields[0] == b"k" and fields[8] == b"b":
+            self._base = 2
+        elif len(fields) == 8 and fields[0] == b"p" and fields[6] == b"b":
+            self._base = 0
+        else:  # another shape: a client that parsed the fields already, or foreign entries
+            named = (
+                dict(fields)
+                if isinstance(fields, dict)
+                else dict(zip(fields[::2], fields[1::2], strict=False))
+            )
+            self._base = 0 if b"k" not in named else 2
+            ordered = [b"k", named[b"k"]] if b"k" in named else []
+            for name in (b"p", b"w", b"t", b"b"):
+                ordered += (name, named.get(name, b"" if name == b"p" else b"0"))
+            fields = ordered
+        self._fields = fields
+
+    @property
+    def offset(self) -> int:
+        """Offset of the event in its segment (0 for the first event ever written)."""
+        entry_id = self._id
+        return int(entry_id[: entry_id.index(b"-")]) - 1
+
+    @property
+    def routing_key(self) -> str | None:
+        if self._base == 0:
+            return None
+        key: bytes = self._fields[1]
+        return key.decode("utf-8", "surrogateescape")
+
+    @property
+    def payload(self) -> bytes:
+        payload: bytes = self._fields[self._base + 1]
+        return payload
+
+    @property
+    def writer_ms(self) -> int:
+        """The writer's clock when ``write_event`` was called (ms since the epoch)."""
+        return _int(self._fields[self._base + 3])
+
+    @property
+    def server_ms(self) -> int:
+        """The Redis server's clock when the event was appended (ms since the epoch)."""
+        return _int(self._fields[self._base + 5])
+
+    @property
+    def byte_offset(self) -> int:
+        """Payload bytes before this event in its segment (for lag in bytes)."""
+        return _int(self._fields[self._base + 7])
+
+    def as_tuple(self) -> tuple[int, int, str | None, bytes, int, int, int]:
+        return (
+            self.segment,
+            self.offset,
+            self.routing_key,
+            self.payload,
+            self.writer_ms,
+            self.server_ms,
+            self.byte_offset,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SegmentEvent) and self.as_tuple() == other.as_tuple()
+
+    def __hash__(self) -> int:
+        return hash((self.segment, self._id))
+
+    def __repr__(self) -> str:
+        return (
+            f"SegmentEvent(segment={self.segment}, offset={self.offset}, "
+            f"routing_key={self.routing_key!r}, payload={self.payload[:32]!r}, "
+            f"server_ms={self.server_ms})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentState:
+    """A segment's data-plane counters: ``head`` and ``tail`` offsets, bytes, sealed flag."""
+
+    segment: int
+    exists: bool
+    head: int
+    tail: int
+    bytes: int
+    sealed: bool
+
+
+META_FIELDS = ("created_ms", "sealed", "events", "bytes", "head")
+"""The fields of a segment's meta hash, in the order :func:`segment_state_of` reads them."""
+
+
+def segment_state_of(segment: int, fields: Sequence[Any]) -> SegmentState:
+    """A segment's state from ``HMGET meta`` of :data:`META_FIELDS`."""
+    created, sealed, events, size, head = fields
+    return SegmentState(
+        segment,
+        created is not None,
+        int(head or 0),
+        int(events or 0),
+        int(size or 0),
+        sealed == b"1",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatch:
+    """Events bound for one segment, sent as one idempotent ``append_events.lua`` call.
+
+    ``event_args`` is the flattened ARGV tail: per event the wire routing key (``""`` for
+    none, else ``"k" + key``), the payload and the writer timestamp in ms.
+    """
+
+    scope: str
+    stream: str
+    segment: int
+    writer: str
+    sequence: int
+    count: int
+    event_args: list[Any]
+    max_event_size: int
+
+    @classmethod
+    def of(
+        cls,
+        scope: str,
+        stream: str,
+        segment: int,
+        writer: str,
+        sequence: int,
+        events: Sequence[tuple[str | None, bytes, int]],
+        max_event_size: int,
+    ) -> AppendBatch:
+        """Build a batch from ``(routing key, payload, writer ms)`` tuples."""
+        args: list[Any] = []
+        for key, payload, writer_ms in events:
+            args += (wire_key(key), payload, writer_ms)
+        return cls(scope, stream, segment, writer, sequence, len(events), args, max_event_size)
+
+    def script_args(self) -> list[Any]:
+        return [self.writer, self.sequence, self.max_event_size, self.count, *self.event_args]
+
+
+def wire_key(routing_key: str | None) -> str:
+    """How ``append_events.lua`` receives a routing key: ``""`` for none, else ``"k" + key``."""
+    return "" if routing_key is None else "k" + routing_key
+
+
+@dataclass(frozen=True, slots=True)
+class AppendReply:
+    """One batch's outcome. ``error`` is set when the batch was refused (its ``status`` is then
+    :data:`REFUSED`): nothing of it was written, since every command of ``append_events.lua``
+    that can fail (a key of the wrong type, a missing segment, an event too large) runs before
+    its first write."""
+
+    status: int
+    first_offset: int = -1
+    server_ms: int = 0
+    tail: int = -1
+    error: ReaderGroupError | None = None
+
+
+REFUSED = -1
+""":attr:`AppendReply.status` of a batch refused with an error."""
+
+
+def _int(value: bytes) -> int:
+    """A stored integer field; ``-1`` when an entry not written by this library garbled it."""
+    try:
+        return int(value)
+    except (ValueError, TypeError):
+        return -1
+
+
+def parse_event(segment: int, entry: Any) -> SegmentEvent:
+    """A :class:`SegmentEvent` over one raw XRANGE/XREAD item ``[id, [field, value, ...]]``."""
+    return SegmentEvent(segment, entry[0], entry[1])

@@ -1,0 +1,265 @@
+"""The segment data plane on Redis: :class:`SegmentStore` creates, opens, appends to, reads,
+seals, truncates and deletes segments, and finds the offset at a time. Every mutation is one
+script of :mod:`readergroup.storage.scripts`; its status codes are checked by
+:mod:`readergroup.storage.segment_status`. Keys come from :class:`~readergroup.storage.keys.
+KeyLayout`; the values it returns are those of :mod:`readergroup.storage.segment_records`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from readergroup.core.errors import ReaderGroupError, SegmentNotFoundError, TruncatedDataError
+from readergroup.core.routing import segment_name
+from readergroup.storage import segment_status
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.multi_read import MultiKeyReader
+from readergroup.storage.segment_records import (
+    META_FIELDS,
+    REFUSED,
+    AppendBatch,
+    AppendReply,
+    SegmentEvent,
+    SegmentState,
+    parse_event,
+    segment_state_of,
+)
+from readergroup.storage.translate import translate_errors
+from statesync import Acks
+from statesync.redis_backend import check_acknowledged, command_client_for, run_read_only
+
+
+def _append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
+    """One batch's reply, read on its own: an error reply refuses this batch only, naming its
+    segment; the other batches of the pipeline keep their own replies."""
+    name = segment_name(batch.scope, batch.stream, batch.segment)
+    try:
+        if isinstance(reply, Exception):
+            with translate_errors(f"append to segment {name}"):
+                raise reply
+        code = segment_status.check("append_events", name, reply)
+    except ReaderGroupError as exc:
+        return AppendReply(REFUSED, error=exc)
+    if code == segment_status.OK:
+        return AppendReply(code, int(reply[1]), int(reply[3]))
+    if code == segment_status.SEALED:
+        return AppendReply(code, tail=int(reply[1]))
+    return AppendReply(code)
+
+
+class SegmentStore:
+    """Segments of every stream under one key prefix. Thread-safe (stateless beyond the
+    clients). ``acks``: the acknowledgement each append waits for."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        scripts: Mapping[str, Script],
+        keys: KeyLayout,
+        acks: Acks,
+        cluster: bool,
+        reads: MultiKeyReader,
+    ) -> None:
+        self._client = client
+        self._scripts = scripts
+        self._keys = keys
+        self._acks = acks
+        self._cluster = cluster
+        self._reads = reads
+
+    def create_segments(
+        self, scope: str, stream: str, segments: Sequence[int], now_ms: int
+    ) -> None:
+        """Create segments' meta hashes (idempotent: an existing segment is left alone)."""
+        with translate_errors("create segments"):
+            pipe = self._client.pipeline(transaction=False)
+            for segment in segments:
+                pipe.hsetnx(self._keys.segment(scope, stream, segment).meta, "created_ms", now_ms)
+            pipe.execute()
+
+    def create_closed_segments(
+        self, scope: str, stream: str, segments: Sequence[int], now_ms: int
+    ) -> None:
+        """Create a scale's successors sealed until :meth:`open_segment` (idempotent: an
+        existing segment is left alone); see ``create_closed_segment.lua``."""
+        for segment in segments:
+            self._run("create_closed_segment", scope, stream, segment, 1, now_ms)
+
+    def open_segment(self, scope: str, stream: str, segment: int) -> bool:
+        """Open a successor created closed, once its predecessors are sealed; ``False`` if it
+        was open already or is sealed for real."""
+        return bool(self._run("open_segment", scope, stream, segment, 1)[1])
+
+    def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]:
+        """Send every batch in one pipelined round trip; one reply per batch, in order. A batch
+        the server refuses gets a reply carrying the error (:attr:`AppendReply.error`); only a
+        failure of the round trip itself raises.
+
+        Unless ``ClientConfig.acks`` is leader, the acknowledgement wait follows on the same
+        connection, and a shortfall raises (retriable :class:`AckTimeoutError`)."""
+        script = self._scripts["append_events"]
+        wait = self._acks.wait_command()
+        waits: list[Any] = []
+        replies: list[Any] = []
+        with translate_errors("append"):
+            if self._cluster and wait is not None:  # per node: the append, then the wait
+                for batch in batches:
+                    keys = list(self._keys.segment(batch.scope, batch.stream, batch.segment))
+                    node_pipe = command_client_for(self._client, keys[0]).pipeline(False)
+                    script(keys=keys, args=batch.script_args(), client=node_pipe)
+                    node_pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
+                    reply, acknowledged = node_pipe.execute(raise_on_error=False)
+                    replies.append(reply)
+                    waits.append(acknowledged)
+            elif self._cluster:  # redis-py does not pipeline scripts across a cluster
+                for batch in batches:
+                    meta, events, writers = self._keys.segment(
+                        batch.scope, batch.stream, batch.segment
+                    )
+                    try:
+                        replies.append(
+                            script(keys=[meta, events, writers], args=batch.script_args())
+                        )
+                    except redis.ResponseError as exc:
+                        replies.append(exc)
+            else:
+                pipe = self._client.pipeline(transaction=False)
+                for batch in batches:
+                    meta, events, writers = self._keys.segment(
+                        batch.scope, batch.stream, batch.segment
+                    )
+                    script(keys=[meta, events, writers], args=batch.script_args(), client=pipe)
+                if wait is not None:
+                    pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
+                replies = pipe.execute(raise_on_error=False)
+                if wait is not None:
+                    waits.append(replies.pop())
+        results = [
+            _append_reply(batch, reply) for batch, reply in zip(batches, replies, strict=True)
+        ]
+        if any(r.status not in (segment_status.SEALED, REFUSED) for r in results):
+            with translate_errors("append"):
+                for acknowledged in waits:
+                    where = f"stream {batches[0].scope}/{batches[0].stream}"
+                    check_acknowledged(self._acks, acknowledged, where)
+        return results
+
+    def _run(
+        self, script: str, scope: str, stream: str, segment: int, keys: int, *args: Any
+    ) -> Any:
+        meta, events, writers = self._keys.segment(scope, stream, segment)
+        with translate_errors(script):
+            reply = self._scripts[script](keys=[meta, events, writers][:keys], args=list(args))
+        segment_status.check(script, segment_name(scope, stream, segment), reply)
+        return reply
+
+    def seal(self, scope: str, stream: str, segment: int) -> int:
+        """Seal a segment (idempotent); return its final tail offset."""
+        return int(self._run("seal_segment", scope, stream, segment, 1)[1])
+
+    def truncate(self, scope: str, stream: str, segment: int, offset: int) -> int:
+        """Delete events below ``offset``; return how many were removed."""
+        return int(self._run("truncate_segment", scope, stream, segment, 2, offset)[2])
+
+    def offset_at_time(
+        self, scope: str, stream: str, segment: int, server_ms: int
+    ) -> tuple[int, int]:
+        """The first offset appended at or after ``server_ms`` (at least the head; the tail
+        when every event is older), and the tail."""
+        meta, events, _ = self._keys.segment(scope, stream, segment)
+        with translate_errors("offset_at_time"):
+            reply = run_read_only(
+                self._client, self._scripts["offset_at_time"], [meta, events], [server_ms]
+            )
+        segment_status.check("offset_at_time", segment_name(scope, stream, segment), reply)
+        return int(reply[1]), int(reply[2])
+
+    def read_range(
+        self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int
+    ) -> tuple[SegmentState, list[SegmentEvent]]:
+        """Events ``[start, stop)`` (``stop=-1``: to the tail), at most ``limit``, with the
+        segment's state read atomically alongside. Raises TruncatedDataError below the head."""
+        meta, events, _ = self._keys.segment(scope, stream, segment)
+        last = "+" if stop < 0 else f"{stop}-0"
+        with translate_errors("read"):
+            pipe = self._client.pipeline(transaction=True)  # MULTI/EXEC: state and events agree
+            pipe.hmget(meta, *META_FIELDS)
+            pipe.xrange(events, f"{start + 1}-0", last, count=limit)
+            (created, sealed, tail, size, head), entries = pipe.execute()
+        name = segment_name(scope, stream, segment)
+        state = segment_state_of(segment, (created, sealed, tail, size, head))
+        if not state.exists:
+            raise SegmentNotFoundError(f"segment {name} does not exist")
+        if start < state.head:
+            raise TruncatedDataError(name, start, state.head)
+        return state, [parse_event(segment, entry) for entry in entries]
+
+    def segment_states(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, SegmentState]:
+        """Head, tail, bytes and sealed flag of each segment, in one round trip."""
+        with translate_errors("segment state"):
+            pipe = self._client.pipeline(transaction=False)
+            for segment in segments:
+                meta = self._keys.segment(scope, stream, segment).meta
+                pipe.hmget(meta, *META_FIELDS)
+            replies = pipe.execute()
+        return {
+            segment: segment_state_of(segment, fields)
+            for segment, fields in zip(segments, replies, strict=True)
+        }
+
+    def read_blocking(
+        self,
+        scope: str,
+        stream: str,
+        positions: Mapping[int, int],
+        timeout: float,
+        limit: int,
+    ) -> dict[int, list[SegmentEvent]]:
+        """Events at or after each segment's position, from several segments in one call,
+        blocking up to ``timeout`` seconds (at most 5 per call) until at least one has
+        something (``XREAD BLOCK``; no busy loop). Segments with nothing new are absent."""
+        by_key = {self._keys.segment(scope, stream, s).events: s for s in positions}
+        reply = self._reads.read_keys(
+            {key: f"{positions[s]}-0" for key, s in by_key.items()}, timeout, limit
+        )
+        return {
+            by_key[key]: [parse_event(by_key[key], entry) for entry in entries]
+            for key, entries in reply.items()
+        }
+
+    def lag_probe(
+        self, scope: str, stream: str, positions: Mapping[int, int]
+    ) -> dict[int, tuple[int, int, int, int]]:
+        """Per segment ``(tail, bytes, byte offset at position, server ms at position)`` in one
+        round trip; the last two are the totals and ``-1`` when the position is at the tail."""
+        with translate_errors("lag"):
+            pipe = self._client.pipeline(transaction=False)
+            for segment, position in positions.items():
+                meta, events, _ = self._keys.segment(scope, stream, segment)
+                pipe.hmget(meta, "events", "bytes")
+                entry_id = f"{position + 1}-0"
+                pipe.xrange(events, entry_id, entry_id, count=1)
+            replies = pipe.execute()
+        out = {}
+        for index, segment in enumerate(positions):
+            (tail, size), entries = replies[2 * index], replies[2 * index + 1]
+            total = int(size or 0)
+            if entries:
+                event = SegmentEvent(segment, entries[0][0], entries[0][1])
+                out[segment] = (int(tail or 0), total, event.byte_offset, event.server_ms)
+            else:
+                out[segment] = (int(tail or 0), total, total, -1)
+        return out
+
+    def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None:
+        """Delete segments' keys: one DEL per segment (its keys share a hash slot)."""
+        with translate_errors("delete segments"):
+            pipe = self._client.pipeline(transaction=False)
+            for segment in segments:
+                pipe.delete(*self._keys.segment(scope, stream, segment))
+            pipe.execute()
