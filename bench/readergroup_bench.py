@@ -111,7 +111,7 @@ def one_reader(url: str, events: int) -> dict[str, Any]:
     with StreamManager.from_url(url) as sm:
         sm.create_scope(scope)
         sm.create_stream(scope, "s")
-        key = sm.connection.keys.segment(scope, "s", 0)[1]
+        key = sm.connection.keys.segment(scope, "s", 0).events
     _write(url, scope, "s", events)
     with ReaderGroupManager.from_url(scope, url) as rgm:
         rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"]))
@@ -132,7 +132,7 @@ def four_processes(url: str, events: int) -> dict[str, Any]:
     with StreamManager.from_url(url) as sm:
         sm.create_scope(scope)
         sm.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(8)))
-        keys = [sm.connection.keys.segment(scope, "s", s)[1] for s in range(8)]
+        keys = [sm.connection.keys.segment(scope, "s", s).events for s in range(8)]
         _write(url, scope, "s", events)
         tails = sm.segment_states(scope, "s", list(range(8)))
     with ReaderGroupManager.from_url(scope, url) as rgm:
