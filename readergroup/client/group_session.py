@@ -381,7 +381,9 @@ class GroupSession(Generic[T]):
         what is buffered, report the loss of anything after it once, then complete it (its
         successors become readable from the head)."""
         if owned.final_tail < 0:
-            seg = self._connection.segments.segment_states(owned.scope, owned.stream, [owned.segment])
+            seg = self._connection.segments.segment_states(
+                owned.scope, owned.stream, [owned.segment]
+            )
             if seg[owned.segment].exists and seg[owned.segment].sealed:
                 owned.final_tail = seg[owned.segment].tail
         if owned.final_tail < 0 or owned.fetch < owned.final_tail:
