@@ -9,7 +9,6 @@ cuts (:mod:`readergroup.spark.options`).
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -45,7 +44,6 @@ from readergroup.core.errors import (
     InvalidConfigError,
     InvalidStreamCutError,
     ReaderGroupError,
-    SegmentNotFoundError,
     StreamSealedError,
     TruncatedDataError,
 )
@@ -61,8 +59,8 @@ from readergroup.spark.options import (
     limited_end,
     split_ranges,
 )
+from readergroup.spark.partition_reader import read_partition_columns, to_record_batch
 from readergroup.storage.connection import RedisConnection
-from readergroup.storage.segment_records import SegmentEvent
 from statesync.system_clock import SystemClock
 
 try:  # admission control and AvailableNow arrived in Spark 4.2
@@ -204,67 +202,25 @@ class _Planner:
 def read_partition(
     options: SourceOptions, schema: StructType, partition: SegmentPartition
 ) -> Iterator[pa.RecordBatch]:
-    """Executor side: read one partition in batches and yield Arrow record batches."""
+    """Executor side: read one partition in chunks and yield Arrow record batches
+    (:mod:`readergroup.spark.partition_reader`: no transaction, columns built directly)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     connection = _connection(options)
     try:
-        start = partition.start
-        while start < partition.end:
-            try:
-                _, events = connection.segments.read_range(
-                    options.scope, options.stream, partition.segment, start, partition.end, 1000
-                )
-            except TruncatedDataError as exc:
-                if options.fail_on_data_loss:
-                    raise
-                start = max(start, exc.head)  # skip what retention deleted
-                continue
-            except SegmentNotFoundError:
-                if options.fail_on_data_loss:
-                    raise
-                return  # the whole segment was truncated away
-            if not events:
-                return
-            yield _to_arrow(events, arrow_schema, options.serializer)
-            start = events[-1].offset + 1
+        for columns in read_partition_columns(
+            connection,
+            options.scope,
+            options.stream,
+            partition.segment,
+            partition.start,
+            partition.end,
+            skip_lost=not options.fail_on_data_loss,
+        ):
+            yield to_record_batch(columns, arrow_schema, options.serializer)
     finally:
         connection.close()
-
-
-def _to_arrow(events: Sequence[SegmentEvent], schema: pa.Schema, serializer: str) -> pa.RecordBatch:
-    """Events as one Arrow batch of ``schema`` (Spark's own Arrow form of the read schema),
-    built column by column."""
-    decoded: list[dict[str, Any]] = []
-    if serializer == "json":
-        for event in events:
-            try:
-                value = json.loads(event.payload)
-            except ValueError as exc:
-                raise ReaderGroupError(
-                    f"segment {event.segment} offset {event.offset}: event is not JSON: {exc}"
-                ) from exc
-            decoded.append(value if isinstance(value, dict) else {"value": value})
-    arrays = []
-    for field in schema:
-        name = field.name
-        if name == "routing_key":
-            values: list[Any] = [e.routing_key for e in events]
-        elif name == "event" and serializer == "utf8":
-            values = [e.payload.decode("utf-8", "replace") for e in events]
-        elif name == "event":
-            values = [e.payload for e in events]
-        elif name == "segment_id":
-            values = [e.segment for e in events]
-        elif name == "offset":
-            values = [e.offset for e in events]
-        elif name == "timestamp":
-            values = [e.writer_ms * 1000 for e in events]
-        else:
-            values = [d.get(name) for d in decoded] if decoded else [None] * len(events)
-        arrays.append(pa.array(values, type=field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class ReaderGroupBatchReader(DataSourceReader):

@@ -1,0 +1,275 @@
+"""Executor side of the ``readergroup`` data source: one partition's events as Arrow batches.
+
+**Why a plain XRANGE needs no transaction.** A partition is a range ``[start, end)`` of one
+segment that the driver planned below a tail it had read, so every offset in it had been
+written when the plan was made. A segment's events never change once written: stream ids are
+explicit (``<offset + 1>-0``), appends only add ids above the tail, and the only removal is
+truncation, which deletes from the head up (``XTRIM MINID``). So a reply to ``XRANGE`` whose
+first id is the chunk's first offset and whose ids are exactly the offsets that follow proves
+by itself that those events exist and that none of them is missing: no ``MULTI``, no metadata
+read beside it. Only a reply that proves nothing (empty, starting past the chunk's start, ids
+not of the library's form) is read again with ``SegmentStore.read_range``, whose ``MULTI`` makes the
+metadata and the events agree, to tell truncation, a missing segment and foreign entries
+apart. Truncation racing the read cannot slip through: it removes the chunk's first event
+before any later one, and a reply without it takes the careful path.
+
+**Columns built directly.** Events are not turned into per-event objects: the columns are
+taken from the raw reply (the fields' fixed order written by ``append_events.lua``) and
+converted by Arrow in bulk (UTF-8 validation, integer parsing). Entries of any other shape
+(foreign entries) go through
+:class:`~readergroup.storage.segment_records.SegmentEvent`, which decodes any shape.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+import pyarrow as pa
+
+from readergroup.core.errors import (
+    CorruptSegmentError,
+    ReaderGroupError,
+    SegmentNotFoundError,
+    TruncatedDataError,
+)
+from readergroup.core.routing import segment_name
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.segment_records import SegmentEvent
+from readergroup.storage.translate import translate_errors
+
+CHUNK_EVENTS = 1000
+"""Events per ``XRANGE`` and per Arrow record batch."""
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+"""Arrow type of the ``timestamp`` column (Spark's TimestampType)."""
+
+# the fields SegmentEvent recognises its fast layouts by (the first and the last name)
+_KEYED = ((0, b"k"), (8, b"b"))
+_PLAIN = ((0, b"p"), (6, b"b"))
+_INT64_MS = 2**63 // 1000  # writer ms beyond this do not fit a microsecond timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """One chunk of a segment, column by column: offsets, raw routing keys (``None``: no
+    key), raw payloads, and the writers' timestamps (:data:`TIMESTAMP`)."""
+
+    segment: int
+    offsets: pa.Array
+    keys: list[bytes | None]
+    payloads: list[bytes]
+    timestamps: pa.Array
+
+
+def read_partition_columns(
+    connection: RedisConnection,
+    scope: str,
+    stream: str,
+    segment: int,
+    start: int,
+    end: int,
+    *,
+    skip_lost: bool,
+) -> Iterator[Columns]:
+    """The events ``[start, end)`` of ``segment`` in chunks of :data:`CHUNK_EVENTS`.
+
+    Data lost to truncation raises :class:`TruncatedDataError` (a missing segment
+    :class:`SegmentNotFoundError`), unless ``skip_lost``: then the lost part is skipped.
+    Entries out of sequence (not written by this library) raise
+    :class:`CorruptSegmentError` after the events before them."""
+    events_key = connection.keys.segment(scope, stream, segment).events
+    last_id = f"{end}-0"
+    while start < end:
+        want = min(CHUNK_EVENTS, end - start)
+        with translate_errors("read"):
+            entries: Any = connection.client.xrange(
+                events_key, f"{start + 1}-0", last_id, count=want
+            )
+        columns = _contiguous_columns(segment, start, entries)
+        if columns is not None:
+            yield columns
+            start += len(entries)
+            continue
+        try:  # the careful path: metadata and events read together
+            _, events = connection.segments.read_range(scope, stream, segment, start, end, want)
+        except TruncatedDataError as exc:
+            if not skip_lost:
+                raise
+            start = max(start, exc.head)  # skip what retention deleted
+            continue
+        except SegmentNotFoundError:
+            if not skip_lost:
+                raise
+            return  # the whole segment was truncated away
+        if not events:
+            return
+        run = _consecutive(events, start)
+        if run:
+            yield _event_columns(segment, events[:run])
+        if run < len(events):
+            after = events[run - 1].offset if run else start - 1
+            raise CorruptSegmentError(
+                segment_name(scope, stream, segment),
+                events_key,
+                f"the entry after offset {after} has offset {events[run].offset} (entries out "
+                "of sequence, not written by this library)",
+            )
+        start = events[-1].offset + 1
+
+
+def _consecutive(events: Sequence[SegmentEvent], start: int) -> int:
+    """How many of ``events`` are at offsets ``start, start + 1, ...``."""
+    run = 0
+    while run < len(events) and events[run].offset == start + run:
+        run += 1
+    return run
+
+
+def _contiguous_columns(segment: int, start: int, entries: Any) -> Columns | None:
+    """The columns of ``entries`` if they are exactly the offsets ``start, start + 1, ...`` in
+    the library's own field layout (with or without a routing key); else ``None``."""
+    count = len(entries)
+    if not count or not isinstance(entries, list):
+        return None
+    ids = [entry[0] for entry in entries]
+    if ids[0] != f"{start + 1}-0".encode() or ids[-1] != f"{start + count}-0".encode():
+        return None
+    # ids are strictly increasing: the first and last in place and every sequence part 0
+    # (a sequence number has no leading zero, so "-0" occurs once per id exactly then)
+    if b"".join(ids).count(b"-0") != count:
+        return None
+    fields = [entry[1] for entry in entries]
+    widths = set(map(len, fields))
+    if widths == {10} and _named(fields, _KEYED):
+        keys: list[bytes | None] = list(map(itemgetter(1), fields))
+        payloads = list(map(itemgetter(3), fields))
+        writer_ms = list(map(itemgetter(5), fields))
+    elif widths == {8} and _named(fields, _PLAIN):
+        keys = [None] * count
+        payloads = list(map(itemgetter(1), fields))
+        writer_ms = list(map(itemgetter(3), fields))
+    elif widths == {8, 10} and all(map(_library_layout, fields)):  # some keyed, some not
+        keys = [f[1] if len(f) == 10 else None for f in fields]
+        payloads = [f[-7] for f in fields]
+        writer_ms = [f[-5] for f in fields]
+    else:
+        return None
+    offsets = array.array("q", range(start, start + count))
+    return Columns(
+        segment,
+        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(offsets)]),
+        keys,
+        payloads,
+        _timestamps(writer_ms),
+    )
+
+
+def _named(fields: list[Any], names: tuple[tuple[int, bytes], ...]) -> bool:
+    """Whether every entry has each of ``names`` (field position, field name)."""
+    count = len(fields)
+    return all(list(map(itemgetter(i), fields)).count(name) == count for i, name in names)
+
+
+def _library_layout(fields: Any) -> bool:
+    """Whether one entry's fields are in either of the layouts :data:`_KEYED`, :data:`_PLAIN`."""
+    if len(fields) == 10:
+        return bool(fields[0] == b"k" and fields[8] == b"b")
+    return bool(fields[0] == b"p" and fields[6] == b"b")
+
+
+def _event_columns(segment: int, events: Sequence[SegmentEvent]) -> Columns:
+    """Columns of events decoded one by one (any entry shape)."""
+    keys = [
+        None if e.routing_key is None else e.routing_key.encode("utf-8", "surrogateescape")
+        for e in events
+    ]
+    return Columns(
+        segment,
+        pa.array([e.offset for e in events], type=pa.int64()),
+        keys,
+        [e.payload for e in events],
+        _ms_timestamps([e.writer_ms for e in events]),
+    )
+
+
+def _timestamps(values: list[bytes]) -> pa.Array:
+    """Stored writer ms as timestamps, parsed by Arrow in bulk; a garbled value (a foreign
+    entry) is -1 ms."""
+    try:
+        parsed = pa.array(values, type=pa.binary()).cast(pa.string()).cast(pa.int64())
+        # safe casts: a value that does not fit microseconds raises
+        return parsed.cast(pa.timestamp("ms", tz="UTC")).cast(TIMESTAMP)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _ms_timestamps([_stored_int(v) for v in values])
+
+
+def _ms_timestamps(values: list[int]) -> pa.Array:
+    bounded = [v * 1000 if -_INT64_MS < v < _INT64_MS else -1000 for v in values]
+    return pa.array(bounded, type=pa.int64()).cast(TIMESTAMP)
+
+
+def _stored_int(value: bytes) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return -1
+
+
+def _texts(values: Sequence[bytes | None]) -> pa.Array:
+    """UTF-8 text validated by Arrow in bulk; invalid bytes (foreign data) become U+FFFD."""
+    raw = pa.array(values, type=pa.binary())
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array(
+            [None if v is None else v.decode("utf-8", "replace") for v in values],
+            type=pa.string(),
+        )
+
+
+def to_record_batch(columns: Columns, schema: pa.Schema, serializer: str) -> pa.RecordBatch:
+    """``columns`` as one Arrow batch of ``schema`` (Spark's own Arrow form of the read
+    schema). With ``serializer="json"``, fields of ``schema`` other than the base columns are
+    taken by name from each event's JSON object (a non-object value is field ``value``)."""
+    decoded = _json_objects(columns) if serializer == "json" else None
+    count = len(columns.payloads)
+    arrays: list[pa.Array] = []
+    for field in schema:
+        name = field.name
+        if name == "routing_key":
+            array = _texts(columns.keys)
+        elif name == "event" and serializer == "utf8":
+            array = _texts(columns.payloads)
+        elif name == "event":
+            array = pa.array(columns.payloads, type=pa.binary())
+        elif name == "segment_id":
+            array = pa.repeat(pa.scalar(columns.segment, pa.int64()), count)
+        elif name == "offset":
+            array = columns.offsets
+        elif name == "timestamp":
+            array = columns.timestamps
+        elif decoded is not None:
+            array = pa.array([d.get(name) for d in decoded], type=field.type)
+        else:
+            array = pa.nulls(count, type=field.type)
+        arrays.append(array if array.type == field.type else array.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _json_objects(columns: Columns) -> list[dict[str, Any]]:
+    decoded: list[dict[str, Any]] = []
+    for index, payload in enumerate(columns.payloads):
+        try:
+            value = json.loads(payload)
+        except ValueError as exc:
+            offset = columns.offsets[index].as_py()
+            raise ReaderGroupError(
+                f"segment {columns.segment} offset {offset}: event is not JSON: {exc}"
+            ) from exc
+        decoded.append(value if isinstance(value, dict) else {"value": value})
+    return decoded
