@@ -37,7 +37,6 @@ an internal lock, except ``wait_for_updates``, which never takes it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import threading
@@ -471,20 +470,40 @@ class StateSynchronizer(Generic[S]):
         leaves the log longer, never the state wrong)."""
         every = self._config.compact_every
         if every and revision % every == 0:
-            with contextlib.suppress(StateSyncError):
+            try:
                 self.compact()
                 self._stats.auto_compactions += 1
+            except StateSyncError as exc:
+                logger.warning(
+                    "synchronizer %r: compaction at revision %d failed, the log stays longer "
+                    "until the next one: %s",
+                    self._name,
+                    revision,
+                    exc,
+                    exc_info=exc,
+                )
 
     def _retrying(self, budget: RetryBudget, operation: Callable[[], T]) -> T:
         """Run ``operation``, retrying on :class:`BackendUnavailableError` within ``budget``."""
         while True:
             try:
                 return operation()
-            except BackendUnavailableError:
+            except BackendUnavailableError as exc:
                 delay = budget.next_delay()
                 if delay is None:
                     raise
                 self._stats.backend_retries += 1
+                # the first retry of a loop at WARNING, the rest at DEBUG (an outage would
+                # otherwise log every backoff)
+                logger.log(
+                    logging.WARNING if budget.attempts == 2 else logging.DEBUG,
+                    "synchronizer %r: backend unavailable, retry %d within %.1fs: %s",
+                    self._name,
+                    budget.attempts - 1,
+                    budget.remaining,
+                    exc,
+                    exc_info=exc,
+                )
                 self._clock.sleep(delay)
 
     def _refuse_if_stuck(self, budget: RetryBudget) -> None:

@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -28,6 +29,8 @@ from readergroup.admin.stream_manager import StreamManager
 from readergroup.core.errors import ScaleConflictError
 from readergroup.core.routing import uniform_ranges
 from readergroup.core.stream_config import ScalingPolicy
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +115,10 @@ class AutoScaler:
             return None
         try:
             self._manager.scale_stream(self._scope, self._stream, action.sealed, action.new_ranges)
-        except ScaleConflictError:
+        except ScaleConflictError as exc:
+            logger.info(
+                "autoscale of %s/%s: %s; deciding again next round", self._scope, self._stream, exc
+            )
             return None
         self._samples = {}
         return action

@@ -238,6 +238,13 @@ class ReaderGroup:
                 reason = checkpoint.failed if checkpoint else "it was dropped"
                 raise CheckpointError(f"checkpoint {name!r} failed: {reason}")
             if checkpoint.completed_ms >= 0:
+                logger.info(
+                    "checkpoint %r of %s/%s completed: %d segment positions",
+                    name,
+                    self.scope,
+                    self.name,
+                    len(checkpoint.positions),
+                )
                 return CheckpointResult(name, dict(checkpoint.positions), checkpoint.completed_ms)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -252,6 +259,9 @@ class ReaderGroup:
         )
         with translate_errors("checkpoint"):
             self.sync.update_state(lambda s: [FailCheckpoint(checkpoint.name, reason)])
+        logger.warning(
+            "checkpoint %r of %s/%s failed: %s", checkpoint.name, self.scope, self.name, reason
+        )
         if offline:
             for reader_id in pending:
                 self.reader_offline(reader_id)
@@ -304,6 +314,12 @@ class ReaderGroup:
         )
         with translate_errors("reset"):
             self.sync.update_state(lambda s: [update])
+        logger.info(
+            "reset %s/%s to %d segment positions; waiting for its readers to acknowledge",
+            self.scope,
+            self.name,
+            len(starts),
+        )
         deadline = time.monotonic() + timeout
         declared: list[str] = []
         while self.refresh().reset_pending:
@@ -473,6 +489,15 @@ class ReaderGroup:
             removed = self.sync.update_state(plan)
             if removed is not None:
                 self.heartbeats.forget(reader_id, removed)
+        if removed is not None:
+            logger.info(
+                "reader %r (generation %d) declared offline in %s/%s; its segments return to the "
+                "group",
+                reader_id,
+                removed,
+                self.scope,
+                self.name,
+            )
         return removed is not None
 
 
@@ -599,6 +624,8 @@ class ReaderGroupManager(Closing):
         )
         initial = new_group(scope, name, config, starts, now, end)
         vanished.initialize_once(self._connection, scope, sync, initial, lost)
+        if created:
+            logger.info("created reader group %s/%s reading %s", scope, name, list(config.streams))
         return created
 
     def get_reader_group(self, name: str) -> ReaderGroup:
@@ -643,6 +670,10 @@ class ReaderGroupManager(Closing):
         with translate_errors("delete reader group"):
             existed = sync.delete()
         self._connection.heartbeat_store(sync_name).delete()
+        if removed or existed:
+            logger.info(
+                "deleted reader group %s/%s%s", self.scope, name, " (forced)" if force else ""
+            )
         return removed or existed
 
 

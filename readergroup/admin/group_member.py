@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -35,6 +35,7 @@ from readergroup.core.group_state import (
     GroupState,
     ReaderNotInGroupError,
     SegKey,
+    SegmentNotOwnedError,
 )
 from readergroup.core.liveness import ExpiryGuard
 from readergroup.core.membership import (
@@ -55,6 +56,28 @@ logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
+_LISTED = 8
+"""Segments named in one log record; more are counted (a reader may own thousands)."""
+
+
+def segments_text(segments: Collection[SegKey]) -> str:
+    """How many segments, and ``scope/stream/segment`` of the first few, for a log record.
+
+    >>> segments_text([("s/orders", 1), ("s/orders", 0)])
+    '2 segments (s/orders/0, s/orders/1)'
+    >>> segments_text([("s/o", n) for n in range(10)])
+    '10 segments (s/o/0, s/o/1, s/o/2, s/o/3, s/o/4, s/o/5, s/o/6, s/o/7, ...)'
+    >>> segments_text([])
+    'no segments'
+    """
+    if not segments:
+        return "no segments"
+    ordered = sorted(segments)
+    names = [f"{stream}/{segment}" for stream, segment in ordered[:_LISTED]]
+    more = ", ..." if len(ordered) > _LISTED else ""
+    plural = "s" if len(ordered) != 1 else ""
+    return f"{len(ordered)} segment{plural} ({', '.join(names)}{more})"
+
 
 def _recovers(
     method: Callable[Concatenate[GroupMember, P], R],
@@ -68,10 +91,14 @@ def _recovers(
         except LogRegressedError as exc:
             member.recover(exc)
             return method(member, *args, **kwargs)
-        except ReaderNotInGroupError:
+        except ReaderNotInGroupError as exc:
             if not member.member_after_recovery():
+                member.note_fenced(exc)
                 raise
             return method(member, *args, **kwargs)
+        except SegmentNotOwnedError as exc:
+            logger.warning("reader %r fenced from a segment: %s", member.reader_id, exc)
+            raise
 
     return run
 
@@ -107,6 +134,7 @@ class GroupMember:
         self._session_timeout_ms = session_timeout_ms
         self._max_moves = max_moves
         self._joined = False
+        self._fence_noted = False
         self._recovery = threading.RLock()
         self._expiry = ExpiryGuard(session_timeout_ms)
 
@@ -130,6 +158,20 @@ class GroupMember:
                     self.reader_id,
                     self.generation,
                 )
+
+    def note_fenced(self, cause: ReaderNotInGroupError | str) -> None:
+        """Log (once per generation) that this reader is no longer a member."""
+        if self._fence_noted or not self._joined:
+            return
+        self._fence_noted = True
+        logger.warning(
+            "reader %r (generation %d) fenced from %s: %s",
+            self.reader_id,
+            self.generation,
+            self.sync.name,
+            cause,
+            exc_info=cause if isinstance(cause, BaseException) else None,
+        )
 
     def member_after_recovery(self) -> bool:
         """Whether this reader is a member once any recovery under way in another thread is
@@ -177,9 +219,11 @@ class GroupMember:
         )
         self.generation = self.sync.state.readers[me].generation
         self._joined = True
+        self._fence_noted = False
         # the join was decided on fresh state, so whatever heartbeat is stored under this id is
         # stale (even of a higher generation, should a regressed log have reused numbers)
         self.heartbeats.beat(me, self.generation, claim=True)
+        logger.info("reader %r joined %s as generation %d", me, self.sync.name, self.generation)
         return self.generation
 
     @_recovers
@@ -205,13 +249,26 @@ class GroupMember:
         for reader_id, generation in expired:
             if self.remove_if(reader_id, generation):
                 removed.append(reader_id)
+                logger.info(
+                    "reader %r removed dead reader %r (generation %d) from %s: no heartbeat "
+                    "within the session timeout (%d ms); its segments return to the group at "
+                    "their committed positions",
+                    self.reader_id,
+                    reader_id,
+                    generation,
+                    self.sync.name,
+                    self._session_timeout_ms,
+                )
         state = self.sync.state
         others = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
+        member = self.is_member(state) or self.member_after_recovery()
+        if not member:
+            self.note_fenced("removed from the group (declared offline, or its session expired)")
         return Liveness(
             now,
             tuple(removed),
             next_expiry_ms(others, beats, self._session_timeout_ms),
-            self.is_member(state) or self.member_after_recovery(),
+            member,
         )
 
     def remove_if(
@@ -232,6 +289,10 @@ class GroupMember:
         self._joined = False  # a regressed log met while leaving must not rejoin
         left = self.remove_if(self.reader_id, self.generation, tuple((positions or {}).items()))
         self.heartbeats.forget(self.reader_id, self.generation)
+        if left:
+            logger.info(
+                "reader %r (generation %d) left %s", self.reader_id, self.generation, self.sync.name
+            )
         return left
 
     @_recovers
@@ -260,6 +321,10 @@ class GroupMember:
         # another thread may have adopted a regressed log since: keep what we still own
         mine = self.sync.state.owned_by(me)
         acquired = {s: mine[s] for s in chosen if s in mine}
+        if released:
+            logger.info("reader %r released %s of %s", me, segments_text(released), self.sync.name)
+        if acquired:
+            logger.info("reader %r acquired %s of %s", me, segments_text(acquired), self.sync.name)
         return acquired, released
 
     @_recovers
@@ -270,10 +335,19 @@ class GroupMember:
                 self.reader_id, self.generation, name, tuple(positions.items()), self.server_ms
             )
         )
+        logger.info(
+            "reader %r acknowledged checkpoint %r of %s", self.reader_id, name, self.sync.name
+        )
 
     @_recovers
     def ack_reset(self, group_generation: int) -> None:
         self.sync.update_state(plan_ack_reset(self.reader_id, self.generation, group_generation))
+        logger.info(
+            "reader %r acknowledged the reset of %s (group generation %d)",
+            self.reader_id,
+            self.sync.name,
+            group_generation,
+        )
 
     @_recovers
     def commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
@@ -296,4 +370,14 @@ class GroupMember:
         plan = plan_complete(
             self.reader_id, self.generation, segment, token, tuple(successors), end
         )
-        return bool(self.sync.update_state(plan))
+        completed = bool(self.sync.update_state(plan))
+        if completed:
+            logger.info(
+                "reader %r completed %s of %s at offset %d; successors: %s",
+                self.reader_id,
+                segments_text([segment]),
+                self.sync.name,
+                end,
+                segments_text([s for s, _, _ in successors]),
+            )
+        return completed

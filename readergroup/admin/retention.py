@@ -20,6 +20,7 @@ run it periodically from any process (it is idempotent and never moves the head 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 from readergroup.admin.group_positions import cuts_by_stream
@@ -33,6 +34,8 @@ from readergroup.core.stream_config import RetentionPolicy
 from readergroup.core.stream_cut import StreamCut, check_cut_covers
 from readergroup.core.stream_metadata import StreamState
 from readergroup.storage.translate import fetch_state, translate_errors
+
+logger = logging.getLogger(__name__)
 
 
 def meet(state: StreamState, cuts: Sequence[Mapping[int, int]]) -> dict[int, int]:
@@ -90,8 +93,17 @@ class RetentionManager:
         for group in catalog.subscribers_of(self._manager.catalog(scope), stream):
             try:
                 subscribes, cut = self._group_cut(scope, group, scoped)
-            except ReaderGroupError:
+            except ReaderGroupError as exc:
                 subscribes, cut = True, None  # unreadable: never delete what it may need
+                logger.warning(
+                    "retention of %s: group %s/%s unreadable, so nothing it may need is "
+                    "deleted: %s",
+                    scoped,
+                    scope,
+                    group,
+                    exc,
+                    exc_info=exc,
+                )
             if subscribes:
                 cuts[f"group:{scope}/{group}"] = cut
         with translate_errors("read subscribers"):

@@ -228,6 +228,8 @@ class StreamManager(Closing):
         created = vanished.initialize_once(
             self._connection, scope, sync, initial, _lost_catalog(scope)
         )
+        if listed or created:
+            log.info("created scope %s", scope)
         return listed or created
 
     def delete_scope(self, scope: str) -> bool:
@@ -274,6 +276,8 @@ class StreamManager(Closing):
             vanished.forget(self._connection, scope, catalog_sync_name(scope))
             with translate_errors("delete scope"):
                 self._catalog_sync(scope).delete()
+        if unlisted or exists:
+            log.info("deleted scope %s", scope)
         return unlisted or exists
 
     def list_scopes(self) -> list[str]:
@@ -304,6 +308,8 @@ class StreamManager(Closing):
         self._connection.segments.create_segments(scope, stream, list(state.segments), now)
         sync = self._sync(scope, stream, must_exist=False)
         vanished.initialize_once(self._connection, scope, sync, state, _lost_stream(scope, stream))
+        if created:
+            log.info("created stream %s/%s with %d segments", scope, stream, len(state.segments))
         return created
 
     def _sync(
@@ -462,6 +468,9 @@ class StreamManager(Closing):
                     self._connection.segments.seal(scope, stream, old)
                 for new in created:  # every predecessor is sealed now: successors may take writes
                     self._connection.segments.open_segment(scope, stream, new)
+                log.info(
+                    "scaled %s/%s: sealed segments %s, opened %s", scope, stream, sealed, created
+                )
                 return list(created)
         raise ScaleConflictError(f"scale of {scope}/{stream} lost every race to other scales")
 
@@ -476,6 +485,8 @@ class StreamManager(Closing):
 
         changed = bool(self._update(scope, stream, seal))
         self._complete_seals(self.stream_state(scope, stream))
+        if changed:
+            log.info("sealed stream %s/%s", scope, stream)
         return changed
 
     def truncate_stream(self, scope: str, stream: str, stream_cut: StreamCut) -> None:
@@ -511,6 +522,13 @@ class StreamManager(Closing):
         for segment, offset in cut.items():
             self._connection.segments.truncate(scope, stream, segment, offset)
         self._connection.segments.delete_segments(scope, stream, sorted(before))
+        log.info(
+            "truncated %s/%s at a cut over %d segments (%d older segments deleted)",
+            scope,
+            stream,
+            len(cut),
+            len(before),
+        )
 
     def _check_cut(self, state: StreamState, cut: dict[int, int]) -> None:
         ranges = {s: (r.low, r.high) for s, r in state.segments.items() if not r.truncated}
@@ -552,6 +570,8 @@ class StreamManager(Closing):
             with translate_errors("delete stream metadata"):
                 self._sync(scope, stream, must_exist=False).delete()
             self._streams.pop((scope, stream), None)
+        if removed or state is not None:
+            log.info("deleted stream %s/%s", scope, stream)
         return removed or state is not None
 
 

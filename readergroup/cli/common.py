@@ -210,6 +210,18 @@ def report_error(message: str, code: int, as_json: bool, kind: str = "error") ->
         click.echo(f"Error: {line}", err=True)
 
 
+LIBRARY_LOGGERS = ("readergroup", "statesync")
+
+
+def log_verbosely(verbose: int) -> None:
+    """``-v``: the library's records from INFO up go to stderr (the handler
+    :class:`CliGroup` installs); ``-vv``: from DEBUG up. Other libraries stay quiet."""
+    if verbose:
+        level = logging.INFO if verbose == 1 else logging.DEBUG
+        for name in LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(level)
+
+
 class CliGroup(click.Group):
     """The root command: runs a subcommand and renders every error as one line (or JSON)."""
 
@@ -218,7 +230,7 @@ class CliGroup(click.Group):
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         as_json = "--json" in argv
-        logging.basicConfig(  # the library's warnings are shown by the commands themselves
+        logging.basicConfig(  # stderr; the library's warnings are shown by the commands (or -v)
             level=os.environ.get("READERGROUP_LOG_LEVEL", "ERROR").upper(),
             format="%(levelname)s %(name)s: %(message)s",
         )

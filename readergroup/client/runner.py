@@ -157,8 +157,9 @@ class _Runner(Generic[T]):
         try:
             self.reader.commit(chosen)
             self.stats.commits += 1
-        except (SegmentNotOwnedError, ReaderNotInGroupError):
-            pass  # moved on a rebalance or fenced; the new owner resumes from the last commit
+        except (SegmentNotOwnedError, ReaderNotInGroupError) as exc:
+            # moved on a rebalance or fenced; the new owner resumes from the last commit
+            logger.warning("commit dropped (segments moved or reader fenced): %s", exc)
         except (ReaderGroupError, StateSyncError) as exc:
             if not exc.retriable:
                 raise

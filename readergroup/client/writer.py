@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import logging
 import random
 import threading
 import time
@@ -62,6 +63,8 @@ from statesync import RetryPolicy
 from statesync.clock import Clock
 from statesync.retry import RetryBudget
 from statesync.system_clock import SYSTEM_CLOCK
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -398,6 +401,15 @@ class EventStreamWriter(Generic[T]):
                 f"events not acknowledged within delivery_timeout={self._config.delivery_timeout}s"
                 f": {cause}"
             ) from cause
+        if cause is not None and budget.attempts == 2:  # once per round, not per attempt
+            logger.warning(
+                "writer of %s/%s: retrying within delivery_timeout=%ss after: %s",
+                self._scope,
+                self._stream,
+                self._config.delivery_timeout,
+                cause,
+                exc_info=cause,
+            )
         self._clock.sleep(delay)
 
     def _state(self, refresh: bool) -> StreamState:

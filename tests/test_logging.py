@@ -1,0 +1,213 @@
+"""The library's log records (caplog, real Redis): membership and ownership changes at INFO,
+fencing and retried outages at WARNING with the exception, nothing per event; the CLI's -v."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from readergroup import (
+    EventStreamClientFactory,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ReaderNotInGroupError,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+    UTF8StringSerializer,
+)
+from readergroup.testing.embedded_redis import LocalRedisServer
+from statesync import BackendUnavailableError, RetryPolicy, StateSynchronizer, SyncConfig, Update
+from statesync.redis_backend import RedisLogBackend
+from tests.support.cli import cli
+from tests.support.waiting import wait_until
+
+FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.1}
+MEMBER = "readergroup.admin.group_member"
+
+
+@pytest.fixture
+def records(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Every record of the library's loggers from DEBUG up."""
+    caplog.set_level(logging.DEBUG, logger="readergroup")
+    caplog.set_level(logging.DEBUG, logger="statesync")
+    return caplog
+
+
+def logged(
+    caplog: pytest.LogCaptureFixture, logger: str, level: int, *words: str
+) -> list[logging.LogRecord]:
+    """The records of ``logger`` at ``level`` whose message holds every one of ``words``."""
+    return [
+        r
+        for r in list(caplog.records)
+        if r.name == logger and r.levelno == level and all(w in r.getMessage() for w in words)
+    ]
+
+
+def waiting_for(
+    caplog: pytest.LogCaptureFixture, logger: str, level: int, *words: str
+) -> Callable[[], list[logging.LogRecord]]:
+    return lambda: logged(caplog, logger, level, *words)
+
+
+def stream_and_group(redis_url: str, scope: str, segments: int = 2, **config: Any) -> None:
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(
+            scope, "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
+        )
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        rgm.create_reader_group("billing", ReaderGroupConfig(streams=[f"{scope}/orders"], **config))
+
+
+def test_a_join_and_a_rebalance_log_info_naming_the_reader_and_the_segments(
+    redis_url: str, scope: str, factory: EventStreamClientFactory, records: Any
+) -> None:
+    stream_and_group(redis_url, scope, **FAST)
+    one = factory.create_reader("one", "billing", UTF8StringSerializer())
+    one.read_next_event(timeout=0.3)
+    names = sorted(f"{scope}/orders/{segment}" for _, segment in one.owned_segments())
+    assert len(names) == 2
+    assert logged(records, MEMBER, logging.INFO, "'one' joined", f"group:{scope}/billing")
+    [acquired] = logged(records, MEMBER, logging.INFO, "'one' acquired 2 segments", *names)
+    two = factory.create_reader("two", "billing", UTF8StringSerializer())
+
+    def balanced() -> bool:
+        one.read_next_event(timeout=0.05)
+        two.read_next_event(timeout=0.05)
+        return len(one.owned_segments()) == len(two.owned_segments()) == 1
+
+    wait_until(balanced, what="one segment each")
+    [(stream, segment)] = two.owned_segments()
+    name = f"{stream}/{segment}"
+    assert logged(records, MEMBER, logging.INFO, "'one' released 1 segment (", name)
+    assert logged(records, MEMBER, logging.INFO, "'two' acquired 1 segment (", name)
+    two.close()
+    assert logged(records, MEMBER, logging.INFO, "'two' (generation", "left")
+    one.close()
+    assert acquired.levelname == "INFO"
+
+
+def test_a_fenced_reader_logs_a_warning(
+    redis_url: str, scope: str, factory: EventStreamClientFactory, records: Any
+) -> None:
+    stream_and_group(redis_url, scope, **FAST)
+    reader = factory.create_reader("victim", "billing", UTF8StringSerializer())
+    reader.read_next_event(timeout=0.3)
+    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    assert group.reader_offline("victim") is True
+    assert logged(
+        records, "readergroup.admin.group_manager", logging.INFO, "'victim'", "declared offline"
+    )
+    with pytest.raises(ReaderNotInGroupError):
+        for _ in range(50):
+            reader.read_next_event(timeout=0.1)
+    [fenced] = logged(records, MEMBER, logging.WARNING, "'victim' (generation", "fenced from")
+    assert f"group:{scope}/billing" in fenced.getMessage()
+    reader.close()
+
+
+def test_a_dead_readers_removal_logs_info(
+    redis_url: str, scope: str, factory: EventStreamClientFactory, records: Any
+) -> None:
+    stream_and_group(redis_url, scope, **FAST)
+    dead = factory.create_reader("dead", "billing", UTF8StringSerializer())
+    survivor = factory.create_reader("survivor", "billing", UTF8StringSerializer())
+    dead._stop.set()  # a crash: no more heartbeats, no graceful leave
+    removal = waiting_for(records, MEMBER, logging.INFO, "'survivor' removed dead reader 'dead'")
+    wait_until(removal, what="the dead reader removed")
+    assert "session timeout (1500 ms)" in removal()[0].getMessage()
+    survivor.close()
+    dead.close()
+
+
+def test_steady_state_reading_logs_nothing_per_event(
+    redis_url: str, scope: str, factory: EventStreamClientFactory, records: Any
+) -> None:
+    stream_and_group(redis_url, scope, auto_commit_interval=0.05)
+    with factory.create_event_writer("orders", UTF8StringSerializer()) as writer:
+        for i in range(300):
+            writer.write_event(f"e{i}", routing_key=f"k{i % 16}")
+    reader = factory.create_reader("steady", "billing", UTF8StringSerializer())
+    assert reader.read_next_event(timeout=2).event is not None
+    records.clear()  # joined and acquired: steady state from here
+    for _ in range(299):
+        assert reader.read_next_event(timeout=2).event is not None
+    assert len(records.records) <= 3, [r.getMessage() for r in records.records]
+    reader.close()
+
+
+@dataclass(frozen=True)
+class Add(Update):
+    amount: int
+
+    def apply_to(self, state: Any) -> Any:
+        return state + self.amount
+
+
+def test_a_retried_outage_logs_a_warning_with_the_exception(
+    private_redis: LocalRedisServer, records: Any
+) -> None:
+    config = SyncConfig(retry=RetryPolicy(deadline=60.0, max_attempts=100_000, max_delay=0.05))
+    backend = RedisLogBackend.from_url(private_redis.url)
+    sync: StateSynchronizer[int] = StateSynchronizer(
+        backend, "counter", update_types=[Add], config=config
+    )
+    sync.initialize(0)
+    sync.update_state(lambda state: [Add(1)])
+    private_redis.stop()
+    done: list[Any] = []
+    appender = threading.Thread(target=lambda: done.append(sync.update_state(lambda s: [Add(2)])))
+    appender.start()
+    retried = waiting_for(
+        records, "statesync.synchronizer", logging.WARNING, "'counter'", "retry 1"
+    )
+    wait_until(retried, what="the first retry logged")
+    private_redis.start()
+    appender.join(60)
+    assert done == [None] and sync.state == 3
+    [warning] = retried()
+    assert warning.exc_info is not None and isinstance(warning.exc_info[1], BackendUnavailableError)
+    assert str(warning.exc_info[1]) in warning.getMessage()
+    backend.close()
+
+
+def test_a_writer_retrying_through_an_outage_logs_a_warning_with_the_exception(
+    private_redis: LocalRedisServer, records: Any
+) -> None:
+    url = private_redis.url
+    with StreamManager.from_url(url) as sm:
+        sm.create_scope("w")
+        sm.create_stream("w", "orders")
+    retrying = waiting_for(
+        records, "readergroup.client.writer", logging.WARNING, "w/orders", "retrying"
+    )
+    with (
+        EventStreamClientFactory.from_url("w", url) as factory,
+        factory.create_event_writer("orders", UTF8StringSerializer()) as writer,
+    ):
+        writer.write_event("before").result(10)
+        private_redis.stop()
+        during = writer.write_event("during")
+        wait_until(retrying, what="the writer's retry logged")
+        private_redis.start()
+        during.result(60)
+    [warning] = retrying()
+    assert warning.exc_info is not None and str(warning.exc_info[1]) in warning.getMessage()
+
+
+def test_the_cli_verbose_flag_logs_to_stderr_and_leaves_the_output_alone(
+    redis_url: str, scope: str
+) -> None:
+    done = cli(redis_url, "-v", "--json", "stream", "create", f"{scope}/orders")
+    assert f"INFO readergroup.admin.stream_manager: created stream {scope}/orders" in done.stderr
+    assert done.stdout.startswith("{") and "INFO" not in done.stdout
+    quiet = cli(redis_url, "--json", "group", "create", f"{scope}/g", "--stream", f"{scope}/orders")
+    assert quiet.stderr == ""
+    debug = cli(redis_url, "-vv", "group", "delete", f"{scope}/g")
+    assert f"INFO readergroup.admin.group_manager: deleted reader group {scope}/g" in debug.stderr
