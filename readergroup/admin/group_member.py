@@ -35,7 +35,6 @@ from readergroup.core.group_state import (
     GroupState,
     ReaderNotInGroupError,
     SegKey,
-    SegmentNotOwnedError,
 )
 from readergroup.core.liveness import ExpiryGuard
 from readergroup.core.membership import (
@@ -91,14 +90,10 @@ def _recovers(
         except LogRegressedError as exc:
             member.recover(exc)
             return method(member, *args, **kwargs)
-        except ReaderNotInGroupError as exc:
+        except ReaderNotInGroupError:
             if not member.member_after_recovery():
-                member.note_fenced(exc)
                 raise
             return method(member, *args, **kwargs)
-        except SegmentNotOwnedError as exc:
-            logger.warning("reader %r fenced from a segment: %s", member.reader_id, exc)
-            raise
 
     return run
 
@@ -134,7 +129,6 @@ class GroupMember:
         self._session_timeout_ms = session_timeout_ms
         self._max_moves = max_moves
         self._joined = False
-        self._fence_noted = False
         self._recovery = threading.RLock()
         self._expiry = ExpiryGuard(session_timeout_ms)
 
@@ -158,20 +152,6 @@ class GroupMember:
                     self.reader_id,
                     self.generation,
                 )
-
-    def note_fenced(self, cause: ReaderNotInGroupError | str) -> None:
-        """Log (once per generation) that this reader is no longer a member."""
-        if self._fence_noted or not self._joined:
-            return
-        self._fence_noted = True
-        logger.warning(
-            "reader %r (generation %d) fenced from %s: %s",
-            self.reader_id,
-            self.generation,
-            self.sync.name,
-            cause,
-            exc_info=cause if isinstance(cause, BaseException) else None,
-        )
 
     def member_after_recovery(self) -> bool:
         """Whether this reader is a member once any recovery under way in another thread is
@@ -219,7 +199,6 @@ class GroupMember:
         )
         self.generation = self.sync.state.readers[me].generation
         self._joined = True
-        self._fence_noted = False
         # the join was decided on fresh state, so whatever heartbeat is stored under this id is
         # stale (even of a higher generation, should a regressed log have reused numbers)
         self.heartbeats.beat(me, self.generation, claim=True)
@@ -261,14 +240,11 @@ class GroupMember:
                 )
         state = self.sync.state
         others = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
-        member = self.is_member(state) or self.member_after_recovery()
-        if not member:
-            self.note_fenced("removed from the group (declared offline, or its session expired)")
         return Liveness(
             now,
             tuple(removed),
             next_expiry_ms(others, beats, self._session_timeout_ms),
-            member,
+            self.is_member(state) or self.member_after_recovery(),
         )
 
     def remove_if(

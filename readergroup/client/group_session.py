@@ -245,7 +245,7 @@ class GroupSession(Generic[T]):
         for key, assignment in acquired.items():
             self._adopt(key, assignment)
         if acquired:
-            logger.info("reader %r acquired %s", self.reader_id, sorted(acquired))
+            logger.debug("reader %r acquired %s", self.reader_id, sorted(acquired))
             self._notify(acquired=list(acquired))
 
     def _absorb_reset(self) -> None:
@@ -302,7 +302,7 @@ class GroupSession(Generic[T]):
                 self._adopt(key, assignment)
         gone = sorted(set(lost) | set(released))
         if gone:
-            logger.info("reader %r released %s", self.reader_id, gone)
+            logger.debug("reader %r released %s", self.reader_id, gone)
             self._notify(released=gone)
 
     def _adopt(self, key: SegKey, assignment: Assignment) -> None:
@@ -367,7 +367,7 @@ class GroupSession(Generic[T]):
                     ):
                         return  # a checkpoint or reset arrived: complete after it
                     self._fetcher.remove(owned.key)
-                    logger.info(
+                    logger.debug(
                         "reader %r completed %s at offset %d",
                         self.reader_id,
                         owned.name,
@@ -501,7 +501,7 @@ class GroupSession(Generic[T]):
                     if self._group.commit_mode == AUTO:  # manual mode commits only on commit()
                         self._commit(self._auto_positions())
                     self.member.leave({k: self._release_position(o) for k, o in owned_now.items()})
-                logger.info("reader %r left its group", self.reader_id)
+                logger.debug("reader %r left its group", self.reader_id)
             except ReaderGroupError as exc:
                 logger.warning(
                     "reader %r: could not leave its group; its session will expire and others "
@@ -580,7 +580,7 @@ class GroupSession(Generic[T]):
                     )
                     logger.warning("%s", self.fenced)
                 if liveness.removed:
-                    logger.info(
+                    logger.debug(
                         "reader %r removed expired members %s", self.reader_id, liveness.removed
                     )
                     self.group_dirty = True
