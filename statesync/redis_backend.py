@@ -291,6 +291,13 @@ class RedisLogBackend:
             layout = self._layouts[name] = KeyLayout(self._prefix, name)
         return layout
 
+    def wake_on(self, name: str, after_revision: int) -> tuple[str, str]:
+        """The stream key and entry id an ``XREAD BLOCK`` waits on to wake when synchronizer
+        ``name`` has an entry after ``after_revision`` (``-1``: any): a caller that blocks on
+        several streams in one call (readergroup's readers: segments and state logs) adds
+        this pair to its XREAD instead of building the log's key and ids itself."""
+        return self.keys(name).log, f"{max(after_revision, 0)}-0"
+
     def _run(self, script: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with translate_redis_errors(script, name):
             return self._scripts[script](keys=list(keys), args=list(args))
@@ -397,13 +404,12 @@ class RedisLogBackend:
             ) from exc
 
     def wait(self, name: str, after_revision: int, timeout: float) -> bool:
-        k = self.keys(name)
-        last_id = f"{max(after_revision, 0)}-0"
+        log, last_id = self.wake_on(name, after_revision)
         remaining_ms = max(1, math.ceil(timeout * 1000))
         while remaining_ms > 0:
             block = min(remaining_ms, _MAX_BLOCK_MS)
             with translate_redis_errors("wait", name):
-                reply = self._blocking.xread({k.log: last_id}, count=1, block=block)
+                reply = self._blocking.xread({log: last_id}, count=1, block=block)
             if reply:
                 return True
             remaining_ms -= block

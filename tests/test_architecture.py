@@ -148,3 +148,59 @@ def test_no_import_cycle_between_modules() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node, [node])
+
+
+# -- the storage boundary --------------------------------------------------------------------
+# Only readergroup/storage (and testing's tooling) talks to Redis clients and knows the key
+# layout: elsewhere a key is asked of a KeyLayout or a store, never built.
+BOUNDARY_EXEMPT = {"storage", "testing"}
+CLIENT_ATTRIBUTES = {"client", "blocking_client"}
+CLIENT_OWNERS = ("connection", "log_backend", "backend")
+
+
+def boundary_violations(source: str, name: str) -> list[str]:
+    """What ``path`` does that only the storage layer may: use a connection's or a backend's
+    Redis client, ask statesync's backend for a synchronizer's keys, read the key prefix off a
+    config, or build a key with a hash tag (``prefix:{...}``) in an f-string."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        where = f"{name}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Attribute):
+            owner = ast.unparse(node.value)
+            if node.attr in CLIENT_ATTRIBUTES and owner.endswith(CLIENT_OWNERS):
+                found.append(f"{where}: {owner}.{node.attr}")
+            if node.attr == "keys" and owner.endswith("log_backend"):
+                found.append(f"{where}: {owner}.keys (a synchronizer's keys)")
+            if node.attr == "key_prefix" and owner.endswith("config"):
+                found.append(f"{where}: {owner}.key_prefix (building keys)")
+        elif isinstance(node, ast.JoinedStr):
+            text = "".join(
+                part.value
+                for part in node.values
+                if isinstance(part, ast.Constant) and isinstance(part.value, str)
+            )
+            if ":{" in text:
+                found.append(f"{where}: f-string builds a key ({ast.unparse(node)[:60]})")
+    return found
+
+
+def test_only_the_storage_layer_uses_redis_clients_and_builds_keys() -> None:
+    violations = [
+        found
+        for path in sorted((ROOT / "readergroup").glob("**/*.py"))
+        if readergroup_layer(path) not in BOUNDARY_EXEMPT
+        for found in boundary_violations(path.read_text(), str(path.relative_to(ROOT)))
+    ]
+    assert not violations, "\n".join(violations)
+
+
+def test_the_boundary_check_sees_each_kind_of_violation() -> None:
+    sample = (
+        "connection.client.hset(k, f, v)\n"
+        "self._connection.log_backend.keys(name).log\n"
+        "p = connection.config.key_prefix\n"
+        "k = f'{p}:{{subscribers:{scope}}}'\n"
+        "m.client\n"  # a member's host/pid, not a Redis client
+    )
+    lines = sorted(v.split(":")[1] for v in boundary_violations(sample, "sample.py"))
+    assert lines == ["1", "2", "3", "4"]

@@ -87,8 +87,9 @@ def test_a_vanished_catalog_is_reported_lost_not_recreated_empty(private_redis: 
     with StreamManager.from_url(private_redis.url) as sm:
         with pytest.raises(DataLostError, match="list of scopes"):
             sm.list_scopes()  # it used to answer [] and re-create an empty list
-        with pytest.raises(DataLostError, match="catalog of scope 'x'"):
+        with pytest.raises(DataLostError, match="catalog of scope 'x'") as lost:
             sm.list_streams("x")
+        assert "HDEL rg:{catalog:x}:created catalog:x " in str(lost.value)  # the real key
         with pytest.raises(DataLostError):
             sm.create_scope("x")  # it used to re-create the scope's catalog empty
         with pytest.raises(DataLostError):

@@ -33,7 +33,7 @@ from readergroup.core.planning import descendants, plan_ranges
 from readergroup.core.stream_config import RetentionPolicy
 from readergroup.core.stream_cut import StreamCut, check_cut_covers
 from readergroup.core.stream_metadata import StreamState
-from readergroup.storage.translate import fetch_state, translate_errors
+from readergroup.storage.translate import fetch_state
 
 logger = logging.getLogger(__name__)
 
@@ -70,19 +70,14 @@ class RetentionManager:
         self._manager = manager
         self._connection = manager.connection
 
-    def _subscriber_key(self, scope: str, stream: str) -> str:
-        return self._connection.keys.subscribers(scope, stream)
-
     def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> None:
         """Record ``subscriber``'s position so retention keeps what it has not passed."""
         if (cut.scope, cut.stream) != (scope, stream):
             raise InvalidStreamCutError(f"cut is for {cut.scoped_stream}, not {scope}/{stream}")
-        with translate_errors("publish subscriber"):
-            self._connection.client.hset(self._subscriber_key(scope, stream), subscriber, str(cut))
+        self._connection.subscribers.publish(scope, stream, subscriber, str(cut))
 
     def unsubscribe(self, scope: str, stream: str, subscriber: str) -> None:
-        with translate_errors("unsubscribe"):
-            self._connection.client.hdel(self._subscriber_key(scope, stream), subscriber)
+        self._connection.subscribers.unsubscribe(scope, stream, subscriber)
 
     def subscriber_cuts(self, scope: str, stream: str) -> dict[str, StreamCut | None]:
         """Every subscriber's cut (``None``: a subscriber that needs everything for now, such as
@@ -106,10 +101,8 @@ class RetentionManager:
                 )
             if subscribes:
                 cuts[f"group:{scope}/{group}"] = cut
-        with translate_errors("read subscribers"):
-            published = self._connection.client.hgetall(self._subscriber_key(scope, stream))
-        for name, text in published.items():
-            cuts[f"external:{_text(name)}"] = StreamCut.from_text(_text(text))
+        for name, text in self._connection.subscribers.published(scope, stream).items():
+            cuts[f"external:{name}"] = StreamCut.from_text(text)
         return cuts
 
     def _group_cut(self, scope: str, group: str, scoped: str) -> tuple[bool, StreamCut | None]:
@@ -205,7 +198,3 @@ class RetentionManager:
         except InvalidStreamCutError:
             return None  # behind the head already: nothing new to delete
         return cut
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -65,6 +65,7 @@ from readergroup.core.stream_metadata import (
 )
 from readergroup.storage import vanished
 from readergroup.storage.connection import RedisConnection
+from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import SegmentState
 from readergroup.storage.translate import missing_as, translate_errors
 from statesync import StateSynchronizer
@@ -164,7 +165,11 @@ class StreamManager(Closing):
         validate_name(scope, "scope")
         sync = self._catalog_sync(scope)
         missing = vanished.missing_or_lost(
-            self._connection, scope, sync.name, lambda: self._no_scope(scope), _lost_catalog(scope)
+            self._connection,
+            scope,
+            sync.name,
+            lambda: self._no_scope(scope),
+            _lost_catalog(self._connection.keys, scope),
         )
         state: catalog.Catalog = vanished.fetch_adopting(sync, missing, "read catalog")
         if catalog.is_closed(state):
@@ -226,7 +231,7 @@ class StreamManager(Closing):
                 sync.delete()
         initial = catalog.empty_catalog()
         created = vanished.initialize_once(
-            self._connection, scope, sync, initial, _lost_catalog(scope)
+            self._connection, scope, sync, initial, _lost_catalog(self._connection.keys, scope)
         )
         if listed or created:
             log.info("created scope %s", scope)
@@ -575,10 +580,10 @@ class StreamManager(Closing):
         return removed or state is not None
 
 
-def _lost_catalog(scope: str) -> vanished.Missing:
+def _lost_catalog(keys: KeyLayout, scope: str) -> vanished.Missing:
     return lambda: DataLostError(
         f"the catalog of scope {scope!r} vanished from Redis; once its loss is dealt with, "
-        f"HDEL <prefix>:{{catalog:{scope}}}:created catalog:{scope} lets create_scope "
+        f"HDEL {keys.created_record(scope)} {catalog_sync_name(scope)} lets create_scope "
         "create it again"
     )
 

@@ -98,7 +98,7 @@ class GroupSession(Generic[T]):
         self._last_commit = now
         self.last_poll = now
         self._last_beat_ok = now
-        self._group_log = connection.log_backend.keys(member.sync.name).log
+        self._group_log, _ = connection.wake_on(member.sync.name, -1)
         self._seen_revision = -1
         """Group-log revision the reading thread last acted on (the heartbeat thread may have
         fetched further; the reading thread must still be woken for those entries)."""
@@ -110,7 +110,7 @@ class GroupSession(Generic[T]):
         self._handled_checkpoints: set[str] = set()
         self.end_of_data = False
         self._stuck_at: dict[str, int] = {}
-        """State log -> revision of a bad entry its synchronizer stopped at: the XREAD waits
+        """Synchronizer name -> revision of the bad entry it stopped at: the XREAD waits
         for entries after it (never transferring the bad one again and again)."""
         self._bad_logs: set[str] = set()
         """State logs whose key has the wrong type: left out of the XREAD (their refresh
@@ -425,12 +425,12 @@ class GroupSession(Generic[T]):
         """State log key -> entry id after which news should wake a blocked fetch: the group's
         log, and the metadata log of every stream read."""
         logs: dict[str, str] = {}
-        if self._group_log not in self._bad_logs:
-            logs[self._group_log] = self._log_position(self._group_log, self._seen_revision)
-        for sync in self._streams.values():
-            log = self._connection.log_backend.keys(sync.name).log
+        synchronizers = [(self.member.sync.name, self._seen_revision)]
+        synchronizers += [(sync.name, sync.revision) for sync in self._streams.values()]
+        for name, revision in synchronizers:
+            log, after = self._connection.wake_on(name, max(revision, self._stuck_at.get(name, 0)))
             if log not in self._bad_logs:
-                logs[log] = self._log_position(log, sync.revision)
+                logs[log] = after
         return logs
 
     def absorb(self, outcome: FetchOutcome) -> None:
@@ -447,10 +447,7 @@ class GroupSession(Generic[T]):
     def _note_bad_entry(self, exc: CoordinationError) -> None:
         cause = exc.__cause__
         if isinstance(cause, BadEntryError):
-            self._stuck_at[self._connection.log_backend.keys(cause.name).log] = cause.revision
-
-    def _log_position(self, log: str, revision: int) -> str:
-        return f"{max(revision, self._stuck_at.get(log, 0), 0)}-0"
+            self._stuck_at[cause.name] = cause.revision
 
     # -- a deleted group ---------------------------------------------------------------------
     def _group_deleted(self, error: ReaderGroupError) -> bool:

@@ -3,6 +3,7 @@ cluster's seeds, or ``redis+sentinel://``), builds the clients (redis-py's own r
 the server's ``maxmemory-policy`` checked on every new socket), loads the Lua scripts, and
 composes the stores that do the I/O: :class:`~readergroup.storage.segment_store.SegmentStore`
 (``segments``), :class:`~readergroup.storage.staging_store.StagingStore` (``staging``),
+:class:`~readergroup.storage.subscriber_store.SubscriberStore` (``subscribers``),
 :class:`~readergroup.storage.heartbeat_store.RedisHeartbeatStore` (:meth:`heartbeat_store`),
 state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
 (:meth:`read_keys`). Every key comes from its :class:`~readergroup.storage.keys.KeyLayout`
@@ -26,6 +27,7 @@ from readergroup.storage.multi_read import MAX_BLOCK_SECONDS, MultiKeyReader
 from readergroup.storage.scripts import SCRIPT_NAMES, script_source
 from readergroup.storage.segment_store import SegmentStore
 from readergroup.storage.staging_store import StagingStore
+from readergroup.storage.subscriber_store import SubscriberStore
 from readergroup.storage.translate import translate_errors
 from statesync import StateSynchronizer, SyncConfig, Update
 from statesync.endpoints import EndpointURLError, is_sentinel_url, split_seeds
@@ -112,6 +114,8 @@ class RedisConnection:
         """The segment data plane."""
         self.staging = StagingStore(client, self._scripts, self.keys)
         """The Spark sink's staged writes."""
+        self.subscribers = SubscriberStore(client, self.keys)
+        """External retention subscribers' published cuts."""
 
     @classmethod
     def from_url(cls, url: str, config: ClientConfig | None = None) -> RedisConnection:
@@ -195,6 +199,12 @@ class RedisConnection:
     def heartbeat_store(self, sync_name: str) -> RedisHeartbeatStore:
         """The heartbeats of the reader group whose synchronizer is ``sync_name``."""
         return RedisHeartbeatStore(self.client, self._scripts, self.keys, sync_name)
+
+    def wake_on(self, sync_name: str, after_revision: int) -> tuple[str, str]:
+        """The key and entry id a :meth:`read_keys` waits on to wake when the synchronizer
+        ``sync_name`` has a revision after ``after_revision`` (``-1``: any); see
+        :meth:`statesync.redis_backend.RedisLogBackend.wake_on`."""
+        return self.log_backend.wake_on(sync_name, after_revision)
 
     def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
         """``XREAD BLOCK`` over stream keys (segments and state logs) in one call: key -> raw

@@ -13,11 +13,7 @@ import redis
 from redis.commands.core import Script
 
 from readergroup.storage.keys import KeyLayout
-from readergroup.storage.translate import translate_errors
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
+from readergroup.storage.translate import as_text, translate_errors
 
 
 class RedisHeartbeatStore:
@@ -71,7 +67,7 @@ class RedisHeartbeatStore:
     def clients(self) -> dict[str, str]:
         with translate_errors("read readers"):
             raw: Mapping[Any, Any] = self._client.hgetall(self.clients_key)
-        return {_text(k): _text(v) for k, v in raw.items()}
+        return {as_text(k): as_text(v) for k, v in raw.items()}
 
     def delete(self) -> None:
         """Delete the heartbeats and the registered clients (the group is being deleted)."""

@@ -1,6 +1,6 @@
 """Translating redis-py and statesync errors into readergroup's (:mod:`readergroup.core.errors`):
 :func:`translate_errors` around every Redis call, :func:`missing_as` and :func:`fetch_state`
-for synchronizers that may not exist."""
+for synchronizers that may not exist; and :func:`as_text` for a reply's bytes."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ from statesync.errors import (
     StateSyncError,
 )
 from statesync.redis_backend import failover_reply
+
+
+def as_text(value: bytes | str) -> str:
+    """A reply's bytes as text (bytes that are not UTF-8 replaced)."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 @contextmanager
