@@ -40,7 +40,6 @@ from readergroup.core.errors import (
 from readergroup.core.routing import segment_name
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import SegmentEvent
-from readergroup.storage.translate import translate_errors
 
 CHUNK_EVENTS = 1000
 """Events per ``XRANGE`` and per Arrow record batch."""
@@ -83,13 +82,9 @@ def read_partition_columns(
     Entries out of sequence (not written by this library) raise
     :class:`CorruptSegmentError` after the events before them."""
     events_key = connection.keys.segment(scope, stream, segment).events
-    last_id = f"{end}-0"
     while start < end:
         want = min(CHUNK_EVENTS, end - start)
-        with translate_errors("read"):
-            entries: Any = connection.client.xrange(
-                events_key, f"{start + 1}-0", last_id, count=want
-            )
+        entries = connection.segments.read_raw(scope, stream, segment, start, end, want)
         columns = _contiguous_columns(segment, start, entries)
         if columns is not None:
             yield columns

@@ -197,6 +197,18 @@ class SegmentStore:
             raise TruncatedDataError(name, start, state.head)
         return state, [parse_event(segment, entry) for entry in entries]
 
+    def read_raw(
+        self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int
+    ) -> Any:
+        """The raw ``XRANGE`` reply for events ``[start, stop)`` (``stop=-1``: to the tail),
+        at most ``limit``: no metadata, no transaction, nothing parsed. For a caller that
+        proves the reply by itself (the Spark partition reader) and falls back to
+        :meth:`read_range` when it cannot."""
+        events = self._keys.segment(scope, stream, segment).events
+        last = "+" if stop < 0 else f"{stop}-0"
+        with translate_errors("read"):
+            return self._client.xrange(events, f"{start + 1}-0", last, count=limit)
+
     def segment_states(
         self, scope: str, stream: str, segments: Sequence[int]
     ) -> dict[int, SegmentState]:
