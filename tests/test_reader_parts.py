@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from readergroup import (
     CorruptSegmentError,
@@ -25,6 +26,7 @@ from readergroup.client.fetcher import Fetcher, Outage, OwnedSegment
 from readergroup.client.group_session import GroupSession
 from readergroup.core.errors import ReaderGroupError, SerializationError
 from readergroup.storage.connection import RedisConnection
+from statesync import ManualClock
 from statesync.system_clock import SYSTEM_CLOCK
 from tests.support.waiting import wait_until
 
@@ -209,3 +211,97 @@ def test_sessions_share_the_segments_commit_and_give_them_back_on_close(
     with pytest.raises(ReaderGroupError, match="closed"):
         a.check_usable()
     b.close()
+
+
+# -- reading ahead -------------------------------------------------------------------------------
+def test_a_read_ahead_is_sent_while_a_segment_is_behind_and_fills_the_buffer(
+    redis_url: str, scope: str, connection: RedisConnection, factory: EventStreamClientFactory
+) -> None:
+    make_stream(redis_url, scope, segments=1)
+    write(factory, 25)
+    fetcher = fetcher_of(connection, ReaderConfig(read_batch=10, max_buffered_events=100))
+    fetcher.add(segment(connection, scope, 0))
+    fetcher.fetch(0.05, {})  # 10 events: a full batch, so the next 10 are requested at once
+    owned = fetcher.owned[(f"{scope}/s", 0)]
+    assert len(owned.buffer) == 10
+    wait_until(lambda: fetcher.collect(0.05), 10, "the read ahead's reply")
+    assert len(owned.buffer) == 20
+    wait_until(lambda: fetcher.collect(0.05), 10, "the next read ahead's reply")
+    assert len(owned.buffer) == 25 and not owned.behind  # a short batch: caught up
+    assert not fetcher.collect(0.05)  # nothing outstanding any more
+    assert [e.offset for e in fetcher.take(100)] == list(range(25))
+
+
+def test_reading_ahead_holds_at_most_prefetch_events(
+    redis_url: str, scope: str, connection: RedisConnection, factory: EventStreamClientFactory
+) -> None:
+    make_stream(redis_url, scope, segments=1)
+    write(factory, 100)
+    config = ReaderConfig(read_batch=10, max_buffered_events=100, prefetch_events=25)
+    fetcher = fetcher_of(connection, config)
+    fetcher.add(segment(connection, scope, 0))
+    fetcher.fetch(0.05, {})
+    owned = fetcher.owned[(f"{scope}/s", 0)]
+    for _ in range(5):
+        fetcher.collect(0.2)
+        assert len(owned.buffer) <= 25
+    assert len(owned.buffer) == 25
+    fetcher.take(20)  # room again: reading ahead resumes on the next fetch or collect
+    fetcher.fetch(0.05, {})
+    fetcher.collect(0.2)
+    assert [e.offset for e in fetcher.take(100)] == list(range(20, 20 + 25))
+
+
+def test_a_read_ahead_for_a_segment_given_up_meanwhile_is_dropped(
+    redis_url: str, scope: str, connection: RedisConnection, factory: EventStreamClientFactory
+) -> None:
+    make_stream(redis_url, scope, segments=1)
+    write(factory, 30)
+    fetcher = fetcher_of(connection, ReaderConfig(read_batch=10, max_buffered_events=100))
+    fetcher.add(segment(connection, scope, 0))
+    fetcher.fetch(0.05, {})  # sends a read ahead from offset 10
+    fetcher.clear()  # released (or fenced), then acquired again at the committed offset 3
+    fetcher.add(segment(connection, scope, 0, at=3))
+    wait_until(lambda: not fetcher.collect(0.05) and fetcher._ahead is None, 10, "collected")
+    assert not fetcher.owned[(f"{scope}/s", 0)].buffer  # the stale reply went nowhere
+    fetcher.fetch(0.05, {})
+    assert [e.offset for e in fetcher.take(100)][:3] == [3, 4, 5]
+
+
+def test_prefetch_bounds_are_validated() -> None:
+    from readergroup import InvalidConfigError
+
+    assert ReaderConfig(prefetch_events=0, prefetch_bytes=0).prefetch_events == 0
+    for bad in ({"prefetch_events": -1}, {"prefetch_bytes": -5}, {"prefetch_events": True}):
+        with pytest.raises(InvalidConfigError, match="prefetch"):
+            ReaderConfig(**bad)
+
+
+# -- the fast path ------------------------------------------------------------------------------
+def test_buffered_events_go_out_without_a_round_trip_while_nothing_is_due(
+    redis_url: str, scope: str, factory: EventStreamClientFactory
+) -> None:
+    make_stream(redis_url, scope, segments=1)
+    write(factory, 100)
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"]))
+    clock = ManualClock(50.0)  # frozen: no maintenance falls due
+    reader = factory.create_reader("r", "g", UTF8StringSerializer(), clock=clock)
+    first = reader.read_next_event(timeout=2)  # joins the segments, fetches all 100
+    assert first.event == "e0"
+    probe = redis.Redis.from_url(redis_url)
+
+    def reads() -> int:
+        stats = probe.info("commandstats")
+        return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("xread", "xrange"))
+
+    before = reads()
+    rest = [reader.read_next_event(timeout=2).event for _ in range(49)]
+    rest += [e.event for e in reader.read_batch(50, timeout=2)]
+    assert reads() == before  # served from the buffer: not a single read of Redis
+    assert rest == [f"e{i}" for i in range(1, 100)]
+    clock.advance(1.0)  # a group refresh falls due: the next call maintains first
+    assert reader.read_next_event(timeout=0).event is None  # (timeouts run on the clock too)
+    assert reads() > before
+    reader.close()
+    probe.close()

@@ -3,7 +3,15 @@
 A :class:`Fetcher` keeps one :class:`OwnedSegment` per segment its reader owns (the group
 session adds and drops them). ``fetch`` runs one ``XREAD BLOCK`` over every segment with room in
 its buffer plus the state logs the session wants to be woken by; ``take`` hands buffered events
-out, round-robin over segments, as :class:`~readergroup.client.event_read.EventRead` values.
+out, round-robin over segments, as :class:`~readergroup.client.event_read.EventRead` values;
+``take_one`` is the per-event fast path (O(1) when the next segment's buffer has an event).
+
+Reading ahead: when a read filled a whole batch of a segment (more is waiting), the next read of
+such segments is sent at once (:class:`~readergroup.storage.read_ahead.ReadAhead`) and its reply
+is collected when the buffers run low, so the round trip overlaps the application's processing.
+At most one read ahead is outstanding, bounded by ``prefetch_events`` and ``prefetch_bytes``.
+A reply is applied only to the segment it was requested for, from the position it was
+requested at (a segment released, fenced or re-acquired meanwhile drops it).
 
 Positions per segment: *fetch* (the next offset to read from Redis), *returned* (after the last
 event handed out) and *consumed* (after the last event the application moved past), plus
@@ -32,6 +40,7 @@ from readergroup.core.group_config import ReaderConfig
 from readergroup.core.group_state import SegKey
 from readergroup.core.routing import segment_name
 from readergroup.storage.connection import RedisConnection
+from readergroup.storage.read_ahead import ReadAhead
 from readergroup.storage.segment_records import SegmentEvent
 from statesync.clock import Clock
 
@@ -67,6 +76,11 @@ class OwnedSegment:
     pending_at: int = 0
     faulted: bool = False
     """Reading stopped at corrupt data in this segment: nothing more is fetched from it."""
+    behind: bool = False
+    """The last read of this segment filled a whole batch: more is probably waiting."""
+    jumped: bool = False
+    """Reading skipped truncated offsets: the buffer may not run on from *returned*, so events
+    go out through the general path (which reads each event's offset) until it is drained."""
 
     @classmethod
     def at(
@@ -149,6 +163,16 @@ class Fetcher(Generic[T]):
         self._rotation: deque[SegKey] = deque()
         self.errors: deque[ReaderGroupError] = deque()
         """Errors to raise on the next read call, after the events returned before them."""
+        self._deserialize = serializer.deserialize
+        self._ahead: ReadAhead | None = None
+        self._ahead_for: dict[str, tuple[OwnedSegment, int]] = {}
+        """Data key -> (segment, fetch position) the outstanding read ahead was sent for."""
+        self._ahead_count = 0
+        self._reads_ahead = (
+            config.prefetch_events > 0 and config.prefetch_bytes > 0 and not connection.cluster
+        )
+        self._event_bytes = 128
+        """Payload bytes per event, estimated from the latest read (bounds reading ahead)."""
 
     # -- the segment table (changed by the group session) ------------------------------------
     def add(self, owned: OwnedSegment) -> None:
@@ -160,18 +184,62 @@ class Fetcher(Generic[T]):
         self.owned.pop(key, None)
 
     def clear(self) -> list[SegKey]:
-        """Forget every segment (buffers too); return the keys that were owned."""
+        """Forget every segment (buffers too); return the keys that were owned. (A read ahead
+        still outstanding is dropped when it is collected: its segments are no longer owned.)"""
         dropped = list(self.owned)
         self.owned.clear()
         self._rotation.clear()
         return dropped
 
     def consume_returned(self) -> None:
-        """Commit-on-get: every event returned so far has been processed."""
+        """Commit-on-get: every event returned so far has been processed. (Called at the start
+        of every read call that may maintain the group; the fast path needs no call: nothing
+        reads *consumed* until then.)"""
         for owned in self.owned.values():
             owned.consumed = owned.returned
 
+    def close(self) -> None:
+        """Give up a read ahead still outstanding (its connection is closed)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.cancel()
+
     # -- hand-out ----------------------------------------------------------------------------
+    def take_one(self) -> EventRead[T] | None:
+        """The fast path of ``read_next_event``: consume what was returned (commit-on-get) and
+        hand out the next event of the segment whose turn it is, if it can go out at once;
+        ``None`` sends the caller down the general path (:meth:`take`)."""
+        rotation = self._rotation
+        if not rotation:
+            return None
+        key = rotation[0]
+        owned = self.owned.get(key)
+        if owned is None or owned.pending is not None or owned.jumped or not owned.buffer:
+            return None
+        raw = owned.buffer[0]
+        payload = raw.payload
+        if owned.max_event_size and len(payload) > owned.max_event_size:
+            return None  # the general path reports it
+        try:
+            value = self._deserialize(payload)
+        except Exception as exc:  # any serializer, built-in or the application's
+            owned.buffer.popleft()
+            owned.returned = raw.offset + 1  # the error is this event's result
+            raise self._undeliverable(owned, raw, exc) from exc
+        owned.buffer.popleft()
+        owned.returned += 1  # == raw.offset + 1: the buffer is contiguous from *returned*
+        rotation.rotate(-1)
+        return EventRead(value, raw, key[0], owned.token)
+
+    @staticmethod
+    def _undeliverable(owned: OwnedSegment, raw: SegmentEvent, exc: Exception) -> ReaderGroupError:
+        error = SerializationError(
+            f"{owned.key[0]} segment {owned.segment} offset {raw.offset}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        error.__cause__ = exc
+        return error
+
     def take(self, max_events: int) -> list[EventRead[T]]:
         """Up to ``max_events`` buffered events, round-robin over segments.
 
@@ -182,9 +250,10 @@ class Fetcher(Generic[T]):
         raises something that is not an ``Exception`` (``KeyboardInterrupt``), every event of
         the call goes back to its buffer."""
         out: list[EventRead[T]] = []
-        taken: list[tuple[OwnedSegment, SegmentEvent, int]] = []
+        # undo log: (segment, index in ``out`` of its first event, its *returned* before)
+        visits: list[tuple[OwnedSegment, int, int]] = []
         rotation = self._rotation
-        deserialize = self._serializer.deserialize
+        deserialize = self._deserialize
         try:
             for _ in range(len(rotation)):
                 if len(out) >= max_events:
@@ -200,6 +269,7 @@ class Fetcher(Generic[T]):
                     owned.token,
                     owned.max_event_size,
                 )
+                visits.append((owned, len(out), owned.returned))
                 while len(out) < max_events:
                     if owned.pending is not None and (
                         not buffer or buffer[0].offset >= owned.pending_at
@@ -220,20 +290,20 @@ class Fetcher(Generic[T]):
                     except Exception as exc:  # any serializer, built-in or the application's
                         buffer.popleft()
                         owned.returned = raw.offset + 1  # the error is this event's result
-                        error = SerializationError(
-                            f"{stream} segment {owned.segment} offset {raw.offset}: "
-                            f"{type(exc).__name__}: {exc}"
-                        )
-                        error.__cause__ = exc
-                        return self._stop_at(out, error)
+                        return self._stop_at(out, self._undeliverable(owned, raw, exc))
                     buffer.popleft()
-                    taken.append((owned, raw, owned.returned))
-                    owned.returned = raw.offset + 1
+                    # the buffer runs on from *returned* unless reading jumped a truncated gap
+                    owned.returned = raw.offset + 1 if owned.jumped else owned.returned + 1
                     out.append(EventRead(value, raw, stream, token))
+                if owned.jumped and not buffer and owned.pending is None:
+                    owned.jumped = False  # past the gap: contiguous from *returned* again
         except BaseException:
-            for owned, raw, before in reversed(taken):  # nothing taken is lost
-                owned.buffer.appendleft(raw)
-                owned.returned = before
+            end = len(out)
+            for owned, start, before in reversed(visits):  # nothing taken is lost
+                owned.buffer.extendleft(
+                    e._raw for e in reversed(out[start:end]) if e._raw is not None
+                )
+                owned.returned, end = before, start
             raise
         return out
 
@@ -246,8 +316,14 @@ class Fetcher(Generic[T]):
 
     # -- reads -------------------------------------------------------------------------------
     def fetch(self, block: float, logs: Mapping[str, str]) -> FetchOutcome:
-        """One ``XREAD BLOCK`` over owned segments with room plus the state logs ``logs``
-        (log key -> the entry id to read after), so news in those logs wakes it too."""
+        """Fetch more: wait up to ``block`` s for the read ahead if one is outstanding; else (or
+        if it found nothing) one ``XREAD BLOCK`` over owned segments with room plus the state
+        logs ``logs`` (log key -> the entry id to read after), so news there wakes it too."""
+        if self._ahead is not None:
+            began = self._clock.monotonic()
+            if self.collect(block) or self._ahead is not None:
+                return NO_NEWS
+            block = max(0.0, block - (self._clock.monotonic() - began))
         positions: dict[str, str] = {}
         by_key: dict[str, OwnedSegment] = {}
         for owned in self.owned.values():
@@ -257,8 +333,9 @@ class Fetcher(Generic[T]):
                 positions[owned.data_key] = f"{owned.fetch}-0"
                 by_key[owned.data_key] = owned
         positions.update(logs)
+        limit = self._config.read_batch
         try:
-            reply = self._connection.read_keys(positions, block, self._config.read_batch)
+            reply = self._connection.read_keys(positions, block, limit)
         except RedisUnavailableError as exc:
             self._outage.lost(exc)
             self._clock.sleep(min(block, 0.5))  # back off; the lease check fences if it lasts
@@ -279,16 +356,94 @@ class Fetcher(Generic[T]):
             return FetchOutcome(bad_logs=frozenset(bad))
         self._outage.back()
         woken: set[str] = set()
+        for owned in by_key.values():
+            owned.behind = False
         for key, entries in reply.items():
             target = by_key.get(key)
             if target is None:
                 woken.add(key)
                 continue
-            try:
-                self._buffer(target, entries)
-            except RedisUnavailableError as exc:  # nothing buffered: fetched again later
-                self._outage.lost(exc)
+            self._buffer_reply(target, entries, limit)
+        self.read_ahead()
         return FetchOutcome(woken=frozenset(woken))
+
+    def read_ahead(self) -> None:
+        """Send the next read of the segments that are behind (their last read filled a batch),
+        unless one is outstanding or the reader holds ``prefetch_events``/``prefetch_bytes``."""
+        if not self._reads_ahead or self._ahead is not None:
+            return
+        config = self._config
+        held = sum(len(o.buffer) for o in self.owned.values())
+        room = min(config.prefetch_events, config.prefetch_bytes // self._event_bytes) - held
+        count = min(config.read_batch, room)
+        positions: dict[str, str] = {}
+        targets: dict[str, tuple[OwnedSegment, int]] = {}
+        for owned in self.owned.values():
+            if room < count or count < 1:
+                break
+            if (
+                not owned.behind
+                or owned.fetched_all
+                or len(owned.buffer) + count > config.max_buffered_events
+            ):
+                continue
+            room -= count
+            positions[owned.data_key] = f"{owned.fetch}-0"
+            targets[owned.data_key] = (owned, owned.fetch)
+        if not positions:
+            return
+        try:
+            self._ahead = ReadAhead(self._connection, positions, count)
+        except RedisUnavailableError as exc:
+            self._outage.lost(exc)
+            return
+        except ReaderGroupError as exc:
+            logger.warning("could not read ahead; reading on demand instead", exc_info=exc)
+            return
+        self._ahead_for = targets
+        self._ahead_count = count
+
+    def collect(self, timeout: float) -> bool:
+        """Apply the outstanding read ahead's reply if it arrives within ``timeout`` s (and send
+        the next one); True when that buffered events."""
+        ahead = self._ahead
+        if ahead is None:
+            return False
+        try:
+            reply = ahead.result(timeout)
+        except RedisUnavailableError as exc:
+            self._ahead = None
+            self._outage.lost(exc)
+            return False
+        except ReaderGroupError as exc:  # e.g. a key of the wrong type: fetch() isolates it
+            self._ahead = None
+            logger.warning("reading ahead failed; reading on demand instead", exc_info=exc)
+            return False
+        if reply is None:
+            return False
+        self._ahead = None
+        self._outage.back()
+        buffered = False
+        for key, (owned, position) in self._ahead_for.items():
+            if self.owned.get(owned.key) is not owned or owned.fetch != position:
+                continue  # released, fenced or re-acquired since: the reply is stale
+            owned.behind = False
+            entries = reply.get(key)
+            if entries:
+                buffered = self._buffer_reply(owned, entries, self._ahead_count) or buffered
+        self.read_ahead()
+        return buffered
+
+    def _buffer_reply(self, owned: OwnedSegment, entries: list[Any], limit: int) -> bool:
+        """Buffer one segment's part of a reply; True when it added events."""
+        before = len(owned.buffer)
+        try:
+            self._buffer(owned, entries)
+        except RedisUnavailableError as exc:  # nothing buffered: fetched again later
+            self._outage.lost(exc)
+            return False
+        owned.behind = len(entries) >= limit
+        return len(owned.buffer) > before
 
     def _buffer(self, owned: OwnedSegment, entries: list[Any]) -> None:
         """Append fetched entries. Offsets are normally consecutive from the fetch position, so
@@ -332,6 +487,8 @@ class Fetcher(Generic[T]):
             last = events[-1].offset
         if owned.bounded and last >= owned.final_tail:
             events = [e for e in events if e.offset < owned.final_tail]
+        if events:
+            self._event_bytes = max(1, (len(events[0].payload) + len(events[-1].payload)) // 2)
         owned.buffer.extend(events)
         owned.fetch = last + 1
 
@@ -345,6 +502,7 @@ class Fetcher(Generic[T]):
         if head > owned.fetch:
             owned.hold(TruncatedDataError(owned.name, owned.fetch, head), owned.fetch)
             owned.fetch = first.offset
+            owned.jumped = True
             return True
         logger.warning(
             "%s: offsets %d..%d are missing below the head %d; reading it stops there",

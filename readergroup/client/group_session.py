@@ -89,6 +89,9 @@ class GroupSession(Generic[T]):
         self.gone = False
         """The group was deleted under this reader: every read raises ReaderGroupNotFoundError."""
         self.closed = False
+        self.quiet_until = 0.0
+        """Until when (monotonic) reads may skip maintenance: nothing is due or flagged, and the
+        session is surely alive. Zeroed by whatever needs the reading thread's attention."""
         self.stop = threading.Event()
         self.group_dirty = True
         self._streams_dirty = True
@@ -144,6 +147,7 @@ class GroupSession(Generic[T]):
     def fence(self, reason: str) -> None:
         if self.fenced is None:
             self.fenced = reason
+        self.quiet_until = 0.0
         lost = self._fetcher.clear()
         if lost:
             logger.warning("reader %r fenced, segments lost: %s", self.reader_id, reason)
@@ -154,10 +158,12 @@ class GroupSession(Generic[T]):
         """Acknowledge a checkpoint handed out, then commit, rebalance and complete as due.
         Fencing, outages, a deleted group and bad log entries are handled (and re-raised
         when the read call must end with them)."""
+        self.quiet_until = 0.0
         try:
             with translate_errors("read"):
                 self._acknowledge_checkpoint()
                 self._maintain()
+            self._settle()
         except ReaderNotInGroupError as exc:
             self.fence(str(exc))
             raise
@@ -173,6 +179,8 @@ class GroupSession(Generic[T]):
             raise
 
     def _maintain(self) -> None:
+        """Commit, rebalance and complete as due. Intervals count from the end of the previous
+        round, so on a slow link reads get time for data between rounds."""
         now = self._clock.monotonic()
         refresh_due = now - self._last_refresh >= self._group.group_refresh_time
         if (
@@ -181,14 +189,34 @@ class GroupSession(Generic[T]):
         ):
             self._absorb_reset()  # never commit positions of a generation the group left
             self._commit(self._auto_positions())
-            self._last_commit = now
+            self._last_commit = self._clock.monotonic()
         if self.group_dirty or refresh_due:
             self.group_dirty = False
-            self._last_refresh = now
+            self._last_refresh = now  # a failed round is not retried before the next is due
             self._rebalance()
         if self._streams_dirty or refresh_due:
             self._streams_dirty = False
             self._complete_finished()
+        if self._last_refresh == now:
+            self._last_refresh = self._clock.monotonic()
+
+    def _settle(self) -> None:
+        """After maintenance: until when reads may skip it (see ``quiet_until``)."""
+        if (
+            self.group_dirty
+            or self._streams_dirty
+            or self.checkpoint_due is not None
+            or self._checkpoint_ack is not None
+            or self.fenced is not None
+            or self.closed
+            or self.gone
+        ):
+            self.quiet_until = 0.0
+            return
+        due = self._last_refresh + self._group.group_refresh_time
+        if self._group.commit_mode == AUTO:
+            due = min(due, self._last_commit + self._group.auto_commit_interval)
+        self.quiet_until = min(due, self._last_beat_ok + self._session)
 
     def _auto_positions(self) -> dict[SegKey, tuple[int, int]]:
         return {
@@ -224,6 +252,7 @@ class GroupSession(Generic[T]):
             self.member.commit(positions)
         except SegmentNotOwnedError:
             self.group_dirty = True  # ownership moved: reconcile on the next maintenance
+            self.quiet_until = 0.0
             raise
         for key, (_, position) in positions.items():
             owned = self._fetcher.owned.get(key)
@@ -410,6 +439,7 @@ class GroupSession(Generic[T]):
         name, self.checkpoint_due = self.checkpoint_due, None
         assert name is not None
         self._checkpoint_ack = (name, {k: o.returned for k, o in self._fetcher.owned.items()})
+        self.quiet_until = 0.0  # acknowledged on the next read
         return EventRead(None, is_checkpoint=True, checkpoint_name=name)
 
     def _acknowledge_checkpoint(self) -> None:
@@ -443,6 +473,8 @@ class GroupSession(Generic[T]):
                 self.group_dirty = True
             else:
                 self._streams_dirty = True
+        if outcome.bad_logs or outcome.woken:
+            self.quiet_until = 0.0
 
     def _note_bad_entry(self, exc: CoordinationError) -> None:
         cause = exc.__cause__
@@ -470,7 +502,7 @@ class GroupSession(Generic[T]):
         if not self.gone:
             logger.warning("reader %s: its group was deleted", self.reader_id)
         self.gone = True
-        self.fence(str(self.group_gone()))
+        self.fence(str(self.group_gone()))  # zeroes quiet_until
         self.stop.set()
         try:
             self.member.heartbeats.forget(self.reader_id, self.member.generation)
@@ -485,6 +517,7 @@ class GroupSession(Generic[T]):
         if self.closed:
             return
         self.closed = True
+        self.quiet_until = 0.0
         self.stop.set()
         self._heartbeat_thread.join(10)
         if self.fenced is None:
@@ -543,6 +576,7 @@ class GroupSession(Generic[T]):
         self._fetcher.clear()
         self.checkpoint_due = self._checkpoint_ack = None
         self.group_dirty = self._streams_dirty = True
+        self.quiet_until = 0.0
         self._seen_revision = -1
         self._last_beat_ok = self.last_poll = self._last_refresh = self._last_commit = now
         self.stop = threading.Event()
@@ -575,12 +609,14 @@ class GroupSession(Generic[T]):
                         f"reader {self.reader_id!r} was removed from the group (its session "
                         "expired, or reader_offline was called); create it again to rejoin"
                     )
+                    self.quiet_until = 0.0
                     logger.warning("%s", self.fenced)
                 if liveness.removed:
                     logger.debug(
                         "reader %r removed expired members %s", self.reader_id, liveness.removed
                     )
                     self.group_dirty = True
+                    self.quiet_until = 0.0
                 if liveness.next_expiry_ms is not None:
                     until = (liveness.next_expiry_ms - liveness.now_ms) / 1000
                     wait = max(0.05, min(interval, until))
@@ -603,6 +639,7 @@ class GroupSession(Generic[T]):
                     f"max_poll_interval={self._group.max_poll_interval}s; its segments were "
                     "given back at their committed positions"
                 )
+                self.quiet_until = 0.0
                 logger.warning("%s", self.fenced)
                 self._leave_quietly()
                 return

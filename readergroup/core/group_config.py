@@ -157,14 +157,25 @@ class ReaderConfig:
         takeover: joining under an id still online replaces that incarnation, fencing it,
             instead of raising ReaderAlreadyOnlineError (default False). For a retried task
             (Spark) replacing a dead predecessor before its session expires.
+        prefetch_events: most events one reader holds fetched ahead of the application
+            (buffered plus requested) before it stops sending reads ahead; 0 turns reading ahead
+            off (default 10000).
+        prefetch_bytes: the same bound in payload bytes, estimated from the events fetched
+            last (default 16 MiB; 0 turns reading ahead off).
     """
 
     read_batch: int = 1000
     max_buffered_events: int = 5000
     takeover: bool = False
+    prefetch_events: int = 10_000
+    prefetch_bytes: int = 16 << 20
 
     def __post_init__(self) -> None:
         if not 1 <= self.read_batch <= 100_000:
             raise InvalidConfigError(f"read_batch must be 1..100000: {self.read_batch}")
         if self.max_buffered_events < self.read_batch:
             raise InvalidConfigError("max_buffered_events must be >= read_batch")
+        for name in ("prefetch_events", "prefetch_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidConfigError(f"{name} must be an int >= 0: {value!r}")

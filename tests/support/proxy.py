@@ -3,13 +3,18 @@
 Used to produce the failure that matters for idempotence: the server executes a command,
 then the connection dies before the reply reaches the client; and a network partition
 (``blackhole``): every byte either way vanishes, connections stay open, clients time out.
+With ``reply_delay`` (seconds, 0 included) it is a slow link instead: every reply reaches the
+client that much later than Redis sent it, through a sender thread (replies stay in order;
+requests are not delayed).
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import threading
+import time
 from types import TracebackType
 
 
@@ -17,7 +22,10 @@ class ReplyDroppingProxy:
     """Forwards ``127.0.0.1:<port>`` to a Redis. ``drop_next_reply()`` arms a one-shot fault:
     the next bytes the server sends back are discarded and that connection is closed."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(
+        self, target_host: str, target_port: int, *, reply_delay: float | None = None
+    ) -> None:
+        self.reply_delay = reply_delay
         self._target = (target_host, target_port)
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -59,9 +67,19 @@ class ReplyDroppingProxy:
                 continue
             self._sockets += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+            reply_sink = client if self.reply_delay is None else self._delayed(client)
+            threading.Thread(
+                target=self._pump, args=(upstream, reply_sink, True), daemon=True
+            ).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, is_reply: bool) -> None:
+    def _delayed(self, client: socket.socket) -> _DelayedSink:
+        sink = _DelayedSink(client, self.reply_delay or 0.0)
+        threading.Thread(target=sink.run, daemon=True).start()
+        return sink
+
+    def _pump(
+        self, source: socket.socket, sink: socket.socket | _DelayedSink, is_reply: bool
+    ) -> None:
         try:
             while True:
                 data = source.recv(65536)
@@ -98,3 +116,38 @@ class ReplyDroppingProxy:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _DelayedSink:
+    """Sends what it is given to ``client`` ``delay`` seconds later, in order."""
+
+    def __init__(self, client: socket.socket, delay: float) -> None:
+        self._client = client
+        self._delay = delay
+        self._queue: queue.Queue[tuple[float, bytes]] = queue.Queue()
+
+    def sendall(self, data: bytes) -> None:
+        self._queue.put((time.monotonic() + self._delay, data))
+
+    def shutdown(self, how: int) -> None:
+        self._queue.put((0.0, b""))  # closes the client after what is queued
+
+    def close(self) -> None:
+        return None
+
+    def run(self) -> None:
+        try:
+            while True:
+                due, data = self._queue.get()
+                if not data:
+                    break
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)  # a slow link: each reply waits its own delay, in order
+                self._client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                self._client.shutdown(socket.SHUT_RDWR)
+            self._client.close()

@@ -1,0 +1,73 @@
+"""An ``XREAD`` sent ahead of need: the request goes out now, its reply is read later.
+
+A reader sends the next read of its segments while the application still has buffered events to
+process, so the round trip overlaps that processing (as Kafka's fetcher and Pravega's segment
+prefetch do). The request runs on a connection of its own, taken from the blocking client's pool
+for as long as the reply is outstanding, so other commands are not held up. Not used in cluster
+mode (keys of several slots need several nodes).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.multi_read import _by_key as by_key
+from readergroup.storage.translate import translate_errors
+
+logger = logging.getLogger(__name__)
+
+
+class ReadAhead:
+    """One ``XREAD COUNT limit`` of ``positions`` (key -> the entry id to read after), sent and
+    not yet answered. Call :meth:`result` (or :meth:`cancel`) exactly once."""
+
+    def __init__(self, connection: RedisConnection, positions: Mapping[str, str], limit: int):
+        self.positions = dict(positions)
+        self._pool = connection.log_backend.blocking_client.connection_pool
+        with translate_errors("read ahead"):
+            self._conn: Any = self._pool.get_connection()
+            try:
+                self._conn.send_command(  # type: ignore[no-untyped-call]
+                    "XREAD", "COUNT", limit, "STREAMS", *self.positions, *self.positions.values()
+                )
+            except BaseException:
+                self._discard()
+                raise
+
+    def ready(self) -> bool:
+        """Whether the reply (or an error) has arrived: :meth:`result` will not wait."""
+        try:
+            return bool(self._conn.can_read(0))
+        except (redis.RedisError, OSError):
+            return True  # the connection broke: result() raises at once
+
+    def result(self, timeout: float) -> dict[str, Any] | None:
+        """The reply as key -> raw entries, or ``None`` if it did not arrive within ``timeout``
+        seconds (the request stays outstanding). Raises a ReaderGroupError (the connection is
+        then given up)."""
+        try:
+            with translate_errors("read ahead"):
+                if not self._conn.can_read(max(0.0, timeout)):
+                    return None
+                reply = self._conn.read_response()
+        except BaseException:
+            self._discard()
+            raise
+        self._pool.release(self._conn)
+        return by_key(reply)
+
+    def cancel(self) -> None:
+        """Give the request up: its connection is closed (the reply may still be on the way)."""
+        self._discard()
+
+    def _discard(self) -> None:
+        try:
+            self._conn.disconnect()
+        except (redis.RedisError, OSError) as exc:
+            logger.warning("read ahead: closing its connection failed", exc_info=exc)
+        self._pool.release(self._conn)
