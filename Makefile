@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) bench/statesync_bench.py
 	$(PY) bench/stream_bench.py
 	$(PY) bench/readergroup_bench.py
+	$(PY) bench/read_path_bench.py
 	$(PY) bench/coordination_bench.py --session-timeout 30
 	$(PY) bench/spark_bench.py
 	$(PY) bench/acks_bench.py
