@@ -35,7 +35,7 @@ from statesync.errors import (
 from statesync.memory_backend import MemoryLogBackend
 from statesync.retry import RetryPolicy
 from statesync.synchronizer import StateSynchronizer, SyncStats
-from statesync.update import Update
+from statesync.update import Decision, Update
 
 __all__ = [
     "FORMAT_VERSION",
@@ -51,6 +51,7 @@ __all__ = [
     "CompactOutcome",
     "ConflictRetriesExhaustedError",
     "CorruptEntryError",
+    "Decision",
     "EncodeError",
     "EntryTooLargeError",
     "InvalidConfigError",

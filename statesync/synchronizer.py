@@ -43,7 +43,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from statesync import snapshot_cache, status
 from statesync.backend import AppendOutcome, CompactOutcome, LogBackend, RawEntry, ReadResult
@@ -75,10 +75,11 @@ from statesync.replica import (
 )
 from statesync.retry import RetryBudget
 from statesync.system_clock import SYSTEM_CLOCK
-from statesync.update import Update
+from statesync.update import Decision, Update
 
 S = TypeVar("S")
 T = TypeVar("T")
+R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
 
@@ -271,12 +272,20 @@ class StateSynchronizer(Generic[S]):
         with self._lock:
             return self._fetch_locked()
 
+    # a list of updates: no result (listed first: a class may be both an Update and a Sequence)
+    @overload
+    def update_state(self, generator: Callable[[S], Sequence[Update] | None]) -> None: ...
+
+    @overload
+    def update_state(self, generator: Callable[[S], Decision[R]]) -> R: ...
+
     def update_state(self, generator: Callable[[S], Any]) -> Any:
         """Append ``generator(state)``'s updates, conditional on the log not having moved.
 
         ``generator`` must be pure: it may run several times, each time on a newer state. It
-        returns a list of updates, or ``(updates, result)``; an empty list appends nothing.
-        Returns ``result`` (``None`` if none) from the run whose updates were appended.
+        returns a list of updates, or ``(updates, result)`` (a :data:`~statesync.Decision`);
+        an empty list appends nothing. Returns ``result`` (``None`` if none) from the run whose
+        updates were appended, typed as the generator's result.
 
         Every decision is made on fresh state: a run that appends nothing, or raises, counts
         only if its state was fetched during this call; otherwise the log is read first and,

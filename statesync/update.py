@@ -9,7 +9,10 @@ applies the same updates in the same order and so reaches the same state.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, TypeAlias, TypeVar
+
+R = TypeVar("R")
 
 
 class Update(ABC):
@@ -37,3 +40,9 @@ class Update(ABC):
     @abstractmethod
     def apply_to(self, state: Any) -> Any:
         """Return the state that results from applying this update to ``state``."""
+
+
+Decision: TypeAlias = tuple[Sequence[Update], R]
+"""What an ``update_state`` generator returns to give a result: ``(updates, result)``;
+``update_state`` then returns ``result``, typed ``R``. A generator without a result returns the
+updates alone (a list; ``update_state`` returns ``None``)."""

@@ -48,17 +48,17 @@ from readergroup.core.stream_cut import StreamCut
 from readergroup.storage import vanished
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.translate import fetch_state, translate_errors
-from statesync import StateSynchronizer
+from statesync import Decision, StateSynchronizer
 
 logger = logging.getLogger(__name__)
 
 
-def plan_checkpoint(name: str, now_ms: int, silent: bool = False) -> Plan:
+def plan_checkpoint(name: str, now_ms: int, silent: bool = False) -> Plan[None]:
     """The generator that creates checkpoint ``name`` (refused when a duplicate or too many)."""
 
-    def create(state: GroupState) -> Any:
+    def create(state: GroupState) -> Decision[None]:
         check_new_checkpoint(state, name)
-        return [CreateCheckpoint(name, now_ms, silent)]
+        return [CreateCheckpoint(name, now_ms, silent)], None
 
     return create
 
@@ -608,13 +608,13 @@ class ReaderGroupManager(Closing):
         starts, end = resolve_group(self._streams, scope, config)
         now = self._connection.server_time_ms()
 
-        def add(state: catalog.Catalog) -> Any:
+        def add(state: catalog.Catalog) -> Decision[bool]:
             if name in catalog.groups_of(state):
                 return [], False
             streams = tuple(t for _, t in config.scoped_streams(scope))
             return [catalog.AddGroup(name, now, streams)], True
 
-        created = bool(self._streams.update_catalog(scope, add))
+        created = self._streams.update_catalog(scope, add)
         sync = self._connection.synchronizer(
             group_sync_name(scope, name), UPDATE_TYPES, STATE_TYPES, writer_label=self._writer_label
         )
@@ -656,13 +656,13 @@ class ReaderGroupManager(Closing):
                     "or force the deletion"
                 )
 
-        def remove(state: catalog.Catalog) -> Any:
+        def remove(state: catalog.Catalog) -> Decision[bool]:
             if name not in catalog.groups_of(state):
                 return [], False
             return [catalog.RemoveGroup(name)], True
 
         try:  # first: only the scope's admin gets past this step
-            removed = bool(self._streams.update_catalog(self.scope, remove))
+            removed = self._streams.update_catalog(self.scope, remove)
         except ScopeNotFoundError:
             removed = False
         sync = self._connection.synchronizer(sync_name, UPDATE_TYPES, STATE_TYPES)

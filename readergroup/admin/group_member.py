@@ -346,7 +346,7 @@ class GroupMember:
         plan = plan_complete(
             self.reader_id, self.generation, segment, token, tuple(successors), end
         )
-        completed = bool(self.sync.update_state(plan))
+        completed = self.sync.update_state(plan)
         if completed:
             logger.info(
                 "reader %r completed %s of %s at offset %d; successors: %s",

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.core import catalog
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.names import LEGACY_CATALOG_SYNC_NAME
 from readergroup.storage.translate import fetch_state, translate_errors
+from statesync import Decision, Update
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +59,9 @@ def migrate_catalog(manager: StreamManager, *, dry_run: bool = False) -> Migrati
     for scope, (new, _) in sorted(split.items()):
         manager.create_scope(scope)
 
-        def merge(current: catalog.Catalog, new: catalog.Catalog = new) -> Any:
+        def merge(current: catalog.Catalog, new: catalog.Catalog = new) -> Decision[None]:
             have_streams, have_groups = catalog.streams_of(current), catalog.groups_of(current)
-            updates: list[Any] = [
+            updates: list[Update] = [
                 catalog.AddStream(s, t)
                 for s, t in sorted(catalog.streams_of(new).items())
                 if s not in have_streams
@@ -71,7 +71,7 @@ def migrate_catalog(manager: StreamManager, *, dry_run: bool = False) -> Migrati
                 for g, t in sorted(catalog.groups_of(new).items())
                 if g not in have_groups
             ]
-            return updates
+            return updates, None
 
         manager.update_catalog(scope, merge)
         logger.info("migrated scope %s: %s streams, %s reader groups", scope, *scopes[scope])

@@ -25,11 +25,12 @@ Order of effects, chosen so that a crash at any point leaves a state the next ca
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from readergroup.core import catalog
+from readergroup.core.catalog import Catalog, ScopeList
 from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
@@ -68,9 +69,10 @@ from readergroup.storage.connection import RedisConnection
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import SegmentState
 from readergroup.storage.translate import missing_as, translate_errors
-from statesync import StateSynchronizer
+from statesync import Decision, StateSynchronizer
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,12 +178,12 @@ class StreamManager(Closing):
             raise self._no_scope(scope)
         return state
 
-    def update_catalog(self, scope: str, generator: Any) -> Any:
+    def update_catalog(self, scope: str, generator: Callable[[Catalog], Decision[R]]) -> R:
         """Conditionally update ``scope``'s catalog (for reader group registration). The
-        generator runs on the current catalog of an existing scope."""
+        generator runs on the current catalog of an existing scope; returns its result."""
         validate_name(scope, "scope")
 
-        def checked(state: catalog.Catalog) -> Any:
+        def checked(state: catalog.Catalog) -> Decision[R]:
             if catalog.is_closed(state):
                 raise self._no_scope(scope)
             return generator(state)
@@ -199,7 +201,7 @@ class StreamManager(Closing):
         state: catalog.ScopeList = self._scope_list.state
         return state
 
-    def _update_scope_list(self, generator: Any) -> Any:
+    def _update_scope_list(self, generator: Callable[[ScopeList], Decision[R]]) -> R:
         self._load_scope_list()
         with translate_errors("update the list of scopes"):
             return self._scope_list.update_state(generator)
@@ -219,12 +221,12 @@ class StreamManager(Closing):
             pass
         now = self._connection.server_time_ms()
 
-        def add(state: catalog.ScopeList) -> Any:
+        def add(state: catalog.ScopeList) -> Decision[bool]:
             if scope in catalog.listed_scopes(state):
                 return [], False
             return [catalog.ListScope(scope, now)], True
 
-        listed = bool(self._update_scope_list(add))  # first: refused unless operator
+        listed = self._update_scope_list(add)  # first: refused unless operator
         if sync.is_loaded and catalog.is_closed(sync.state):  # an interrupted delete_scope's
             vanished.forget(self._connection, scope, sync.name)
             with translate_errors("create scope"):
@@ -257,24 +259,26 @@ class StreamManager(Closing):
             exists = False
         listed_ms: list[int] = []
 
-        def unlist(state: catalog.ScopeList) -> Any:
+        def unlist(state: catalog.ScopeList) -> Decision[bool]:
             listed_ms[:] = [catalog.listed_scopes(state).get(scope, -1)]
             if scope not in catalog.listed_scopes(state):
                 return [], False
             return [catalog.UnlistScope(scope)], True
 
-        unlisted = bool(self._update_scope_list(unlist))
+        unlisted = self._update_scope_list(unlist)
         if exists:
 
-            def close(state: catalog.Catalog) -> Any:
+            def close(state: catalog.Catalog) -> Decision[None]:
                 check_empty(state)
-                return [catalog.CloseScope()]
+                return [catalog.CloseScope()], None
 
             try:
                 self.update_catalog(scope, close)
             except ScopeNotEmptyError:  # a stream or group was added meanwhile: list it again
                 if unlisted:
-                    self._update_scope_list(lambda s: [catalog.ListScope(scope, listed_ms[0])])
+                    self._update_scope_list(
+                        lambda s: ([catalog.ListScope(scope, listed_ms[0])], None)
+                    )
                 raise
             except ScopeNotFoundError:
                 pass
@@ -302,12 +306,12 @@ class StreamManager(Closing):
         config = config or StreamConfiguration()
         now = self._connection.server_time_ms()
 
-        def add(state: catalog.Catalog) -> Any:
+        def add(state: catalog.Catalog) -> Decision[bool]:
             if stream in catalog.streams_of(state):
                 return [], False
             return [catalog.AddStream(stream, now)], True
 
-        created = bool(self.update_catalog(scope, add))
+        created = self.update_catalog(scope, add)
         state = initial_state(scope, stream, config, now)
         # idempotent steps, repeated on every call so an interrupted creation completes
         self._connection.segments.create_segments(scope, stream, list(state.segments), now)
@@ -348,7 +352,9 @@ class StreamManager(Closing):
         validate_name(stream, "stream")
         return self._fetch(self._sync(scope, stream), scope, stream)
 
-    def _update(self, scope: str, stream: str, generator: Any) -> Any:
+    def _update(
+        self, scope: str, stream: str, generator: Callable[[StreamState], Decision[R]]
+    ) -> R:
         sync = self._sync(scope, stream)
         missing = lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist")  # noqa: E731
         with missing_as(missing, "update stream metadata"):
@@ -359,7 +365,7 @@ class StreamManager(Closing):
         changes by scaling."""
         if not isinstance(config, StreamConfiguration):
             raise TypeError("config must be a StreamConfiguration")
-        self._update(scope, stream, lambda state: [UpdateStreamConfig(config)])
+        self._update(scope, stream, lambda state: ([UpdateStreamConfig(config)], None))
 
     def segment_states(
         self, scope: str, stream: str, segments: Sequence[int]
@@ -461,7 +467,7 @@ class StreamManager(Closing):
                 epoch: int = epoch,
                 planned: list[int] = planned,
                 now: int = now,
-            ) -> Any:
+            ) -> Decision[list[int] | None]:
                 ordered = check_scale(current, sealed, ranges)
                 if current.epoch + 1 != epoch or current.next_number != number_of(planned[0]):
                     return [], None  # another scale won: plan again with fresh successors
@@ -483,12 +489,12 @@ class StreamManager(Closing):
         """Seal every segment; writers then get StreamSealedError. ``False`` if already sealed."""
         now = self._connection.server_time_ms()
 
-        def seal(state: StreamState) -> Any:
+        def seal(state: StreamState) -> Decision[bool]:
             if state.sealed:
                 return [], False
             return [SealStream(now)], True
 
-        changed = bool(self._update(scope, stream, seal))
+        changed = self._update(scope, stream, seal)
         self._complete_seals(self.stream_state(scope, stream))
         if changed:
             log.info("sealed stream %s/%s", scope, stream)
@@ -518,10 +524,10 @@ class StreamManager(Closing):
                 f"cut is behind the stream's head at segments {behind_head}"
             )
 
-        def truncate(current: StreamState) -> Any:
+        def truncate(current: StreamState) -> Decision[None]:
             if dict(current.head) != dict(state.head):
                 raise InvalidStreamCutError("the head moved while truncating; retry with a new cut")
-            return [TruncateStream(tuple(cut.items()), tuple(sorted(before)))]
+            return [TruncateStream(tuple(cut.items()), tuple(sorted(before)))], None
 
         self._update(scope, stream, truncate)
         for segment, offset in cut.items():
@@ -559,13 +565,13 @@ class StreamManager(Closing):
         if state is not None and not state.sealed:
             raise StreamNotSealedError(f"stream {scope}/{stream} must be sealed before deletion")
 
-        def remove(current: catalog.Catalog) -> Any:
+        def remove(current: catalog.Catalog) -> Decision[bool]:
             if stream not in catalog.streams_of(current):
                 return [], False
             return [catalog.RemoveStream(stream)], True
 
         try:  # first: only the scope's admin gets past this step
-            removed = bool(self.update_catalog(scope, remove))
+            removed = self.update_catalog(scope, remove)
         except ScopeNotFoundError:
             removed = False
         if state is not None:

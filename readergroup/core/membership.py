@@ -11,7 +11,7 @@ runs the plans is :class:`~readergroup.admin.group_member.GroupMember`; the exha
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol, TypeAlias, TypeVar
 
 from readergroup.core.balance import (
     expired_readers,
@@ -33,6 +33,9 @@ from readergroup.core.group_state import (
     check_member,
     check_owner,
 )
+from statesync import Decision, Update
+
+R = TypeVar("R")
 
 
 class HeartbeatStore(Protocol):
@@ -57,7 +60,8 @@ class HeartbeatStore(Protocol):
 # Pure functions of the state: a conditional append re-runs them on the newest state after a
 # conflict, so every precondition of a change lives here and nowhere else. The exhaustive
 # explorer (tests/test_explore.py) drives the same functions.
-Plan = Callable[[GroupState], Any]
+Plan: TypeAlias = Callable[[GroupState], Decision[R]]
+"""A generator for ``update_state`` whose result is ``R`` (what ``update_state`` returns)."""
 
 
 def plan_join(
@@ -67,14 +71,14 @@ def plan_join(
     session_timeout_ms: int,
     *,
     replace_own: bool = False,
-) -> Plan:
+) -> Plan[None]:
     """Add ``reader_id``; remove an expired previous incarnation first, refuse a live one
     (``replace_own``: the record is this member's own, left behind by a regressed log, and is
     replaced whatever its heartbeat says)."""
 
-    def join(state: GroupState) -> Any:
+    def join(state: GroupState) -> Decision[None]:
         record = state.readers.get(reader_id)
-        updates: list[Any] = []
+        updates: list[Update] = []
         if record is not None:
             expired = expired_readers({reader_id: record}, beats, now_ms, session_timeout_ms)
             if not replace_own and not expired:
@@ -85,7 +89,7 @@ def plan_join(
                 )
             updates.append(RemoveReader(reader_id, record.generation))
         updates.append(AddReader(reader_id, now_ms))
-        return updates
+        return updates, None
 
     return join
 
@@ -95,11 +99,11 @@ def plan_remove(
     generation: int | None,
     positions: Sequence[tuple[SegKey, int]] = (),
     now_ms: int = 0,
-) -> Plan:
+) -> Plan[int | None]:
     """Remove ``reader_id`` if online (in ``generation``; ``None``: whichever is online).
     Result: the generation removed, or ``None`` if there was nothing to remove."""
 
-    def remove(state: GroupState) -> Any:
+    def remove(state: GroupState) -> Decision[int | None]:
         record = state.readers.get(reader_id)
         if record is None or generation not in (None, record.generation):
             return [], None
@@ -111,11 +115,11 @@ def plan_remove(
 
 def plan_release(
     reader_id: str, generation: int, max_moves: int, positions: Mapping[SegKey, int]
-) -> Plan:
+) -> Plan[list[SegKey]]:
     """Give back above-share segments at ``positions`` (else their committed ones), unless a
     checkpoint or reset awaits this reader. Result: the segments released."""
 
-    def release(state: GroupState) -> Any:
+    def release(state: GroupState) -> Decision[list[SegKey]]:
         check_member(state, reader_id, generation)
         if state.frozen_for(reader_id):
             return [], []  # a checkpoint or reset awaits this reader: move nothing until then
@@ -127,11 +131,11 @@ def plan_release(
     return release
 
 
-def plan_acquire(reader_id: str, generation: int, now_ms: int) -> Plan:
+def plan_acquire(reader_id: str, generation: int, now_ms: int) -> Plan[list[SegKey]]:
     """Take this reader's whole share of unassigned segments, unless a checkpoint or reset
     awaits this reader. Result: the segments acquired."""
 
-    def acquire(state: GroupState) -> Any:
+    def acquire(state: GroupState) -> Decision[list[SegKey]]:
         check_member(state, reader_id, generation)
         if state.frozen_for(reader_id):
             return [], []
@@ -144,13 +148,13 @@ def plan_acquire(reader_id: str, generation: int, now_ms: int) -> Plan:
 
 def plan_commit(
     reader_id: str, generation: int, triples: tuple[tuple[SegKey, int, int], ...]
-) -> Plan:
+) -> Plan[None]:
     """Record ``(segment, token, position)`` triples; fenced readers get an error."""
 
-    def commit(state: GroupState) -> Any:
+    def commit(state: GroupState) -> Decision[None]:
         for segment, token, _ in triples:
             check_owner(state, reader_id, generation, segment, token)
-        return [CommitPositions(reader_id, generation, triples)]
+        return [CommitPositions(reader_id, generation, triples)], None
 
     return commit
 
@@ -162,11 +166,11 @@ def plan_complete(
     token: int,
     successors: tuple[tuple[SegKey, tuple[SegKey, ...], int], ...],
     end: int,
-) -> Plan:
+) -> Plan[bool]:
     """Complete ``segment`` (read to ``end``) unless a checkpoint or reset awaits this reader.
     Result: whether it was completed."""
 
-    def complete(state: GroupState) -> Any:
+    def complete(state: GroupState) -> Decision[bool]:
         check_owner(state, reader_id, generation, segment, token)
         if state.frozen_for(reader_id):
             return [], False
@@ -181,17 +185,17 @@ def plan_ack_checkpoint(
     name: str,
     positions: tuple[tuple[SegKey, int], ...],
     now_ms: int,
-) -> Plan:
-    def ack(state: GroupState) -> Any:
+) -> Plan[None]:
+    def ack(state: GroupState) -> Decision[None]:
         check_member(state, reader_id, generation)
-        return [AckCheckpoint(reader_id, generation, name, positions, now_ms)]
+        return [AckCheckpoint(reader_id, generation, name, positions, now_ms)], None
 
     return ack
 
 
-def plan_ack_reset(reader_id: str, generation: int, group_generation: int) -> Plan:
-    def ack(state: GroupState) -> Any:
+def plan_ack_reset(reader_id: str, generation: int, group_generation: int) -> Plan[None]:
+    def ack(state: GroupState) -> Decision[None]:
         check_member(state, reader_id, generation)
-        return [AckReset(reader_id, generation, group_generation)]
+        return [AckReset(reader_id, generation, group_generation)], None
 
     return ack
