@@ -48,7 +48,8 @@ _STATE_APPEND = {"hget", "hset", "time", "xadd", "hdel", "hgetall", "hkeys", "hm
 _STATE_CREATE_DELETE = {"exists", "del", "hset", "time"}  # initialize.lua, delete
 _SEGMENT_READ = {"hmget", "xrange", "xread", "multi", "exec", "type"}  # read_range: MULTI/EXEC;
 # TYPE only after a WRONGTYPE reply, to name the key a rogue write replaced
-_SEGMENT_APPEND = {"hget", "hmget", "hset", "time", "xadd"}  # append_events.lua
+_SEGMENT_APPEND = {"hget", "hmget", "hset", "time", "xadd"}  # append_events.lua, and natively:
+_SEGMENT_APPEND |= {"watch", "unwatch", "multi", "exec", "type"}  # storage/native_append.py
 _SEGMENT_SEAL = {"exists", "hget", "hmget", "hset", "hdel"}  # seal/open_segment.lua
 _SEGMENT_ADMIN = {"hsetnx", "xtrim", "del"}  # create, truncate_segment.lua, delete
 _HEARTBEATS = {"hget", "hgetall", "hset", "time", "hdel"}  # heartbeat.lua (beat, claim, forget)

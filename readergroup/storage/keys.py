@@ -9,7 +9,7 @@ script or a transaction touches together share one, so they share a slot.
     (routing key, if any), ``p`` (payload), ``w`` (writer ms), ``t`` (server ms), ``b`` (byte
     offset in the segment);
   * ``...:meta``: hash of ``created_ms``, ``sealed``, ``events`` (= tail offset), ``bytes``,
-    ``head``;
+    ``head``, ``t`` (server ms of the last append);
   * ``...:writers``: hash of writer id -> last batch sequence number (idempotent appends);
 
 * a reader group's heartbeats and the ``host/pid`` its readers registered, beside the group's

@@ -17,6 +17,7 @@ from readergroup.core.routing import segment_name
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.multi_read import MultiKeyReader
+from readergroup.storage.native_append import append_natively
 from readergroup.storage.segment_records import (
     META_FIELDS,
     REFUSED,
@@ -96,7 +97,9 @@ class SegmentStore:
     def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]:
         """Send every batch in one pipelined round trip; one reply per batch, in order. A batch
         the server refuses gets a reply carrying the error (:attr:`AppendReply.error`); only a
-        failure of the round trip itself raises.
+        failure of the round trip itself raises. Off a cluster, a round of enough events goes
+        as native ``XADD``s in one transaction (:mod:`readergroup.storage.native_append`);
+        anything unusual takes ``append_events.lua``, whose replies define the outcome.
 
         Unless ``ClientConfig.acks`` is leader, the acknowledgement wait follows on the same
         connection, and a shortfall raises (retriable :class:`AckTimeoutError`)."""
@@ -125,6 +128,14 @@ class SegmentStore:
                         )
                     except redis.ResponseError as exc:
                         replies.append(exc)
+            elif (native := append_natively(self._client, self._keys, batches, wait)) is not None:
+                appended, acknowledged = native
+                replies = [
+                    [segment_status.OK, first, batch.count, ms]
+                    for batch, (first, ms) in zip(batches, appended, strict=True)
+                ]
+                if wait is not None:
+                    waits.append(acknowledged)
             else:
                 pipe = self._client.pipeline(transaction=False)
                 for batch in batches:

@@ -1,6 +1,7 @@
 -- append_events.lua: append a batch of events to one segment, atomically and idempotently.
 --
--- KEYS[1]  segment meta hash (created_ms, sealed, events, bytes, head)
+-- KEYS[1]  segment meta hash (created_ms, sealed, events, bytes, head, t: server ms of the
+--          last append)
 -- KEYS[2]  segment event stream (entry id "<offset + 1>-0")
 -- KEYS[3]  segment writer table hash (writer id -> last batch sequence)
 -- ARGV[1]  writer id
@@ -11,7 +12,9 @@
 --                    writer timestamp (ms)
 --
 -- Each event is stored with fields k (routing key, only if any), p (payload), w (writer ms),
--- t (server ms, from TIME), b (byte offset of the event in the segment).
+-- t (server ms: TIME, or the last append's if TIME went back, so t never decreases along a
+-- segment), b (byte offset of the event in the segment). The same batch can also be appended
+-- without this script (readergroup/storage/native_append.py); both keep these fields.
 --
 -- Returns:
 --   {0, first_offset, n, server_ms}  appended at offsets first_offset .. first_offset + n - 1
@@ -19,7 +22,7 @@
 --   {2}                              the segment does not exist; nothing written
 --   {3, index, size}                 event `index` (1-based) is too large; nothing written
 --   {6, last_sequence}               this batch already landed (a retry); nothing written
-local meta = redis.call('HMGET', KEYS[1], 'created_ms', 'sealed', 'events', 'bytes')
+local meta = redis.call('HMGET', KEYS[1], 'created_ms', 'sealed', 'events', 'bytes', 't')
 if not meta[1] then
   return {2}
 end
@@ -42,7 +45,8 @@ for i = 1, n do
   end
 end
 local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local ms = math.max(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),
+  tonumber(meta[5] or 0))
 local bytes = tonumber(meta[4] or 0)
 for i = 1, n do
   local base = 1 + 3 * i
@@ -57,6 +61,6 @@ for i = 1, n do
   end
   bytes = bytes + string.len(payload)
 end
-redis.call('HSET', KEYS[1], 'events', events + n, 'bytes', bytes)
+redis.call('HSET', KEYS[1], 'events', events + n, 'bytes', bytes, 't', ms)
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
 return {0, events, n, ms}

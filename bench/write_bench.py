@@ -1,0 +1,145 @@
+"""Write benchmark: writer throughput and Redis CPU per event, against plain pipelined XADD.
+
+In one run, against one private server (nothing else talks to it), with the same events
+(``--events`` of ``--size`` bytes, routing keys ``k0..k999``), each into a fresh one-segment
+stream or key, alternating, best of ``--repeat``:
+
+* ``xadd_same_fields``: raw redis-py pipelined ``XADD key * k <key> p <payload> w <ms> t <ms>
+  b <bytes>`` (1000 per pipeline): the fields the library stores, without any of its checks;
+* ``xadd_kp``: the same with fields ``k`` and ``p`` only (``bench/stream_bench.py``'s baseline);
+* ``writer``: ``EventStreamWriter.write_event`` + ``flush`` (bulk rounds as native ``XADD``s in
+  a ``WATCH``ed ``MULTI``/``EXEC``, ``readergroup/storage/native_append.py``);
+* ``writer_script``: the same writer with every round through ``append_events.lua`` (one
+  ``redis.call`` per event: the path before the native one, for comparison in the same run).
+
+For each: events/s (wall clock of the client) and Redis CPU seconds per million events (the
+server's ``used_cpu_sys`` + ``used_cpu_user`` before and after). Ratios: writer events/s over
+``xadd_same_fields`` (goal >= 0.95) and writer CPU over ``xadd_same_fields`` (goal <= 1.3).
+Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+
+from bench.common import emit
+from readergroup import BytesSerializer, EventStreamClientFactory, StreamManager
+from readergroup.storage import native_append
+from readergroup.testing.embedded_redis import local_redis_server
+
+
+def server_cpu(client: redis.Redis) -> float:
+    info: dict[str, Any] = client.info("cpu")  # type: ignore[assignment]
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def measured(client: redis.Redis, run: Callable[[], None]) -> tuple[float, float]:
+    """Wall seconds of ``run`` and the Redis CPU seconds it caused."""
+    time.sleep(0.2)  # let the server finish anything earlier
+    before = server_cpu(client)
+    began = time.perf_counter()
+    run()
+    elapsed = time.perf_counter() - began
+    time.sleep(0.2)
+    return elapsed, server_cpu(client) - before
+
+
+def raw_xadd(
+    client: redis.Redis, key: str, payloads: list[bytes], keys: list[str], full: bool
+) -> Callable[[], None]:
+    def run() -> None:
+        offset = 0
+        for start in range(0, len(payloads), 1000):
+            pipe = client.pipeline(transaction=False)
+            now = int(time.time() * 1000)
+            for i in range(start, min(start + 1000, len(payloads))):
+                fields: dict[Any, Any] = {"k": keys[i], "p": payloads[i]}
+                if full:
+                    fields.update(w=now, t=now, b=offset)
+                    offset += len(payloads[i])
+                pipe.xadd(key, fields)
+            pipe.execute()
+
+    return run
+
+
+def writer_run(
+    factory: EventStreamClientFactory, stream: str, payloads: list[bytes], keys: list[str]
+) -> Callable[[], None]:
+    def run() -> None:
+        writer = factory.create_event_writer(stream, BytesSerializer())
+        write = writer.write_event
+        for payload, key in zip(payloads, keys, strict=True):
+            write(payload, key)
+        writer.flush()
+        writer.close()
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    payloads = [bytes([65 + i % 26]) * args.size for i in range(args.events)]
+    keys = [f"k{i % 1000}" for i in range(args.events)]
+    best: dict[str, tuple[float, float]] = {}
+    native_minimum = native_append.MIN_EVENTS
+    with local_redis_server() as server:
+        client = redis.Redis.from_url(server.url)
+        scope = f"wb{uuid.uuid4().hex[:6]}"
+        with (
+            StreamManager.from_url(server.url) as sm,
+            EventStreamClientFactory.from_url(scope, server.url) as factory,
+        ):
+            sm.create_scope(scope)
+            for run in range(args.repeat):
+                for name in ("writer", "writer_script"):
+                    sm.create_stream(scope, f"{name}{run}")
+                runs = {
+                    "xadd_same_fields": raw_xadd(client, f"raw{run}", payloads, keys, True),
+                    "writer": writer_run(factory, f"writer{run}", payloads, keys),
+                    "writer_script": writer_run(factory, f"writer_script{run}", payloads, keys),
+                    "xadd_kp": raw_xadd(client, f"kp{run}", payloads, keys, False),
+                }
+                for name, work in runs.items():
+                    native_append.MIN_EVENTS = 10**12 if name == "writer_script" else native_minimum
+                    seconds, cpu = measured(client, work)
+                    old = best.get(name)
+                    best[name] = (min(seconds, old[0]), min(cpu, old[1])) if old else (seconds, cpu)
+                native_append.MIN_EVENTS = native_minimum
+                client.delete(f"raw{run}", f"kp{run}")  # the server is discarded afterwards
+        client.close()
+    results: dict[str, Any] = {"events": args.events, "event_bytes": args.size}
+    for name, (seconds, cpu) in best.items():
+        results[name] = {
+            "events_per_s": round(args.events / seconds),
+            "redis_cpu_s_per_million_events": round(cpu / args.events * 1e6, 3),
+        }
+    base_rate = results["xadd_same_fields"]["events_per_s"]
+    base_cpu = results["xadd_same_fields"]["redis_cpu_s_per_million_events"]
+    for name in ("writer", "writer_script", "xadd_kp"):
+        results[name]["throughput_ratio_to_xadd_same_fields"] = round(
+            results[name]["events_per_s"] / base_rate, 2
+        )
+        results[name]["cpu_ratio_to_xadd_same_fields"] = round(
+            results[name]["redis_cpu_s_per_million_events"] / base_cpu, 2
+        )
+    results["server"] = "valkey/redis binary, private"
+    emit("write", results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Appends as native Redis commands: explicit-id ``XADD``s in one ``MULTI``/``EXEC``, guarded
+by ``WATCH``, instead of one ``redis.call`` per event inside ``append_events.lua``.
+
+Why: inside a script every ``XADD`` pays the script engine's per-call cost (argument
+conversion, command lookup, reply conversion) on top of the command itself, about three times
+the Redis CPU of a plain ``XADD``. Redis is single-threaded per shard, so that cost is every
+deployment's ceiling. Here the per-event work is plain ``XADD``s; only per-batch checks remain.
+
+One round (every batch of a writer's pipelined round) is two round trips on one connection:
+
+1. ``WATCH`` every key of every batch (meta, events, writers), then read what
+   ``append_events.lua`` reads: the meta counters and sealed flag, the writer's last batch
+   sequence, the last append's server time (meta field ``t``), the events key's type, and
+   ``TIME``.
+2. ``MULTI``, per batch the ``XADD``s at the explicit ids ``<offset + 1>-0`` from the tail read
+   in step 1 and the counters, ``EXEC`` (and the acknowledgement ``WAIT``, if any).
+
+Why this is as safe as the script:
+
+* **Atomic and in order.** ``EXEC`` runs the queued commands with nothing between them, and
+  ``WATCH`` aborts it if any watched key changed after step 1 (another writer's append, a seal,
+  a truncation, a rogue write): the offsets computed from the tail are still free, the seal and
+  duplicate checks still hold. Explicit ids would also refuse a reused offset on their own.
+* **Nothing partial.** A command refused when queued (``OOM``, ``READONLY``, an ACL denial)
+  makes ``EXEC`` discard the whole transaction (``EXECABORT``). Commands cannot fail when run:
+  the keys' types were checked under ``WATCH`` and the ids are above the top entry.
+* **Idempotent.** The writer's last sequence is read under ``WATCH``; a batch that landed
+  already, like anything else unusual (a sealed or missing segment, an event over the limit, a
+  key of the wrong type, an aborted ``EXEC``), sends the round through ``append_events.lua``,
+  whose replies define the outcome. So does a round of fewer than :data:`MIN_EVENTS` events,
+  where one round trip matters more than Redis CPU.
+* **Server times never decrease along a segment** (``offset_at_time`` relies on it): each
+  batch is stamped ``max(TIME, meta t)``, as ``append_events.lua`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import redis
+
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.segment_records import AppendBatch
+
+_STREAM = (b"stream", b"none", "stream", "none")  # TYPE replies of an events key to append to
+
+MIN_EVENTS = 64
+"""Smallest round sent natively; smaller rounds take one round trip through the script."""
+
+
+class _Conflict(Exception):
+    """The round cannot be sent natively: the caller uses ``append_events.lua``."""
+
+
+def append_natively(
+    client: redis.Redis,
+    layout: KeyLayout,
+    batches: Sequence[AppendBatch],
+    wait: Sequence[Any] | None,
+) -> tuple[list[tuple[int, int]], Any] | None:
+    """Append ``batches`` natively; return each batch's first offset and server ms, and the
+    reply of ``wait`` (``None`` without one); or ``None`` when the round must go through the
+    script (nothing of it was written then). Connection errors propagate (redis-py's)."""
+    if sum(batch.count for batch in batches) < MIN_EVENTS:
+        return None
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        return _append(connection, layout, batches, wait)
+    except _Conflict:
+        return None
+    except BaseException:
+        connection.disconnect()  # type: ignore[no-untyped-call]  # never hand a connection in an unknown state back
+        raise
+    finally:
+        pool.release(connection)
+
+
+def _append(
+    connection: Any,
+    layout: KeyLayout,
+    batches: Sequence[AppendBatch],
+    wait: Sequence[Any] | None,
+) -> tuple[list[tuple[int, int]], Any]:
+    keys = [layout.segment(b.scope, b.stream, b.segment) for b in batches]
+    watched = list(dict.fromkeys(key for triple in keys for key in triple))
+    reads: list[tuple[Any, ...]] = [("WATCH", *watched), ("TIME",)]
+    for batch, (meta, events, writers) in zip(batches, keys, strict=True):
+        reads.append(("HMGET", meta, "created_ms", "sealed", "events", "bytes", "t"))
+        reads.append(("HGET", writers, batch.writer))
+        reads.append(("TYPE", events))
+    replies = _round_trip(connection, reads)
+    if any(isinstance(reply, Exception) for reply in replies[:2]):
+        _unwatch(connection)
+    now_sec, now_us = replies[1]
+    now_ms = int(now_sec) * 1000 + int(now_us) // 1000
+    commands = [b"*1\r\n$5\r\nMULTI\r\n"]
+    outcomes: list[tuple[int, int]] = []  # (first offset, server ms) per batch
+    tails: dict[str, tuple[int, int, int]] = {}  # meta key -> tail, bytes, ms of this round
+    for index, (batch, (meta, events, writers)) in enumerate(zip(batches, keys, strict=True)):
+        state, last, kind = replies[2 + 3 * index : 5 + 3 * index]
+        if any(isinstance(reply, Exception) for reply in (state, last)) or kind not in _STREAM:
+            _unwatch(connection)  # a key of the wrong type: the script names it
+        created, sealed, tail_text, bytes_text, last_ms = state
+        if (
+            created is None
+            or sealed in (b"1", "1")
+            or (last is not None and int(last) >= batch.sequence)
+        ):
+            _unwatch(connection)
+        if meta in tails:
+            tail, size, ms = tails[meta]
+        else:
+            tail, size = int(tail_text or 0), int(bytes_text or 0)
+            ms = max(now_ms, int(last_ms or 0))
+        command, size_after = _xadds(events, tail, size, ms, batch)
+        if command is None:  # an event over the limit: the script names it
+            _unwatch(connection)
+        commands.append(command)
+        count = batch.count
+        commands.append(
+            _pack(
+                (
+                    b"HSET",
+                    meta,
+                    b"events",
+                    b"%d" % (tail + count),
+                    b"bytes",
+                    b"%d" % size_after,
+                    b"t",
+                    b"%d" % ms,
+                )
+            )
+        )
+        commands.append(_pack((b"HSET", writers, batch.writer, b"%d" % batch.sequence)))
+        outcomes.append((tail, ms))
+        tails[meta] = (tail + count, size_after, ms)
+    commands.append(b"*1\r\n$4\r\nEXEC\r\n")
+    if wait is not None:
+        commands.append(_pack(tuple(wait)))
+    connection.send_packed_command(commands, check_health=False)
+    queued = 1 + sum(batch.count + 2 for batch in batches)  # MULTI, the XADDs, the HSETs
+    for _ in range(queued):
+        _read(connection)
+    executed = _read(connection)
+    acknowledged = _read(connection) if wait is not None else None
+    if executed is None or isinstance(executed, Exception):  # a watched key changed, EXECABORT
+        raise _Conflict
+    if any(isinstance(reply, Exception) for reply in executed):  # cannot happen (see above)
+        raise redis.ResponseError(f"a native append failed part way: {executed!r}")
+    return outcomes, acknowledged
+
+
+def _xadds(
+    events: str, tail: int, size: int, ms: int, batch: AppendBatch
+) -> tuple[bytes | None, int]:
+    """The batch's ``XADD``s, packed, and the segment's byte count after them; ``None`` if an
+    event is over the limit."""
+    key = events.encode()
+    key_part = b"$%d\r\n%s\r\n" % (len(key), key)
+    ms_part = b"$%d\r\n%d\r\n" % (len(str(ms)), ms)
+    limit = batch.max_event_size
+    out: list[bytes] = []
+    args = batch.event_args
+    offset = tail
+    for index in range(0, len(args), 3):
+        wire, payload, writer_ms = args[index], args[index + 1], args[index + 2]
+        length = len(payload)
+        if length > limit:
+            return None, size
+        offset += 1
+        entry_id = b"%d-0" % offset
+        written = b"%d" % writer_ms
+        at = b"%d" % size
+        if wire:
+            routing = wire[1:].encode() if isinstance(wire, str) else bytes(wire[1:])
+            out.append(
+                b"*13\r\n$4\r\nXADD\r\n%s$%d\r\n%s\r\n$1\r\nk\r\n$%d\r\n%s\r\n$1\r\np\r\n"
+                b"$%d\r\n%s\r\n$1\r\nw\r\n$%d\r\n%s\r\n$1\r\nt\r\n%s$1\r\nb\r\n$%d\r\n%s\r\n"
+                % (
+                    key_part,
+                    len(entry_id),
+                    entry_id,
+                    len(routing),
+                    routing,
+                    length,
+                    payload,
+                    len(written),
+                    written,
+                    ms_part,
+                    len(at),
+                    at,
+                )
+            )
+        else:
+            out.append(
+                b"*11\r\n$4\r\nXADD\r\n%s$%d\r\n%s\r\n$1\r\np\r\n$%d\r\n%s\r\n$1\r\nw\r\n"
+                b"$%d\r\n%s\r\n$1\r\nt\r\n%s$1\r\nb\r\n$%d\r\n%s\r\n"
+                % (
+                    key_part,
+                    len(entry_id),
+                    entry_id,
+                    length,
+                    payload,
+                    len(written),
+                    written,
+                    ms_part,
+                    len(at),
+                    at,
+                )
+            )
+        size += length
+    return b"".join(out), size
+
+
+def _pack(args: tuple[Any, ...]) -> bytes:
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def _round_trip(connection: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    connection.send_packed_command([_pack(c) for c in commands], check_health=False)
+    return [_read(connection) for _ in commands]
+
+
+def _read(connection: Any) -> Any:
+    """One reply; an error reply is returned, not raised (the rest must still be read)."""
+    try:
+        return connection.read_response(disconnect_on_error=False)
+    except redis.ResponseError as exc:
+        return exc
+
+
+def _unwatch(connection: Any) -> NoReturn:
+    connection.send_packed_command([b"*1\r\n$7\r\nUNWATCH\r\n"], check_health=False)
+    _read(connection)
+    raise _Conflict
