@@ -19,7 +19,7 @@ read-only scripts with ``EVALSHA_RO`` so they pass such patterns.
 
 >>> rules("writer", "shop").keys[0]
 '~rg:{shop/*'
->>> "+multi" in rules("reader", "shop").commands, "+multi" in rules("writer", "shop").commands
+>>> "+xread" in rules("reader", "shop").commands, "+xread" in rules("writer", "shop").commands
 (True, False)
 """
 
