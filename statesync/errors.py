@@ -152,8 +152,9 @@ class BackendUnavailableError(StateSyncError, ConnectionError):
 
 class BackendFailoverError(BackendUnavailableError):
     """Redis answered with a failover reply (``reply``: READONLY, NOREPLICAS, UNBLOCKED,
-    TRYAGAIN, CLUSTERDOWN, MASTERDOWN or LOADING): the command was not carried out because a
-    primary is being switched or is not yet ready. Retriable, like an outage."""
+    TRYAGAIN, CLUSTERDOWN, MASTERDOWN or LOADING; MOVED for a durable append sent to a cluster
+    node that lost its slot): the command was not carried out because a primary is being
+    switched or is not yet ready. Retriable, like an outage."""
 
     def __init__(self, message: str, reply: str) -> None:
         super().__init__(message)

@@ -141,6 +141,30 @@ def command_client_for(client: Any, key: str) -> redis.Redis:
     return node_client
 
 
+def run_acknowledged(
+    client: Any, script: Script, keys: Sequence[str], args: Sequence[Any], wait: Sequence[Any]
+) -> Any:
+    """``script`` (an append) then the ``wait`` command, in one pipeline on the server holding
+    ``keys[0]``; returns ``(reply, wait reply)``, errors as values.
+
+    On a cluster the pipeline bypasses the client's redirections: a ``MOVED``/``ASK`` reply (the
+    slot's primary changed, as after a failover) refreshes the client's slot table and raises
+    a retriable :class:`BackendFailoverError`, so the retry goes to the new primary."""
+    pipe = command_client_for(client, keys[0]).pipeline(transaction=False)
+    script(keys=list(keys), args=list(args), client=pipe)
+    pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
+    reply, acknowledged = pipe.execute(raise_on_error=False)
+    if isinstance(reply, (redis.exceptions.MovedError, redis.exceptions.AskError)):
+        nodes = getattr(client, "nodes_manager", None)
+        if nodes is not None:
+            nodes.initialize()
+        raise BackendFailoverError(
+            f"the slot of {keys[0]!r} moved to {reply.host}:{reply.port} (a failover): {reply}",
+            "MOVED",
+        ) from reply
+    return reply, acknowledged
+
+
 def check_acknowledged(acks: Acks, reply: Any, where: str) -> None:
     """Raise unless ``reply`` (to ``acks.wait_command()``, or the error it drew) shows the
     append acknowledged as ``acks`` asks."""
@@ -354,10 +378,9 @@ class RedisLogBackend:
         if wait is None:
             return self._run("append", name, keys, args)
         with translate_redis_errors("append", name):
-            pipe = command_client_for(self._client, keys[0]).pipeline(transaction=False)
-            self._scripts["append"](keys=keys, args=args, client=pipe)
-            pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
-            reply, acknowledged = pipe.execute(raise_on_error=False)
+            reply, acknowledged = run_acknowledged(
+                self._client, self._scripts["append"], keys, args, wait
+            )
             if isinstance(reply, Exception):
                 raise reply
         if int(reply[0]) in (status.OK, status.DUPLICATE):

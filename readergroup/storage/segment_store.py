@@ -30,7 +30,7 @@ from readergroup.storage.segment_records import (
 )
 from readergroup.storage.translate import translate_errors
 from statesync import Acks
-from statesync.redis_backend import check_acknowledged, command_client_for, run_read_only
+from statesync.redis_backend import check_acknowledged, run_acknowledged, run_read_only
 
 
 def _append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
@@ -111,10 +111,9 @@ class SegmentStore:
             if self._cluster and wait is not None:  # per node: the append, then the wait
                 for batch in batches:
                     keys = list(self._keys.segment(batch.scope, batch.stream, batch.segment))
-                    node_pipe = command_client_for(self._client, keys[0]).pipeline(False)
-                    script(keys=keys, args=batch.script_args(), client=node_pipe)
-                    node_pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
-                    reply, acknowledged = node_pipe.execute(raise_on_error=False)
+                    reply, acknowledged = run_acknowledged(
+                        self._client, script, keys, batch.script_args(), wait
+                    )
                     replies.append(reply)
                     waits.append(acknowledged)
             elif self._cluster:  # redis-py does not pipeline scripts across a cluster

@@ -1,0 +1,91 @@
+"""Forced failovers of a real 3-primary/3-replica Redis Cluster started by the test, under a
+writer (``acks=replicas=1``) and a reader group (issue 18): a graceful ``CLUSTER FAILOVER`` in
+``make test``, a SIGKILL of a primary (its replica promoted after the node timeout) in
+``make test-long``. Judged as in ``test_ha_failover.py``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from readergroup import ClientConfig
+from readergroup.core.errors import EmbeddedRedisError
+from readergroup.storage.connection import RedisConnection
+from readergroup.testing.embedded_redis import LocalRedisCluster, local_redis_cluster
+from tests.support.model import ALL_TYPES, Add
+from tests.test_ha_failover import SESSION, assert_nothing_skipped
+from tools.ha_run import HaRun
+
+GROUP_KEY = "{group:ha/g}"
+"""The hash tag of the group's state log and heartbeats."""
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalRedisCluster]:
+    try:
+        with local_redis_cluster(3, replicas=1, node_timeout_ms=1000) as started:
+            yield started
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"a local 3x2 Redis Cluster is required: {exc}", pytrace=False)
+
+
+def started_run(cluster: LocalRedisCluster) -> HaRun:
+    run = HaRun(
+        cluster.url,
+        readers=3,
+        segments=6,
+        client=ClientConfig(cluster=True, acks="replicas=1", ack_timeout=1.0),
+        group={"session_timeout": SESSION},
+    )
+    run.start()
+    return run
+
+
+@pytest.mark.redis
+def test_a_reader_group_rides_out_a_graceful_cluster_failover(cluster: LocalRedisCluster) -> None:
+    run = started_run(cluster)
+    began = time.monotonic()
+    with run.failover():
+        cluster.failover(cluster.primary_for(GROUP_KEY))
+    failover_seconds = time.monotonic() - began
+    comeback = run.wait_comeback(SESSION + failover_seconds + 30)
+    figures = run.finish()
+    assert_nothing_skipped(figures)
+    assert figures.lost == 0 and figures.write_failures == 0, figures
+    assert figures.acknowledged > 0 and comeback <= SESSION + failover_seconds + 30
+
+
+@pytest.mark.redis
+def test_a_durable_synchronizer_follows_its_slot_to_the_promoted_replica(
+    cluster: LocalRedisCluster,
+) -> None:
+    config = ClientConfig(cluster=True, acks="replicas=1", ack_timeout=1.0)
+    connection = RedisConnection.from_url(cluster.url, config)
+    sync = connection.synchronizer("counter-ha", ALL_TYPES)
+    sync.initialize({"total": 0})
+    sync.update_state(lambda s: [Add(1)])
+    cluster.failover(cluster.primary_for("{counter-ha}"))
+    sync.update_state(lambda s: [Add(1)])  # MOVED on the old primary: retried on the new one
+    assert sync.state == {"total": 2}
+    connection.close()
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.redis
+def test_a_reader_group_rides_out_a_killed_cluster_primary(cluster: LocalRedisCluster) -> None:
+    run = started_run(cluster)
+    victim = cluster.primary_for(GROUP_KEY)
+    began = time.monotonic()
+    with run.failover():
+        cluster.failover(victim, kill=True)
+    failover_seconds = time.monotonic() - began
+    victim.start()  # back as a replica of its successor, so replicas=1 can be met again
+    cluster.wait_replicated()
+    comeback = run.wait_comeback(SESSION + failover_seconds + 60)
+    figures = run.finish()
+    assert_nothing_skipped(figures)
+    assert figures.lost == 0 and figures.write_failures == 0, figures  # acked = on the replica
+    assert figures.acknowledged > 0 and comeback <= SESSION + failover_seconds + 60
