@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long lint bench chaos explore clean venv
+.PHONY: demo test test-long lint bench chaos chaos-ha explore clean venv
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -49,6 +49,12 @@ clean:
 
 chaos: $(STAMP)
 	$(PY) -m tools.chaos --seconds 60 --readers 8 --segments 16
+
+# Failovers of a Sentinel-managed primary/replica pair (one with a replica 2 s behind) under a
+# writer, a reader group and state synchronizers, once per ack mode; JSON figures.
+chaos-ha: $(STAMP)
+	$(PY) -m tools.chaos ha --seconds 40 --acks leader --lag 2
+	$(PY) -m tools.chaos ha --seconds 40 --acks replicas=1 --lag 2
 
 # Deeper exhaustive exploration of the reader-group protocol than the test suite's (minutes).
 explore: $(STAMP)

@@ -2,6 +2,10 @@
 restarts, while a writer writes; then the history checker (``tools/chaos_check.py``) judges it.
 
     python -m tools.chaos [--seconds 60] [--readers 8] [--segments 16]
+    python -m tools.chaos ha [--seconds 40] [--acks leader|replicas=1] [--lag 2]
+
+(``ha``: failovers of a Sentinel-managed primary/replica pair, one with a lagging replica; see
+``tools/chaos_ha.py``.)
 
 A private Redis with an append-only file (fsync always) is started for the run. A reader is
 SIGKILLed every ``--kill-every`` seconds and restarted under the same id; the stream splits a
@@ -348,6 +352,10 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "reader":
         reader_main(*sys.argv[2:6])
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "ha":  # failovers of a replicated Redis
+        from tools import chaos_ha
+
+        return chaos_ha.main(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--readers", type=int, default=8)

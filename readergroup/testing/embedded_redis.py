@@ -26,7 +26,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -430,16 +430,19 @@ class LocalSentinelGroup:
         raise EmbeddedRedisError("no Sentinel answered")
 
     def failover(self, dead: int | None = None) -> int:
-        """Without ``dead``: ask a Sentinel for a failover (``SENTINEL FAILOVER``). With the
-        port of a ``dead`` primary: let the Sentinels find it down and fail over. Either way
-        wait until they name a new primary that says so; return its port."""
+        """Without ``dead``: ask a Sentinel for a failover (``SENTINEL FAILOVER``, asked again
+        should the Sentinels abort it for want of a replica they trust yet). With the port of a
+        ``dead`` primary: let the Sentinels find it down and fail over. Either way wait until
+        they name a new primary that says so; return its port."""
         before = self.primary_port() if dead is None else dead
-        if dead is None and not _answers(
-            self.sentinel_ports[0], b"SENTINEL FAILOVER " + self.service.encode(), b"+OK"
-        ):
-            raise EmbeddedRedisError("SENTINEL FAILOVER was refused")
         deadline = time.monotonic() + _START_DEADLINE * 4
+        asked = 0.0
         while time.monotonic() < deadline:
+            if dead is None and time.monotonic() - asked > 10:
+                asked = time.monotonic()
+                command = b"SENTINEL FAILOVER " + self.service.encode()
+                if not _answers(self.sentinel_ports[0], command, b"+OK"):
+                    asked -= 9  # refused (one under way, or none possible yet): ask again soon
             port = self.primary_port()
             if port != before and _answers(port, b"ROLE", b"master"):
                 return port
@@ -447,15 +450,37 @@ class LocalSentinelGroup:
         raise EmbeddedRedisError("the Sentinels did not finish the failover in time")
 
     def wait_replicating(self) -> None:
-        """Wait until the primary the Sentinels name has every other server as a replica."""
+        """Wait until the primary the Sentinels name has every other server as a replica with
+        its link up, and every Sentinel sees those replicas healthy (so that a failover can
+        pick one)."""
         wanted = len(self.replicas)
         deadline = time.monotonic() + _START_DEADLINE * 4
         while time.monotonic() < deadline:
             port = self.primary_port()
-            if _answers(port, b"INFO replication", f"connected_slaves:{wanted}".encode()):
+            if _answers(port, b"INFO replication", f"connected_slaves:{wanted}".encode()) and all(
+                self._trusts_replicas(sentinel, wanted) for sentinel in self.sentinel_ports
+            ):
                 return
             time.sleep(0.05)
         raise EmbeddedRedisError("the replicas did not follow the new primary in time")
+
+    def _trusts_replicas(self, sentinel: int, wanted: int) -> bool:
+        import redis
+
+        try:
+            with redis.Redis(port=sentinel, socket_timeout=1) as client:
+                replicas: list[dict[str, Any]] = client.sentinel_slaves(self.service)
+        except redis.RedisError:
+            return False
+        healthy = [
+            r
+            for r in replicas
+            if not r.get("is_sdown")
+            and not r.get("is_odown")
+            and r.get("master-link-status") == "ok"
+            and int(r.get("master-link-down-time", 0)) == 0
+        ]
+        return len(healthy) >= wanted
 
 
 def _sentinel_conf(directory: Path, port: int, primary_port: int, service: str) -> Path:
@@ -481,10 +506,16 @@ def _sentinel_conf(directory: Path, port: int, primary_port: int, service: str) 
 
 @contextlib.contextmanager
 def local_sentinel_group(
-    replicas: int = 1, sentinels: int = 3, service: str = "mymaster"
+    replicas: int = 1,
+    sentinels: int = 3,
+    service: str = "mymaster",
+    relay: Callable[[int], int] | None = None,
 ) -> Iterator[LocalSentinelGroup]:
     """Start a primary, ``replicas`` replicas following it and ``sentinels`` Sentinels
-    (``valkey-server --sentinel``, quorum 2) monitoring it; remove everything on exit."""
+    (``valkey-server --sentinel``, quorum 2) monitoring it; remove everything on exit.
+
+    ``relay``: given the primary's port, the port the replicas should follow it through (a
+    proxy, to make them lag); the Sentinels still know every server by its own port."""
     binary = find_server_binary()
     if binary is None:
         raise EmbeddedRedisError("no Redis server binary to build a Sentinel group from")
@@ -494,9 +525,10 @@ def local_sentinel_group(
     directory = Path(tempfile.mkdtemp(prefix="readergroup-sentinel-"))
     try:
         primary.start()
+        source = relay(primary.port) if relay is not None else primary.port
         for _ in range(replicas):
             follower = LocalRedisServer(
-                binary, extra_args=["--replicaof", "127.0.0.1", str(primary.port)]
+                binary, extra_args=["--replicaof", "127.0.0.1", str(source)]
             )
             follower.start()
             followers.append(follower)
