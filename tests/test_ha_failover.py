@@ -7,8 +7,12 @@ timeout plus the failover time."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +20,8 @@ from readergroup import ClientConfig
 from readergroup.core.errors import EmbeddedRedisError
 from readergroup.testing.embedded_redis import LocalSentinelGroup, local_sentinel_group
 from tools.ha_run import HaFigures, HaRun
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SESSION = 3.0
 """Shorter than a Sentinel failover lasts for clients (the old primary keeps taking writes
@@ -59,3 +65,23 @@ def test_a_reader_group_rides_out_a_sentinel_failover(sentinels: LocalSentinelGr
     assert_nothing_skipped(figures)
     assert figures.lost == 0 and figures.write_failures == 0, figures  # acks=replicas=1
     assert figures.acknowledged > 0 and comeback <= SESSION + failover_seconds + 30
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.redis
+def test_a_short_chaos_ha_run_with_replicas_1_loses_and_skips_nothing() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.chaos", "ha", "--seconds", "20", "--acks", "replicas=1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    figures = json.loads(done.stdout[done.stdout.index("{") :])
+    assert figures["failovers"] == 2 and figures["acknowledged"] > 100
+    assert figures["lost"] == 0 and figures["skipped"] == 0 and figures["divergences"] == 0
+    assert figures["silent_divergences"] == 0 and figures["overlaps"] == 0
+    assert figures["removals"] == 0
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -136,10 +136,10 @@ def run(seconds: float, acks: str, lag: float) -> dict[str, Any]:
         until(0.6)
         start = time.monotonic()
         with ha.failover():
-            group.failover()
-            group.wait_replicating()
+            group.failover()  # until the Sentinels name the promoted replica
         failover_seconds.append(time.monotonic() - start)
         comebacks.append(ha.wait_comeback(120))
+        group.wait_replicating()
         until(1.0)
         figures = ha.finish(drain_timeout=30).as_dict()
         figures.update(
