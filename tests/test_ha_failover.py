@@ -28,13 +28,22 @@ SESSION = 3.0
 until the Sentinels turn it into a replica, several seconds after the promotion)."""
 
 
-@pytest.fixture
-def sentinels() -> Iterator[LocalSentinelGroup]:
+def sentinel_group(replicas: int) -> Iterator[LocalSentinelGroup]:
     try:
-        with local_sentinel_group(replicas=1, sentinels=3) as group:
+        with local_sentinel_group(replicas=replicas, sentinels=3) as group:
             yield group
     except EmbeddedRedisError as exc:
         pytest.fail(f"a local Sentinel group is required: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def sentinels() -> Iterator[LocalSentinelGroup]:
+    yield from sentinel_group(replicas=1)
+
+
+@pytest.fixture
+def two_replica_sentinels() -> Iterator[LocalSentinelGroup]:
+    yield from sentinel_group(replicas=2)
 
 
 def assert_nothing_skipped(figures: HaFigures) -> None:
@@ -65,6 +74,34 @@ def test_a_reader_group_rides_out_a_sentinel_failover(sentinels: LocalSentinelGr
     assert_nothing_skipped(figures)
     assert figures.lost == 0 and figures.write_failures == 0, figures  # acks=replicas=1
     assert figures.acknowledged > 0 and comeback <= SESSION + failover_seconds + 30
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.redis
+def test_a_reader_group_rides_out_a_killed_sentinel_primary(
+    two_replica_sentinels: LocalSentinelGroup,
+) -> None:
+    sentinels = two_replica_sentinels
+    run = HaRun(
+        sentinels.url,
+        readers=3,
+        segments=4,
+        client=ClientConfig(acks="replicas=1", ack_timeout=1.0),
+        group={"session_timeout": SESSION},
+    )
+    run.start()
+    victim = sentinels.primary
+    began = time.monotonic()
+    with run.failover():
+        victim.kill()  # the other replica follows the promoted one: replicas=1 is met again
+        sentinels.failover(dead=victim.port)
+    failover_seconds = time.monotonic() - began
+    comeback = run.wait_comeback(SESSION + failover_seconds + 60)
+    figures = run.finish()
+    assert_nothing_skipped(figures)
+    assert figures.lost == 0 and figures.write_failures == 0, figures
+    assert figures.acknowledged > 0 and comeback <= SESSION + failover_seconds + 60
 
 
 @pytest.mark.long
