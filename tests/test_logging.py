@@ -218,3 +218,24 @@ def test_the_cli_verbose_flag_logs_to_stderr_and_leaves_the_output_alone(
     assert quiet.stderr == ""
     debug = cli(redis_url, "-vv", "group", "delete", f"{scope}/g")
     assert f"INFO readergroup.admin.group_manager: deleted reader group {scope}/g" in debug.stderr
+
+
+def test_a_failing_write_callback_logs_a_warning_and_the_writer_carries_on(
+    redis_url: str, scope: str, factory: EventStreamClientFactory, records: Any
+) -> None:
+    stream_and_group(redis_url, scope)
+
+    def broken(future: Any) -> None:
+        raise RuntimeError("callback bug")
+
+    with factory.create_event_writer("orders", UTF8StringSerializer()) as writer:
+        first = writer.write_event("one")
+        first.add_done_callback(broken)
+        first.result(10)
+        callback = waiting_for(
+            records, "readergroup.client.writer", logging.WARNING, "callback", "callback bug"
+        )
+        wait_until(callback, what="the callback's error logged")
+        assert writer.write_event("two").result(10) is not None  # the sender lives on
+    [warning] = callback()
+    assert warning.exc_info is not None and isinstance(warning.exc_info[1], RuntimeError)

@@ -29,7 +29,6 @@ Who may call what: any thread may call ``write_event``, ``flush`` and ``close``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import logging
@@ -182,7 +181,15 @@ class WriteFuture:
             if not self._done:
                 self._callbacks = [*(self._callbacks or []), callback]
                 return
-        callback(self)
+        self._call(callback)
+
+    def _call(self, callback: Callable[[WriteFuture], Any]) -> None:
+        """Run a user callback; its error is logged, never raised (as :mod:`concurrent.futures`
+        does): it must not kill the sender."""
+        try:
+            callback(self)
+        except Exception as exc:
+            logger.warning("write callback %r raised: %s", callback, exc, exc_info=exc)
 
     def _complete(self, result: EventPointer | None, error: BaseException | None) -> None:
         """Called by the sender only; waiters are woken by its notify at the end of a round."""
@@ -195,8 +202,7 @@ class WriteFuture:
             self._done = True
             callbacks, self._callbacks = self._callbacks, None
         for callback in callbacks or ():
-            with contextlib.suppress(Exception):  # a user callback must not kill the sender
-                callback(self)
+            self._call(callback)
 
 
 @functools.lru_cache(maxsize=65536)
