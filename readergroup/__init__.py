@@ -33,6 +33,7 @@ from readergroup.core.errors import (
     AccessDeniedError,
     AckTimeoutError,
     AckUnsupportedError,
+    CheckpointError,
     CoordinationError,
     CorruptSegmentError,
     DataLostError,
@@ -43,15 +44,18 @@ from readergroup.core.errors import (
     InvalidNameError,
     InvalidRoutingKeyError,
     InvalidStreamCutError,
+    ReaderAlreadyOnlineError,
     ReaderGroupError,
     ReaderGroupInUseError,
     ReaderGroupNotFoundError,
+    ReaderNotInGroupError,
     RedisFailoverError,
     RedisUnavailableError,
     ScaleConflictError,
     ScopeNotEmptyError,
     ScopeNotFoundError,
     SegmentNotFoundError,
+    SegmentNotOwnedError,
     SerializationError,
     StreamLostError,
     StreamNotFoundError,
@@ -64,12 +68,6 @@ from readergroup.core.errors import (
     WrongKeyTypeError,
 )
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
-from readergroup.core.group_state import (
-    CheckpointError,
-    ReaderAlreadyOnlineError,
-    ReaderNotInGroupError,
-    SegmentNotOwnedError,
-)
 from readergroup.core.planning import SegmentRange
 from readergroup.core.routing import key_position, segment_id
 from readergroup.core.stream_config import RetentionPolicy, ScalingPolicy, StreamConfiguration

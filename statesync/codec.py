@@ -32,7 +32,7 @@ from typing import Any
 
 import msgpack
 
-from statesync.errors import EncodeError
+from statesync.errors import DecodeError, EncodeError, UnknownTypeError
 from statesync.update import Update
 
 FORMAT_VERSION = 1
@@ -46,14 +46,6 @@ MAX_EXT_DEPTH = 32
 
 MAX_VALUE_BYTES = 256 * 1024 * 1024
 """Largest encoded value (entry or snapshot) decoded at all; callers enforce tighter limits."""
-
-
-class DecodeError(Exception):
-    """Bytes that are not a valid encoding. Internal: callers wrap it with context."""
-
-
-class UnknownTypeError(DecodeError):
-    """An encoded dataclass names a type that is not registered. Internal."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,13 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from statesync.errors import InvalidConfigError
+from statesync.errors import EndpointURLError
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
-
-
-class EndpointURLError(InvalidConfigError):
-    """A Redis URL that cannot be understood (the message says which part)."""
 
 
 @dataclass(frozen=True, slots=True)

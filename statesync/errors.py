@@ -11,6 +11,11 @@ Errors from the Redis client are translated at the backend boundary with
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from statesync.update import Update
+
 
 class StateSyncError(Exception):
     """Root of every error raised by statesync."""
@@ -179,3 +184,29 @@ class BackendAccessError(StateSyncError, PermissionError):
 
 class BackendProtocolError(StateSyncError):
     """The backend answered in a way the protocol does not allow (wrong key type, bad reply)."""
+
+
+class EndpointURLError(InvalidConfigError):
+    """A Redis URL that cannot be understood (the message says which part)."""
+
+
+# -- internal signals: raised and caught inside statesync, which wraps them with context ----
+class DecodeError(StateSyncError):
+    """Bytes that are not a valid encoding. Internal: callers wrap it with context."""
+
+
+class UnknownTypeError(DecodeError):
+    """An encoded dataclass names a type that is not registered. Internal."""
+
+
+class ApplyError(StateSyncError):
+    """An update raised while applying an entry. Internal: ``__cause__`` is the original."""
+
+    def __init__(self, revision: int, update: Update) -> None:
+        super().__init__(f"{type(update).__name__}.apply_to raised at revision {revision}")
+        self.revision = revision
+        self.update = update
+
+
+class RevisionGapError(StateSyncError):
+    """An entry does not directly follow the replica's revision. Internal."""

@@ -17,22 +17,10 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from statesync.codec import DecodedEntry
+from statesync.errors import ApplyError, RevisionGapError
 from statesync.update import Update
 
 S = TypeVar("S")
-
-
-class ApplyError(Exception):
-    """An update raised while applying an entry. Internal: ``__cause__`` is the original."""
-
-    def __init__(self, revision: int, update: Update) -> None:
-        super().__init__(f"{type(update).__name__}.apply_to raised at revision {revision}")
-        self.revision = revision
-        self.update = update
-
-
-class RevisionGapError(Exception):
-    """An entry does not directly follow the replica's revision. Internal."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,14 @@
 The Lua scripts (``statesync/scripts/*.lua``) return a table whose first element is one of
 these codes; the in-memory backend uses the same codes, so both backends raise the same
 exceptions from :func:`raise_for_status`.
+
+The convention, for statesync and for the scripts of applications built on it (readergroup's
+segment scripts, :mod:`readergroup.storage.segment_status`): every script returns a table whose
+first element is a status code; ``0`` is OK; a code below :data:`FIRST_APPLICATION_CODE` means
+the same wherever it appears (an application reuses ``NOT_FOUND``, ``TOO_LARGE`` and
+``DUPLICATE`` for the same outcomes of its own); an application's own outcomes take codes from
+:data:`FIRST_APPLICATION_CODE` up, so no code means one thing here and another there. Each
+package maps its codes to its exceptions in one place.
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ EXISTS = 7
 REGRESSED = 8
 """The client's replica is not of this log: the reply is ``[8, head, kind]`` with kind
 :data:`OTHER_INCARNATION` or :data:`OTHER_HISTORY`; nothing was written."""
+
+FIRST_APPLICATION_CODE = 20
+"""The first code an application's own scripts may use for outcomes of their own."""
 
 OTHER_INCARNATION = 0
 """``REGRESSED`` kind: the synchronizer was deleted and created again since the replica loaded."""

@@ -48,31 +48,28 @@ from typing import Any, Generic, TypeVar, overload
 from statesync import snapshot_cache, status
 from statesync.backend import AppendOutcome, CompactOutcome, LogBackend, RawEntry, ReadResult
 from statesync.clock import Clock
-from statesync.codec import Codec, DecodeError, TypeRegistry, UnknownTypeError
+from statesync.codec import Codec, TypeRegistry
 from statesync.config import SyncConfig
 from statesync.errors import (
+    ApplyError,
     BackendProtocolError,
     BackendUnavailableError,
     BadEntryError,
     ConflictRetriesExhaustedError,
     CorruptEntryError,
+    DecodeError,
     EntryTooLargeError,
     LogRegressedError,
     PoisonedEntryError,
     ReplicaNotLoadedError,
+    RevisionGapError,
     StateSyncError,
+    UnknownTypeError,
     UnknownUpdateTypeError,
     UpdateRejectedError,
 )
 from statesync.names import validate_name
-from statesync.replica import (
-    ApplyError,
-    Replica,
-    RevisionGapError,
-    advance,
-    apply_updates,
-    split_generator_result,
-)
+from statesync.replica import Replica, advance, apply_updates, split_generator_result
 from statesync.retry import RetryBudget
 from statesync.system_clock import SYSTEM_CLOCK
 from statesync.update import Decision, Update

@@ -204,3 +204,18 @@ def test_the_boundary_check_sees_each_kind_of_violation() -> None:
     )
     lines = sorted(v.split(":")[1] for v in boundary_violations(sample, "sample.py"))
     assert lines == ["1", "2", "3", "4"]
+
+
+def test_every_exception_class_lives_in_an_errors_module() -> None:
+    """readergroup's in ``readergroup/core/errors.py``, statesync's in ``statesync/errors.py``."""
+    errors_modules = {ROOT / "readergroup" / "core" / "errors.py", ROOT / "statesync" / "errors.py"}
+    misplaced = []
+    for path in [*ROOT.glob("statesync/**/*.py"), *ROOT.glob("readergroup/**/*.py")]:
+        if path in errors_modules:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                ast.unparse(base).endswith(("Error", "Exception")) for base in node.bases
+            ):
+                misplaced.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert not misplaced, misplaced

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from readergroup import JsonSerializer, SerializationError
 from statesync import EncodeError
-from statesync.codec import MAX_EXT_DEPTH, Codec, DecodeError, TypeRegistry, UnknownTypeError
+from statesync.codec import MAX_EXT_DEPTH, Codec, TypeRegistry
+from statesync.errors import DecodeError, UnknownTypeError
 from tests.support.hostile import hostile_entry
 from tests.support.model import Add, Put
 

@@ -14,7 +14,7 @@ from readergroup.core.balance import (
     segments_to_acquire,
     segments_to_release,
 )
-from readergroup.core.errors import InvalidConfigError
+from readergroup.core.errors import InvalidConfigError, ReaderNotInGroupError, SegmentNotOwnedError
 from readergroup.core.group_config import ReaderGroupConfig
 from readergroup.core.group_state import (
     AcquireSegments,
@@ -22,11 +22,9 @@ from readergroup.core.group_state import (
     CommitPositions,
     CompleteSegment,
     GroupState,
-    ReaderNotInGroupError,
     ReaderRecord,
     ReleaseSegments,
     RemoveReader,
-    SegmentNotOwnedError,
     check_invariants,
     check_owner,
     new_group,

@@ -20,7 +20,8 @@ from readergroup import (
 )
 from readergroup.testing.embedded_redis import LocalSentinelGroup, local_sentinel_group
 from statesync import StateSynchronizer
-from statesync.endpoints import EndpointURLError, parse_sentinel_url
+from statesync.endpoints import parse_sentinel_url
+from statesync.errors import EndpointURLError
 from tests.support.model import ALL_TYPES, Add
 from tests.support.waiting import wait_until
 

@@ -12,14 +12,9 @@ from hypothesis import strategies as st
 
 from statesync import InvalidConfigError, InvalidNameError, ManualClock, RetryPolicy, SyncConfig
 from statesync.codec import DecodedEntry
+from statesync.errors import ApplyError, RevisionGapError
 from statesync.names import KeyLayout, validate_name
-from statesync.replica import (
-    ApplyError,
-    Replica,
-    RevisionGapError,
-    advance,
-    split_generator_result,
-)
+from statesync.replica import Replica, advance, split_generator_result
 from statesync.update import Update
 from tests.support.model import Add, Explode
 

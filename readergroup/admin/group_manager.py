@@ -19,6 +19,7 @@ from readergroup.core import catalog, reset_planning
 from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
+    CheckpointError,
     DataLostError,
     InvalidConfigError,
     ReaderGroupError,
@@ -32,7 +33,6 @@ from readergroup.core.group_state import (
     STATE_TYPES,
     UPDATE_TYPES,
     Checkpoint,
-    CheckpointError,
     CreateCheckpoint,
     FailCheckpoint,
     GroupState,

@@ -30,12 +30,8 @@ from readergroup.core.balance import (
     expired_readers,
     next_expiry_ms,
 )
-from readergroup.core.group_state import (
-    Assignment,
-    GroupState,
-    ReaderNotInGroupError,
-    SegKey,
-)
+from readergroup.core.errors import ReaderNotInGroupError
+from readergroup.core.group_state import Assignment, GroupState, SegKey
 from readergroup.core.liveness import ExpiryGuard
 from readergroup.core.membership import (
     HeartbeatStore,

@@ -15,16 +15,12 @@ from dataclasses import dataclass
 
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.core import catalog
-from readergroup.core.errors import ReaderGroupError
+from readergroup.core.errors import NoLegacyCatalogError
 from readergroup.core.names import LEGACY_CATALOG_SYNC_NAME
 from readergroup.storage.translate import fetch_state, translate_errors
 from statesync import Decision, Update
 
 logger = logging.getLogger(__name__)
-
-
-class _NoLegacyCatalog(ReaderGroupError):
-    """There is no catalog of the old layout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +40,9 @@ def migrate_catalog(manager: StreamManager, *, dry_run: bool = False) -> Migrati
     legacy = manager.connection.synchronizer(LEGACY_CATALOG_SYNC_NAME, catalog.LEGACY_UPDATE_TYPES)
     try:
         state: catalog.Catalog = fetch_state(
-            legacy, lambda: _NoLegacyCatalog("no old catalog"), "read the old catalog"
+            legacy, lambda: NoLegacyCatalogError("no old catalog"), "read the old catalog"
         )
-    except _NoLegacyCatalog:
+    except NoLegacyCatalogError:
         return Migration(False, {}, {})
     split = catalog.split_legacy(state)
     scopes = {

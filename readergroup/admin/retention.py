@@ -26,7 +26,11 @@ from collections.abc import Mapping, Sequence
 from readergroup.admin.group_positions import cuts_by_stream
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.core import catalog
-from readergroup.core.errors import InvalidStreamCutError, ReaderGroupError
+from readergroup.core.errors import (
+    InvalidStreamCutError,
+    ReaderGroupError,
+    SubscribedGroupGoneError,
+)
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState
 from readergroup.core.names import group_sync_name
 from readergroup.core.planning import descendants, plan_ranges
@@ -57,10 +61,6 @@ def meet(state: StreamState, cuts: Sequence[Mapping[int, int]]) -> dict[int, int
             merged[segment] = min(offset, merged.get(segment, offset))
     later = descendants(state, set(merged))  # segments some cut is still before
     return {s: o for s, o in sorted(merged.items()) if s not in later}
-
-
-class _GroupGone(ReaderGroupError):
-    """A subscribed group was deleted between reading the catalog and reading its state."""
 
 
 class RetentionManager:
@@ -111,8 +111,8 @@ class RetentionManager:
             group_sync_name(scope, group), UPDATE_TYPES, STATE_TYPES
         )
         try:
-            state: GroupState = fetch_state(sync, _GroupGone, "read group")
-        except _GroupGone:
+            state: GroupState = fetch_state(sync, SubscribedGroupGoneError, "read group")
+        except SubscribedGroupGoneError:
             return False, None  # deleted meanwhile: no longer a subscriber
         config = state.config
         if config.retention_subscriber == "none":

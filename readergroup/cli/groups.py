@@ -34,7 +34,8 @@ from readergroup.core.names import group_sync_name
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.translate import translate_errors
-from statesync.codec import Codec, DecodeError, TypeRegistry
+from statesync.codec import Codec, TypeRegistry
+from statesync.errors import DecodeError
 
 logger = logging.getLogger(__name__)
 

@@ -30,22 +30,18 @@ from readergroup.client.event_read import EventRead, RebalanceListener
 from readergroup.client.fetcher import Fetcher, FetchOutcome, Outage, OwnedSegment
 from readergroup.core.errors import (
     CoordinationError,
+    ReaderAlreadyOnlineError,
     ReaderGroupError,
     ReaderGroupNotFoundError,
+    ReaderNotInGroupError,
     RedisUnavailableError,
+    SegmentNotOwnedError,
     TruncatedDataError,
 )
 from readergroup.core.group_config import AUTO, ReaderGroupConfig
 from readergroup.core.group_state import STATE_TYPES as GROUP_STATE_TYPES
 from readergroup.core.group_state import UPDATE_TYPES as GROUP_UPDATE_TYPES
-from readergroup.core.group_state import (
-    Assignment,
-    GroupState,
-    ReaderAlreadyOnlineError,
-    ReaderNotInGroupError,
-    SegKey,
-    SegmentNotOwnedError,
-)
+from readergroup.core.group_state import Assignment, GroupState, SegKey
 from readergroup.core.names import split_scoped_stream, stream_sync_name
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
 from readergroup.storage.connection import RedisConnection

@@ -45,8 +45,9 @@ from readergroup.client.fetcher import Fetcher, Outage
 from readergroup.client.group_session import REJOIN_MAX_DELAY, GroupSession
 from readergroup.client.runner import RunStats, run
 from readergroup.client.serializers import Serializer
+from readergroup.core.errors import ReaderNotInGroupError
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
-from readergroup.core.group_state import ReaderNotInGroupError, SegKey
+from readergroup.core.group_state import SegKey
 from readergroup.storage.connection import RedisConnection
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK, SystemClock

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from readergroup.client.event_read import EventRead, EventSource
-from readergroup.core.errors import ReaderGroupError
-from readergroup.core.group_state import ReaderNotInGroupError, SegKey, SegmentNotOwnedError
+from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError, SegmentNotOwnedError
+from readergroup.core.group_state import SegKey
 from statesync import StateSyncError
 
 T = TypeVar("T")

@@ -184,3 +184,36 @@ class WrongKeyTypeError(ReaderGroupError):
     def __init__(self, keys: list[str]) -> None:
         super().__init__(f"keys of the wrong type (not a stream): {', '.join(keys)}")
         self.keys = keys
+
+
+# -- group membership and checkpoints --------------------------------------------------------
+class ReaderNotInGroupError(ReaderGroupError):
+    """The reader is not (or no longer) an online member: it was declared dead, exceeded
+    ``max_poll_interval``, or left. Create a reader with the same id to rejoin."""
+
+
+class ReaderAlreadyOnlineError(ReaderGroupError):
+    """Another live reader with this id is online in the group."""
+
+
+class SegmentNotOwnedError(ReaderGroupError):
+    """The reader does not own the segment (any more) under the fencing token it presented."""
+
+
+class CheckpointError(ReaderGroupError):
+    """A checkpoint could not be taken: too many outstanding, a duplicate name, or it failed
+    (``pending_readers`` names the readers that did not acknowledge it in time)."""
+
+    def __init__(self, message: str, pending_readers: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.pending_readers = pending_readers
+
+
+# -- internal signals (caught where raised) --------------------------------------------------
+class NoLegacyCatalogError(ReaderGroupError):
+    """There is no catalog of the old layout (internal to ``readergroup admin migrate``)."""
+
+
+class SubscribedGroupGoneError(ReaderGroupError):
+    """A subscribed group was deleted between reading the catalog and reading its state
+    (internal to retention, which then skips the group)."""

@@ -39,35 +39,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from readergroup.core.errors import ReaderGroupError
+from readergroup.core.errors import (
+    CheckpointError,
+    ReaderAlreadyOnlineError,
+    ReaderNotInGroupError,
+    SegmentNotOwnedError,
+)
 from readergroup.core.group_config import ReaderGroupConfig
 from readergroup.core.stream_cut import StreamCut
 from statesync import Update
 
 #: A segment of a group: ``("scope/stream", segment id)``.
 SegKey = tuple[str, int]
-
-
-class ReaderNotInGroupError(ReaderGroupError):
-    """The reader is not (or no longer) an online member: it was declared dead, exceeded
-    ``max_poll_interval``, or left. Create a reader with the same id to rejoin."""
-
-
-class ReaderAlreadyOnlineError(ReaderGroupError):
-    """Another live reader with this id is online in the group."""
-
-
-class SegmentNotOwnedError(ReaderGroupError):
-    """The reader does not own the segment (any more) under the fencing token it presented."""
-
-
-class CheckpointError(ReaderGroupError):
-    """A checkpoint could not be taken: too many outstanding, a duplicate name, or it failed
-    (``pending_readers`` names the readers that did not acknowledge it in time)."""
-
-    def __init__(self, message: str, pending_readers: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.pending_readers = pending_readers
 
 
 MAX_OUTSTANDING_CHECKPOINTS = 3

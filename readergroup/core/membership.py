@@ -18,6 +18,7 @@ from readergroup.core.balance import (
     segments_to_acquire,
     segments_to_release,
 )
+from readergroup.core.errors import ReaderAlreadyOnlineError
 from readergroup.core.group_state import (
     AckCheckpoint,
     AckReset,
@@ -26,7 +27,6 @@ from readergroup.core.group_state import (
     CommitPositions,
     CompleteSegment,
     GroupState,
-    ReaderAlreadyOnlineError,
     ReleaseSegments,
     RemoveReader,
     SegKey,

@@ -60,6 +60,7 @@ from readergroup.spark.options import (
     split_ranges,
 )
 from readergroup.spark.partition_reader import read_partition_columns, to_record_batch
+from readergroup.storage import segment_status
 from readergroup.storage.connection import RedisConnection
 from statesync.system_clock import SystemClock
 
@@ -438,8 +439,8 @@ def commit_job(options: SourceOptions, job: str, messages: Sequence[Any]) -> int
             code, value = connection.staging.commit_staged(
                 options.scope, options.stream, job, staged
             )
-            if code != 1:  # committed now, or before
-                return value if code == 0 else 0
+            if code != segment_status.SEALED:  # committed now, or before
+                return value if code == segment_status.OK else 0
             delay = budget.next_delay()
             if delay is None:
                 break

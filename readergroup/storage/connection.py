@@ -30,7 +30,8 @@ from readergroup.storage.staging_store import StagingStore
 from readergroup.storage.subscriber_store import SubscriberStore
 from readergroup.storage.translate import translate_errors
 from statesync import StateSynchronizer, SyncConfig, Update
-from statesync.endpoints import EndpointURLError, is_sentinel_url, split_seeds
+from statesync.endpoints import is_sentinel_url, split_seeds
+from statesync.errors import EndpointURLError
 from statesync.redis_backend import RedisLogBackend, sentinel_clients
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import as_text, translate_errors
 
@@ -48,7 +49,9 @@ class RedisHeartbeatStore:
         self, reader_id: str, generation: int, action: str
     ) -> tuple[int, dict[str, tuple[int, int]]]:
         with translate_errors("heartbeat"):
-            now_ms, flat = self._script(keys=[self.key], args=[reader_id, generation, action])
+            reply = self._script(keys=[self.key], args=[reader_id, generation, action])
+        segment_status.check("heartbeat", self.key, reply)
+        now_ms, flat = reply[1], reply[2]
         beats: dict[str, tuple[int, int]] = {}
         for name, value in zip(flat[::2], flat[1::2], strict=False):
             generation_text, _, ms_text = value.partition(b" ")

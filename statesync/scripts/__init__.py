@@ -1,18 +1,27 @@
 """The Lua scripts of the Redis backend, read once from the ``.lua`` files beside this module.
 
 Each file starts with its contract: KEYS, ARGV, effects and return values. The return codes
-are the ones in :mod:`statesync.status`, which maps them to exceptions. ``history.lua`` is
-not a script: it is the prelude (helpers for the chained history of a log) prepended to the
-scripts listed in :data:`PRELUDED`.
+are the ones in :mod:`statesync.status`, which maps them to exceptions. Two files are not
+scripts but preludes, prepended to the scripts that use them (:data:`PRELUDES`):
+``history.lua`` (helpers for the chained history of a log) and ``time.lua`` (``server_ms()``,
+the server's clock in ms; readergroup's segment scripts use it too, through :func:`prelude`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
 
 SCRIPT_NAMES = ("initialize", "append", "read", "compact")
-PRELUDED = frozenset({"append", "read", "compact"})
+PRELUDE_NAMES = ("time", "history")
+PRELUDES: dict[str, tuple[str, ...]] = {
+    "initialize": ("time",),
+    "append": ("time", "history"),
+    "read": ("history",),
+    "compact": ("history",),
+}
+"""Script -> the preludes prepended to it, in order."""
 
 
 def _text(name: str) -> str:
@@ -20,9 +29,21 @@ def _text(name: str) -> str:
 
 
 @cache
+def prelude(name: str) -> str:
+    """The source of prelude ``name`` (one of :data:`PRELUDE_NAMES`), read once."""
+    if name not in PRELUDE_NAMES:
+        raise KeyError(f"no prelude named {name!r}")
+    return _text(name)
+
+
+def with_preludes(body: str, preludes: Sequence[str]) -> str:
+    """``body`` with each of ``preludes`` prepended, in order (how every loader joins them)."""
+    return "\n".join([*(prelude(name) for name in preludes), body])
+
+
+@cache
 def script_source(name: str) -> str:
     """The source text of script ``name`` (one of :data:`SCRIPT_NAMES`), read once."""
     if name not in SCRIPT_NAMES:
         raise KeyError(f"no script named {name!r}")
-    body = _text(name)
-    return f"{_text('history')}\n{body}" if name in PRELUDED else body
+    return with_preludes(_text(name), PRELUDES[name])

@@ -59,8 +59,7 @@ local size = string.len(ARGV[2])
 if size > tonumber(ARGV[3]) then
   return {3, size, tonumber(ARGV[3])}
 end
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local ms = server_ms()
 local revision = head + 1
 local history = redis.sha1hex((meta.hash or meta.inc or '') .. ARGV[2])
 redis.call('XADD', KEYS[2], string.format('%d-0', revision), 'd', ARGV[2], 't', ms,

@@ -13,8 +13,7 @@
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {7}
 end
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local ms = server_ms()
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[1], 'revision', 0, 'trunc', 0, 'snap', 0, 'inc', ARGV[2],
   'format', ARGV[3], 'created_ms', ms, 'hash', ARGV[2], 'snaph', ARGV[2], 'trunch', ARGV[2])

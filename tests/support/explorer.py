@@ -33,19 +33,13 @@ from typing import Any
 
 from readergroup.admin.group_manager import plan_checkpoint
 from readergroup.admin.group_member import GroupMember
-from readergroup.core.errors import ReaderGroupError
+from readergroup.core.errors import CheckpointError, ReaderGroupError
 from readergroup.core.group_config import ReaderGroupConfig
-from readergroup.core.group_state import (
-    CheckpointError,
-    GroupState,
-    ResetGroup,
-    SegKey,
-    check_invariants,
-    new_group,
-)
+from readergroup.core.group_state import GroupState, ResetGroup, SegKey, check_invariants, new_group
 from readergroup.core.membership import plan_remove
 from readergroup.testing.memory_heartbeats import MemoryHeartbeatStore
-from statesync.replica import ApplyError, apply_updates, split_generator_result
+from statesync.errors import ApplyError
+from statesync.replica import apply_updates, split_generator_result
 
 STREAM = "x/s"
 S0, S1, SA, SB, SM = ((STREAM, i) for i in range(5))

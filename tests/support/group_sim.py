@@ -7,12 +7,12 @@ import random
 from dataclasses import dataclass, field
 
 from readergroup.admin.group_member import GroupMember
+from readergroup.core.errors import ReaderAlreadyOnlineError
 from readergroup.core.group_config import ReaderGroupConfig
 from readergroup.core.group_state import (
     STATE_TYPES,
     UPDATE_TYPES,
     GroupState,
-    ReaderAlreadyOnlineError,
     check_invariants,
     new_group,
 )

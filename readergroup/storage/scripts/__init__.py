@@ -1,11 +1,15 @@
 """The Lua scripts of the segment data plane, read once from the ``.lua`` files beside this
 module. Each file starts with its KEYS/ARGV/returns contract; the return codes are those of
-:mod:`readergroup.storage.segment_status`, which maps them to exceptions."""
+:mod:`readergroup.storage.segment_status`, which maps them to exceptions. Scripts that stamp
+server time get statesync's ``time.lua`` prelude (``server_ms()``) prepended
+(:data:`PRELUDES`)."""
 
 from __future__ import annotations
 
 from functools import cache
 from importlib.resources import files
+
+from statesync.scripts import with_preludes
 
 SCRIPT_NAMES = (
     "append_events",
@@ -17,10 +21,22 @@ SCRIPT_NAMES = (
     "create_closed_segment",
     "open_segment",
 )
+PRELUDES: dict[str, tuple[str, ...]] = {
+    "append_events": ("time",),
+    "heartbeat": ("time",),
+    "commit_staged": ("time",),
+}
+"""Script -> the statesync preludes prepended to it, in order."""
+
+
+def script_body(name: str) -> str:
+    """The text of ``name``'s ``.lua`` file, its header contract first (no prelude)."""
+    if name not in SCRIPT_NAMES:
+        raise KeyError(f"no script named {name!r}")
+    return (files(__package__) / f"{name}.lua").read_text(encoding="utf-8")
 
 
 @cache
 def script_source(name: str) -> str:
-    if name not in SCRIPT_NAMES:
-        raise KeyError(f"no script named {name!r}")
-    return (files(__package__) / f"{name}.lua").read_text(encoding="utf-8")
+    """The source Redis runs for script ``name``: its preludes, then its body."""
+    return with_preludes(script_body(name), PRELUDES.get(name, ()))

@@ -12,13 +12,14 @@
 --                    writer timestamp (ms)
 --
 -- Each event is stored with fields k (routing key, only if any), p (payload), w (writer ms),
--- t (server ms: TIME, or the last append's if TIME went back, so t never decreases along a
--- segment), b (byte offset of the event in the segment). The same batch can also be appended
--- without this script (readergroup/storage/native_append.py); both keep these fields.
+-- t (server ms: server_ms() of the time.lua prelude, or the last append's if TIME went back,
+-- so t never decreases along a segment), b (byte offset of the event in the segment). The same
+-- batch can also be appended without this script (readergroup/storage/native_append.py); both
+-- keep these fields.
 --
--- Returns:
+-- Returns (status codes: readergroup/storage/segment_status.py):
 --   {0, first_offset, n, server_ms}  appended at offsets first_offset .. first_offset + n - 1
---   {1, tail}                        the segment is sealed; nothing written
+--   {20, tail}                       the segment is sealed; nothing written
 --   {2}                              the segment does not exist; nothing written
 --   {3, index, size}                 event `index` (1-based) is too large; nothing written
 --   {6, last_sequence}               this batch already landed (a retry); nothing written
@@ -28,7 +29,7 @@ if not meta[1] then
 end
 local events = tonumber(meta[3] or 0)
 if meta[2] == '1' then
-  return {1, events}
+  return {20, events}
 end
 local last = redis.call('HGET', KEYS[3], ARGV[1])
 if last and tonumber(last) >= tonumber(ARGV[2]) then
@@ -44,9 +45,7 @@ for i = 1, n do
     return {3, i, size}
   end
 end
-local now = redis.call('TIME')
-local ms = math.max(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),
-  tonumber(meta[5] or 0))
+local ms = math.max(server_ms(), tonumber(meta[5] or 0))
 local bytes = tonumber(meta[4] or 0)
 for i = 1, n do
   local base = 1 + 3 * i

@@ -8,10 +8,10 @@
 -- A staging list holds, per event, three items: routing key ("" for none, else "k" .. key),
 -- payload, writer timestamp (ms). Events are appended exactly as append_events.lua would.
 --
--- Returns:
+-- Returns (status codes: readergroup/storage/segment_status.py):
 --   {0, events}     committed now; the staging lists are deleted
 --   {6, ms}         this job was committed before (a retry): nothing written
---   {1, index}      target segment `index` (1-based) is sealed: nothing written
+--   {20, index}     target segment `index` (1-based) is sealed: nothing written
 --   {2, index}      target segment `index` does not exist: nothing written
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   return {6, tonumber(redis.call('HGET', KEYS[1], ARGV[1]))}
@@ -23,11 +23,10 @@ for i = 1, n do
     return {2, i}
   end
   if meta[2] == '1' then
-    return {1, i}
+    return {20, i}
   end
 end
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local ms = server_ms()
 local total = 0
 for i = 1, n do
   local meta_key, events_key, stage_key = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]

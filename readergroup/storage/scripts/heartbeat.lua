@@ -12,10 +12,12 @@
 -- heartbeat. "claim" writes whatever is stored: a join just decided, on the group's newest
 -- state, that no other incarnation of this id is online.
 --
--- Returns {server_ms, {reader id, "<generation> <ms>", ...}}: liveness is judged on this one
--- clock, never on the readers' own clocks.
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+-- Liveness is judged on the server's clock (server_ms() of the time.lua prelude), never on the
+-- readers' own clocks.
+--
+-- Returns (status codes: readergroup/storage/segment_status.py):
+--   {0, server_ms, {reader id, "<generation> <ms>", ...}}   done (whatever the action did)
+local ms = server_ms()
 if ARGV[1] ~= '' then
   local generation = tonumber(ARGV[2])
   local current = redis.call('HGET', KEYS[1], ARGV[1])
@@ -31,4 +33,4 @@ if ARGV[1] ~= '' then
     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ms)
   end
 end
-return {ms, redis.call('HGETALL', KEYS[1])}
+return {0, ms, redis.call('HGETALL', KEYS[1])}
