@@ -217,3 +217,9 @@ class NoLegacyCatalogError(ReaderGroupError):
 class SubscribedGroupGoneError(ReaderGroupError):
     """A subscribed group was deleted between reading the catalog and reading its state
     (internal to retention, which then skips the group)."""
+
+
+class NativeAppendConflictError(ReaderGroupError):
+    """A round cannot be sent as native ``XADD``s (a watched key changed, or the segment is not
+    in the plain state the native path needs): nothing of it was written, and the caller sends
+    it through ``append_events.lua`` (internal to ``readergroup/storage/native_append.py``)."""

@@ -40,6 +40,7 @@ from typing import Any, NoReturn
 
 import redis
 
+from readergroup.core.errors import NativeAppendConflictError
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import AppendBatch
 
@@ -47,10 +48,6 @@ _STREAM = (b"stream", b"none", "stream", "none")  # TYPE replies of an events ke
 
 MIN_EVENTS = 64
 """Smallest round sent natively; smaller rounds take one round trip through the script."""
-
-
-class _Conflict(Exception):
-    """The round cannot be sent natively: the caller uses ``append_events.lua``."""
 
 
 def append_natively(
@@ -68,7 +65,7 @@ def append_natively(
     connection = pool.get_connection()
     try:
         return _append(connection, layout, batches, wait)
-    except _Conflict:
+    except NativeAppendConflictError:
         return None
     except BaseException:
         connection.disconnect()  # type: ignore[no-untyped-call]  # never hand a connection in an unknown state back
@@ -146,7 +143,7 @@ def _append(
     executed = _read(connection)
     acknowledged = _read(connection) if wait is not None else None
     if executed is None or isinstance(executed, Exception):  # a watched key changed, EXECABORT
-        raise _Conflict
+        raise NativeAppendConflictError
     if any(isinstance(reply, Exception) for reply in executed):  # cannot happen (see above)
         raise redis.ResponseError(f"a native append failed part way: {executed!r}")
     return outcomes, acknowledged
@@ -238,4 +235,4 @@ def _read(connection: Any) -> Any:
 def _unwatch(connection: Any) -> NoReturn:
     connection.send_packed_command([b"*1\r\n$7\r\nUNWATCH\r\n"], check_health=False)
     _read(connection)
-    raise _Conflict
+    raise NativeAppendConflictError
