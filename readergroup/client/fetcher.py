@@ -30,6 +30,7 @@ from readergroup.client.event_read import EventRead
 from readergroup.client.serializers import Serializer
 from readergroup.core.errors import (
     CorruptSegmentError,
+    DataLostError,
     ReaderGroupError,
     RedisUnavailableError,
     SerializationError,
@@ -465,7 +466,11 @@ class Fetcher(Generic[T]):
             run = 1
             while run < len(events) and events[run].offset == events[run - 1].offset + 1:
                 run += 1
-            if run < len(events):
+            if run < len(events) and self._lost(
+                owned, events[run - 1].offset + 1, events[run].offset
+            ):
+                events = events[:run]  # the next fetch starts at the gap: reported there
+            elif run < len(events):
                 after, gap_at = events[run - 1].offset, events[run].offset
                 logger.warning(
                     "%s: the entry after offset %d has offset %d; reading it stops there",
@@ -492,6 +497,10 @@ class Fetcher(Generic[T]):
         owned.buffer.extend(events)
         owned.fetch = last + 1
 
+    def _lost(self, owned: OwnedSegment, begin: int, end: int) -> bool:
+        segments = self._connection.segments
+        return segments.lost_in_failover(owned.scope, owned.stream, owned.segment, begin, end)
+
     def _skip_truncated(self, owned: OwnedSegment, first: SegmentEvent) -> bool:
         """Entries resume at ``first`` after ``owned.fetch``: if truncation removed the events
         between (the head moved past them), report it once when reading reaches them and go
@@ -501,6 +510,22 @@ class Fetcher(Generic[T]):
         ].head
         if head > owned.fetch:
             owned.hold(TruncatedDataError(owned.name, owned.fetch, head), owned.fetch)
+            owned.fetch = first.offset
+            owned.jumped = True
+            return True
+        if self._lost(owned, owned.fetch, first.offset):
+            logger.warning(
+                "%s: offsets %d..%d were lost in a failover; reading goes on after them",
+                owned.name,
+                owned.fetch,
+                first.offset - 1,
+            )
+            lost = DataLostError(
+                f"segment {owned.name}: offsets {owned.fetch}..{first.offset - 1} were lost in "
+                "a failover (acknowledged, then a replica without them took over); reading "
+                "goes on after them"
+            )
+            owned.hold(lost, owned.fetch)
             owned.fetch = first.offset
             owned.jumped = True
             return True

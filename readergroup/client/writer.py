@@ -239,6 +239,9 @@ class EventStreamWriter(Generic[T]):
         self._wall_ms = wall_clock_ms or _wall_clock_ms
         self.writer_id = writer_id or f"w-{uuid.uuid4().hex[:16]}"
         self._sequence = itertools.count(1)
+        # segment -> (created_ms, highest tail acknowledged): a stored tail found behind it
+        # (a lossy failover) is never reused (append_events.lua); sender thread only
+        self._seen: dict[int, tuple[str, int]] = {}
         self._order = itertools.count()
         self._queue: deque[WriteFuture] = deque()
         self._wakeup = threading.Event()
@@ -443,6 +446,7 @@ class EventStreamWriter(Generic[T]):
         members: list[list[WriteFuture]] = []
         size = self._config.max_batch_events
         for segment, group in groups.items():
+            created, seen = self._seen.get(segment, ("", 0))
             for start in range(0, len(group), size):
                 chunk = group[start : start + size]
                 args: list[Any] = []
@@ -458,6 +462,8 @@ class EventStreamWriter(Generic[T]):
                         len(chunk),
                         args,
                         self._max_event_size,
+                        seen,
+                        created,
                     )
                 )
                 members.append(chunk)
@@ -490,6 +496,10 @@ class EventStreamWriter(Generic[T]):
     def _acknowledge(self, segment: int, group: list[WriteFuture], reply: AppendReply) -> None:
         if reply.status == segment_status.OK:
             first = reply.first_offset
+            tail = first + len(group)
+            created, seen = self._seen.get(segment, ("", 0))
+            if reply.created and (reply.created != created or tail > seen):
+                self._seen[segment] = (reply.created, tail)
             for index, event in enumerate(group):
                 event._complete(EventPointer(segment, first + index), None)
         else:  # DUPLICATE: an earlier try landed; its offsets are not known here

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from readergroup.core.errors import (
     CorruptSegmentError,
+    DataLostError,
     ReaderGroupError,
     SegmentNotFoundError,
     TruncatedDataError,
@@ -79,7 +80,9 @@ def read_partition_columns(
 
     Data lost to truncation raises :class:`TruncatedDataError` (a missing segment
     :class:`SegmentNotFoundError`), unless ``skip_lost``: then the lost part is skipped.
-    Entries out of sequence (not written by this library) raise
+    Offsets lost in a failover (recorded by ``append_events.lua``) raise
+    :class:`DataLostError` after the events before them, or are skipped with ``skip_lost``;
+    other entries out of sequence (not written by this library) raise
     :class:`CorruptSegmentError` after the events before them."""
     events_key = connection.keys.segment(scope, stream, segment).events
     while start < end:
@@ -108,6 +111,17 @@ def read_partition_columns(
             yield _event_columns(segment, events[:run])
         if run < len(events):
             after = events[run - 1].offset if run else start - 1
+            resume = events[run].offset
+            name = segment_name(scope, stream, segment)
+            if connection.segments.lost_in_failover(scope, stream, segment, after + 1, resume):
+                if not skip_lost:
+                    raise DataLostError(
+                        f"segment {name}: offsets {after + 1}..{resume - 1} were lost in a "
+                        "failover (acknowledged, then a replica without them took over); "
+                        "fail_on_data_loss=false skips them"
+                    )
+                start = resume
+                continue
             raise CorruptSegmentError(
                 segment_name(scope, stream, segment),
                 events_key,

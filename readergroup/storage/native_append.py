@@ -55,8 +55,9 @@ def append_natively(
     layout: KeyLayout,
     batches: Sequence[AppendBatch],
     wait: Sequence[Any] | None,
-) -> tuple[list[tuple[int, int]], Any] | None:
-    """Append ``batches`` natively; return each batch's first offset and server ms, and the
+) -> tuple[list[tuple[int, int, bytes]], Any] | None:
+    """Append ``batches`` natively; return each batch's first offset, server ms and the
+    segment's ``created_ms``, and the
     reply of ``wait`` (``None`` without one); or ``None`` when the round must go through the
     script (nothing of it was written then). Connection errors propagate (redis-py's)."""
     if sum(batch.count for batch in batches) < MIN_EVENTS:
@@ -79,7 +80,7 @@ def _append(
     layout: KeyLayout,
     batches: Sequence[AppendBatch],
     wait: Sequence[Any] | None,
-) -> tuple[list[tuple[int, int]], Any]:
+) -> tuple[list[tuple[int, int, bytes]], Any]:
     keys = [layout.segment(b.scope, b.stream, b.segment) for b in batches]
     watched = list(dict.fromkeys(key for triple in keys for key in triple))
     reads: list[tuple[Any, ...]] = [("WATCH", *watched), ("TIME",)]
@@ -93,7 +94,7 @@ def _append(
     now_sec, now_us = replies[1]
     now_ms = int(now_sec) * 1000 + int(now_us) // 1000
     commands = [b"*1\r\n$5\r\nMULTI\r\n"]
-    outcomes: list[tuple[int, int]] = []  # (first offset, server ms) per batch
+    outcomes: list[tuple[int, int, bytes]] = []  # (first offset, server ms, created) per batch
     tails: dict[str, tuple[int, int, int]] = {}  # meta key -> tail, bytes, ms of this round
     for index, (batch, (meta, events, writers)) in enumerate(zip(batches, keys, strict=True)):
         state, last, kind = replies[2 + 3 * index : 5 + 3 * index]
@@ -110,6 +111,8 @@ def _append(
             tail, size, ms = tails[meta]
         else:
             tail, size = int(tail_text or 0), int(bytes_text or 0)
+            if tail < batch.seen_tail:  # appends were lost: the script records it
+                _unwatch(connection)
             ms = max(now_ms, int(last_ms or 0))
         command, size_after = _xadds(events, tail, size, ms, batch)
         if command is None:  # an event over the limit: the script names it
@@ -131,7 +134,7 @@ def _append(
             )
         )
         commands.append(_pack((b"HSET", writers, batch.writer, b"%d" % batch.sequence)))
-        outcomes.append((tail, ms))
+        outcomes.append((tail, ms, created))
         tails[meta] = (tail + count, size_after, ms)
     commands.append(b"*1\r\n$4\r\nEXEC\r\n")
     if wait is not None:

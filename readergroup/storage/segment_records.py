@@ -144,6 +144,11 @@ class AppendBatch:
     count: int
     event_args: list[Any]
     max_event_size: int
+    seen_tail: int = 0
+    """The highest tail the writer saw acknowledged in this segment (see ``append_events.lua``:
+    a stored tail behind it was lost in a failover and is not reused)."""
+    seen_created: str = ""
+    """The segment's ``created_ms`` when the writer saw ``seen_tail`` (its incarnation)."""
 
     @classmethod
     def of(
@@ -163,7 +168,15 @@ class AppendBatch:
         return cls(scope, stream, segment, writer, sequence, len(events), args, max_event_size)
 
     def script_args(self) -> list[Any]:
-        return [self.writer, self.sequence, self.max_event_size, self.count, *self.event_args]
+        return [
+            self.writer,
+            self.sequence,
+            self.max_event_size,
+            self.count,
+            *self.event_args,
+            self.seen_tail,
+            self.seen_created,
+        ]
 
 
 def wire_key(routing_key: str | None) -> str:
@@ -182,6 +195,8 @@ class AppendReply:
     first_offset: int = -1
     server_ms: int = 0
     tail: int = -1
+    created: str = ""
+    """The segment's ``created_ms`` (its incarnation), for :attr:`AppendBatch.seen_created`."""
     error: ReaderGroupError | None = None
 
 

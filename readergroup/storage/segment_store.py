@@ -45,7 +45,10 @@ def _append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
     except ReaderGroupError as exc:
         return AppendReply(REFUSED, error=exc)
     if code == segment_status.OK:
-        return AppendReply(code, int(reply[1]), int(reply[3]))
+        created = reply[4] if len(reply) > 4 else b""
+        if isinstance(created, bytes):
+            created = created.decode()
+        return AppendReply(code, int(reply[1]), int(reply[3]), created=str(created))
     if code == segment_status.SEALED:
         return AppendReply(code, tail=int(reply[1]))
     return AppendReply(code)
@@ -130,8 +133,8 @@ class SegmentStore:
             elif (native := append_natively(self._client, self._keys, batches, wait)) is not None:
                 appended, acknowledged = native
                 replies = [
-                    [segment_status.OK, first, batch.count, ms]
-                    for batch, (first, ms) in zip(batches, appended, strict=True)
+                    [segment_status.OK, first, batch.count, ms, created]
+                    for batch, (first, ms, created) in zip(batches, appended, strict=True)
                 ]
                 if wait is not None:
                     waits.append(acknowledged)
@@ -218,6 +221,28 @@ class SegmentStore:
         last = "+" if stop < 0 else f"{stop}-0"
         with translate_errors("read"):
             return self._client.xrange(events, f"{start + 1}-0", last, count=limit)
+
+    def lost_ranges(self, scope: str, stream: str, segment: int) -> list[tuple[int, int]]:
+        """Offset ranges ``[from, to)`` the segment lost in failovers and never reuses (meta
+        field ``lost``, recorded by ``append_events.lua``), oldest first."""
+        meta = self._keys.segment(scope, stream, segment).meta
+        with translate_errors("read"):
+            recorded: Any = self._client.hget(meta, "lost")
+        text = recorded.decode() if isinstance(recorded, bytes) else str(recorded or "")
+        ranges = []
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            if low.isdigit() and high.isdigit():
+                ranges.append((int(low), int(high)))
+        return ranges
+
+    def lost_in_failover(self, scope: str, stream: str, segment: int, begin: int, end: int) -> bool:
+        """Whether offsets ``[begin, end)`` are within :meth:`lost_ranges`."""
+        covered = begin
+        for low, high in sorted(self.lost_ranges(scope, stream, segment)):
+            if low <= covered < high:
+                covered = high
+        return covered >= end
 
     def segment_states(
         self, scope: str, stream: str, segments: Sequence[int]

@@ -54,6 +54,16 @@ class ReplyDroppingProxy:
         else:
             self._blackholed.clear()
 
+    def retarget(self, host: str, port: int) -> None:
+        """Send new connections to ``host:port`` and close the open ones: what clients see of a
+        failover behind a stable address (a virtual IP, a Sentinel-aware proxy)."""
+        self._target = (host, port)
+        sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
     def _accept_loop(self) -> None:
         while not self._closed:
             try:

@@ -10,6 +10,14 @@
 -- ARGV[4]  n, the number of events
 -- ARGV[5 .. 4 + 3n]  per event: routing key ("" for none, else "k" .. key), payload,
 --                    writer timestamp (ms)
+-- ARGV[5 + 3n]  the highest tail this writer saw acknowledged in this segment (0: none)
+-- ARGV[6 + 3n]  the segment's created_ms when it did ("": none)
+--
+-- A stored tail behind what the writer saw acknowledged in the same incarnation of the
+-- segment means Redis lost appends (a replica promoted before it had them): the offsets in
+-- between are never used again. The tail moves up to what was seen, and the range is
+-- recorded in the meta field `lost` ("<from>-<to>," per loss), so readers report it as lost
+-- data instead of reading new events under offsets they already passed.
 --
 -- Each event is stored with fields k (routing key, only if any), p (payload), w (writer ms),
 -- t (server ms: server_ms() of the time.lua prelude, or the last append's if TIME went back,
@@ -18,7 +26,8 @@
 -- keep these fields.
 --
 -- Returns (status codes: readergroup/storage/segment_status.py):
---   {0, first_offset, n, server_ms}  appended at offsets first_offset .. first_offset + n - 1
+--   {0, first_offset, n, server_ms, created_ms}  appended at offsets first_offset ..
+--                                    first_offset + n - 1 of the segment created at created_ms
 --   {20, tail}                       the segment is sealed; nothing written
 --   {2}                              the segment does not exist; nothing written
 --   {3, index, size}                 event `index` (1-based) is too large; nothing written
@@ -45,6 +54,12 @@ for i = 1, n do
     return {3, i, size}
   end
 end
+local seen = tonumber(ARGV[5 + 3 * n] or 0) or 0
+if seen > events and meta[1] == ARGV[6 + 3 * n] then
+  local lost = redis.call('HGET', KEYS[1], 'lost') or ''
+  redis.call('HSET', KEYS[1], 'lost', lost .. events .. '-' .. seen .. ',')
+  events = seen
+end
 local ms = math.max(server_ms(), tonumber(meta[5] or 0))
 local bytes = tonumber(meta[4] or 0)
 for i = 1, n do
@@ -62,4 +77,4 @@ for i = 1, n do
 end
 redis.call('HSET', KEYS[1], 'events', events + n, 'bytes', bytes, 't', ms)
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-return {0, events, n, ms}
+return {0, events, n, ms, meta[1]}

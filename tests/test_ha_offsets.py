@@ -1,0 +1,115 @@
+"""Failover-safe offsets (issue 18) on a real primary/replica pair: a replica promoted before
+it had the last appends must not make offsets that readers already passed name new events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from readergroup import (
+    BytesSerializer,
+    DataLostError,
+    EventStreamClientFactory,
+    EventWriterConfig,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    StreamManager,
+)
+from readergroup.spark.options import SourceOptions
+from readergroup.spark.source import BASE_SCHEMA, SegmentPartition, read_partition
+from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
+from tests.support.proxy import ReplyDroppingProxy
+from tests.support.waiting import wait_until
+from tests.test_hostile_reads import collect
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy]]:
+    """A primary and a replica whose replication link runs through a proxy (to partition it)."""
+    with local_redis_server() as primary, local_redis_server() as replica:
+        link = ReplyDroppingProxy("127.0.0.1", primary.port)
+        follower = redis.Redis(port=replica.port)
+        follower.replicaof("127.0.0.1", link.port)
+        wait_until(
+            lambda: follower.info("replication").get("master_link_status") == "up",
+            30,
+            "the replica to sync",
+        )
+        follower.close()
+        try:
+            yield primary, replica, link
+        finally:
+            link.close()
+
+
+def test_a_lossy_failover_never_reuses_offsets_a_writer_saw(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> None:
+    primary, replica, link = pair
+    front = ReplyDroppingProxy("127.0.0.1", primary.port)  # the clients' stable address
+    follower = redis.Redis(port=replica.port)
+    try:
+        with StreamManager.from_url(front.url) as sm:
+            sm.create_scope("ha")
+            sm.create_stream("ha", "s")
+        with EventStreamClientFactory.from_url("ha", front.url) as factory:
+            events_key = factory.connection.keys.segment("ha", "s", 0).events
+            config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+            writer = factory.create_event_writer("s", BytesSerializer(), config)
+            for i in range(100):
+                writer.write_event(b"a%d" % i, "k")
+            writer.flush()
+            wait_until(lambda: follower.xlen(events_key) == 100, 30, "the replica to have 100")
+            link.blackhole()  # the replica falls behind
+            acked = [writer.write_event(b"b%d" % i, "k") for i in range(50)]
+            writer.flush()
+            assert [f.result().offset for f in acked] == list(range(100, 150))
+            position = 150  # a reader read everything acknowledged so far
+            primary.kill()  # the primary dies; the replica, 50 events behind, takes over
+            follower.replicaof("no", "one")
+            front.retarget("127.0.0.1", replica.port)
+            after = [writer.write_event(b"c%d" % i, "k") for i in range(200)]
+            writer.flush()  # a bulk round: the native path finds the tail went back
+            after += [writer.write_event(b"c%d" % i, "k") for i in range(200, 230)]
+            writer.flush()
+            writer.close()
+            offsets = [f.result().offset for f in after]
+            # no acknowledged offset names two events: the lost ones are never reused
+            assert offsets == list(range(150, 380))
+            batch = factory.create_batch_client()
+            read = [e.payload for events in batch.read_segment("s", 0, position) for e in events]
+            assert read == [b"c%d" % i for i in range(230)]  # the reader skips nothing
+            assert follower.hget(factory.connection.keys.segment("ha", "s", 0).meta, "lost") == (
+                b"100-150,"
+            )
+        # reading across the lost range is a typed error, or skips it when asked to
+        options = {"redis_url": front.url, "scope": "ha", "stream": "s"}
+        strict = read_partition(
+            SourceOptions.parse(options), BASE_SCHEMA, SegmentPartition(0, 0, 380)
+        )
+        assert next(strict).num_rows == 100
+        with pytest.raises(DataLostError, match=r"offsets 100\.\.149 were lost"):
+            next(strict)
+        lenient = SourceOptions.parse({**options, "fail_on_data_loss": "false"})
+        rows = sum(
+            b.num_rows for b in read_partition(lenient, BASE_SCHEMA, SegmentPartition(0, 0, 380))
+        )
+        assert rows == 330
+        # a reader group from the head: every event that exists, the loss reported once
+        with ReaderGroupManager.from_url("ha", front.url) as rgm:
+            rgm.create_reader_group("g", ReaderGroupConfig(streams=["ha/s"]))
+        with (
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_reader("r", "g", BytesSerializer()) as reader,
+        ):
+            results = collect(reader, lambda got: len(got) >= 331)
+        values = [r for r in results if isinstance(r, bytes)]
+        errors = [r for r in results if not isinstance(r, bytes)]
+        assert values == [b"a%d" % i for i in range(100)] + [b"c%d" % i for i in range(230)]
+        assert len(errors) == 1 and isinstance(errors[0], DataLostError)
+        assert "offsets 100..149 were lost" in str(errors[0])
+    finally:
+        follower.close()
+        front.close()
