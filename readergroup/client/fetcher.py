@@ -271,6 +271,10 @@ class Fetcher(Generic[T]):
                     owned.max_event_size,
                 )
                 visits.append((owned, len(out), owned.returned))
+                if owned.pending is None and not owned.jumped:  # the common case, tightly
+                    failed = self._take_run(owned, out, max_events)
+                    if failed is not None:
+                        return self._stop_at(out, failed)
                 while len(out) < max_events:
                     if owned.pending is not None and (
                         not buffer or buffer[0].offset >= owned.pending_at
@@ -307,6 +311,32 @@ class Fetcher(Generic[T]):
                 owned.returned, end = before, start
             raise
         return out
+
+    def _take_run(
+        self, owned: OwnedSegment, out: list[EventRead[T]], max_events: int
+    ) -> ReaderGroupError | None:
+        """Move ``owned``'s buffered events into ``out`` (up to ``max_events`` in all) while
+        no error is pending and the buffer runs on from *returned*; stop before an event over
+        the size limit (the general loop reports it). Returns the error a serializer raised
+        (that event is consumed as the error, as in :meth:`take`)."""
+        buffer, stream, token, limit = owned.buffer, owned.key[0], owned.token, owned.max_event_size
+        deserialize = self._deserialize
+        first = len(out)
+        for _ in range(min(max_events - first, len(buffer))):
+            raw = buffer[0]
+            payload = raw.payload
+            if limit and len(payload) > limit:
+                break
+            try:
+                value = deserialize(payload)
+            except Exception as exc:  # any serializer, built-in or the application's
+                buffer.popleft()
+                owned.returned += len(out) - first + 1  # the error is this event's result
+                return self._undeliverable(owned, raw, exc)
+            buffer.popleft()
+            out.append(EventRead(value, raw, stream, token))
+        owned.returned += len(out) - first
+        return None
 
     def _stop_at(self, out: list[EventRead[T]], error: ReaderGroupError) -> list[EventRead[T]]:
         """End a take at ``error``: raise it now, or after the events already taken."""
