@@ -241,8 +241,10 @@ class Fetcher(Generic[T]):
         error.__cause__ = exc
         return error
 
-    def take(self, max_events: int) -> list[EventRead[T]]:
-        """Up to ``max_events`` buffered events, round-robin over segments.
+    def take(self, max_events: int, *, refill: bool = False) -> list[EventRead[T]]:
+        """Up to ``max_events`` buffered events, round-robin over segments; with ``refill``,
+        a read ahead that has arrived is added to the buffers when they run short (only then:
+        fewer events held means less work for Python's garbage collector).
 
         An event that cannot become a value (too large, or any exception of the serializer)
         ends the call as a :class:`SerializationError` naming stream, segment and offset; the
@@ -253,55 +255,10 @@ class Fetcher(Generic[T]):
         out: list[EventRead[T]] = []
         # undo log: (segment, index in ``out`` of its first event, its *returned* before)
         visits: list[tuple[OwnedSegment, int, int]] = []
-        rotation = self._rotation
-        deserialize = self._deserialize
         try:
-            for _ in range(len(rotation)):
-                if len(out) >= max_events:
-                    break
-                key = rotation[0]
-                rotation.rotate(-1)
-                owned = self.owned.get(key)
-                if owned is None:
-                    continue
-                buffer, stream, token, limit = (
-                    owned.buffer,
-                    key[0],
-                    owned.token,
-                    owned.max_event_size,
-                )
-                visits.append((owned, len(out), owned.returned))
-                if owned.pending is None and not owned.jumped:  # the common case, tightly
-                    failed = self._take_run(owned, out, max_events)
-                    if failed is not None:
-                        return self._stop_at(out, failed)
-                while len(out) < max_events:
-                    if owned.pending is not None and (
-                        not buffer or buffer[0].offset >= owned.pending_at
-                    ):
-                        error, owned.pending = owned.pending, None
-                        return self._stop_at(out, error)
-                    if not buffer:
-                        break
-                    raw = buffer[0]
-                    payload = raw.payload
-                    try:
-                        if limit and len(payload) > limit:
-                            raise SerializationError(
-                                f"event is {len(payload)} bytes, over the stream's "
-                                f"max_event_size of {limit}; not delivered"
-                            )
-                        value = deserialize(payload)
-                    except Exception as exc:  # any serializer, built-in or the application's
-                        buffer.popleft()
-                        owned.returned = raw.offset + 1  # the error is this event's result
-                        return self._stop_at(out, self._undeliverable(owned, raw, exc))
-                    buffer.popleft()
-                    # the buffer runs on from *returned* unless reading jumped a truncated gap
-                    owned.returned = raw.offset + 1 if owned.jumped else owned.returned + 1
-                    out.append(EventRead(value, raw, stream, token))
-                if owned.jumped and not buffer and owned.pending is None:
-                    owned.jumped = False  # past the gap: contiguous from *returned* again
+            error = self._take_round(out, visits, max_events)
+            if error is None and refill and len(out) < max_events and self.collect(0.0):
+                error = self._take_round(out, visits, max_events)
         except BaseException:
             end = len(out)
             for owned, start, before in reversed(visits):  # nothing taken is lost
@@ -310,7 +267,64 @@ class Fetcher(Generic[T]):
                 )
                 owned.returned, end = before, start
             raise
-        return out
+        return out if error is None else self._stop_at(out, error)
+
+    def _take_round(
+        self,
+        out: list[EventRead[T]],
+        visits: list[tuple[OwnedSegment, int, int]],
+        max_events: int,
+    ) -> ReaderGroupError | None:
+        """One turn over the segments for :meth:`take`; the error that ends the take, if any."""
+        rotation = self._rotation
+        deserialize = self._deserialize
+        for _ in range(len(rotation)):
+            if len(out) >= max_events:
+                break
+            key = rotation[0]
+            rotation.rotate(-1)
+            owned = self.owned.get(key)
+            if owned is None:
+                continue
+            buffer, stream, token, limit = (
+                owned.buffer,
+                key[0],
+                owned.token,
+                owned.max_event_size,
+            )
+            visits.append((owned, len(out), owned.returned))
+            if owned.pending is None and not owned.jumped:  # the common case, tightly
+                failed = self._take_run(owned, out, max_events)
+                if failed is not None:
+                    return failed
+            while len(out) < max_events:
+                if owned.pending is not None and (
+                    not buffer or buffer[0].offset >= owned.pending_at
+                ):
+                    error, owned.pending = owned.pending, None
+                    return error
+                if not buffer:
+                    break
+                raw = buffer[0]
+                payload = raw.payload
+                try:
+                    if limit and len(payload) > limit:
+                        raise SerializationError(
+                            f"event is {len(payload)} bytes, over the stream's "
+                            f"max_event_size of {limit}; not delivered"
+                        )
+                    value = deserialize(payload)
+                except Exception as exc:  # any serializer, built-in or the application's
+                    buffer.popleft()
+                    owned.returned = raw.offset + 1  # the error is this event's result
+                    return self._undeliverable(owned, raw, exc)
+                buffer.popleft()
+                # the buffer runs on from *returned* unless reading jumped a truncated gap
+                owned.returned = raw.offset + 1 if owned.jumped else owned.returned + 1
+                out.append(EventRead(value, raw, stream, token))
+            if owned.jumped and not buffer and owned.pending is None:
+                owned.jumped = False  # past the gap: contiguous from *returned* again
+        return None
 
     def _take_run(
         self, owned: OwnedSegment, out: list[EventRead[T]], max_events: int

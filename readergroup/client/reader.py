@@ -206,8 +206,7 @@ class EventStreamReader(Generic[T]):
         now = self._now()
         if now < session.quiet_until and session.fenced is None and not fetcher.errors:
             fetcher.consume_returned()
-            fetcher.collect(0.0)
-            events = fetcher.take(max_events)
+            events = fetcher.take(max_events, refill=True)
             if events:
                 session.last_poll = now
                 return events
@@ -228,8 +227,7 @@ class EventStreamReader(Generic[T]):
             session.maintain()
             if session.checkpoint_due is not None:
                 return [session.hand_out_checkpoint()]
-            fetcher.collect(0.0)
-            events = fetcher.take(max_events)
+            events = fetcher.take(max_events, refill=True)
             if events:
                 return events
             if session.end_of_data:
