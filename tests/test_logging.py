@@ -21,6 +21,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
+from readergroup.client.runner import _Runner
 from readergroup.testing.embedded_redis import LocalRedisServer
 from statesync import BackendUnavailableError, RetryPolicy, StateSynchronizer, SyncConfig, Update
 from statesync.redis_backend import RedisLogBackend
@@ -239,3 +240,46 @@ def test_a_failing_write_callback_logs_a_warning_and_the_writer_carries_on(
         assert writer.write_event("two").result(10) is not None  # the sender lives on
     [warning] = callback()
     assert warning.exc_info is not None and isinstance(warning.exc_info[1], RuntimeError)
+
+
+def test_a_runner_commit_refused_by_fencing_logs_a_warning_instead_of_vanishing(
+    redis_url: str, scope: str, factory: EventStreamClientFactory, records: Any
+) -> None:
+    stream_and_group(redis_url, scope, **FAST)
+    with factory.create_event_writer("orders", UTF8StringSerializer()) as writer:
+        writer.write_event("one", routing_key="k").result(10)
+    reader = factory.create_reader("fenced", "billing", UTF8StringSerializer())
+    event = reader.read_next_event(timeout=2)
+    assert event.event == "one" and event.offset is not None
+    runner = _Runner(reader, lambda e: None, None, 16)
+    runner.processed[(event.stream or "", event.segment or 0)] = event.offset + 1
+    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    assert group.reader_offline("fenced") is True
+    runner.commit()  # refused (fenced): logged, not raised, the run goes on to rejoin
+    [dropped] = logged(records, "readergroup.client.runner", logging.WARNING, "commit dropped")
+    assert "'fenced'" in dropped.getMessage() and runner.stats.commits == 0
+    reader.close()
+
+
+@dataclass(frozen=True)
+class Append(Update):
+    text: str
+
+    def apply_to(self, state: Any) -> Any:
+        return state + self.text
+
+
+def test_a_failed_automatic_compaction_logs_a_warning(
+    backend: Any, unique_name: str, records: Any
+) -> None:
+    # the empty state's snapshot fits, the one after ten appends does not: compaction fails
+    config = SyncConfig(compact_every=10, max_snapshot_bytes=200)
+    sync: StateSynchronizer[str] = StateSynchronizer(
+        backend, unique_name, update_types=[Append], config=config
+    )
+    sync.initialize("")
+    for _ in range(10):
+        sync.update_state(lambda state: [Append("x" * 100)])
+    assert len(sync.state) == 1000  # the appends landed; only the compaction failed
+    [failed] = logged(records, "statesync.synchronizer", logging.WARNING, "compaction", "failed")
+    assert failed.exc_info is not None and unique_name in failed.getMessage()
