@@ -16,12 +16,15 @@ from readergroup import (
     ReaderGroupConfig,
     ReaderGroupManager,
     ReaderNotInGroupError,
+    RetentionPolicy,
     ScalingPolicy,
     StreamConfiguration,
     StreamManager,
     UTF8StringSerializer,
 )
+from readergroup.admin.retention import RetentionManager
 from readergroup.client.runner import _Runner
+from readergroup.core.names import group_sync_name
 from readergroup.testing.embedded_redis import LocalRedisServer
 from statesync import BackendUnavailableError, RetryPolicy, StateSynchronizer, SyncConfig, Update
 from statesync.redis_backend import RedisLogBackend
@@ -283,3 +286,29 @@ def test_a_failed_automatic_compaction_logs_a_warning(
     assert len(sync.state) == 1000  # the appends landed; only the compaction failed
     [failed] = logged(records, "statesync.synchronizer", logging.WARNING, "compaction", "failed")
     assert failed.exc_info is not None and unique_name in failed.getMessage()
+
+
+def test_a_group_retention_cannot_read_logs_a_warning_and_keeps_everything(
+    redis_url: str, scope: str, records: Any
+) -> None:
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(
+            scope, "orders", StreamConfiguration(retention=RetentionPolicy(consumption_based=True))
+        )
+        with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+            rgm.create_reader_group("billing", ReaderGroupConfig(streams=[f"{scope}/orders"]))
+        # a rogue client's bytes in the group's log: the group cannot be read any more
+        sm.connection.log_backend.append(
+            group_sync_name(scope, "billing"),
+            b"\xc1 not msgpack",
+            expected_revision=None,
+            writer="rogue",
+            sequence=1,
+            max_bytes=1 << 20,
+        )
+        cuts = RetentionManager(sm).subscriber_cuts(scope, "orders")
+    assert cuts == {f"group:{scope}/billing": None}  # unreadable: nothing it may need goes
+    [warning] = logged(
+        records, "readergroup.admin.retention", logging.WARNING, f"group {scope}/billing"
+    )
+    assert warning.exc_info is not None
