@@ -9,7 +9,8 @@ the same test suite runs unchanged against both.
 Contract every backend keeps:
 
 * ``append`` is atomic. With ``expected_revision`` set it writes only if the head is exactly
-  that revision, else it returns a conflict and writes nothing.
+  that revision, else it returns a conflict and writes nothing; except that an append naming
+  the keys it concerns also lands after entries that concern only other keys.
 * ``append`` refuses (:data:`~statesync.status.REGRESSED`, nothing written) a writer whose
   replica is of another incarnation, or whose history at its revision differs from the
   log's: every entry carries ``history = sha1hex(previous history + payload)``, revision 0
@@ -24,8 +25,12 @@ Contract every backend keeps:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+MAX_DISJOINT_WINDOW = 256
+"""Most entries a keyed conditional append may land past (``append.lua`` has the same)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +112,16 @@ class LogBackend(Protocol):
         incarnation: str = "",
         anchor_revision: int = -1,
         anchor_history: str = "",
+        wake: bool = True,
+        keys: Sequence[str] | None = None,
     ) -> AppendOutcome:
         """Append one entry (see the module contract). ``incarnation`` and the writer's
-        history ``anchor_history`` at its revision ``anchor_revision`` are checked when given."""
+        history ``anchor_history`` at its revision ``anchor_revision`` are checked when given.
+        ``wake``: the entry also signals the log's wake stream (``wait(..., wakes_only=True)``
+        returns for it). ``keys``: what the entry concerns (``None``: the whole state); a
+        conditional append with keys lands past ``expected_revision`` too when every entry
+        since (at most :data:`MAX_DISJOINT_WINDOW`, none truncated) has keys, none of them
+        among these."""
         ...
 
     def read(
@@ -126,8 +138,11 @@ class LogBackend(Protocol):
         empty with its size in ``refused_size`` / ``snapshot_refused_size``."""
         ...
 
-    def wait(self, name: str, after_revision: int, timeout: float) -> bool:
-        """Block until the log has an entry after ``after_revision`` or ``timeout`` passes."""
+    def wait(
+        self, name: str, after_revision: int, timeout: float, *, wakes_only: bool = False
+    ) -> bool:
+        """Block until the log has an entry after ``after_revision`` (``wakes_only``: one
+        appended with ``wake``) or ``timeout`` passes."""
         ...
 
     def compact(

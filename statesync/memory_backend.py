@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from statesync import status
-from statesync.backend import AppendOutcome, CompactOutcome, RawEntry, ReadResult
+from statesync.backend import (
+    MAX_DISJOINT_WINDOW,
+    AppendOutcome,
+    CompactOutcome,
+    RawEntry,
+    ReadResult,
+)
 from statesync.names import validate_name
 
 
@@ -28,6 +34,20 @@ class _Log:
     writers: dict[str, tuple[int, int]] = field(default_factory=dict)
     histories: dict[int, str] = field(default_factory=dict)
     """Revision -> history, from the truncation point to the head (see history.lua)."""
+    woken: int = 0
+    """Revision of the newest entry appended with ``wake``."""
+    keys: dict[int, frozenset[str] | None] = field(default_factory=dict)
+    """Revision -> the keys its entry concerns (``None``: the whole state)."""
+
+    def disjoint_since(self, expected: int, keys: frozenset[str] | None) -> bool:
+        """Whether every entry after ``expected`` concerns only keys other than ``keys``."""
+        if not keys or expected < self.trunc or self.revision - expected > MAX_DISJOINT_WINDOW:
+            return False
+        for revision in range(expected + 1, self.revision + 1):
+            touched = self.keys.get(revision)
+            if touched is None or touched & keys:
+                return False
+        return True
 
     def history_at(self, revision: int) -> str:
         """The history at ``revision``, ``""`` when it is not known any more."""
@@ -95,7 +115,10 @@ class MemoryLogBackend:
         incarnation: str = "",
         anchor_revision: int = -1,
         anchor_history: str = "",
+        wake: bool = True,
+        keys: Sequence[str] | None = None,
     ) -> AppendOutcome:
+        concerns = frozenset(keys) if keys else None
         with self._changed:
             log = self._get(name)
             last = log.writers.get(writer)
@@ -104,7 +127,11 @@ class MemoryLogBackend:
             kind = log.regressed(incarnation, anchor_revision, "")
             if kind is not None:
                 status.raise_for_status("append", name, [status.REGRESSED, log.revision, kind])
-            if expected_revision is not None and expected_revision != log.revision:
+            if (
+                expected_revision is not None
+                and expected_revision != log.revision
+                and not log.disjoint_since(expected_revision, concerns)
+            ):
                 return AppendOutcome(status.CONFLICT, log.revision)
             kind = log.regressed("", anchor_revision, anchor_history)
             if kind is not None:
@@ -118,6 +145,9 @@ class MemoryLogBackend:
             log.entries[log.revision] = RawEntry(log.revision, now, bytes(payload), history)
             log.histories[log.revision] = history
             log.writers[writer] = (sequence, log.revision)
+            log.keys[log.revision] = concerns
+            if wake:
+                log.woken = log.revision
             self._changed.notify_all()
             return AppendOutcome(status.OK, log.revision, now, history)
 
@@ -164,10 +194,14 @@ class MemoryLogBackend:
                 refused,
             )
 
-    def wait(self, name: str, after_revision: int, timeout: float) -> bool:
+    def wait(
+        self, name: str, after_revision: int, timeout: float, *, wakes_only: bool = False
+    ) -> bool:
         def has_news() -> bool:
             log = self._logs.get(name)
-            return log is not None and log.revision > after_revision
+            if log is None:
+                return False
+            return (log.woken if wakes_only else log.revision) > after_revision
 
         with self._changed:
             return self._changed.wait_for(has_news, timeout=timeout)
@@ -197,6 +231,7 @@ class MemoryLogBackend:
             removed = [r for r in log.entries if r <= previous]
             for r in removed:
                 del log.entries[r]
+                log.keys.pop(r, None)
             log.writers = {w: v for w, v in log.writers.items() if v[1] > previous}
             log.histories = {r: h for r, h in log.histories.items() if r >= previous}
             log.snap, log.trunc = revision, previous

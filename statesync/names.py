@@ -37,7 +37,7 @@ class KeyLayout:
     'statesync:{orders}:log'
     """
 
-    __slots__ = ("log", "meta", "snapshots", "writers")
+    __slots__ = ("log", "meta", "snapshots", "wake", "writers")
 
     def __init__(self, prefix: str, name: str) -> None:
         base = f"{validate_name(prefix, what='key prefix')}:{{{validate_name(name)}}}"
@@ -49,7 +49,11 @@ class KeyLayout:
         """Hash: revision -> encoded snapshot; the newest and the one before it."""
         self.writers = f"{base}:writers"
         """Hash: writer id -> "<sequence> <revision>" of its last append (idempotence)."""
+        self.wake = f"{base}:wake"
+        """Stream: entry ``<revision>-0`` for each log entry that wakes followers (see
+        :attr:`~statesync.update.Update.wakes_followers`); only the newest few are kept. Block
+        on it from ``<your revision>-0`` to be woken by the changes after yours."""
 
     @property
-    def all(self) -> tuple[str, str, str, str]:
-        return (self.meta, self.log, self.snapshots, self.writers)
+    def all(self) -> tuple[str, str, str, str, str]:
+        return (self.meta, self.log, self.snapshots, self.writers, self.wake)

@@ -315,12 +315,16 @@ class RedisLogBackend:
             layout = self._layouts[name] = KeyLayout(self._prefix, name)
         return layout
 
-    def wake_on(self, name: str, after_revision: int) -> tuple[str, str]:
+    def wake_on(
+        self, name: str, after_revision: int, *, wakes_only: bool = False
+    ) -> tuple[str, str]:
         """The stream key and entry id an ``XREAD BLOCK`` waits on to wake when synchronizer
         ``name`` has an entry after ``after_revision`` (``-1``: any): a caller that blocks on
         several streams in one call (readergroup's readers: segments and state logs) adds
-        this pair to its XREAD instead of building the log's key and ids itself."""
-        return self.keys(name).log, f"{max(after_revision, 0)}-0"
+        this pair to its XREAD instead of building the log's key and ids itself.
+        ``wakes_only``: only entries appended with ``wake`` count (the log's wake stream)."""
+        layout = self.keys(name)
+        return layout.wake if wakes_only else layout.log, f"{max(after_revision, 0)}-0"
 
     def _run(self, script: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with translate_redis_errors(script, name):
@@ -332,7 +336,7 @@ class RedisLogBackend:
         reply = self._run(
             "initialize",
             name,
-            [k.meta, k.snapshots, k.log, k.writers],
+            [k.meta, k.snapshots, k.log, k.writers, k.wake],
             [snapshot, incarnation, 1],
         )
         return status.raise_for_status("initialize", name, reply) == status.OK
@@ -349,12 +353,14 @@ class RedisLogBackend:
         incarnation: str = "",
         anchor_revision: int = -1,
         anchor_history: str = "",
+        wake: bool = True,
+        keys: Sequence[str] | None = None,
     ) -> AppendOutcome:
         k = self.keys(name)
         expected = -1 if expected_revision is None else expected_revision
         reply = self._append_acknowledged(
             name,
-            [k.meta, k.log, k.writers],
+            [k.meta, k.log, k.writers, k.wake],
             [
                 expected,
                 payload,
@@ -364,6 +370,8 @@ class RedisLogBackend:
                 incarnation,
                 anchor_revision,
                 anchor_history,
+                1 if wake else 0,
+                "\n".join(keys or ()),
             ],
         )
         code = status.raise_for_status("append", name, reply)
@@ -426,8 +434,10 @@ class RedisLogBackend:
                 f"synchronizer {name!r}: malformed read reply: {exc}"
             ) from exc
 
-    def wait(self, name: str, after_revision: int, timeout: float) -> bool:
-        log, last_id = self.wake_on(name, after_revision)
+    def wait(
+        self, name: str, after_revision: int, timeout: float, *, wakes_only: bool = False
+    ) -> bool:
+        log, last_id = self.wake_on(name, after_revision, wakes_only=wakes_only)
         remaining_ms = max(1, math.ceil(timeout * 1000))
         while remaining_ms > 0:
             block = min(remaining_ms, _MAX_BLOCK_MS)

@@ -101,6 +101,11 @@ class SyncStats:
     """Compactions this client ran because of ``SyncConfig.compact_every``."""
     resyncs: int = 0
     """Times the local copy was dropped to adopt the log (:meth:`StateSynchronizer.resync`)."""
+    reads: int = 0
+    """Reads of the log (one per page fetched, including fetches that found nothing new)."""
+    disjoint_appends: int = 0
+    """Conditional appends that landed past entries concerning other keys (no conflict; see
+    :meth:`Update.conflict_keys`)."""
 
 
 class StateSynchronizer(Generic[S]):
@@ -271,12 +276,19 @@ class StateSynchronizer(Generic[S]):
 
     # a list of updates: no result (listed first: a class may be both an Update and a Sequence)
     @overload
-    def update_state(self, generator: Callable[[S], Sequence[Update] | None]) -> None: ...
+    def update_state(
+        self,
+        generator: Callable[[S], Sequence[Update] | None],
+        *,
+        fetched_at: int | None = None,
+    ) -> None: ...
 
     @overload
-    def update_state(self, generator: Callable[[S], Decision[R]]) -> R: ...
+    def update_state(
+        self, generator: Callable[[S], Decision[R]], *, fetched_at: int | None = None
+    ) -> R: ...
 
-    def update_state(self, generator: Callable[[S], Any]) -> Any:
+    def update_state(self, generator: Callable[[S], Any], *, fetched_at: int | None = None) -> Any:
         """Append ``generator(state)``'s updates, conditional on the log not having moved.
 
         ``generator`` must be pure: it may run several times, each time on a newer state. It
@@ -288,6 +300,9 @@ class StateSynchronizer(Generic[S]):
         only if its state was fetched during this call; otherwise the log is read first and,
         if it moved, the generator runs again on the newer state (so a stale handle cannot
         silently decide "nothing to do", nor refuse on a state that no longer holds).
+        ``fetched_at``: the caller fetched (or appended) this replica at that revision during
+        the same step, so a first run on a replica still there counts as fresh (no second
+        read of the log just to confirm "nothing to do").
 
         Raises :class:`~statesync.errors.UpdateRejectedError` if an update's ``apply_to``
         raises on the current state (nothing appended),
@@ -297,7 +312,8 @@ class StateSynchronizer(Generic[S]):
         """
         with self._lock:
             budget = self._config.retry.start(self._clock, self._rng)
-            fresh = False  # the replica was fetched during this call
+            # the replica was fetched during this call (or the caller's step)
+            fresh = fetched_at is not None and self.revision == fetched_at
             if self._replica is None:
                 self._retrying(budget, self._fetch_locked)
                 fresh = True
@@ -317,15 +333,26 @@ class StateSynchronizer(Generic[S]):
                     continue
                 new_state = self._check_apply(replica, updates)
                 payload = self._encode(updates)
-                outcome = self._append(budget, payload, replica, conditional=True)
+                outcome = self._append(
+                    budget,
+                    payload,
+                    replica,
+                    conditional=True,
+                    wake=_wakes(updates),
+                    keys=_conflict_keys(updates),
+                )
                 if outcome.status == status.OK:
-                    self._replica = Replica(
-                        new_state,
-                        outcome.revision,
-                        replica.incarnation,
-                        outcome.server_time_ms,
-                        outcome.history,
-                    )
+                    if outcome.revision == replica.revision + 1:
+                        self._replica = Replica(
+                            new_state,
+                            outcome.revision,
+                            replica.incarnation,
+                            outcome.server_time_ms,
+                            outcome.history,
+                        )
+                    else:  # landed after entries about other keys: apply them, then ours
+                        self._stats.disjoint_appends += 1
+                        self._retrying(budget, self._fetch_locked)
                     self._maybe_compact(outcome.revision)
                     return result
                 if outcome.status == status.DUPLICATE:
@@ -365,7 +392,14 @@ class StateSynchronizer(Generic[S]):
             replica = self._loaded()
             update_list = split_generator_result(list(updates))[0]
             new_state = self._check_apply(replica, update_list)
-            outcome = self._append(budget, self._encode(update_list), replica, conditional=False)
+            outcome = self._append(
+                budget,
+                self._encode(update_list),
+                replica,
+                conditional=False,
+                wake=_wakes(update_list),
+                keys=_conflict_keys(update_list),
+            )
             if outcome.status == status.OK and outcome.revision == replica.revision + 1:
                 # the script checked our history at replica.revision, then the head: ours
                 self._replica = Replica(
@@ -417,14 +451,16 @@ class StateSynchronizer(Generic[S]):
                 self._replica = replace(replica, state=state)
             return outcome
 
-    def wait_for_updates(self, timeout: float) -> bool:
+    def wait_for_updates(self, timeout: float, *, wakes_only: bool = False) -> bool:
         """Block until the log has an entry newer than :attr:`revision`, up to ``timeout``
         seconds; ``True`` if there is one. Blocks on the log itself (``XREAD BLOCK``), never
         sleep-polls. Does not apply anything: call :meth:`fetch_updates` next.
+        ``wakes_only``: only an entry holding an update that wakes followers
+        (:attr:`Update.wakes_followers`) counts.
         """
         if timeout < 0:
             raise ValueError("timeout must be >= 0")
-        return self._backend.wait(self._name, self.revision, timeout)
+        return self._backend.wait(self._name, self.revision, timeout, wakes_only=wakes_only)
 
     def resync(self) -> int:
         """Drop the local copy and load the log's state from scratch (after
@@ -525,7 +561,14 @@ class StateSynchronizer(Generic[S]):
             ) from exc
 
     def _append(
-        self, budget: RetryBudget, payload: bytes, replica: Replica[S], *, conditional: bool
+        self,
+        budget: RetryBudget,
+        payload: bytes,
+        replica: Replica[S],
+        *,
+        conditional: bool,
+        wake: bool = True,
+        keys: Sequence[str] | None = None,
     ) -> AppendOutcome:
         """Append once, re-sending the *same* sequence number after connection errors.
 
@@ -546,6 +589,8 @@ class StateSynchronizer(Generic[S]):
                 incarnation=replica.incarnation,
                 anchor_revision=replica.revision,
                 anchor_history=replica.history,
+                wake=wake,
+                keys=keys,
             ),
         )
         if outcome.status == status.OK:
@@ -578,6 +623,7 @@ class StateSynchronizer(Generic[S]):
     def _fetch_pages(self) -> int:
         applied = 0
         while True:
+            self._stats.reads += 1
             page = self._backend.read(
                 self._name,
                 self.revision,
@@ -706,3 +752,20 @@ class StateSynchronizer(Generic[S]):
                 replica.revision,
                 f"{type(exc.update).__name__}.apply_to raised {exc.__cause__!r}",
             ) from exc.__cause__
+
+
+def _wakes(updates: Sequence[Update]) -> bool:
+    """Whether an entry of ``updates`` wakes followers: any of them does."""
+    return any(getattr(update, "wakes_followers", True) for update in updates)
+
+
+def _conflict_keys(updates: Sequence[Update]) -> tuple[str, ...] | None:
+    """What an entry of ``updates`` concerns: the union of their keys; ``None`` (the whole
+    state) if any of them concerns the whole state."""
+    keys: set[str] = set()
+    for update in updates:
+        concern = update.conflict_keys() if isinstance(update, Update) else None
+        if concern is None:
+            return None
+        keys.update(concern)
+    return tuple(sorted(keys)) or None

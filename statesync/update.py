@@ -37,6 +37,24 @@ class Update(ABC):
     #: set it to keep old logs readable after renaming the class.
     type_name: ClassVar[str | None] = None
 
+    #: Whether an entry holding this update signals the log's wake stream (see
+    #: :class:`~statesync.names.KeyLayout`): followers that only act on some changes block
+    #: there instead of on the log, so frequent updates nobody reacts to (progress records)
+    #: set it ``False`` and wake nobody. An entry wakes if any of its updates does.
+    wakes_followers: ClassVar[bool] = True
+
+    def conflict_keys(self) -> tuple[str, ...] | None:
+        """What this update concerns, for conditional appends: ``None`` (the default) is the
+        whole state, so the append conflicts with every entry after the writer's revision;
+        keys (strings without newlines) let it land past entries that concern only other
+        keys, applied after them.
+
+        Return keys only if, for every update whose keys are disjoint from these, applying
+        that update first changes neither whether this one's ``apply_to`` (and the
+        generator's preconditions) succeed nor what it does to the parts it touches. An entry
+        concerns the union of its updates' keys (``None`` if any update returns ``None``)."""
+        return None
+
     @abstractmethod
     def apply_to(self, state: Any) -> Any:
         """Return the state that results from applying this update to ``state``."""

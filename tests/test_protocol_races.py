@@ -78,10 +78,10 @@ def race_before_first_append(member: GroupMember, rival: Callable[[], Any]) -> N
     conflict on Redis: the member's generator then re-runs on the newer state)."""
     original = member.sync.update_state
 
-    def update_state(generator: Callable[[GroupState], Any]) -> Any:
+    def update_state(generator: Callable[[GroupState], Any], **options: Any) -> Any:
         member.sync.update_state = original  # type: ignore[method-assign]
         rival()
-        return original(generator)
+        return original(generator, **options)
 
     member.sync.update_state = update_state  # type: ignore[method-assign]
 

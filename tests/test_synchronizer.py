@@ -27,7 +27,15 @@ from statesync import (
 )
 from statesync.backend import LogBackend
 from statesync.codec import Codec, TypeRegistry
-from tests.support.model import ALL_TYPES, Add, Explode, FailIfNegative, Put
+from tests.support.model import (
+    ALL_TYPES,
+    Add,
+    Claim,
+    Explode,
+    FailIfNegative,
+    Progress,
+    Put,
+)
 
 
 def make(backend: LogBackend, name: str, **kwargs: Any) -> StateSynchronizer[Any]:
@@ -130,6 +138,62 @@ def test_a_stale_handle_decides_nothing_and_refusals_on_the_newest_state(
     with pytest.raises(ValueError):  # on a fresh state the refusal stands
         a.update_state(lambda s: (_ for _ in ()).throw(ValueError("no")))
     assert stale.stats.appends == appends
+
+
+def test_updates_that_wake_nobody_leave_followers_blocked(
+    backend: LogBackend, unique_name: str
+) -> None:
+    writer, follower = make(backend, unique_name), make(backend, unique_name)
+    writer.initialize({"total": 0})
+    follower.fetch_updates()
+    writer.update_state(lambda s: [Progress("done", 1)])
+    writer.update_state_unconditionally([Progress("done", 2)])
+    assert follower.wait_for_updates(0.05)  # the log has news...
+    assert not follower.wait_for_updates(0.05, wakes_only=True)  # ...but none that wakes
+    writer.update_state(lambda s: [Progress("done", 3), Put("owner", "w")])  # one wakes: all
+    assert follower.wait_for_updates(0.05, wakes_only=True)
+    assert follower.fetch_updates() == 3 and follower.state["owner"] == "w"
+    assert not follower.wait_for_updates(0.05, wakes_only=True)  # woken up to its revision
+
+
+def test_a_decision_on_a_state_the_caller_just_fetched_reads_the_log_once(
+    backend: LogBackend, unique_name: str
+) -> None:
+    a, b = make(backend, unique_name), make(backend, unique_name)
+    a.initialize({"total": 0})
+    b.fetch_updates()
+    reads = b.stats.reads
+    assert b.update_state(lambda s: ([], "idle"), fetched_at=b.revision) == "idle"
+    assert b.stats.reads == reads  # nothing to do, decided on the caller's fresh state
+    a.update_state(lambda s: [Put("owner", "a")])
+    stale = b.revision - 1  # not the revision the replica is at: not fresh
+    assert b.update_state(lambda s: ([], s.get("owner")), fetched_at=stale) == "a"
+    assert b.stats.reads == reads + 1
+
+
+def test_updates_about_other_keys_do_not_conflict(backend: LogBackend, unique_name: str) -> None:
+    a, b = make(backend, unique_name), make(backend, unique_name)
+    a.initialize({"total": 0})
+    b.fetch_updates()
+    a.update_state(lambda s: [Claim("x", "a")])
+
+    def claim(key: str) -> Any:
+        def run(state: dict[str, Any]) -> Any:
+            return ([], False) if state.get(key) else ([Claim(key, "b")], True)
+
+        return run
+
+    assert b.update_state(claim("y"), fetched_at=b.revision) is True  # lands past a's entry
+    assert b.stats.conflicts == 0 and b.stats.disjoint_appends == 1
+    assert b.revision == 2 and b.state == {"total": 0, "x": "a", "y": "b"}  # caught up
+    a.update_state(lambda s: [Claim("z", "a")])
+    assert b.update_state(claim("z"), fetched_at=b.revision) is False  # same key: re-run
+    assert b.stats.conflicts == 1
+    a.update_state(lambda s: [Put("w", 1)])  # concerns the whole state
+    assert b.update_state(claim("v"), fetched_at=b.revision) is True
+    assert b.stats.conflicts == 2 and b.state["v"] == "b"
+    a.fetch_updates()
+    assert a.state == b.state and a.revision == b.revision == 5
 
 
 def test_conditional_updates_from_two_clients_are_serialised(

@@ -269,14 +269,16 @@ class GroupMember:
 
     @_recovers
     def rebalance(
-        self, release_positions: Mapping[SegKey, int]
+        self, release_positions: Mapping[SegKey, int], *, fetched_at: int | None = None
     ) -> tuple[dict[SegKey, Assignment], list[SegKey]]:
         """Release above-share segments at ``release_positions`` and acquire below-share ones
         (nothing moves while a checkpoint or reset awaits this reader).
 
         A release cut short by ``max_moves`` is followed by another at once (each re-decided on
         fresh state), so no share waits for the next refresh; the acquisition takes the whole
-        share in one update.
+        share in one update. ``fetched_at``: the caller refreshed the state at that revision
+        in the same step (see :meth:`refresh`), so a decision to move nothing is taken on it
+        without reading the log again: one read per wake-up.
 
         Returns ``(acquired, released)``. Raises ReaderNotInGroupError if no longer a member.
         """
@@ -285,11 +287,14 @@ class GroupMember:
         released: list[SegKey] = []
         # bounded: every capped round gives back ``moves`` of the segments owned now
         for _ in range(len(self.sync.state.owned_by(me)) // moves + 1):
-            chosen = self.sync.update_state(plan_release(me, generation, moves, positions))
+            plan = plan_release(me, generation, moves, positions)
+            chosen = self.sync.update_state(plan, fetched_at=fetched_at)
+            fetched_at = self._fresh_after(fetched_at)
             released.extend(chosen)
             if len(chosen) < moves:
                 break
-        chosen = self.sync.update_state(plan_acquire(me, generation, self.server_ms))
+        plan = plan_acquire(me, generation, self.server_ms)
+        chosen = self.sync.update_state(plan, fetched_at=fetched_at)
         # another thread may have adopted a regressed log since: keep what we still own
         mine = self.sync.state.owned_by(me)
         acquired = {s: mine[s] for s in chosen if s in mine}
@@ -298,6 +303,11 @@ class GroupMember:
         if acquired:
             logger.info("reader %r acquired %s of %s", me, segments_text(acquired), self.sync.name)
         return acquired, released
+
+    def _fresh_after(self, fetched_at: int | None) -> int | None:
+        """After an ``update_state`` in a step fresh at ``fetched_at``: the replica is fresh
+        at its revision now (it fetched, or its own append landed at the head)."""
+        return None if fetched_at is None else self.sync.revision
 
     @_recovers
     def ack_checkpoint(self, name: str, positions: Mapping[SegKey, int]) -> None:

@@ -12,8 +12,10 @@ to itself on every refresh, converge to sizes that differ by at most one and the
 * a reader acquires its whole share in one update (like Pravega's reader group; bounded by the
   rule above, not by a fixed cap) and releases at most ``max_moves`` segments per update (the
   caller releases again at once while the cap cut a release short); the oldest segments (lowest
-  epoch, then number) are acquired first, the most recently acquired released first (owners
-  stay sticky).
+  epoch) are acquired first, within an epoch in an order of the reader's own (a hash of reader
+  and segment), so readers acquiring at the same time mostly pick different segments and their
+  updates (keyed by segment) do not conflict; the most recently acquired are released first
+  (owners stay sticky).
 
 >>> fair_share(8, 3)
 (2, 3)
@@ -28,7 +30,9 @@ to itself on every refresh, converge to sizes that differ by at most one and the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+import zlib
+from collections.abc import Callable, Mapping
 
 from readergroup.core.group_state import GroupState, ReaderRecord, SegKey
 from readergroup.core.routing import epoch_of, number_of
@@ -70,11 +74,28 @@ def segment_age(segment: SegKey) -> tuple[int, int, str]:
     return epoch_of(segment[1]), number_of(segment[1]), segment[0]
 
 
+def acquisition_order(reader_id: str) -> Callable[[SegKey], tuple[int, int, int, str]]:
+    """Sort key of ``reader_id``'s acquisitions: lowest epoch first, then a hash of reader and
+    segment (deterministic, different for every reader), then number and stream."""
+    salt = reader_id.encode()
+
+    def key(segment: SegKey) -> tuple[int, int, int, str]:
+        spread = zlib.crc32(f"{segment[0]}/{segment[1]}".encode(), zlib.crc32(salt))
+        return epoch_of(segment[1]), spread, number_of(segment[1]), segment[0]
+
+    return key
+
+
 def segments_to_acquire(state: GroupState, reader_id: str) -> list[SegKey]:
     counts = state.counts()
     owned = counts.get(reader_id, 0)
     count = acquire_count(owned, counts, len(state.unassigned))
-    return sorted(state.unassigned, key=segment_age)[:count]
+    if not count:
+        return []
+    order = acquisition_order(reader_id)
+    if count >= len(state.unassigned):
+        return sorted(state.unassigned, key=order)
+    return heapq.nsmallest(count, state.unassigned, key=order)
 
 
 def segments_to_release(state: GroupState, reader_id: str, max_moves: int) -> list[SegKey]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from readergroup.core.errors import (
     CheckpointError,
@@ -210,10 +211,29 @@ def check_owner(
 
 
 # -- updates ----------------------------------------------------------------------------------
+# Conflict keys (statesync's ``Update.conflict_keys``): a reader's record and each segment's
+# place. Updates touching only those (join, acquire, release, commit) land past each other
+# when their keys are disjoint; the rest (leaves and removals, completions, checkpoints,
+# resets) concern the whole state and conflict with everything.
+def reader_key(reader_id: str) -> str:
+    return f"r:{reader_id}"
+
+
+def segment_key(segment: SegKey) -> str:
+    return f"s:{segment[0]}/{segment[1]}"
+
+
+def _keys(reader_id: str, segments: Iterable[SegKey]) -> tuple[str, ...]:
+    return (reader_key(reader_id), *(segment_key(s) for s in segments))
+
+
 @dataclass(frozen=True)
 class AddReader(Update):
     reader_id: str
     joined_ms: int
+
+    def conflict_keys(self) -> tuple[str, ...]:
+        return (reader_key(self.reader_id),)
 
     def apply_to(self, state: GroupState) -> GroupState:
         if self.reader_id in state.readers:
@@ -274,6 +294,9 @@ class AcquireSegments(Update):
     segments: tuple[SegKey, ...]
     now_ms: int
 
+    def conflict_keys(self) -> tuple[str, ...]:
+        return _keys(self.reader_id, self.segments)
+
     def apply_to(self, state: GroupState) -> GroupState:
         check_member(state, self.reader_id, self.generation)
         assigned = dict(state.assigned)
@@ -297,6 +320,9 @@ class ReleaseSegments(Update):
     generation: int
     releases: tuple[tuple[SegKey, int, int], ...]
 
+    def conflict_keys(self) -> tuple[str, ...]:
+        return _keys(self.reader_id, (s for s, _, _ in self.releases))
+
     def apply_to(self, state: GroupState) -> GroupState:
         assigned = dict(state.assigned)
         unassigned = dict(state.unassigned)
@@ -309,11 +335,19 @@ class ReleaseSegments(Update):
 
 @dataclass(frozen=True)
 class CommitPositions(Update):
-    """Record processed positions: ``(segment, token, position)``; positions never go back."""
+    """Record processed positions: ``(segment, token, position)``; positions never go back.
+
+    Wakes no follower: no reader acts on another's progress (readers block on the group's
+    wake stream, so commits cost them nothing)."""
+
+    wakes_followers: ClassVar[bool] = False
 
     reader_id: str
     generation: int
     positions: tuple[tuple[SegKey, int, int], ...]
+
+    def conflict_keys(self) -> tuple[str, ...]:
+        return _keys(self.reader_id, (s for s, _, _ in self.positions))
 
     def apply_to(self, state: GroupState) -> GroupState:
         assigned = dict(state.assigned)

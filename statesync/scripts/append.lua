@@ -3,6 +3,7 @@
 -- Prelude: history.lua.
 --
 -- KEYS[1]  meta hash        KEYS[2]  log stream        KEYS[3]  writer table hash
+-- KEYS[4]  wake stream (optional: absent, no wake-up is written)
 -- ARGV[1]  expected head revision, or -1 for an unconditional append
 -- ARGV[2]  entry payload (opaque bytes)
 -- ARGV[3]  largest payload allowed, in bytes
@@ -11,10 +12,19 @@
 -- ARGV[6]  incarnation id the writer's replica was loaded from ('': not checked)
 -- ARGV[7]  revision of the writer's replica (-1: none); for a conditional append, ARGV[1]
 -- ARGV[8]  the writer's history at ARGV[7] ('': not checked)
+-- ARGV[9]  '1': the entry wakes followers: entry `<revision>-0` is added to KEYS[4] too
+--          (trimmed to the newest 16); '0' or absent: it does not
+-- ARGV[10] what the entry concerns: keys separated by newlines, stored in the entry's field
+--          `k`; '' or absent: the whole state. A conditional append with keys also lands
+--          when the head moved past ARGV[1], provided every entry after ARGV[1] (at most 256,
+--          none truncated) has keys and none of them is one of ARGV[10]'s
 --
 -- Returns:
 --   {0, revision, server_ms, history}   appended as entry `revision` stamped with server time
---   {1, head}                  conflict: the head is not ARGV[1]; nothing written
+--                              (past ARGV[1] + 1 only for keys no entry since concerned)
+--   {1, head}                  conflict: the head is not ARGV[1] (and, with keys, an entry
+--                              since concerns the whole state or one of the keys); nothing
+--                              written
 --   {2}                        the synchronizer does not exist; nothing written
 --   {3, size, limit}           payload too large; nothing written
 --   {6, revision}              this writer's sequence already landed at `revision`
@@ -23,6 +33,41 @@
 --                              incarnation (deleted and created again); kind 1, another
 --                              history (the log lost entries the writer applied); nothing
 --                              written
+local MAX_WINDOW = 256
+
+-- whether every entry after `expected` concerns only keys other than `keys`
+local function disjoint_since(log_key, meta, expected, keys)
+  if keys == '' or expected < meta.trunc or meta.head - expected > MAX_WINDOW then
+    return false
+  end
+  local mine = {}
+  for key in string.gmatch(keys, '[^\n]+') do
+    mine[key] = true
+  end
+  local entries = redis.call('XRANGE', log_key, string.format('%d-0', expected + 1), '+')
+  if #entries ~= meta.head - expected then
+    return false
+  end
+  for _, entry in ipairs(entries) do
+    local fields = entry[2]
+    local touched = false
+    for i = 1, #fields - 1, 2 do
+      if fields[i] == 'k' then
+        touched = fields[i + 1]
+      end
+    end
+    if not touched then
+      return false
+    end
+    for key in string.gmatch(touched, '[^\n]+') do
+      if mine[key] then
+        return false
+      end
+    end
+  end
+  return true
+end
+
 local meta = load_meta(KEYS[1])
 if not meta then
   return {2}
@@ -46,7 +91,8 @@ if anchor > head then
   return {8, head, 1}
 end
 local expected = tonumber(ARGV[1])
-if expected >= 0 and expected ~= head then
+local keys = ARGV[10] or ''
+if expected >= 0 and expected ~= head and not disjoint_since(KEYS[2], meta, expected, keys) then
   return {1, head}
 end
 if ARGV[8] ~= '' and anchor >= 0 then
@@ -62,8 +108,18 @@ end
 local ms = server_ms()
 local revision = head + 1
 local history = redis.sha1hex((meta.hash or meta.inc or '') .. ARGV[2])
-redis.call('XADD', KEYS[2], string.format('%d-0', revision), 'd', ARGV[2], 't', ms,
-  'h', history)
+if keys ~= '' then
+  redis.call('XADD', KEYS[2], string.format('%d-0', revision), 'd', ARGV[2], 't', ms,
+    'h', history, 'k', keys)
+else
+  redis.call('XADD', KEYS[2], string.format('%d-0', revision), 'd', ARGV[2], 't', ms,
+    'h', history)
+end
 redis.call('HSET', KEYS[1], 'revision', revision, 'hash', history)
 redis.call('HSET', KEYS[3], ARGV[4], string.format('%d %d', sequence, revision))
+if KEYS[4] and ARGV[9] == '1' then
+  -- pcall: a wake stream ahead of the log (left over, or written by hand) must not fail the
+  -- append that already landed; followers then wake on their periodic refresh instead
+  redis.pcall('XADD', KEYS[4], 'MAXLEN', 16, string.format('%d-0', revision), 'r', revision)
+end
 return {0, revision, ms, history}

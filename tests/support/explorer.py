@@ -75,13 +75,25 @@ class InvariantViolation(AssertionError):
 
 # -- the synchronizer model ---------------------------------------------------------------------
 class Log:
-    """The shared log: the newest state, its revision, and a race to inject."""
+    """The shared log: the newest state, its revision, what each entry concerned (statesync's
+    conflict keys; ``None``: the whole state), and a race to inject."""
 
     def __init__(self, state: GroupState) -> None:
         self.state = state
         self.revision = 0
+        self.keys: dict[int, frozenset[str] | None] = {}
         self.rival: Callable[[], None] | None = None
         self.raced = False
+
+    def disjoint_since(self, revision: int, keys: frozenset[str] | None) -> bool:
+        """Whether every entry after ``revision`` concerns only keys other than ``keys``."""
+        if keys is None:
+            return False
+        for later in range(revision + 1, self.revision + 1):
+            touched = self.keys.get(later)
+            if touched is None or touched & keys:
+                return False
+        return True
 
     def land_rival(self) -> None:
         rival, self.rival = self.rival, None
@@ -92,8 +104,11 @@ class Log:
 
 class ModelSync:
     """``StateSynchronizer``'s contract in memory: generators run on this replica; an append is
-    conditional on the log not having moved (else fetch and re-run); a run that appends nothing
-    or raises counts only on a replica fetched during the call."""
+    conditional on the log not having moved (else fetch and re-run) unless every entry since
+    concerned other keys than the append's (then it lands after them: its updates must apply
+    to the newer state, else the protocol's conflict keys are wrong); a run that appends
+    nothing or raises counts only on a replica fetched during the call (or the caller's step:
+    ``fetched_at``)."""
 
     def __init__(self, log: Log) -> None:
         self._log = log
@@ -114,8 +129,10 @@ class ModelSync:
         self._state, self._revision = self._log.state, self._log.revision
         return moved
 
-    def update_state(self, generator: Callable[[GroupState], Any]) -> Any:
-        fresh = False
+    def update_state(
+        self, generator: Callable[[GroupState], Any], *, fetched_at: int | None = None
+    ) -> Any:
+        fresh = fetched_at is not None and fetched_at == self._revision
         while True:
             try:
                 updates, result = split_generator_result(generator(self._state))
@@ -129,18 +146,40 @@ class ModelSync:
                     return result
                 fresh = True
                 continue
+            try:  # the writer's own check, on its replica
+                apply_updates(self._state, updates, self._revision + 1)
+            except ApplyError as exc:
+                raise ReaderGroupError(f"update rejected: {exc.__cause__}") from exc.__cause__
             self._log.land_rival()  # another actor's append may land first
-            if self._revision != self._log.revision:
+            keys = _conflict_keys(updates)
+            if self._revision != self._log.revision and not self._log.disjoint_since(
+                self._revision, keys
+            ):
                 self.fetch_updates()  # conflict: re-run on the newer state
                 fresh = True
                 continue
-            try:
-                new_state = apply_updates(self._state, updates, self._revision + 1)
+            try:  # lands on the log's newest state (past disjoint entries, if any)
+                new_state = apply_updates(self._log.state, updates, self._log.revision + 1)
             except ApplyError as exc:
-                raise ReaderGroupError(f"update rejected: {exc.__cause__}") from exc.__cause__
+                raise InvariantViolation(
+                    f"an update landed past entries about other keys {sorted(keys or ())} and "
+                    f"then failed to apply: {exc.__cause__!r}"
+                ) from exc.__cause__
             self._log.state, self._log.revision = new_state, self._log.revision + 1
+            self._log.keys[self._log.revision] = keys
             self.fetch_updates()
             return result
+
+
+def _conflict_keys(updates: Iterable[Any]) -> frozenset[str] | None:
+    """statesync's rule: the union of the updates' keys; ``None`` if any concerns everything."""
+    keys: set[str] = set()
+    for update in updates:
+        concern = update.conflict_keys()
+        if concern is None:
+            return None
+        keys.update(concern)
+    return frozenset(keys) or None
 
 
 # -- the world ----------------------------------------------------------------------------------

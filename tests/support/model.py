@@ -26,6 +26,35 @@ class Put(Update):
 
 
 @dataclass(frozen=True)
+class Progress(Update):
+    """Like :class:`Put`, but wakes no follower (progress nobody else acts on)."""
+
+    wakes_followers = False
+
+    key: str
+    value: Any
+
+    def apply_to(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, self.key: self.value}
+
+
+@dataclass(frozen=True)
+class Claim(Update):
+    """Set ``key`` to ``owner`` if nobody holds it: concerns only ``key`` (conflict keys)."""
+
+    key: str
+    owner: str
+
+    def conflict_keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def apply_to(self, state: dict[str, Any]) -> dict[str, Any]:
+        if state.get(self.key):
+            raise ValueError(f"{self.key} is held by {state[self.key]}")
+        return {**state, self.key: self.owner}
+
+
+@dataclass(frozen=True)
 class FailIfNegative(Update):
     """Rejects itself when the total would go negative (a writer-side check)."""
 
@@ -47,4 +76,4 @@ class Explode(Update):
         raise RuntimeError("boom")
 
 
-ALL_TYPES = [Add, Put, FailIfNegative]
+ALL_TYPES = [Add, Put, FailIfNegative, Progress, Claim]
