@@ -10,6 +10,14 @@ In one run, against one server, readers as threads of this process (default conf
   entries the readers appended meanwhile (from the synchronizers' counters).
 * ``one_more_reader``: a ninth reader joins eight balanced readers on 1,024 segments; seconds
   until it owns its share (113 or 114) and the group is balanced.
+* ``idle_commands``: 8 balanced readers on 1,024 segments, no events, each reading in a loop
+  with the default timeout: Redis commands per reader per second from ``INFO commandstats``
+  (commands run inside scripts counted), and the group-log reads and appends per reader per
+  second from the synchronizers' counters.
+* ``flowing_commands``: the same with 500 events/s written over the 1,024 segments, for
+  R = 8/32/64/128 readers: group-log reads and appends per reader per second (coordination
+  cost, independent of R when commits wake nobody) and every Redis command per reader per
+  second.
 
 Prints JSON.
 """
@@ -26,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
 
 from bench.common import emit
 from readergroup import (
@@ -47,8 +57,9 @@ class Readers:
     """Reader threads of one group, each with its own client factory (connections): each joins,
     then reads (and so maintains its membership) until stopped."""
 
-    def __init__(self, url: str, scope: str, group: str) -> None:
+    def __init__(self, url: str, scope: str, group: str, read_timeout: float | None = 0.2) -> None:
         self._url, self._scope, self._group = url, scope, group
+        self._read_timeout = read_timeout
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -69,7 +80,7 @@ class Readers:
                 with self._lock:
                     self.readers.append(reader)
                 while not self._stop.is_set():
-                    reader.read_next_event(timeout=0.2)
+                    reader.read_next_event(timeout=self._read_timeout)
                 reader.close()
             except ReaderGroupError as exc:  # reported in the JSON, not hidden
                 with self._lock:
@@ -80,6 +91,12 @@ class Readers:
         with self._lock:
             stats = [r._member.sync.stats for r in self.readers]
         return sum(s.conflicts for s in stats), sum(s.appends for s in stats)
+
+    def log_calls(self) -> int:
+        """Group-log reads plus appends (conflicting ones included), summed over readers."""
+        with self._lock:
+            stats = [r._member.sync.stats for r in self.readers]
+        return sum(s.reads + s.appends + s.conflicts for s in stats)
 
     def stop(self) -> None:
         self._stop.set()
@@ -194,6 +211,84 @@ def one_more_reader(url: str, existing: int) -> dict[str, Any]:
     }
 
 
+def _command_calls(url: str) -> dict[str, int]:
+    """``INFO commandstats`` calls per command (commands inside scripts included)."""
+    client = redis.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+def _commands_per_reader_second(
+    url: str, readers: Readers, count: int, seconds: float
+) -> dict[str, Any]:
+    """Over ``seconds``: Redis commands and group-log calls per reader per second."""
+    before, log_before = _command_calls(url), readers.log_calls()
+    began = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - began
+    after, log_after = _command_calls(url), readers.log_calls()
+    calls = {k: v - before.get(k, 0) for k, v in after.items()}
+    calls["info"] = calls.get("info", 0) - 1  # our own INFO
+    per = count * elapsed
+    top = sorted(((v, k) for k, v in calls.items() if v > 0), reverse=True)[:6]
+    return {
+        "readers": count,
+        "redis_commands_per_reader_s": round(sum(calls.values()) / per, 2),
+        "group_log_calls_per_reader_s": round((log_after - log_before) / per, 2),
+        "top_commands_per_reader_s": {k: round(v / per, 2) for v, k in top},
+    }
+
+
+def idle_commands(url: str, count: int, seconds: float) -> dict[str, Any]:
+    scope, rgm, group = _setup(url, 1)
+    readers = Readers(url, scope, "g", read_timeout=None)
+    for i in range(count):
+        readers.start(f"r{i}")
+    try:
+        _wait(lambda: _balanced(group, count, PER_STREAM), limit=120)
+        time.sleep(1.0)  # settle: the last moves' wake-ups
+        return _commands_per_reader_second(url, readers, count, seconds)
+    finally:
+        readers.stop()
+        rgm.close()
+
+
+def flowing_commands(url: str, count: int, seconds: float, rate: int) -> dict[str, Any]:
+    scope, rgm, group = _setup(url, 1, session_timeout=30.0)
+    readers = Readers(url, scope, "g", read_timeout=None)
+    for i in range(count):
+        readers.start(f"r{i}")
+    stop = threading.Event()
+
+    def write() -> None:
+        with EventStreamClientFactory.from_url(scope, url) as factory:
+            writer = factory.create_event_writer("s0", BytesSerializer())
+            tick, n = 0.1, 0
+            while not stop.is_set():
+                began = time.monotonic()
+                for _ in range(max(1, int(rate * tick))):
+                    writer.write_event(b"x" * 64, routing_key=f"k{n}")
+                    n += 1
+                writer.flush()
+                stop.wait(max(0.0, tick - (time.monotonic() - began)))
+            writer.close()
+
+    thread = threading.Thread(target=write, daemon=True)
+    try:
+        _wait(lambda: _balanced(group, count, PER_STREAM), limit=180)
+        thread.start()
+        time.sleep(2.0)  # settle: events flowing and committed
+        return {"events_per_s": rate, **_commands_per_reader_second(url, readers, count, seconds)}
+    finally:
+        stop.set()
+        thread.join(30)
+        readers.stop()
+        rgm.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readers", type=int, default=128)
@@ -204,6 +299,10 @@ def main() -> None:
         help="of the many-readers group (all readers share this process's two cores)",
     )
     parser.add_argument("--only", help="measure only the part whose name contains this")
+    parser.add_argument("--window", type=float, default=10.0, help="seconds counted")
+    parser.add_argument(
+        "--flowing-readers", default="8,32,64,128", help="R values of flowing_commands"
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {}
     with redis_server() as server:
@@ -216,7 +315,15 @@ def main() -> None:
                 lambda: many_readers(server.url, args.readers, args.session_timeout),
             ),
             ("one_more_reader_1024_segments", lambda: one_more_reader(server.url, 8)),
+            ("idle_commands_8_readers", lambda: idle_commands(server.url, 8, args.window)),
         ]
+        for r in (int(x) for x in args.flowing_readers.split(",") if x):
+            parts.append(
+                (
+                    f"flowing_commands_{r}_readers",
+                    lambda r=r: flowing_commands(server.url, r, args.window, 500),
+                )
+            )
         for name, measure in parts:
             if args.only and args.only not in name:
                 continue
