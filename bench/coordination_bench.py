@@ -11,9 +11,10 @@ In one run, against one server, readers as threads of this process (default conf
 * ``one_more_reader``: a ninth reader joins eight balanced readers on 1,024 segments; seconds
   until it owns its share (113 or 114) and the group is balanced.
 * ``idle_commands``: 8 balanced readers on 1,024 segments, no events, each reading in a loop
-  with the default timeout: Redis commands per reader per second from ``INFO commandstats``
-  (commands run inside scripts counted), and the group-log reads and appends per reader per
-  second from the synchronizers' counters.
+  with the default timeout (``group_refresh_time``, 0.5 s) and with a 3 s timeout: Redis
+  commands per reader per second from ``INFO commandstats`` (commands run inside scripts
+  counted), and the group-log reads and appends per reader per second from the
+  synchronizers' counters.
 * ``flowing_commands``: the same with 500 events/s written over the 1,024 segments, for
   R = 8/32/64/128 readers: group-log reads and appends per reader per second (coordination
   cost, independent of R when commits wake nobody) and every Redis command per reader per
@@ -242,9 +243,11 @@ def _commands_per_reader_second(
     }
 
 
-def idle_commands(url: str, count: int, seconds: float) -> dict[str, Any]:
+def idle_commands(
+    url: str, count: int, seconds: float, read_timeout: float | None
+) -> dict[str, Any]:
     scope, rgm, group = _setup(url, 1)
-    readers = Readers(url, scope, "g", read_timeout=None)
+    readers = Readers(url, scope, "g", read_timeout=read_timeout)
     for i in range(count):
         readers.start(f"r{i}")
     try:
@@ -315,7 +318,14 @@ def main() -> None:
                 lambda: many_readers(server.url, args.readers, args.session_timeout),
             ),
             ("one_more_reader_1024_segments", lambda: one_more_reader(server.url, 8)),
-            ("idle_commands_8_readers", lambda: idle_commands(server.url, 8, args.window)),
+            (
+                "idle_commands_8_readers",
+                lambda: idle_commands(server.url, 8, args.window, None),
+            ),
+            (
+                "idle_commands_8_readers_3s_reads",
+                lambda: idle_commands(server.url, 8, args.window, 3.0),
+            ),
         ]
         for r in (int(x) for x in args.flowing_readers.split(",") if x):
             parts.append(

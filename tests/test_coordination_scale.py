@@ -3,13 +3,16 @@ different segments do not conflict), commits that wake nobody, one read per wake
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 
+from readergroup import EventStreamClientFactory, UTF8StringSerializer
 from readergroup.admin.group_manager import join_group
 from readergroup.storage.redis_io import RedisConnection
-from tests.test_protocol_races import make_group, make_stream
+from tests.support.waiting import wait_until
+from tests.test_protocol_races import make_group, make_stream, write_keys
 
 
 @pytest.fixture
@@ -62,3 +65,40 @@ def test_commits_wake_no_follower_and_membership_changes_do(
     assert not backend.wait(a.sync.name, seen, 0.05, wakes_only=True)  # ...waking nobody
     join_group(connection, scope, "g", "b")
     assert backend.wait(a.sync.name, seen, 0.05, wakes_only=True)
+
+
+def test_commits_do_not_wake_a_reader_with_nothing_to_do(redis_url: str, scope: str) -> None:
+    make_stream(redis_url, scope, 1)
+    config = {"heartbeat_interval": 5.0, "session_timeout": 30.0, "commit_mode": "manual"}
+    make_group(redis_url, scope, **config)
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        write_keys(factory, ["k"], 30, "e")
+        busy = factory.create_reader("busy", "g", UTF8StringSerializer())
+        assert busy.read_next_event(timeout=10).event is not None  # owns the segment
+        idle = factory.create_reader("idle", "g", UTF8StringSerializer())
+        stop = threading.Event()
+
+        def read_idle() -> None:
+            while not stop.is_set():
+                idle.read_next_event(timeout=0.2)
+
+        thread = threading.Thread(target=read_idle, daemon=True)
+        thread.start()
+        try:
+            wait_until(lambda: idle._session._seen_revision >= 0, 10)  # first look done
+            busy.read_next_event(timeout=0.2)  # settle both readers' first looks
+            idle_sync = idle._member.sync
+            reads, revision = idle_sync.stats.reads, busy._member.sync.revision
+            for _ in range(20):
+                event = busy.read_next_event(timeout=5)
+                assert event.event is not None
+                busy.commit()
+            assert busy._member.sync.revision >= revision + 20  # 20 commits landed
+            # before: every commit woke the idle reader (3 reads each), and so did every
+            # 0.5 s refresh; now at most its heartbeat's read and one catching-up read
+            assert idle_sync.stats.reads - reads <= 3
+        finally:
+            stop.set()
+            thread.join(5)
+            idle.close()
+            busy.close()

@@ -97,7 +97,10 @@ class GroupSession(Generic[T]):
         self._last_commit = now
         self.last_poll = now
         self._last_beat_ok = now
-        self._group_log, _ = connection.wake_on(member.sync.name, -1)
+        self._group_log, _ = connection.wake_on(member.sync.name, -1, wakes_only=True)
+        """The group log's wake stream: an entry per change a reader may have to act on
+        (commits wake nobody), so an idle reader is woken by membership and ownership changes
+        only, and reads the group log once per wake-up."""
         self._seen_revision = -1
         """Group-log revision the reading thread last acted on (the heartbeat thread may have
         fetched further; the reading thread must still be woken for those entries)."""
@@ -176,25 +179,39 @@ class GroupSession(Generic[T]):
 
     def _maintain(self) -> None:
         """Commit, rebalance and complete as due. Intervals count from the end of the previous
-        round, so on a slow link reads get time for data between rounds."""
+        round, so on a slow link reads get time for data between rounds.
+
+        Wake-ups drive the group work: a change on the group's wake stream or a stream's
+        metadata log (seen by the blocking fetch) marks it dirty. Every ``group_refresh_time``
+        the reader also acts on group entries the heartbeat thread fetched (a lost wake-up)
+        and completes segments read to their known end, without asking Redis."""
         now = self._clock.monotonic()
         refresh_due = now - self._last_refresh >= self._group.group_refresh_time
         if (
             self._group.commit_mode == AUTO
             and now - self._last_commit >= self._group.auto_commit_interval
         ):
-            self._absorb_reset()  # never commit positions of a generation the group left
-            self._commit(self._auto_positions())
+            if self._auto_positions():
+                self._absorb_reset()  # never commit positions of a generation the group left
+                self._commit(self._auto_positions())
             self._last_commit = self._clock.monotonic()
-        if self.group_dirty or refresh_due:
-            self.group_dirty = False
+        if refresh_due:
             self._last_refresh = now  # a failed round is not retried before the next is due
+        if self.group_dirty or (refresh_due and self._behind()):
+            self.group_dirty = False
+            self._last_refresh = now
             self._rebalance()
         if self._streams_dirty or refresh_due:
-            self._streams_dirty = False
-            self._complete_finished()
+            follow, self._streams_dirty = self._streams_dirty, False
+            self._complete_finished(follow=follow)
         if self._last_refresh == now:
             self._last_refresh = self._clock.monotonic()
+
+    def _behind(self) -> bool:
+        """Whether the heartbeat thread's fetch met group entries this thread has not acted on
+        (their wake-up was lost), or a bad entry this thread has not reported yet."""
+        sync = self.member.sync
+        return sync.revision != self._seen_revision or sync.fetch_error is not None
 
     def _settle(self) -> None:
         """After maintenance: until when reads may skip it (see ``quiet_until``)."""
@@ -244,12 +261,15 @@ class GroupSession(Generic[T]):
     def _commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
         if not positions:
             return
+        before = self.member.sync.revision
         try:
             self.member.commit(positions)
         except SegmentNotOwnedError:
             self.group_dirty = True  # ownership moved: reconcile on the next maintenance
             self.quiet_until = 0.0
             raise
+        if before == self._seen_revision and self.member.sync.revision == before + 1:
+            self._seen_revision = before + 1  # only our own commit landed: nothing to act on
         for key, (_, position) in positions.items():
             owned = self._fetcher.owned.get(key)
             if owned is not None:
@@ -262,7 +282,14 @@ class GroupSession(Generic[T]):
             state = self.member.state
         self._take_checkpoints(state)
         release_at = {k: self._release_position(o) for k, o in self._fetcher.owned.items()}
-        acquired, released = self.member.rebalance(release_at)
+        # decided on the state just read: one read of the group log per wake-up
+        sync = self.member.sync
+        landed_past = sync.stats.disjoint_appends
+        acquired, released = self.member.rebalance(release_at, fetched_at=sync.revision)
+        if sync.stats.disjoint_appends != landed_past:
+            # a move landed past others' changes (about other segments): those woke this
+            # reader before it saw them, so act on them at the next maintenance
+            self.group_dirty = True
         state = self.member.state
         self._seen_revision = self.member.sync.revision
         self.end_of_data = state.end_of_data
@@ -352,12 +379,15 @@ class GroupSession(Generic[T]):
             self._streams[scoped] = sync
         return sync
 
-    def _complete_finished(self) -> None:
-        """Complete owned segments that are sealed (or at a bounded end) and consumed."""
+    def _complete_finished(self, *, follow: bool = True) -> None:
+        """Complete owned segments that are sealed (or at a bounded end) and consumed
+        (``follow``: read the streams' metadata logs first; else no news woke the reader and
+        the local copies are current)."""
         if self.member.state.frozen_for(self.reader_id):
             return  # a checkpoint or reset awaits this reader: move nothing until then
         for scoped, sync in self._streams.items():
-            sync.follow()
+            if follow:
+                sync.follow()
             state: StreamState = sync.state
             for owned in [o for o in self._fetcher.owned.values() if o.key[0] == scoped]:
                 record = state.segments.get(owned.segment)
@@ -447,14 +477,27 @@ class GroupSession(Generic[T]):
             self.group_dirty = True
 
     # -- the state logs a fetch also waits on ------------------------------------------------
+    def longest_block(self) -> float:
+        """How long one fetch may block: every change this reader must act on wakes it, so up
+        to ``heartbeat_interval`` (at least ``group_refresh_time``); but only
+        ``group_refresh_time`` while an owned segment's end is known, as reaching that end
+        is checked between fetches."""
+        config = self._group
+        if any(o.final_tail >= 0 for o in self._fetcher.owned.values()):
+            return config.group_refresh_time
+        return max(config.group_refresh_time, config.heartbeat_interval)
+
     def wake_logs(self) -> dict[str, str]:
-        """State log key -> entry id after which news should wake a blocked fetch: the group's
-        log, and the metadata log of every stream read."""
+        """Key -> entry id after which news should wake a blocked fetch: the group log's wake
+        stream, and the metadata log of every stream read."""
         logs: dict[str, str] = {}
-        synchronizers = [(self.member.sync.name, self._seen_revision)]
+        group = self.member.sync.name
+        synchronizers = [(group, self._seen_revision)]
         synchronizers += [(sync.name, sync.revision) for sync in self._streams.values()]
         for name, revision in synchronizers:
-            log, after = self._connection.wake_on(name, max(revision, self._stuck_at.get(name, 0)))
+            log, after = self._connection.wake_on(
+                name, max(revision, self._stuck_at.get(name, 0)), wakes_only=name == group
+            )
             if log not in self._bad_logs:
                 logs[log] = after
         return logs

@@ -235,7 +235,7 @@ class EventStreamReader(Generic[T]):
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0 and fetched:
                 return []
-            block = max(0.0, min(remaining, self._group.group_refresh_time))
+            block = max(0.0, min(remaining, session.longest_block()))
             session.absorb(fetcher.fetch(block, session.wake_logs()))
             fetched = True
             session.check_usable()

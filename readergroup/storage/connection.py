@@ -201,11 +201,13 @@ class RedisConnection:
         """The heartbeats of the reader group whose synchronizer is ``sync_name``."""
         return RedisHeartbeatStore(self.client, self._scripts, self.keys, sync_name)
 
-    def wake_on(self, sync_name: str, after_revision: int) -> tuple[str, str]:
+    def wake_on(
+        self, sync_name: str, after_revision: int, *, wakes_only: bool = False
+    ) -> tuple[str, str]:
         """The key and entry id a :meth:`read_keys` waits on to wake when the synchronizer
         ``sync_name`` has a revision after ``after_revision`` (``-1``: any); see
         :meth:`statesync.redis_backend.RedisLogBackend.wake_on`."""
-        return self.log_backend.wake_on(sync_name, after_revision)
+        return self.log_backend.wake_on(sync_name, after_revision, wakes_only=wakes_only)
 
     def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
         """``XREAD BLOCK`` over stream keys (segments and state logs) in one call: key -> raw
