@@ -10,7 +10,7 @@ import pytest
 
 from readergroup import EventStreamClientFactory, UTF8StringSerializer
 from readergroup.admin.group_manager import join_group
-from readergroup.storage.redis_io import RedisConnection
+from readergroup.storage.connection import RedisConnection
 from tests.support.waiting import wait_until
 from tests.test_protocol_races import make_group, make_stream, write_keys
 
