@@ -37,8 +37,11 @@ class ReaderGroupConfig:
         start: where each stream starts: one :data:`StartPosition` for all, or a mapping from
             stream name to one (default ``"head"``; ``"earliest"``/``"latest"`` are accepted
             for ``"head"``/``"tail"``).
-        group_refresh_time: longest a reader blocks in one read before it re-checks the group
-            (default 0.5 s; 0.01-60). Changes arrive at once through the state log anyway.
+        group_refresh_time: how often a reader checks, without asking Redis, for owned
+            segments read to their end and group entries its heartbeat fetched (default 0.5 s;
+            0.01-60), and the default timeout of a read. Changes wake readers at once through
+            the group's wake stream: a read blocks up to ``heartbeat_interval`` when its
+            timeout allows, ``group_refresh_time`` while an owned segment's end is known.
         heartbeat_interval: seconds between heartbeats (default 3.0).
         session_timeout: a reader whose last heartbeat is older than this, on the Redis server's
             clock, is removed by any other member and its segments return at their last
