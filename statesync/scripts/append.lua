@@ -35,39 +35,6 @@
 --                              written
 local MAX_WINDOW = 256
 
--- whether every entry after `expected` concerns only keys other than `keys`
-local function disjoint_since(log_key, meta, expected, keys)
-  if keys == '' or expected < meta.trunc or meta.head - expected > MAX_WINDOW then
-    return false
-  end
-  local mine = {}
-  for key in string.gmatch(keys, '[^\n]+') do
-    mine[key] = true
-  end
-  local entries = redis.call('XRANGE', log_key, string.format('%d-0', expected + 1), '+')
-  if #entries ~= meta.head - expected then
-    return false
-  end
-  for _, entry in ipairs(entries) do
-    local fields = entry[2]
-    local touched = false
-    for i = 1, #fields - 1, 2 do
-      if fields[i] == 'k' then
-        touched = fields[i + 1]
-      end
-    end
-    if not touched then
-      return false
-    end
-    for key in string.gmatch(touched, '[^\n]+') do
-      if mine[key] then
-        return false
-      end
-    end
-  end
-  return true
-end
-
 local meta = load_meta(KEYS[1])
 if not meta then
   return {2}
@@ -92,8 +59,41 @@ if anchor > head then
 end
 local expected = tonumber(ARGV[1])
 local keys = ARGV[10] or ''
-if expected >= 0 and expected ~= head and not disjoint_since(KEYS[2], meta, expected, keys) then
-  return {1, head}
+if expected >= 0 and expected ~= head then
+  -- a keyed append lands past entries that all concern other keys
+  local disjoint = keys ~= '' and expected >= meta.trunc and head - expected <= MAX_WINDOW
+  if disjoint then
+    local mine = {}
+    for key in string.gmatch(keys, '[^\n]+') do
+      mine[key] = true
+    end
+    local entries = redis.call('XRANGE', KEYS[2], string.format('%d-0', expected + 1), '+')
+    disjoint = #entries == head - expected
+    for _, entry in ipairs(entries) do
+      if not disjoint then
+        break
+      end
+      local fields = entry[2]
+      local touched = false
+      for i = 1, #fields - 1, 2 do
+        if fields[i] == 'k' then
+          touched = fields[i + 1]
+        end
+      end
+      if not touched then
+        disjoint = false
+      else
+        for key in string.gmatch(touched, '[^\n]+') do
+          if mine[key] then
+            disjoint = false
+          end
+        end
+      end
+    end
+  end
+  if not disjoint then
+    return {1, head}
+  end
 end
 if ARGV[8] ~= '' and anchor >= 0 then
   local known = history_at(KEYS[2], meta, anchor)
