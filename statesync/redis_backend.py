@@ -12,7 +12,10 @@ so retries happen one level up, where the same sequence number is re-sent.
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -37,6 +40,8 @@ from statesync.errors import (
 )
 from statesync.names import KeyLayout, validate_name
 from statesync.scripts import SCRIPT_NAMES, script_source
+
+logger = logging.getLogger(__name__)
 
 #: Longest single ``XREAD BLOCK`` (ms); waits loop over chunks so a dead server is noticed.
 _MAX_BLOCK_MS = 5_000
@@ -189,6 +194,68 @@ def check_acknowledged(acks: Acks, reply: Any, where: str) -> None:
         )
 
 
+SENTINEL_CHECK_INTERVAL = 1.0
+"""Seconds between two questions to the Sentinels about where the primary is (per pool)."""
+
+
+def _following_pool_class() -> type:
+    from redis.sentinel import SentinelConnectionPool
+
+    class FollowingSentinelPool(SentinelConnectionPool):
+        """A Sentinel pool that asks the Sentinels again (at most every
+        :data:`SENTINEL_CHECK_INTERVAL` s) when it hands out a connection, and on a switch
+        closes every connection to the old primary, in use ones too (a blocked read there would
+        wait on a server that is no longer the primary). redis-py alone asks only when it opens
+        a connection, so clients kept writing to the old primary, which stays writable for
+        seconds after a Sentinel failover, and lost those writes when it became a replica."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+            self._asked_at = 0.0
+            self._asking = threading.Lock()
+            self._unanswered = False
+
+        def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+            now = time.monotonic()
+            if now - self._asked_at >= SENTINEL_CHECK_INTERVAL and self._asking.acquire(False):
+                try:
+                    self._asked_at = now
+                    self._follow()
+                finally:
+                    self._asking.release()
+            return super().get_connection(*args, **kwargs)
+
+        def _follow(self) -> None:
+            before = self.master_address
+            if before is None:
+                return  # nothing connected yet: the first connection asks anyway
+            try:
+                # closes the idle connections on a switch
+                after = self.get_master_address()  # type: ignore[no-untyped-call]
+            except redis.RedisError as exc:  # keep the primary we have, ask again later
+                if not self._unanswered:
+                    logger.warning(
+                        "Sentinels of %r did not answer where the primary is; staying on %s",
+                        self.service_name,
+                        before,
+                        exc_info=exc,
+                    )
+                self._unanswered = True
+                return
+            self._unanswered = False
+            if after != before:
+                logger.warning(
+                    "Sentinels of %r name a new primary %s (was %s): closing every connection "
+                    "to the old one",
+                    self.service_name,
+                    after,
+                    before,
+                )
+                self.disconnect(inuse_connections=True)
+
+    return FollowingSentinelPool
+
+
 def sentinel_clients(
     url: str,
     *,
@@ -217,11 +284,15 @@ def sentinel_clients(
         **auth,
         **options,
     )
+    pool = _following_pool_class()
     client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        target.service, socket_timeout=socket_timeout, db=target.db
+        target.service, socket_timeout=socket_timeout, db=target.db, connection_pool_class=pool
     )
     blocking: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        target.service, socket_timeout=blocking_socket_timeout, db=target.db
+        target.service,
+        socket_timeout=blocking_socket_timeout,
+        db=target.db,
+        connection_pool_class=pool,
     )
     return client, blocking
 

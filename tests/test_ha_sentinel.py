@@ -22,6 +22,7 @@ from readergroup.testing.embedded_redis import LocalSentinelGroup, local_sentine
 from statesync import StateSynchronizer
 from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
+from statesync.redis_backend import RedisLogBackend
 from tests.support.model import ALL_TYPES, Add
 from tests.support.waiting import wait_until
 
@@ -92,3 +93,28 @@ def test_clients_follow_a_sentinel_failover(
         sentinels.failover()  # back to the first primary
         sync.update_state(lambda s: [Add(1)])  # retried onto the new primary
         assert sync.state["total"] == 2
+
+
+def test_clients_leave_the_old_primary_as_soon_as_the_sentinels_switch(
+    sentinels: LocalSentinelGroup, unique_name: str
+) -> None:
+    """After a Sentinel failover the old primary stays a writable primary for seconds, until
+    the Sentinels turn it into a replica: whatever a client writes there meanwhile is lost.
+    Clients ask the Sentinels again (every second at most) and drop connections to it."""
+    backend = RedisLogBackend.from_url(sentinels.url)
+    client = backend.client
+
+    def server_port() -> int:
+        return int(client.config_get("port")["port"])
+
+    assert server_port() == sentinels.primary.port
+    promoted = sentinels.failover()
+    wait_until(lambda: server_port() == promoted, 5, "the client to follow the switch")
+    with StateSynchronizer(backend, unique_name, update_types=ALL_TYPES) as sync:
+        sync.initialize({"total": 0})
+        sync.update_state(lambda s: [Add(1)])  # acks=leader: on the new primary, not lost
+    sentinels.wait_replicating()  # the old primary is a replica now: its split-brain writes gone
+    with StateSynchronizer.from_url(sentinels.url, unique_name, update_types=ALL_TYPES) as sync:
+        sync.fetch_updates()
+        assert sync.state == {"total": 1}
+    backend.close()
