@@ -7,7 +7,7 @@ KeyLayout`; the values it returns are those of :mod:`readergroup.storage.segment
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from redis.commands.core import Script
@@ -33,7 +33,7 @@ from statesync import Acks
 from statesync.redis_backend import check_acknowledged, run_acknowledged, run_read_only
 
 
-def _append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
+def append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
     """One batch's reply, read on its own: an error reply refuses this batch only, naming its
     segment; the other batches of the pipeline keep their own replies."""
     name = segment_name(batch.scope, batch.stream, batch.segment)
@@ -52,6 +52,53 @@ def _append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
     if code == segment_status.SEALED:
         return AppendReply(code, tail=int(reply[1]))
     return AppendReply(code)
+
+
+class SegmentStorage(Protocol):
+    """The interface of the segment data plane: :class:`SegmentStore` on Redis, and
+    :class:`~readergroup.testing.memory_segments.MemorySegmentStore` in memory."""
+
+    def create_segments(
+        self, scope: str, stream: str, segments: Sequence[int], now_ms: int
+    ) -> None: ...
+
+    def create_closed_segments(
+        self, scope: str, stream: str, segments: Sequence[int], now_ms: int
+    ) -> None: ...
+
+    def open_segment(self, scope: str, stream: str, segment: int) -> bool: ...
+
+    def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]: ...
+
+    def seal(self, scope: str, stream: str, segment: int) -> int: ...
+
+    def truncate(self, scope: str, stream: str, segment: int, offset: int) -> int: ...
+
+    def offset_at_time(
+        self, scope: str, stream: str, segment: int, server_ms: int
+    ) -> tuple[int, int]: ...
+
+    def read_range(
+        self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int
+    ) -> tuple[SegmentState, list[SegmentEvent]]: ...
+
+    def read_raw(
+        self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int
+    ) -> Any: ...
+
+    def segment_states(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, SegmentState]: ...
+
+    def read_blocking(
+        self, scope: str, stream: str, positions: Mapping[int, int], timeout: float, limit: int
+    ) -> dict[int, list[SegmentEvent]]: ...
+
+    def lag_probe(
+        self, scope: str, stream: str, positions: Mapping[int, int]
+    ) -> dict[int, tuple[int, int, int, int]]: ...
+
+    def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None: ...
 
 
 class SegmentStore:
@@ -151,7 +198,7 @@ class SegmentStore:
                 if wait is not None:
                     waits.append(replies.pop())
         results = [
-            _append_reply(batch, reply) for batch, reply in zip(batches, replies, strict=True)
+            append_reply(batch, reply) for batch, reply in zip(batches, replies, strict=True)
         ]
         if any(r.status not in (segment_status.SEALED, REFUSED) for r in results):
             with translate_errors("append"):

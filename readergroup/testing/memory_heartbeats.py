@@ -1,4 +1,6 @@
-"""Heartbeats in memory with an injected clock: the second backend for simulations and tests."""
+"""Heartbeats in memory with an injected clock: the second backend for simulations and tests,
+with the interface of :class:`~readergroup.storage.heartbeat_store.RedisHeartbeatStore`
+(``tests/test_heartbeat_store.py`` runs on both)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ class MemoryHeartbeatStore:
     def __init__(self, now_ms: Callable[[], int]) -> None:
         self._now_ms = now_ms
         self._beats: dict[str, tuple[int, int]] = {}
+        self._clients: dict[str, str] = {}
 
     def beat(
         self, reader_id: str, generation: int, *, claim: bool = False
@@ -25,3 +28,15 @@ class MemoryHeartbeatStore:
         current = self._beats.get(reader_id)
         if current is not None and current[0] <= generation:
             del self._beats[reader_id]
+
+    def register(self, reader_id: str, client: str) -> None:
+        """Record ``host/pid`` of ``reader_id`` (as :class:`RedisHeartbeatStore` does)."""
+        self._clients[reader_id] = client
+
+    def clients(self) -> dict[str, str]:
+        return dict(self._clients)
+
+    def delete(self) -> None:
+        """Forget every heartbeat and registered client (the group is being deleted)."""
+        self._beats.clear()
+        self._clients.clear()

@@ -1,0 +1,64 @@
+"""Heartbeats, run unchanged on both stores: ``RedisHeartbeatStore`` (``heartbeat.lua``, the
+server's clock) and ``MemoryHeartbeatStore`` (an injected clock, for simulations). A zombie
+(an older generation of the same reader id) can neither overwrite nor delete its
+replacement's heartbeat; a claim writes whatever is stored; an observer changes nothing."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from readergroup.core.membership import HeartbeatStore
+from readergroup.core.names import group_sync_name
+from readergroup.storage.connection import RedisConnection
+from readergroup.testing.memory_heartbeats import MemoryHeartbeatStore
+
+
+@pytest.fixture(params=["memory", "redis"])
+def beats(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if request.param == "memory":
+        ticks = itertools.count(1_700_000_000_000)
+        yield MemoryHeartbeatStore(lambda: next(ticks))
+        return
+    connection = RedisConnection.from_url(request.getfixturevalue("redis_url"))
+    try:
+        yield connection.heartbeat_store(group_sync_name("s", f"g{uuid.uuid4().hex[:10]}"))
+    finally:
+        connection.close()
+
+
+def test_a_beat_is_stamped_with_the_stores_clock(beats: HeartbeatStore) -> None:
+    now, seen = beats.beat("r1", 1)
+    assert seen == {"r1": (1, seen["r1"][1])} and 0 < seen["r1"][1] <= now
+    later, seen = beats.beat("", 0)  # an observer's read changes nothing
+    assert later >= now and set(seen) == {"r1"}
+
+
+def test_a_zombie_neither_overwrites_nor_deletes_its_replacement(beats: HeartbeatStore) -> None:
+    beats.beat("r1", 1)
+    beats.beat("r1", 2)  # the replacement, a newer generation
+    _, seen = beats.beat("r1", 1)  # the zombie resumes
+    assert seen["r1"][0] == 2
+    beats.forget("r1", 1)
+    assert beats.beat("", 0)[1]["r1"][0] == 2
+    beats.forget("r1", 2)
+    assert "r1" not in beats.beat("", 0)[1]
+
+
+def test_a_claim_writes_whatever_is_stored(beats: HeartbeatStore) -> None:
+    beats.beat("r1", 5)
+    _, seen = beats.beat("r1", 1, claim=True)
+    assert seen["r1"][0] == 1
+
+
+def test_registered_clients_are_kept_until_the_group_is_deleted(beats: Any) -> None:
+    beats.register("r1", "host/1")
+    beats.register("r1", "host/2")  # a rejoin overwrites
+    beats.beat("r1", 1)
+    assert beats.clients() == {"r1": "host/2"}
+    beats.delete()
+    assert beats.clients() == {} and beats.beat("", 0)[1] == {}
