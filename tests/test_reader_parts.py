@@ -305,3 +305,22 @@ def test_buffered_events_go_out_without_a_round_trip_while_nothing_is_due(
     assert reads() > before
     reader.close()
     probe.close()
+
+
+def test_the_fast_path_skips_segments_with_nothing_buffered(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    make_stream(redis_url, scope, segments=2)
+    data_key = connection.keys.segment(scope, "s", 1).events
+    for n in range(6):  # only segment 1 has events
+        connection.client.xadd(
+            data_key, {"p": f"e{n}", "w": "0", "t": "0", "b": "0"}, id=f"{n + 1}-0"
+        )
+    fetcher = fetcher_of(connection)
+    for number in (0, 1):
+        fetcher.add(segment(connection, scope, number))
+    fetcher.fetch(0.05, {})
+    taken = [fetcher.take_one() for _ in range(6)]
+    assert [e.event if e is not None else None for e in taken] == [f"e{n}" for n in range(6)]
+    assert fetcher.take_one() is None  # nothing buffered anywhere: the general path fetches
+    assert fetcher.owned[(f"{scope}/s", 1)].returned == 6

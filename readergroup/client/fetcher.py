@@ -207,15 +207,23 @@ class Fetcher(Generic[T]):
 
     # -- hand-out ----------------------------------------------------------------------------
     def take_one(self) -> EventRead[T] | None:
-        """The fast path of ``read_next_event``: consume what was returned (commit-on-get) and
-        hand out the next event of the segment whose turn it is, if it can go out at once;
-        ``None`` sends the caller down the general path (:meth:`take`)."""
+        """The fast path of ``read_next_event``: the next buffered event, round-robin over the
+        segments (skipping those with nothing buffered, as :meth:`take` does), when it can go
+        out at once; ``None`` (an error pending or a gap on the way, an event over the size
+        limit, nothing buffered) sends the caller down the general path (:meth:`take`)."""
         rotation = self._rotation
-        if not rotation:
+        for _ in range(len(rotation)):
+            key = rotation[0]
+            owned = self.owned.get(key)
+            if owned is not None:
+                if owned.pending is not None or owned.jumped:
+                    return None
+                if owned.buffer:
+                    break
+            rotation.rotate(-1)
+        else:
             return None
-        key = rotation[0]
-        owned = self.owned.get(key)
-        if owned is None or owned.pending is not None or owned.jumped or not owned.buffer:
+        if owned is None:  # (for the type checker: the loop breaks only on a segment)
             return None
         raw = owned.buffer[0]
         payload = raw.payload
