@@ -429,7 +429,6 @@ class Fetcher(Generic[T]):
         held = sum(len(o.buffer) for o in self.owned.values())
         room = min(config.prefetch_events, config.prefetch_bytes // self._event_bytes) - held
         count = min(config.read_batch, room)
-        positions: dict[str, str] = {}
         targets: dict[str, tuple[OwnedSegment, int]] = {}
         for owned in self.owned.values():
             if room < count or count < 1:
@@ -441,10 +440,12 @@ class Fetcher(Generic[T]):
             ):
                 continue
             room -= count
-            positions[owned.data_key] = f"{owned.fetch}-0"
             targets[owned.data_key] = (owned, owned.fetch)
-        if not positions:
-            return
+        if targets:
+            self._send_ahead(targets, count)
+
+    def _send_ahead(self, targets: dict[str, tuple[OwnedSegment, int]], count: int) -> None:
+        positions = {key: f"{position}-0" for key, (_, position) in targets.items()}
         try:
             self._ahead = ReadAhead(self._connection, positions, count)
         except RedisUnavailableError as exc:
@@ -460,10 +461,13 @@ class Fetcher(Generic[T]):
         """Apply the outstanding read ahead's reply if it arrives within ``timeout`` s (and send
         the next one); True when that buffered events."""
         ahead = self._ahead
-        if ahead is None:
+        if ahead is None or not ahead.ready(timeout):
             return False
+        targets, count = self._ahead_for, self._ahead_count
+        self._ahead = None
+        self._chain(targets, count)  # the next read goes out before this reply is parsed
         try:
-            reply = ahead.result(timeout)
+            reply = ahead.result(0.0)
         except RedisUnavailableError as exc:
             self._ahead = None
             self._outage.lost(exc)
@@ -474,18 +478,40 @@ class Fetcher(Generic[T]):
             return False
         if reply is None:
             return False
-        self._ahead = None
         self._outage.back()
         buffered = False
-        for key, (owned, position) in self._ahead_for.items():
+        for key, (owned, position) in targets.items():
             if self.owned.get(owned.key) is not owned or owned.fetch != position:
-                continue  # released, fenced or re-acquired since: the reply is stale
+                continue  # released, fenced or re-acquired since, or a chained read after a
+                # short reply: stale
             owned.behind = False
             entries = reply.get(key)
             if entries:
-                buffered = self._buffer_reply(owned, entries, self._ahead_count) or buffered
+                buffered = self._buffer_reply(owned, entries, count) or buffered
         self.read_ahead()
         return buffered
+
+    def _chain(self, targets: Mapping[str, tuple[OwnedSegment, int]], count: int) -> None:
+        """Send the read that follows a reply not yet parsed, from where that reply ends if it
+        is full (``count`` events); if it proves short, the chained reply is dropped as stale.
+        Within the same bounds as :meth:`read_ahead`, counting the reply as held."""
+        config = self._config
+        held = sum(len(o.buffer) for o in self.owned.values()) + count * len(targets)
+        room = min(config.prefetch_events, config.prefetch_bytes // self._event_bytes) - held
+        chained: dict[str, tuple[OwnedSegment, int]] = {}
+        for key, (owned, position) in targets.items():
+            if room < count:
+                break
+            if (
+                self.owned.get(owned.key) is owned
+                and owned.fetch == position
+                and not owned.fetched_all
+                and len(owned.buffer) + 2 * count <= config.max_buffered_events
+            ):
+                room -= count
+                chained[key] = (owned, position + count)
+        if chained:
+            self._send_ahead(chained, count)
 
     def _buffer_reply(self, owned: OwnedSegment, entries: list[Any], limit: int) -> bool:
         """Buffer one segment's part of a reply; True when it added events."""

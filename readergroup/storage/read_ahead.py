@@ -39,10 +39,11 @@ class ReadAhead:
                 self._discard()
                 raise
 
-    def ready(self) -> bool:
-        """Whether the reply (or an error) has arrived: :meth:`result` will not wait."""
+    def ready(self, timeout: float = 0.0) -> bool:
+        """Whether the reply (or an error) arrives within ``timeout`` s: :meth:`result` will
+        not wait then."""
         try:
-            return bool(self._conn.can_read(0))
+            return bool(self._conn.can_read(max(0.0, timeout)))
         except (redis.RedisError, OSError):
             return True  # the connection broke: result() raises at once
 
