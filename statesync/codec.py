@@ -180,7 +180,7 @@ class Codec:
             return msgpack.ExtType(_EXT_FROZENSET, self._encode(list(obj), depth))
         name = self.registry.name_of(type(obj))
         if name is not None:
-            fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+            fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
             return msgpack.ExtType(_EXT_DATACLASS, self._encode([name, fields], depth))
         if type(obj) is int:
             raise EncodeError(f"integer {obj} is outside msgpack's range -2**63 .. 2**64-1")

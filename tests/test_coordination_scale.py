@@ -10,6 +10,17 @@ import pytest
 
 from readergroup import EventStreamClientFactory, UTF8StringSerializer
 from readergroup.admin.group_manager import join_group
+from readergroup.core.balance import segments_to_acquire
+from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.core.group_state import (
+    AcquireSegments,
+    AddReader,
+    CommitPositions,
+    ReleaseSegments,
+    RemoveReader,
+    check_invariants,
+    new_group,
+)
 from readergroup.storage.connection import RedisConnection
 from tests.support.waiting import wait_until
 from tests.test_protocol_races import make_group, make_stream, write_keys
@@ -102,3 +113,33 @@ def test_commits_do_not_wake_a_reader_with_nothing_to_do(redis_url: str, scope: 
             thread.join(5)
             idle.close()
             busy.close()
+
+
+def test_the_owner_index_is_carried_through_moves_not_rebuilt() -> None:
+    config = ReaderGroupConfig(streams=["x/s"])
+    state = new_group("x", "g", config, {("x/s", i): 0 for i in range(64)}, 0)
+    for reader in ("a", "b"):
+        state = AddReader(reader, 0).apply_to(state)
+    generation = {r: state.readers[r].generation for r in ("a", "b")}
+    state = AcquireSegments(
+        "a", generation["a"], tuple(segments_to_acquire(state, "a")), 0
+    ).apply_to(state)
+    assert state.counts() == {"a": 32, "b": 0}  # builds the index once
+    steps = [
+        lambda s: AcquireSegments("b", generation["b"], tuple(segments_to_acquire(s, "b")), 0),
+        lambda s: CommitPositions(
+            "a", generation["a"], tuple((k, a.token, 7) for k, a in s.owned_by("a").items())
+        ),
+        lambda s: ReleaseSegments(
+            "b",
+            generation["b"],
+            tuple((k, a.token, 1) for k, a in list(s.owned_by("b").items())[:5]),
+        ),
+        lambda s: RemoveReader("a", generation["a"]),
+    ]
+    for step in steps:
+        state = step(state).apply_to(state)
+        assert state._owners is not None, "the index was dropped: the next look rebuilds it"
+        check_invariants(state)  # the carried index agrees with the assignments
+    assert state.counts() == {"b": 27}
+    assert all(a.reader == "b" for a in state.owned_by("b").values())

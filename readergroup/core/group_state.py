@@ -118,6 +118,12 @@ class GroupState:
     """Readers that have not yet acknowledged the latest reset."""
     waiting_ends: Mapping[SegKey, Mapping[SegKey, int]] = field(default_factory=dict)
     """Per ``future`` successor: its completed predecessors and the offsets they ended at."""
+    _owners: dict[str, dict[SegKey, Assignment]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """Index of ``assigned`` by owner, built on first use and carried through the updates
+    that move segments (:func:`_with_owners`); not part of the state (``init=False`` fields
+    are not encoded), so it never reaches the log or a snapshot."""
 
     def checkpoint(self, name: str) -> Checkpoint | None:
         for checkpoint in reversed(self.checkpoints):
@@ -137,13 +143,24 @@ class GroupState:
         return self.end is not None and not (self.assigned or self.unassigned or self.future)
 
     def owned_by(self, reader_id: str) -> dict[SegKey, Assignment]:
-        return {s: a for s, a in self.assigned.items() if a.reader == reader_id}
+        return dict(self.owners().get(reader_id, {}))
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(self.readers, 0)
-        for assignment in self.assigned.values():
-            counts[assignment.reader] = counts.get(assignment.reader, 0) + 1
+        for reader_id, owned in self.owners().items():
+            if owned:
+                counts[reader_id] = len(owned)
         return counts
+
+    def owners(self) -> Mapping[str, Mapping[SegKey, Assignment]]:
+        """Owner -> its assignments (read-only view; O(S) once per state, then carried)."""
+        owners = self._owners
+        if owners is None:
+            owners = {}
+            for segment, assignment in self.assigned.items():
+                owners.setdefault(assignment.reader, {})[segment] = assignment
+            object.__setattr__(self, "_owners", owners)
+        return owners
 
     def positions(self) -> dict[SegKey, int]:
         """Committed position of every segment that has one (assigned or unassigned), plus the
@@ -185,6 +202,31 @@ def new_group(
         created_ms=now_ms,
         end=None if end is None else dict(end),
     )
+
+
+def _with_owners(old: GroupState, new: GroupState, changed: Iterable[SegKey]) -> GroupState:
+    """``new`` with ``old``'s owner index (if built) updated for the ``changed`` segments: a
+    copy of the index's outer map and of each touched owner's map, O(R + change)."""
+    index = old._owners
+    if index is None:
+        return new
+    owners = dict(index)
+    copied: set[str] = set()
+
+    def mine(reader_id: str) -> dict[SegKey, Assignment]:
+        if reader_id not in copied:
+            copied.add(reader_id)
+            owners[reader_id] = dict(owners.get(reader_id, {}))
+        return owners[reader_id]
+
+    for segment in changed:
+        before, after = old.assigned.get(segment), new.assigned.get(segment)
+        if before is not None:
+            mine(before.reader).pop(segment, None)
+        if after is not None:
+            mine(after.reader)[segment] = after
+    object.__setattr__(new, "_owners", owners)
+    return new
 
 
 # -- checks (raise the specific error a writer should see) ------------------------------------
@@ -277,7 +319,7 @@ class RemoveReader(Update):
             else c
             for c in state.checkpoints
         )
-        return replace(
+        new = replace(
             state,
             readers=readers,
             assigned=assigned,
@@ -285,6 +327,7 @@ class RemoveReader(Update):
             checkpoints=checkpoints,
             reset_pending=tuple(r for r in state.reset_pending if r != self.reader_id),
         )
+        return _with_owners(state, new, released)
 
 
 @dataclass(frozen=True)
@@ -309,7 +352,8 @@ class AcquireSegments(Update):
                 self.reader_id, unassigned.pop(segment), token, self.now_ms
             )
             token += 1
-        return replace(state, assigned=assigned, unassigned=unassigned, next_token=token)
+        new = replace(state, assigned=assigned, unassigned=unassigned, next_token=token)
+        return _with_owners(state, new, self.segments)
 
 
 @dataclass(frozen=True)
@@ -330,7 +374,8 @@ class ReleaseSegments(Update):
             current = check_owner(state, self.reader_id, self.generation, segment, token)
             del assigned[segment]
             unassigned[segment] = max(position, current.position)
-        return replace(state, assigned=assigned, unassigned=unassigned)
+        new = replace(state, assigned=assigned, unassigned=unassigned)
+        return _with_owners(state, new, (s for s, _, _ in self.releases))
 
 
 @dataclass(frozen=True)
@@ -354,7 +399,8 @@ class CommitPositions(Update):
         for segment, token, position in self.positions:
             current = check_owner(state, self.reader_id, self.generation, segment, token)
             assigned[segment] = replace(current, position=max(position, current.position))
-        return replace(state, assigned=assigned)
+        new = replace(state, assigned=assigned)
+        return _with_owners(state, new, (s for s, _, _ in self.positions))
 
 
 @dataclass(frozen=True)
@@ -395,7 +441,7 @@ class CompleteSegment(Update):
                 future.pop(successor, None)
                 waiting.pop(successor, None)
                 unassigned[successor] = start
-        return replace(
+        new = replace(
             state,
             assigned=assigned,
             unassigned=unassigned,
@@ -403,6 +449,7 @@ class CompleteSegment(Update):
             completed=completed,
             waiting_ends=waiting,
         )
+        return _with_owners(state, new, (self.segment,))
 
 
 def _acknowledged(
@@ -574,6 +621,11 @@ def check_invariants(state: GroupState) -> None:
         for segment in place:
             assert segment not in seen, f"segment {segment} is in two places"
             seen.add(segment)
+    if state._owners is not None:  # the carried owner index agrees with ``assigned``
+        rebuilt: dict[str, dict[SegKey, Assignment]] = {}
+        for segment, assignment in state.assigned.items():
+            rebuilt.setdefault(assignment.reader, {})[segment] = assignment
+        assert {r: m for r, m in state._owners.items() if m} == rebuilt, "owner index stale"
     tokens = [a.token for a in state.assigned.values()]
     assert len(set(tokens)) == len(tokens), "two assignments share a fencing token"
     assert all(t < state.next_token for t in tokens)
