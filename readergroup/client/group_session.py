@@ -277,18 +277,19 @@ class GroupSession(Generic[T]):
 
     def _rebalance(self) -> None:
         state = self.member.refresh()
+        sync = self.member.sync
+        looked_at, appended = sync.revision, sync.stats.appends
         if state.generation != self._group_generation:
             self._reinitialize(state)
             state = self.member.state
         self._take_checkpoints(state)
         release_at = {k: self._release_position(o) for k, o in self._fetcher.owned.items()}
         # decided on the state just read: one read of the group log per wake-up
-        sync = self.member.sync
-        landed_past = sync.stats.disjoint_appends
         acquired, released = self.member.rebalance(release_at, fetched_at=sync.revision)
-        if sync.stats.disjoint_appends != landed_past:
-            # a move landed past others' changes (about other segments): those woke this
-            # reader before it saw them, so act on them at the next maintenance
+        if sync.revision - looked_at != sync.stats.appends - appended:
+            # others' changes came in meanwhile (a conflict's re-read, a move that landed
+            # past them, the heartbeat's fetch): their wake-ups count as seen below, so look
+            # at them (resets, checkpoints) at the next maintenance
             self.group_dirty = True
         state = self.member.state
         self._seen_revision = self.member.sync.revision
