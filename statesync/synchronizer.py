@@ -343,13 +343,7 @@ class StateSynchronizer(Generic[S]):
                 )
                 if outcome.status == status.OK:
                     if outcome.revision == replica.revision + 1:
-                        self._replica = Replica(
-                            new_state,
-                            outcome.revision,
-                            replica.incarnation,
-                            outcome.server_time_ms,
-                            outcome.history,
-                        )
+                        self._replica = _appended(replica, new_state, outcome)
                     else:  # landed after entries about other keys: apply them, then ours
                         self._stats.disjoint_appends += 1
                         self._retrying(budget, self._fetch_locked)
@@ -402,13 +396,7 @@ class StateSynchronizer(Generic[S]):
             )
             if outcome.status == status.OK and outcome.revision == replica.revision + 1:
                 # the script checked our history at replica.revision, then the head: ours
-                self._replica = Replica(
-                    new_state,
-                    outcome.revision,
-                    replica.incarnation,
-                    outcome.server_time_ms,
-                    outcome.history,
-                )
+                self._replica = _appended(replica, new_state, outcome)
                 return outcome.revision
             try:
                 self._retrying(budget, self._fetch_locked)
@@ -752,6 +740,13 @@ class StateSynchronizer(Generic[S]):
                 replica.revision,
                 f"{type(exc.update).__name__}.apply_to raised {exc.__cause__!r}",
             ) from exc.__cause__
+
+
+def _appended(replica: Replica[S], new_state: S, outcome: AppendOutcome) -> Replica[S]:
+    """The replica after our own append landed right after ``replica`` (at its revision + 1)."""
+    return Replica(
+        new_state, outcome.revision, replica.incarnation, outcome.server_time_ms, outcome.history
+    )
 
 
 def _wakes(updates: Sequence[Update]) -> bool:
