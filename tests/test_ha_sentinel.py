@@ -56,6 +56,7 @@ def test_a_bad_sentinel_url_is_a_config_error_for_clients() -> None:
         StreamManager.from_url("redis+sentinel://127.0.0.1:1")
 
 
+@pytest.mark.long  # about 25 s; make test keeps the reader group's Sentinel failover
 def test_clients_follow_a_sentinel_failover(
     sentinels: LocalSentinelGroup, unique_name: str
 ) -> None:
