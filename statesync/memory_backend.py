@@ -75,9 +75,16 @@ class MemoryLogBackend:
     that ticks by one per call, so nothing here reads the wall clock.
     """
 
-    def __init__(self, server_clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        server_clock: Callable[[], int] | None = None,
+        *,
+        changed: threading.Condition | None = None,
+    ) -> None:
+        """``changed``: the condition to notify on every change (a caller waiting on these
+        logs and on other in-memory data at once shares one)."""
         self._logs: dict[str, _Log] = {}
-        self._changed = threading.Condition()
+        self._changed = changed or threading.Condition()
         self._ticks = 0
         self._server_clock = server_clock or self._tick
 
@@ -194,14 +201,20 @@ class MemoryLogBackend:
                 refused,
             )
 
+    def newest(self, name: str, *, wakes_only: bool = False) -> int:
+        """The revision of the newest entry of ``name`` (appended with ``wake`` if
+        ``wakes_only``); ``-1`` if there is no such log."""
+        with self._changed:
+            log = self._logs.get(name)
+            if log is None:
+                return -1
+            return log.woken if wakes_only else log.revision
+
     def wait(
         self, name: str, after_revision: int, timeout: float, *, wakes_only: bool = False
     ) -> bool:
         def has_news() -> bool:
-            log = self._logs.get(name)
-            if log is None:
-                return False
-            return (log.woken if wakes_only else log.revision) > after_revision
+            return self.newest(name, wakes_only=wakes_only) > after_revision
 
         with self._changed:
             return self._changed.wait_for(has_news, timeout=timeout)

@@ -47,6 +47,7 @@ from readergroup.core.names import group_sync_name, validate_name
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage import vanished
 from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 from readergroup.storage.translate import fetch_state, translate_errors
 from statesync import Decision, StateSynchronizer
 
@@ -136,7 +137,7 @@ class ReaderGroup:
     """A handle on one reader group (from :meth:`ReaderGroupManager.get_reader_group`)."""
 
     def __init__(
-        self, connection: RedisConnection, scope: str, name: str, writer_label: str | None = None
+        self, connection: Connection, scope: str, name: str, writer_label: str | None = None
     ) -> None:
         self._connection = connection
         self._streams = StreamManager(connection)
@@ -559,7 +560,7 @@ class ReaderGroupManager(Closing):
     def __init__(
         self,
         scope: str,
-        connection: RedisConnection,
+        connection: Connection,
         *,
         owns_connection: bool = False,
         writer_label: str | None = None,
@@ -678,7 +679,7 @@ class ReaderGroupManager(Closing):
 
 
 def join_group(
-    connection: RedisConnection, scope: str, group: str, reader_id: str, *, takeover: bool = False
+    connection: Connection, scope: str, group: str, reader_id: str, *, takeover: bool = False
 ) -> tuple[GroupMember, ReaderGroupConfig]:
     """Join ``reader_id`` to ``scope/group``; return its member handle and the group config
     (``takeover``: see :meth:`GroupMember.join`)."""

@@ -66,6 +66,7 @@ from readergroup.core.stream_metadata import (
 )
 from readergroup.storage import vanished
 from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import SegmentState
 from readergroup.storage.translate import missing_as, translate_errors
@@ -123,7 +124,7 @@ class StreamManager(Closing):
     Thread-safe: the synchronizers it holds serialize their own operations.
     """
 
-    def __init__(self, connection: RedisConnection, *, owns_connection: bool = False) -> None:
+    def __init__(self, connection: Connection, *, owns_connection: bool = False) -> None:
         self._connection = connection
         self._owns_connection = owns_connection
         self._scope_list = connection.synchronizer(
@@ -137,7 +138,7 @@ class StreamManager(Closing):
         return cls(RedisConnection.from_url(url, config), owns_connection=True)
 
     @property
-    def connection(self) -> RedisConnection:
+    def connection(self) -> Connection:
         return self._connection
 
     def close(self) -> None:
@@ -601,7 +602,7 @@ def _lost_stream(scope: str, stream: str) -> vanished.Missing:
     )
 
 
-def complete_scale_seals(connection: RedisConnection, state: StreamState) -> None:
+def complete_scale_seals(connection: Connection, state: StreamState) -> None:
     """Seal in Redis every segment the metadata says is sealed, then open the successors
     left closed (repairs interrupted scales, see the module docstring). Idempotent."""
     scope, stream = state.scope, state.stream

@@ -12,14 +12,14 @@ from readergroup.admin.stream_manager import StreamManager
 from readergroup.core.names import validate_name
 from readergroup.core.planning import SegmentRange, plan_ranges
 from readergroup.core.stream_cut import StreamCut
-from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 from readergroup.storage.segment_records import SegmentEvent, SegmentState
 
 
 class BatchClient:
     """Reads a scope's streams segment by segment. Thread-safe."""
 
-    def __init__(self, connection: RedisConnection, scope: str) -> None:
+    def __init__(self, connection: Connection, scope: str) -> None:
         self._connection = connection
         self._scope = validate_name(scope, "scope")
         self._manager = StreamManager(connection)

@@ -17,6 +17,7 @@ from readergroup.core.config import ClientConfig
 from readergroup.core.group_config import ReaderConfig
 from readergroup.core.names import validate_name
 from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 
 T = TypeVar("T")
 
@@ -34,7 +35,7 @@ class EventStreamClientFactory(Closing):
     """
 
     def __init__(
-        self, scope: str, connection: RedisConnection, *, owns_connection: bool = False
+        self, scope: str, connection: Connection, *, owns_connection: bool = False
     ) -> None:
         self._scope = validate_name(scope, "scope")
         self._connection = connection
@@ -54,7 +55,7 @@ class EventStreamClientFactory(Closing):
         return self._scope
 
     @property
-    def connection(self) -> RedisConnection:
+    def connection(self) -> Connection:
         return self._connection
 
     @property

@@ -40,8 +40,7 @@ from readergroup.core.errors import (
 from readergroup.core.group_config import ReaderConfig
 from readergroup.core.group_state import SegKey
 from readergroup.core.routing import segment_name
-from readergroup.storage.connection import RedisConnection
-from readergroup.storage.read_ahead import ReadAhead
+from readergroup.storage.connection_api import Connection, PendingRead
 from readergroup.storage.segment_records import SegmentEvent
 from statesync.clock import Clock
 
@@ -149,7 +148,7 @@ class Fetcher(Generic[T]):
 
     def __init__(
         self,
-        connection: RedisConnection,
+        connection: Connection,
         serializer: Serializer[T],
         config: ReaderConfig,
         outage: Outage,
@@ -165,7 +164,7 @@ class Fetcher(Generic[T]):
         self.errors: deque[ReaderGroupError] = deque()
         """Errors to raise on the next read call, after the events returned before them."""
         self._deserialize = serializer.deserialize
-        self._ahead: ReadAhead | None = None
+        self._ahead: PendingRead | None = None
         self._ahead_for: dict[str, tuple[OwnedSegment, int]] = {}
         """Data key -> (segment, fetch position) the outstanding read ahead was sent for."""
         self._ahead_count = 0
@@ -447,7 +446,7 @@ class Fetcher(Generic[T]):
     def _send_ahead(self, targets: dict[str, tuple[OwnedSegment, int]], count: int) -> None:
         positions = {key: f"{position}-0" for key, (_, position) in targets.items()}
         try:
-            self._ahead = ReadAhead(self._connection, positions, count)
+            self._ahead = self._connection.read_ahead(positions, count)
         except RedisUnavailableError as exc:
             self._outage.lost(exc)
             return

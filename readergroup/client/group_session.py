@@ -44,7 +44,7 @@ from readergroup.core.group_state import UPDATE_TYPES as GROUP_UPDATE_TYPES
 from readergroup.core.group_state import Assignment, GroupState, SegKey
 from readergroup.core.names import split_scoped_stream, stream_sync_name
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
-from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 from readergroup.storage.translate import translate_errors
 from statesync import BadEntryError, StateSynchronizer, SynchronizerNotFoundError
 from statesync.clock import Clock
@@ -62,7 +62,7 @@ class GroupSession(Generic[T]):
 
     def __init__(
         self,
-        connection: RedisConnection,
+        connection: Connection,
         member: GroupMember,
         group_config: ReaderGroupConfig,
         fetcher: Fetcher[T],

@@ -21,7 +21,7 @@ from readergroup.admin.stream_manager import complete_scale_seals
 from readergroup.core.errors import ReaderGroupError, StreamNotFoundError
 from readergroup.core.names import stream_sync_name
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
-from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 from readergroup.storage.vanished import fetch_adopting
 from statesync import StateSynchronizer
 
@@ -35,7 +35,7 @@ class StreamMetadataCache:
     """
 
     def __init__(
-        self, connection: RedisConnection, ttl: float, timer: Callable[[], float] | None = None
+        self, connection: Connection, ttl: float, timer: Callable[[], float] | None = None
     ) -> None:
         self._connection = connection
         self._fresh: TTLCache[tuple[str, str], StreamState] = (

@@ -48,7 +48,7 @@ from readergroup.client.serializers import Serializer
 from readergroup.core.errors import ReaderNotInGroupError
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.group_state import SegKey
-from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK, SystemClock
 
@@ -66,7 +66,7 @@ class EventStreamReader(Generic[T]):
 
     def __init__(
         self,
-        connection: RedisConnection,
+        connection: Connection,
         member: GroupMember,
         group_config: ReaderGroupConfig,
         serializer: Serializer[T],

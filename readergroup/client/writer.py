@@ -56,7 +56,7 @@ from readergroup.core.errors import (
 from readergroup.core.routing import key_position
 from readergroup.core.stream_metadata import StreamState
 from readergroup.storage import segment_status
-from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 from readergroup.storage.segment_records import AppendBatch, AppendReply
 from statesync import RetryPolicy
 from statesync.clock import Clock
@@ -216,7 +216,7 @@ class EventStreamWriter(Generic[T]):
 
     def __init__(
         self,
-        connection: RedisConnection,
+        connection: Connection,
         metadata: StreamMetadataCache,
         scope: str,
         stream: str,

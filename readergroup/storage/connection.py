@@ -12,7 +12,7 @@ state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -33,6 +33,10 @@ from statesync import StateSynchronizer, SyncConfig, Update
 from statesync.endpoints import is_sentinel_url, split_seeds
 from statesync.errors import EndpointURLError
 from statesync.redis_backend import RedisLogBackend, sentinel_clients
+
+if TYPE_CHECKING:
+    from readergroup.storage.connection_api import Connection
+    from readergroup.storage.read_ahead import ReadAhead
 
 
 def _raw_reply(response: Any, **options: Any) -> Any:
@@ -115,6 +119,8 @@ class RedisConnection:
         """The segment data plane."""
         self.staging = StagingStore(client, self._scripts, self.keys)
         """The Spark sink's staged writes."""
+        self.records = client
+        """The created-records of :mod:`readergroup.storage.vanished` (hashes)."""
         self.subscribers = SubscriberStore(client, self.keys)
         """External retention subscribers' published cuts."""
 
@@ -209,7 +215,19 @@ class RedisConnection:
         :meth:`statesync.redis_backend.RedisLogBackend.wake_on`."""
         return self.log_backend.wake_on(sync_name, after_revision, wakes_only=wakes_only)
 
+    def read_ahead(self, positions: Mapping[str, str], limit: int) -> ReadAhead:
+        """Send an ``XREAD`` of ``positions`` now; its reply is read later (see
+        :class:`~readergroup.storage.read_ahead.ReadAhead`)."""
+        from readergroup.storage.read_ahead import ReadAhead
+
+        return ReadAhead(self.log_backend.blocking_client.connection_pool, positions, limit)
+
     def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
         """``XREAD BLOCK`` over stream keys (segments and state logs) in one call: key -> raw
         entries for the keys that had something (see :class:`MultiKeyReader`)."""
         return self._reads.read_keys(positions, timeout, limit)
+
+
+def _conforms(connection: RedisConnection) -> Connection:
+    """mypy checks here that the Redis connection has the interface the clients use."""
+    return connection

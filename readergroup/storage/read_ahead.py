@@ -15,7 +15,6 @@ from typing import Any
 
 import redis
 
-from readergroup.storage.connection import RedisConnection
 from readergroup.storage.multi_read import _by_key as by_key
 from readergroup.storage.translate import translate_errors
 
@@ -26,13 +25,13 @@ class ReadAhead:
     """One ``XREAD COUNT limit`` of ``positions`` (key -> the entry id to read after), sent and
     not yet answered. Call :meth:`result` (or :meth:`cancel`) exactly once."""
 
-    def __init__(self, connection: RedisConnection, positions: Mapping[str, str], limit: int):
+    def __init__(self, pool: Any, positions: Mapping[str, str], limit: int):
         self.positions = dict(positions)
-        self._pool = connection.log_backend.blocking_client.connection_pool
+        self._pool = pool
         with translate_errors("read ahead"):
             self._conn: Any = self._pool.get_connection()
             try:
-                self._conn.send_command(  # type: ignore[no-untyped-call]
+                self._conn.send_command(
                     "XREAD", "COUNT", limit, "STREAMS", *self.positions, *self.positions.values()
                 )
             except BaseException:

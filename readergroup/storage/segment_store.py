@@ -100,6 +100,10 @@ class SegmentStorage(Protocol):
 
     def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None: ...
 
+    def lost_in_failover(
+        self, scope: str, stream: str, segment: int, begin: int, end: int
+    ) -> bool: ...
+
 
 class SegmentStore:
     """Segments of every stream under one key prefix. Thread-safe (stateless beyond the

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from readergroup.core.errors import ReaderGroupError
-from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 from readergroup.storage.translate import missing_as, translate_errors
 from statesync import StateSynchronizer
 from statesync.errors import LogRegressedError
@@ -33,13 +33,13 @@ _log = logging.getLogger(__name__)
 Missing = Callable[[], ReaderGroupError]
 
 
-def record_key(connection: RedisConnection, scope: str | None) -> str:
+def record_key(connection: Connection, scope: str | None) -> str:
     """The hash recording what was created in ``scope`` (``None``: the list of scopes)."""
     return connection.keys.created_record(scope)
 
 
 def initialize_once(
-    connection: RedisConnection,
+    connection: Connection,
     scope: str | None,
     sync: StateSynchronizer[Any],
     initial_state: Any,
@@ -50,24 +50,24 @@ def initialize_once(
     this call created it."""
     key = record_key(connection, scope)
     with translate_errors(f"check {sync.name}"):
-        recorded = bool(connection.client.hexists(key, sync.name))
+        recorded = bool(connection.records.hexists(key, sync.name))
     if recorded:
         fetch_adopting(sync, lost, f"load {sync.name}")
         return False
     with translate_errors(f"create {sync.name}"):
         created = _adopting(sync, lambda: sync.initialize(initial_state))
-        connection.client.hset(key, sync.name, 1)
+        connection.records.hset(key, sync.name, 1)
     return bool(created)
 
 
-def forget(connection: RedisConnection, scope: str | None, name: str) -> None:
+def forget(connection: Connection, scope: str | None, name: str) -> None:
     """Drop ``name``'s record: call it *before* deleting the synchronizer on purpose."""
     with translate_errors(f"delete {name}"):
-        connection.client.hdel(record_key(connection, scope), name)
+        connection.records.hdel(record_key(connection, scope), name)
 
 
 def missing_or_lost(
-    connection: RedisConnection, scope: str | None, name: str, missing: Missing, lost: Missing
+    connection: Connection, scope: str | None, name: str, missing: Missing, lost: Missing
 ) -> Missing:
     """For :func:`fetch_adopting`: the error for ``name`` not found, ``lost()`` if it had been
     created (``missing()`` when that cannot be checked, e.g. by a role without access to the
@@ -76,7 +76,7 @@ def missing_or_lost(
     def error() -> ReaderGroupError:
         try:
             with translate_errors(f"check {name}"):
-                recorded = bool(connection.client.hexists(record_key(connection, scope), name))
+                recorded = bool(connection.records.hexists(record_key(connection, scope), name))
         except ReaderGroupError as exc:
             _log.warning("could not tell whether %s vanished: %s", name, exc)
             return missing()

@@ -57,11 +57,15 @@ class MemorySegmentStore:
     """Every segment of every stream in dicts, guarded by one lock; ``now_ms`` is the server
     clock events are stamped with (never going back, like ``TIME`` on one server)."""
 
-    def __init__(self, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, now_ms: Callable[[], int], *, changed: threading.Condition | None = None
+    ) -> None:
+        """``changed``: the condition to notify on every change (shared by a caller that
+        waits on segments and other in-memory data at once)."""
         self._now_ms = now_ms
         self._last_ms = 0
         self._segments: dict[tuple[str, str, int], _Segment] = {}
-        self._changed = threading.Condition()
+        self._changed = changed or threading.Condition()
 
     def _server_ms(self) -> int:
         self._last_ms = max(self._last_ms, self._now_ms())
@@ -204,6 +208,15 @@ class MemorySegmentStore:
                 raise TruncatedDataError(name, start, found.head)
             entries = self._entries(found, start, stop, limit)
             return found.state(segment), [parse_event(segment, e) for e in entries]
+
+    def segment_ids(self) -> list[tuple[str, str, int]]:
+        """(scope, stream, segment) of every segment that exists."""
+        with self._changed:
+            return list(self._segments)
+
+    def lost_in_failover(self, scope: str, stream: str, segment: int, begin: int, end: int) -> bool:
+        """Never: one in-memory "server" does not fail over."""
+        return False
 
     def read_raw(
         self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int

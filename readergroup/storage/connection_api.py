@@ -1,0 +1,102 @@
+"""What the admin and client layers use of a connection, as a Protocol:
+:class:`~readergroup.storage.connection.RedisConnection` on Redis and
+:class:`~readergroup.testing.memory_connection.MemoryConnection` in memory (so one reader/writer
+test suite runs on both, and ``mypy --strict`` checks both against this)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from readergroup.core.config import ClientConfig
+from readergroup.core.membership import HeartbeatStore
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.segment_store import SegmentStorage
+from statesync import StateSynchronizer, Update
+
+
+class GroupHeartbeats(HeartbeatStore, Protocol):
+    """One group's heartbeats, with the readers' host/pid records."""
+
+    def register(self, reader_id: str, client: str) -> None: ...
+
+    def clients(self) -> dict[str, str]: ...
+
+    def delete(self) -> None: ...
+
+
+class PendingRead(Protocol):
+    """A read of several keys sent ahead of need (see
+    :class:`~readergroup.storage.read_ahead.ReadAhead`). Call :meth:`result` or :meth:`cancel`
+    exactly once."""
+
+    positions: dict[str, str]
+
+    def ready(self, timeout: float = 0.0) -> bool: ...
+
+    def result(self, timeout: float) -> dict[str, Any] | None: ...
+
+    def cancel(self) -> None: ...
+
+
+class CreatedRecords(Protocol):
+    """The hash commands :mod:`readergroup.storage.vanished` sends (its created-records)."""
+
+    def hexists(self, name: str, key: str, /) -> Any: ...
+
+    def hset(self, name: str, key: str, value: Any, /) -> Any: ...
+
+    def hdel(self, name: str, key: str, /) -> Any: ...
+
+
+class Subscribers(Protocol):
+    """External retention subscribers' published cuts (see
+    :class:`~readergroup.storage.subscriber_store.SubscriberStore`)."""
+
+    def publish(self, scope: str, stream: str, subscriber: str, cut: str) -> None: ...
+
+    def unsubscribe(self, scope: str, stream: str, subscriber: str) -> None: ...
+
+    def published(self, scope: str, stream: str) -> dict[str, str]: ...
+
+
+class Connection(Protocol):
+    """One backend's stores, synchronizers and blocking reads, shared by everything a factory
+    or manager creates."""
+
+    config: ClientConfig
+    keys: KeyLayout
+    cluster: bool
+
+    @property
+    def segments(self) -> SegmentStorage: ...
+
+    @property
+    def records(self) -> CreatedRecords: ...
+
+    @property
+    def subscribers(self) -> Subscribers: ...
+
+    def synchronizer(
+        self,
+        name: str,
+        update_types: Sequence[type[Update]],
+        state_types: Sequence[type] = (),
+        writer_label: str | None = None,
+    ) -> StateSynchronizer[Any]: ...
+
+    def server_time_ms(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def heartbeat_store(self, sync_name: str) -> GroupHeartbeats: ...
+
+    def wake_on(
+        self, sync_name: str, after_revision: int, *, wakes_only: bool = False
+    ) -> tuple[str, str]: ...
+
+    def read_keys(
+        self, positions: Mapping[str, str], timeout: float, limit: int
+    ) -> dict[str, Any]: ...
+
+    def read_ahead(self, positions: Mapping[str, str], limit: int) -> PendingRead: ...
