@@ -11,7 +11,7 @@ state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -21,6 +21,7 @@ from redis.retry import Retry
 
 from readergroup.core.config import ClientConfig, check_eviction_policy
 from readergroup.core.errors import AccessDeniedError, InvalidConfigError, ReaderGroupError
+from readergroup.storage.connection_api import SynchronizerSource
 from readergroup.storage.heartbeat_store import RedisHeartbeatStore
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.multi_read import MAX_BLOCK_SECONDS, MultiKeyReader
@@ -29,7 +30,7 @@ from readergroup.storage.segment_store import SegmentStore
 from readergroup.storage.staging_store import StagingStore
 from readergroup.storage.subscriber_store import SubscriberStore
 from readergroup.storage.translate import translate_errors
-from statesync import StateSynchronizer, SyncConfig, Update
+from statesync import SyncConfig
 from statesync.endpoints import is_sentinel_url, split_seeds
 from statesync.errors import EndpointURLError
 from statesync.redis_backend import RedisLogBackend, sentinel_clients
@@ -73,12 +74,14 @@ def _check_eviction_policy(connection: Any) -> None:
         raise
 
 
-class RedisConnection:
+class RedisConnection(SynchronizerSource):
     """One Redis client (and its pool) shared by everything a factory or manager creates.
 
     Thread-safe. redis-py's own retries are off: appends are retried one level up with the
     same sequence number, which the scripts deduplicate.
     """
+
+    log_backend: RedisLogBackend
 
     def __init__(
         self, client: redis.Redis, config: ClientConfig, blocking_client: redis.Redis | None = None
@@ -178,23 +181,6 @@ class RedisConnection:
                 url, socket_timeout=config.socket_timeout, retry=Retry(NoBackoff(), 0), **options
             )
         return cls(client, config)
-
-    def synchronizer(
-        self,
-        name: str,
-        update_types: Sequence[type[Update]],
-        state_types: Sequence[type] = (),
-        writer_label: str | None = None,
-    ) -> StateSynchronizer[Any]:
-        """A state synchronizer on this connection (it does not own the connection)."""
-        return StateSynchronizer(
-            self.log_backend,
-            name,
-            update_types=update_types,
-            state_types=state_types,
-            config=self._sync_config,
-            writer_label=writer_label,
-        )
 
     def server_time_ms(self) -> int:
         with translate_errors("TIME"):

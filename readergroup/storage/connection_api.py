@@ -12,7 +12,32 @@ from readergroup.core.config import ClientConfig
 from readergroup.core.membership import HeartbeatStore
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_store import SegmentStorage
-from statesync import StateSynchronizer, Update
+from statesync import LogBackend, StateSynchronizer, SyncConfig, Update
+
+
+class SynchronizerSource:
+    """Opens state synchronizers on a connection's log backend with its synchronizer config:
+    the one implementation of :meth:`Connection.synchronizer` both connections inherit."""
+
+    log_backend: LogBackend
+    _sync_config: SyncConfig
+
+    def synchronizer(
+        self,
+        name: str,
+        update_types: Sequence[type[Update]],
+        state_types: Sequence[type] = (),
+        writer_label: str | None = None,
+    ) -> StateSynchronizer[Any]:
+        """A state synchronizer on this connection (it does not own the connection)."""
+        return StateSynchronizer(
+            self.log_backend,
+            name,
+            update_types=update_types,
+            state_types=state_types,
+            config=self._sync_config,
+            writer_label=writer_label,
+        )
 
 
 class GroupHeartbeats(HeartbeatStore, Protocol):

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from readergroup.core.config import ClientConfig
-from readergroup.storage.connection_api import Connection
+from readergroup.storage.connection_api import Connection, SynchronizerSource
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from readergroup.testing.memory_heartbeats import MemoryHeartbeatStore
 from readergroup.testing.memory_segments import MemorySegmentStore
-from statesync import StateSynchronizer, SyncConfig, Update
+from statesync import SyncConfig
 from statesync.memory_backend import MemoryLogBackend
 
 _LOG_KEY = "memory-log:"
@@ -90,13 +90,15 @@ class _DoneRead:
         self._reply = {}
 
 
-class MemoryConnection:
+class MemoryConnection(SynchronizerSource):
     """Segments, state logs, heartbeats and records of one in-memory "server". Thread-safe.
 
     ``now_ms`` is the server clock (default: the wall clock, as reader sessions expire in real
     time on both backends)."""
 
     cluster = False
+
+    log_backend: MemoryLogBackend
 
     def __init__(
         self, config: ClientConfig | None = None, now_ms: Callable[[], int] | None = None
@@ -129,22 +131,6 @@ class MemoryConnection:
 
     def server_time_ms(self) -> int:
         return self._now_ms()
-
-    def synchronizer(
-        self,
-        name: str,
-        update_types: Sequence[type[Update]],
-        state_types: Sequence[type] = (),
-        writer_label: str | None = None,
-    ) -> StateSynchronizer[Any]:
-        return StateSynchronizer(
-            self.log_backend,
-            name,
-            update_types=update_types,
-            state_types=state_types,
-            config=self._sync_config,
-            writer_label=writer_label,
-        )
 
     def heartbeat_store(self, sync_name: str) -> MemoryHeartbeatStore:
         with self._changed:
