@@ -1,7 +1,9 @@
 """Shared fixtures. Every Redis here is real: ``REDIS_URL``, a container, or a server binary.
 
 A test that needs Redis *fails* when none can be had (``pytest.fail``), it never skips.
-``backend`` runs a test once per backend (in-memory and Redis), tooz-style.
+``backend`` runs a test once per statesync backend (in-memory and Redis), tooz-style;
+``connection`` does the same for readergroup's client connection (a module re-points its
+``scope`` and ``factory`` at it with :mod:`tests.support.connections`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from collections.abc import Iterator
 import pytest
 
 from readergroup.core.errors import EmbeddedRedisError
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 from readergroup.testing.embedded_redis import (
     LocalRedisServer,
     RedisServer,
     local_redis_server,
     redis_server,
 )
+from readergroup.testing.memory_connection import MemoryConnection
 from statesync import MemoryLogBackend, snapshot_cache
 from statesync.backend import LogBackend
 from statesync.redis_backend import RedisLogBackend
@@ -66,6 +71,20 @@ def backend(request: pytest.FixtureRequest) -> Iterator[LogBackend]:
         redis_backend.close()
 
 
+@pytest.fixture(params=["memory", "redis"])
+def connection(request: pytest.FixtureRequest) -> Iterator[Connection]:
+    """A memory connection, or one to the suite's real Redis (the run CI trusts)."""
+    made: Connection = (
+        MemoryConnection()
+        if request.param == "memory"
+        else RedisConnection.from_url(request.getfixturevalue("redis_url"))
+    )
+    try:
+        yield made
+    finally:
+        made.close()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_snapshot_cache() -> None:
     snapshot_cache.clear()
@@ -77,7 +96,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         names = set(getattr(item, "fixturenames", ()))
         params = getattr(item, "callspec", None)
         uses_redis = bool(names & {"redis_url", "redis_handle", "private_redis"}) or (
-            params is not None and params.params.get("backend") == "redis"
+            params is not None
+            and "redis" in (params.params.get("backend"), params.params.get("connection"))
         )
         if uses_redis:
             item.add_marker(pytest.mark.redis)

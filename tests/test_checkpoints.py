@@ -1,4 +1,5 @@
-"""Checkpoints, resets, bounded reads, queries, lag and retention on a real Redis."""
+"""Checkpoints, resets, bounded reads, queries, lag and retention, on both connections (in
+memory and a real Redis; the reader-process test on Redis only)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,8 @@ from readergroup import (
     UTF8StringSerializer,
 )
 from readergroup.core.group_state import CreateCheckpoint
+from readergroup.storage.connection_api import Connection
+from tests.support.connections import new_scope, scoped_factory
 from tests.support.waiting import wait_until
 from tests.test_reader_group_processes import Cluster
 
@@ -33,8 +37,18 @@ FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time":
 
 
 @pytest.fixture
-def stream(redis_url: str, scope: str) -> str:
-    with StreamManager.from_url(redis_url) as sm:
+def scope(connection: Connection) -> str:
+    return new_scope(connection)
+
+
+@pytest.fixture
+def factory(connection: Connection, scope: str) -> Iterator[EventStreamClientFactory]:
+    yield from scoped_factory(connection, scope)
+
+
+@pytest.fixture
+def stream(connection: Connection, scope: str) -> str:
+    with StreamManager(connection) as sm:
         sm.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4)))
     return f"{scope}/s"
 
@@ -47,8 +61,10 @@ def write(
             writer.write_event(f"{prefix}{i}", routing_key=f"k{i % 16}")
 
 
-def group(redis_url: str, scope: str, name: str = "g", stream: str = "s", **config: Any) -> Any:
-    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+def group(
+    connection: Connection, scope: str, name: str = "g", stream: str = "s", **config: Any
+) -> Any:
+    with ReaderGroupManager(scope, connection) as rgm:
         rgm.create_reader_group(name, ReaderGroupConfig(streams=[f"{scope}/{stream}"], **config))
         return rgm.get_reader_group(name)
 
@@ -83,9 +99,11 @@ class Reading:
         self.reader.close()
 
 
-def test_the_documented_usage(redis_url: str, scope: str, stream: str, factory: Any) -> None:
+def test_the_documented_usage(
+    connection: Connection, scope: str, stream: str, factory: Any
+) -> None:
     write(factory, 40)
-    g = group(redis_url, scope, **FAST)
+    g = group(connection, scope, **FAST)
     readers = [Reading(factory, "r1"), Reading(factory, "r2")]
     cp = g.initiate_checkpoint("cp-1", timeout=30.0)
     assert all(r.checkpoints == ["cp-1"] for r in readers)
@@ -96,14 +114,15 @@ def test_the_documented_usage(redis_url: str, scope: str, stream: str, factory: 
         r.close()
 
 
+@pytest.mark.parametrize("connection", ["redis"], indirect=True)  # reader processes need Redis
 def test_a_checkpoint_across_three_reader_processes(
-    redis_url: str, scope: str, tmp_path: Path
+    connection: Connection, redis_url: str, scope: str, tmp_path: Path
 ) -> None:
-    with StreamManager.from_url(redis_url) as sm:
+    with StreamManager(connection) as sm:
         sm.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(8)))
-    with EventStreamClientFactory.from_url(scope, redis_url) as f:
+    with EventStreamClientFactory(scope, connection) as f:
         write(f, 3000)
-    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+    with ReaderGroupManager(scope, connection) as rgm:
         rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"], **FAST))
     cluster = Cluster(redis_url, scope, tmp_path)
     try:
@@ -126,9 +145,9 @@ def test_a_checkpoint_across_three_reader_processes(
 
 
 def test_a_stuck_reader_fails_the_checkpoint_with_its_name(
-    redis_url: str, scope: str, stream: str, factory: Any
+    connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
-    g = group(redis_url, scope, **FAST)
+    g = group(connection, scope, **FAST)
     live = Reading(factory, "lively")
     stuck = Reading(factory, "stuck")
     stuck.paused.set()  # the application hangs: it never reads, so never acknowledges
@@ -142,8 +161,10 @@ def test_a_stuck_reader_fails_the_checkpoint_with_its_name(
     stuck.thread.join(5)
 
 
-def test_at_most_three_outstanding_checkpoints(redis_url: str, scope: str, stream: str) -> None:
-    g = group(redis_url, scope, **FAST)
+def test_at_most_three_outstanding_checkpoints(
+    connection: Connection, scope: str, stream: str
+) -> None:
+    g = group(connection, scope, **FAST)
     g.sync.update_state(lambda s: [AddReaderLike()])  # a reader that will never acknowledge
     for i in range(3):
         g.sync.update_state(lambda s, i=i: [CreateCheckpoint(f"c{i}", 0)])
@@ -158,10 +179,10 @@ def AddReaderLike() -> Any:
 
 
 def test_silent_stream_cuts_need_no_checkpoint_event(
-    redis_url: str, scope: str, stream: str, factory: Any
+    connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
     write(factory, 100)
-    g = group(redis_url, scope, **FAST)
+    g = group(connection, scope, **FAST)
     reading = Reading(factory, "r")
     wait_until(lambda: len(reading.records) == 100)
     cuts = g.generate_stream_cuts(timeout=10)
@@ -171,13 +192,13 @@ def test_silent_stream_cuts_need_no_checkpoint_event(
 
 
 def test_a_reset_while_reading_loses_nothing_and_never_goes_back(
-    redis_url: str, scope: str, stream: str, factory: Any
+    connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
     write(factory, 200, prefix="a")
-    g = group(redis_url, scope, **FAST)
+    g = group(connection, scope, **FAST)
     readers = [Reading(factory, "r1"), Reading(factory, "r2")]
     wait_until(lambda: sum(len(r.records) for r in readers) >= 200)
-    with StreamManager.from_url(redis_url) as sm:
+    with StreamManager(connection) as sm:
         cut = sm.tail_cut(scope, "s")
     write(factory, 100, prefix="b")
     starts = g.reset_reader_group(start=cut)
@@ -196,10 +217,10 @@ def test_a_reset_while_reading_loses_nothing_and_never_goes_back(
 
 
 def test_reset_by_shift_and_to_a_checkpoint_name(
-    redis_url: str, scope: str, stream: str, factory: Any
+    connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
     write(factory, 80, prefix="x")
-    g = group(redis_url, scope, **FAST)
+    g = group(connection, scope, **FAST)
     reading = Reading(factory, "r")
     wait_until(lambda: len(reading.records) == 80)
     g.initiate_checkpoint("here", timeout=10)
@@ -214,14 +235,14 @@ def test_reset_by_shift_and_to_a_checkpoint_name(
 
 
 def test_a_bounded_read_ends_exactly_at_the_cut(
-    redis_url: str, scope: str, stream: str, factory: Any
+    connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
     write(factory, 60, prefix="in")
-    with StreamManager.from_url(redis_url) as sm:
+    with StreamManager(connection) as sm:
         end = sm.tail_cut(scope, "s")
         sm.scale_stream(scope, "s", [0], [(0.0, 0.125), (0.125, 0.25)])
     write(factory, 40, prefix="out")
-    g = group(redis_url, scope, end=end, **FAST)
+    g = group(connection, scope, end=end, **FAST)
     ended = threading.Event()
     watcher = g.watch(on_end_of_data=ended.set)
     with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
@@ -238,10 +259,10 @@ def test_a_bounded_read_ends_exactly_at_the_cut(
 
 
 def test_lag_equals_written_minus_read(
-    redis_url: str, scope: str, stream: str, factory: Any
+    connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
     write(factory, 100)  # "e0".."e99": 2-3 bytes each
-    g = group(redis_url, scope, commit_mode="manual", **FAST)
+    g = group(connection, scope, commit_mode="manual", **FAST)
     with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
         assert g.get_metrics().total.events == 100
         read = [reader.read_next_event(timeout=2) for _ in range(30)]
@@ -260,15 +281,15 @@ def test_lag_equals_written_minus_read(
 
 
 def test_retention_never_truncates_what_an_active_group_needs(
-    redis_url: str, scope: str, factory: Any
+    connection: Connection, scope: str, factory: Any
 ) -> None:
-    with StreamManager.from_url(redis_url) as sm:
+    with StreamManager(connection) as sm:
         sm.create_stream(
             scope, "r", StreamConfiguration(retention=RetentionPolicy(consumption_based=True))
         )
         retention = RetentionManager(sm)
         write(factory, 100, stream="r")
-        g = group(redis_url, scope, name="slow", stream="r", commit_mode="manual", **FAST)
+        g = group(connection, scope, name="slow", stream="r", commit_mode="manual", **FAST)
         assert retention.apply(scope, "r") is None  # the group has read nothing yet
         with factory.create_reader("x", "slow", UTF8StringSerializer()) as reader:
             for _ in range(40):
@@ -298,8 +319,10 @@ def test_retention_never_truncates_what_an_active_group_needs(
             list(factory.create_batch_client().read_segment("r", 0, 10))
 
 
-def test_retention_by_age_without_subscribers(redis_url: str, scope: str, factory: Any) -> None:
-    with StreamManager.from_url(redis_url) as sm:
+def test_retention_by_age_without_subscribers(
+    connection: Connection, scope: str, factory: Any
+) -> None:
+    with StreamManager(connection) as sm:
         policy = RetentionPolicy(consumption_based=False, max_age_ms=0)
         sm.create_stream(scope, "t", StreamConfiguration(retention=policy))
         write(factory, 20, stream="t")
@@ -309,8 +332,10 @@ def test_retention_by_age_without_subscribers(redis_url: str, scope: str, factor
         assert cut == StreamCut(scope, "t", {0: 20})
 
 
-def test_retention_by_size_keeps_the_newest_bytes(redis_url: str, scope: str, factory: Any) -> None:
-    with StreamManager.from_url(redis_url) as sm:
+def test_retention_by_size_keeps_the_newest_bytes(
+    connection: Connection, scope: str, factory: Any
+) -> None:
+    with StreamManager(connection) as sm:
         policy = RetentionPolicy(consumption_based=False, max_bytes=25)
         sm.create_stream(scope, "z", StreamConfiguration(retention=policy))
         for _ in range(5):
@@ -326,12 +351,12 @@ def test_retention_by_size_keeps_the_newest_bytes(redis_url: str, scope: str, fa
 
 
 def test_retention_across_a_scale_keeps_what_a_group_still_needs(
-    redis_url: str, scope: str, factory: Any
+    connection: Connection, scope: str, factory: Any
 ) -> None:
-    with StreamManager.from_url(redis_url) as sm:
+    with StreamManager(connection) as sm:
         sm.create_stream(scope, "x", StreamConfiguration(retention=RetentionPolicy()))
         write(factory, 40, stream="x")
-        group(redis_url, scope, name="behind", stream="x", commit_mode="manual", **FAST)
+        group(connection, scope, name="behind", stream="x", commit_mode="manual", **FAST)
         with factory.create_reader("b", "behind", UTF8StringSerializer()) as reader:
             for _ in range(10):
                 reader.read_next_event(timeout=2)

@@ -5,7 +5,6 @@ Redis (the run CI trusts). Small event counts, short sessions."""
 from __future__ import annotations
 
 import threading
-import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -21,36 +20,19 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.storage.connection import RedisConnection
 from readergroup.storage.connection_api import Connection
-from readergroup.testing.memory_connection import MemoryConnection
+from tests.support.connections import new_scope, scoped_factory
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.1}
 SEGMENTS = 4
 
 
-@pytest.fixture(params=["memory", "redis"])
-def connection(request: pytest.FixtureRequest) -> Iterator[Connection]:
-    """A memory connection, or one to the suite's real Redis."""
-    made: Connection = (
-        MemoryConnection()
-        if request.param == "memory"
-        else RedisConnection.from_url(request.getfixturevalue("redis_url"))
-    )
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 @pytest.fixture
 def scope(connection: Connection) -> str:
     """A fresh scope with a stream ``orders`` of four segments."""
-    name = f"s{uuid.uuid4().hex[:10]}"
-    manager = StreamManager(connection)
-    manager.create_scope(name)
-    manager.create_stream(
+    name = new_scope(connection)
+    StreamManager(connection).create_stream(
         name, "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(SEGMENTS))
     )
     return name
@@ -58,8 +40,7 @@ def scope(connection: Connection) -> str:
 
 @pytest.fixture
 def factory(connection: Connection, scope: str) -> Iterator[EventStreamClientFactory]:
-    with EventStreamClientFactory(scope, connection) as client_factory:
-        yield client_factory
+    yield from scoped_factory(connection, scope)
 
 
 def write(factory: EventStreamClientFactory, count: int, prefix: str = "e", keys: int = 8) -> None:

@@ -1,10 +1,12 @@
-"""Reader groups on a real Redis, within one process (threads where needed)."""
+"""Reader groups within one process (threads where needed), on both connections: in memory
+and on a real Redis."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,15 +26,27 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
+from readergroup.storage.connection_api import Connection
 from statesync import ManualClock
+from tests.support.connections import new_scope, scoped_factory
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.1}
 
 
 @pytest.fixture
-def stream4(redis_url: str, scope: str) -> str:
-    with StreamManager.from_url(redis_url) as sm:
+def scope(connection: Connection) -> str:
+    return new_scope(connection)
+
+
+@pytest.fixture
+def factory(connection: Connection, scope: str) -> Iterator[EventStreamClientFactory]:
+    yield from scoped_factory(connection, scope)
+
+
+@pytest.fixture
+def stream4(connection: Connection, scope: str) -> str:
+    with StreamManager(connection) as sm:
         sm.create_stream(
             scope, "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4))
         )
@@ -54,20 +68,20 @@ def drain(reader: Any, quiet: float = 0.5) -> list[Any]:
         got.append(event)
 
 
-def make_group(redis_url: str, scope: str, name: str = "billing", **config: Any) -> None:
-    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+def make_group(connection: Connection, scope: str, name: str = "billing", **config: Any) -> None:
+    with ReaderGroupManager(scope, connection) as rgm:
         rgm.create_reader_group(name, ReaderGroupConfig(streams=[f"{scope}/orders"], **config))
 
 
-def test_the_documented_usage(redis_url: str, scope: str, stream4: str) -> None:
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+def test_the_documented_usage(connection: Connection, scope: str, stream4: str) -> None:
+    with EventStreamClientFactory(scope, connection) as factory:
         factory.create_event_writer("orders", UTF8StringSerializer()).write_event(
             "hi", routing_key="customer-7"
         ).result(5)
-    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+    with ReaderGroupManager(scope, connection) as rgm:
         rgm.create_reader_group("billing", ReaderGroupConfig(streams=[f"{scope}/orders"]))
         assert rgm.list_reader_groups() == ["billing"]
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with EventStreamClientFactory(scope, connection) as factory:
         reader = factory.create_reader("r1", "billing", UTF8StringSerializer(), ReaderConfig())
         ev = reader.read_next_event(timeout=2.0)
         assert (ev.event, ev.routing_key) == ("hi", "customer-7")
@@ -78,10 +92,10 @@ def test_the_documented_usage(redis_url: str, scope: str, stream4: str) -> None:
 
 
 def test_two_readers_split_the_stream_and_read_everything_once(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
     write(factory, 400)
-    make_group(redis_url, scope, **FAST)
+    make_group(connection, scope, **FAST)
     a = factory.create_reader("a", "billing", UTF8StringSerializer())
     b = factory.create_reader("b", "billing", UTF8StringSerializer())
     got: dict[str, list[Any]] = defaultdict(list)
@@ -97,10 +111,10 @@ def test_two_readers_split_the_stream_and_read_everything_once(
 
 
 def test_per_key_order_within_a_reader(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
     write(factory, 300, keys=5)
-    make_group(redis_url, scope)
+    make_group(connection, scope)
     with factory.create_reader("solo", "billing", UTF8StringSerializer()) as reader:
         events = drain(reader)
     by_key: dict[str, list[int]] = defaultdict(list)
@@ -110,9 +124,9 @@ def test_per_key_order_within_a_reader(
 
 
 def test_a_second_live_reader_with_the_same_id_is_refused_and_rejoins_later(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
-    make_group(redis_url, scope, **FAST)
+    make_group(connection, scope, **FAST)
     first = factory.create_reader("same", "billing", UTF8StringSerializer())
     with pytest.raises(ReaderAlreadyOnlineError, match="already online"):
         factory.create_reader("same", "billing", UTF8StringSerializer())
@@ -123,17 +137,17 @@ def test_a_second_live_reader_with_the_same_id_is_refused_and_rejoins_later(
 
 
 def test_auto_commit_resumes_after_the_last_processed_event(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
     write(factory, 100)
-    make_group(redis_url, scope, auto_commit_interval=1.0)
+    make_group(connection, scope, auto_commit_interval=1.0)
     clock = ManualClock(100.0)
     reader = factory.create_reader("r", "billing", UTF8StringSerializer(), clock=clock)
     first = [reader.read_next_event(timeout=2) for _ in range(30)]
     clock.advance(1.5)  # the auto-commit interval passes
     first.append(reader.read_next_event(timeout=2))  # moving on marks the 30th as processed
     reader._stop.set()  # simulate a crash after the commit: no graceful leave
-    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    group = ReaderGroupManager(scope, connection).get_reader_group("billing")
     group.reader_offline("r")
     positions = group.refresh().unassigned
     assert sum(positions.values()) == 30  # exactly what was processed: commit-on-get
@@ -145,29 +159,29 @@ def test_auto_commit_resumes_after_the_last_processed_event(
 
 
 def test_manual_commit_and_release_at_the_committed_position(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
     write(factory, 40, keys=1)  # one key: one segment holds everything
-    make_group(redis_url, scope, commit_mode="manual")
+    make_group(connection, scope, commit_mode="manual")
     reader = factory.create_reader("m", "billing", UTF8StringSerializer())
     events = [reader.read_next_event(timeout=2) for _ in range(10)]
     reader.commit()
     for _ in range(5):
         reader.read_next_event(timeout=2)  # read but never committed
     reader.close()
-    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    group = ReaderGroupManager(scope, connection).get_reader_group("billing")
     segment = (f"{scope}/orders", events[0].segment)
     assert group.refresh().unassigned[segment] == 10  # manual mode releases at the commit
 
 
 def test_reader_offline_fences_the_reader(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
     write(factory, 20)
-    make_group(redis_url, scope, **FAST)
+    make_group(connection, scope, **FAST)
     reader = factory.create_reader("victim", "billing", UTF8StringSerializer())
     reader.read_next_event(timeout=2)
-    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    group = ReaderGroupManager(scope, connection).get_reader_group("billing")
     assert group.reader_offline("victim") is True
     assert group.get_online_readers() == []
     with pytest.raises(ReaderNotInGroupError):
@@ -179,9 +193,9 @@ def test_reader_offline_fences_the_reader(
 
 
 def test_fencing_tokens_grow_with_each_new_owner(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
-    make_group(redis_url, scope, **FAST)
+    make_group(connection, scope, **FAST)
     one = factory.create_reader("one", "billing", UTF8StringSerializer())
     one.read_next_event(timeout=0.3)
     before = one.owned_segments()
@@ -195,12 +209,12 @@ def test_fencing_tokens_grow_with_each_new_owner(
 
 
 def test_max_poll_interval_gives_segments_back(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
-    make_group(redis_url, scope, max_poll_interval=0.5, **FAST)
+    make_group(connection, scope, max_poll_interval=0.5, **FAST)
     slow = factory.create_reader("slow", "billing", UTF8StringSerializer())
     slow.read_next_event(timeout=0.2)
-    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    group = ReaderGroupManager(scope, connection).get_reader_group("billing")
     wait_until(lambda: group.get_online_readers() == [])  # the application stopped calling
     assert len(group.refresh().unassigned) == 4
     with pytest.raises(ReaderNotInGroupError, match="max_poll_interval"):
@@ -211,9 +225,9 @@ def test_max_poll_interval_gives_segments_back(
 
 
 def test_rebalance_listeners_hear_about_moves(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
-    make_group(redis_url, scope, **FAST)
+    make_group(connection, scope, **FAST)
     heard: list[tuple[str, str, int]] = []
 
     class Listener:
@@ -236,9 +250,9 @@ def test_rebalance_listeners_hear_about_moves(
 
 
 def test_a_joining_reader_receives_its_share_promptly(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
-    make_group(redis_url, scope)  # default timing
+    make_group(connection, scope)  # default timing
     stop = threading.Event()
     a = factory.create_reader("a", "billing", UTF8StringSerializer())
 
@@ -261,12 +275,12 @@ def test_a_joining_reader_receives_its_share_promptly(
 
 
 def test_reading_across_a_split_and_a_merge_completes_segments_without_checkpoints(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
-    make_group(redis_url, scope, **FAST)
+    make_group(connection, scope, **FAST)
     reader = factory.create_reader("r", "billing", UTF8StringSerializer())
     write(factory, 50, prefix="a")
-    with StreamManager.from_url(redis_url) as sm:
+    with StreamManager(connection) as sm:
         split = sm.scale_stream(scope, "orders", [0], [(0.0, 0.125), (0.125, 0.25)])
         write(factory, 50, prefix="b")
         sm.scale_stream(scope, "orders", [split[1], 1], [(0.125, 0.5)])
@@ -279,31 +293,31 @@ def test_reading_across_a_split_and_a_merge_completes_segments_without_checkpoin
     for key, seq in by_key.items():
         generations = [s[0] for s in seq]
         assert generations == sorted(generations), f"{key} read out of write order: {seq}"
-    group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("billing")
+    group = ReaderGroupManager(scope, connection).get_reader_group("billing")
     assert group.get_segment_distribution().completed == 3  # 0, split[1] and 1
     reader.close()
 
 
 def test_start_positions_tail_time_and_cut(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
     write(factory, 20, prefix="old")
-    with StreamManager.from_url(redis_url) as sm:
+    with StreamManager(connection) as sm:
         tail = sm.tail_cut(scope, "orders")
         now = sm.connection.server_time_ms()
-    wait_until(lambda: StreamManager.from_url(redis_url).connection.server_time_ms() > now)
+    wait_until(lambda: StreamManager(connection).connection.server_time_ms() > now)
     write(factory, 10, prefix="new")
     for name, start in (("from-tail", tail), ("from-time", now + 1), ("from-cut", tail)):
-        make_group(redis_url, scope, name=name, start=start)
+        make_group(connection, scope, name=name, start=start)
         with factory.create_reader("r", name, UTF8StringSerializer()) as reader:
             assert sorted(e.event for e in drain(reader)) == sorted(f"new{i}" for i in range(10))
-    make_group(redis_url, scope, name="at-tail", start="tail")
+    make_group(connection, scope, name="at-tail", start="tail")
     with factory.create_reader("r", "at-tail", UTF8StringSerializer()) as reader:
         assert drain(reader, quiet=0.3) == []
 
 
-def test_group_administration_errors(redis_url: str, scope: str, stream4: str) -> None:
-    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+def test_group_administration_errors(connection: Connection, scope: str, stream4: str) -> None:
+    with ReaderGroupManager(scope, connection) as rgm:
         with pytest.raises(ReaderGroupNotFoundError):
             rgm.get_reader_group("nope")
         with pytest.raises(InvalidConfigError):
@@ -319,10 +333,10 @@ def test_group_administration_errors(redis_url: str, scope: str, stream4: str) -
 
 
 def test_runner_processes_segments_in_parallel_and_each_in_order(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
     write(factory, 400, keys=8)
-    make_group(redis_url, scope, commit_mode="manual")
+    make_group(connection, scope, commit_mode="manual")
     reader = factory.create_reader("runner", "billing", UTF8StringSerializer())
     seen: dict[int, list[int]] = defaultdict(list)
     active: dict[int, int] = defaultdict(int)
@@ -353,12 +367,12 @@ def test_runner_processes_segments_in_parallel_and_each_in_order(
 
 
 def test_a_takeover_join_fences_the_live_incarnation_at_once(
-    redis_url: str, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
     """A retried task joins with takeover: the old generation is removed in the same conditional
     update (no session to wait out) and is fenced from then on."""
     write(factory, 40)
-    make_group(redis_url, scope, session_timeout=60.0)
+    make_group(connection, scope, session_timeout=60.0)
     old = factory.create_reader("task-0", "billing", UTF8StringSerializer())
     first = old.read_next_event(timeout=2)
     new = factory.create_reader(
