@@ -142,6 +142,12 @@ class FetchOutcome:
 
 NO_NEWS = FetchOutcome()
 
+PARK_MIN_BLOCK = 0.05
+"""Shortest wait (s) of a read call that parks its ``XREAD`` (a shorter one may end before the
+reply to a read that found data arrives: it reads the plain way)."""
+PARK_GRACE = 5.0
+"""Seconds past its block after which a parked read still unanswered is given up."""
+
 
 class Fetcher(Generic[T]):
     """Buffers, reads and hands out the events of a reader's owned segments."""
@@ -168,6 +174,10 @@ class Fetcher(Generic[T]):
         self._ahead_for: dict[str, tuple[OwnedSegment, int]] = {}
         """Data key -> (segment, fetch position) the outstanding read ahead was sent for."""
         self._ahead_count = 0
+        self._parked: PendingRead | None = None
+        """A blocking read outliving the read call that sent it (see :meth:`_read`)."""
+        self._parked_until = 0.0
+        """When (monotonic) the parked read should have been answered: past it, it is given up."""
         self._reads_ahead = (
             config.prefetch_events > 0 and config.prefetch_bytes > 0 and not connection.cluster
         )
@@ -199,10 +209,12 @@ class Fetcher(Generic[T]):
             owned.consumed = owned.returned
 
     def close(self) -> None:
-        """Give up a read ahead still outstanding (its connection is closed)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead.cancel()
+        """Give up a read ahead or a parked read still outstanding (their connections are
+        closed)."""
+        for pending in (self._ahead, self._parked):
+            if pending is not None:
+                pending.cancel()
+        self._ahead = self._parked = None
 
     # -- hand-out ----------------------------------------------------------------------------
     def take_one(self) -> EventRead[T] | None:
@@ -367,10 +379,13 @@ class Fetcher(Generic[T]):
         return out
 
     # -- reads -------------------------------------------------------------------------------
-    def fetch(self, block: float, logs: Mapping[str, str]) -> FetchOutcome:
+    def fetch(self, block: float, logs: Mapping[str, str], *, hold: float = 0.0) -> FetchOutcome:
         """Fetch more: wait up to ``block`` s for the read ahead if one is outstanding; else (or
         if it found nothing) one ``XREAD BLOCK`` over owned segments with room plus the state
-        logs ``logs`` (log key -> the entry id to read after), so news there wakes it too."""
+        logs ``logs`` (log key -> the entry id to read after), so news there wakes it too.
+
+        ``hold`` (s, longer than ``block``): how long that ``XREAD`` may block on the server;
+        it then outlives this call when nothing comes within ``block`` (see :meth:`_read`)."""
         if self._ahead is not None:
             began = self._clock.monotonic()
             if self.collect(block) or self._ahead is not None:
@@ -387,7 +402,7 @@ class Fetcher(Generic[T]):
         positions.update(logs)
         limit = self._config.read_batch
         try:
-            reply = self._connection.read_keys(positions, block, limit)
+            reply = self._read(positions, block, hold, limit)
         except RedisUnavailableError as exc:
             self._outage.lost(exc)
             self._clock.sleep(min(block, 0.5))  # back off; the lease check fences if it lasts
@@ -406,6 +421,8 @@ class Fetcher(Generic[T]):
                 else:
                     bad.add(key)
             return FetchOutcome(bad_logs=frozenset(bad))
+        if reply is None:
+            return NO_NEWS  # the parked XREAD waits on
         self._outage.back()
         woken: set[str] = set()
         for owned in by_key.values():
@@ -418,6 +435,40 @@ class Fetcher(Generic[T]):
             self._buffer_reply(target, entries, limit)
         self.read_ahead()
         return FetchOutcome(woken=frozenset(woken))
+
+    def _read(
+        self, positions: dict[str, str], block: float, hold: float, limit: int
+    ) -> dict[str, Any] | None:
+        """One ``XREAD BLOCK`` of ``positions``: key -> entries, or ``None`` when a parked read
+        has nothing yet.
+
+        With ``hold`` longer than ``block`` (and ``block`` at least :data:`PARK_MIN_BLOCK`, off
+        cluster) the ``XREAD`` blocks up to ``hold`` on the server and, when nothing comes
+        within ``block``, stays *parked*: the next call over the same positions waits on it
+        again instead of sending another, so an idle reader sends one ``XREAD`` per ``hold``
+        (up to ``heartbeat_interval``) whatever its read timeout, as Kafka's fetch request stays
+        in flight across ``poll`` calls. Other positions (a move, a wake-up acted on) give the
+        parked read up (its connection is closed)."""
+        parked, self._parked = self._parked, None
+        if parked is not None and (
+            parked.positions != positions or self._clock.monotonic() > self._parked_until
+        ):
+            parked.cancel()
+            parked = None
+        if parked is None:
+            if self._connection.cluster or block < PARK_MIN_BLOCK or hold <= block:
+                return self._connection.read_keys(positions, block, limit)
+            parked = self._connection.read_ahead(positions, limit, block=hold)
+            self._parked_until = self._clock.monotonic() + hold + PARK_GRACE
+        try:
+            reply = parked.result(block)
+        except RedisUnavailableError:
+            raise
+        except ReaderGroupError:  # e.g. a key of the wrong type: a plain read names it
+            return self._connection.read_keys(positions, 0.0, limit)
+        if reply is None:
+            self._parked = parked
+        return reply
 
     def read_ahead(self) -> None:
         """Send the next read of the segments that are behind (their last read filled a batch),

@@ -235,8 +235,9 @@ class EventStreamReader(Generic[T]):
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0 and fetched:
                 return []
-            block = max(0.0, min(remaining, session.longest_block()))
-            session.absorb(fetcher.fetch(block, session.wake_logs()))
+            hold = session.longest_block()
+            block = max(0.0, min(remaining, hold))
+            session.absorb(fetcher.fetch(block, session.wake_logs(), hold=hold))
             fetched = True
             session.check_usable()
             events = fetcher.take(max_events)  # data first: maintenance waits for the next loop

@@ -201,12 +201,16 @@ class RedisConnection(SynchronizerSource):
         :meth:`statesync.redis_backend.RedisLogBackend.wake_on`."""
         return self.log_backend.wake_on(sync_name, after_revision, wakes_only=wakes_only)
 
-    def read_ahead(self, positions: Mapping[str, str], limit: int) -> ReadAhead:
-        """Send an ``XREAD`` of ``positions`` now; its reply is read later (see
-        :class:`~readergroup.storage.read_ahead.ReadAhead`)."""
+    def read_ahead(
+        self, positions: Mapping[str, str], limit: int, *, block: float | None = None
+    ) -> ReadAhead:
+        """Send an ``XREAD`` (``block``: ``XREAD BLOCK``) of ``positions`` now; its reply is
+        read later (see :class:`~readergroup.storage.read_ahead.ReadAhead`)."""
         from readergroup.storage.read_ahead import ReadAhead
 
-        return ReadAhead(self.log_backend.blocking_client.connection_pool, positions, limit)
+        return ReadAhead(
+            self.log_backend.blocking_client.connection_pool, positions, limit, block=block
+        )
 
     def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
         """``XREAD BLOCK`` over stream keys (segments and state logs) in one call: key -> raw

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from readergroup.storage.multi_read import _by_key as by_key
 from readergroup.storage.translate import translate_errors
 
@@ -23,16 +24,32 @@ logger = logging.getLogger(__name__)
 
 class ReadAhead:
     """One ``XREAD COUNT limit`` of ``positions`` (key -> the entry id to read after), sent and
-    not yet answered. Call :meth:`result` (or :meth:`cancel`) exactly once."""
+    not yet answered. Call :meth:`result` (or :meth:`cancel`) exactly once.
 
-    def __init__(self, pool: Any, positions: Mapping[str, str], limit: int):
+    ``block`` (seconds, at most :data:`MAX_BLOCK_SECONDS`): an ``XREAD BLOCK`` that waits on
+    the server for news; an idle reader keeps one outstanding across its read calls, so it sends
+    one ``XREAD`` per ``block`` whatever its read timeout (as Kafka's fetch request stays in
+    flight across ``poll`` calls)."""
+
+    def __init__(
+        self, pool: Any, positions: Mapping[str, str], limit: int, *, block: float | None = None
+    ):
         self.positions = dict(positions)
         self._pool = pool
+        waits: tuple[Any, ...] = ()
+        if block is not None:
+            waits = ("BLOCK", max(1, int(min(block, MAX_BLOCK_SECONDS) * 1000)))
         with translate_errors("read ahead"):
             self._conn: Any = self._pool.get_connection()
             try:
                 self._conn.send_command(
-                    "XREAD", "COUNT", limit, "STREAMS", *self.positions, *self.positions.values()
+                    "XREAD",
+                    "COUNT",
+                    limit,
+                    *waits,
+                    "STREAMS",
+                    *self.positions,
+                    *self.positions.values(),
                 )
             except BaseException:
                 self._discard()

@@ -90,6 +90,32 @@ class _DoneRead:
         self._reply = {}
 
 
+class _WaitingRead:
+    """A blocking read sent ahead: answered when something arrives or ``block`` s passed."""
+
+    def __init__(
+        self, connection: MemoryConnection, positions: Mapping[str, str], limit: int, block: float
+    ) -> None:
+        self.positions = dict(positions)
+        self._connection, self._limit = connection, limit
+        self._deadline = time.monotonic() + min(block, MAX_BLOCK_SECONDS)
+        self._reply: dict[str, Any] | None = None
+
+    def ready(self, timeout: float = 0.0) -> bool:
+        if self._reply is None:
+            wait = min(max(0.0, timeout), self._deadline - time.monotonic())
+            found = self._connection.read_keys(self.positions, max(0.0, wait), self._limit)
+            if found or time.monotonic() >= self._deadline:
+                self._reply = found
+        return self._reply is not None
+
+    def result(self, timeout: float) -> dict[str, Any] | None:
+        return self._reply if self.ready(timeout) else None
+
+    def cancel(self) -> None:
+        self._reply = {}
+
+
 class MemoryConnection(SynchronizerSource):
     """Segments, state logs, heartbeats and records of one in-memory "server". Thread-safe.
 
@@ -144,7 +170,11 @@ class MemoryConnection(SynchronizerSource):
     ) -> tuple[str, str]:
         return (_WAKE_KEY if wakes_only else _LOG_KEY) + sync_name, f"{max(after_revision, 0)}-0"
 
-    def read_ahead(self, positions: Mapping[str, str], limit: int) -> _DoneRead:
+    def read_ahead(
+        self, positions: Mapping[str, str], limit: int, *, block: float | None = None
+    ) -> _DoneRead | _WaitingRead:
+        if block is not None:
+            return _WaitingRead(self, positions, limit, block)
         return _DoneRead(positions, self._read_now(positions, limit))
 
     def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
