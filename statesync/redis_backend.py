@@ -170,11 +170,18 @@ def run_acknowledged(
     return reply, acknowledged
 
 
-def check_acknowledged(acks: Acks, reply: Any, where: str) -> None:
+def check_acknowledged(acks: Acks, reply: Any, where: str, client: Any = None) -> None:
     """Raise unless ``reply`` (to ``acks.wait_command()``, or the error it drew) shows the
-    append acknowledged as ``acks`` asks."""
+    append acknowledged as ``acks`` asks.
+
+    ``client``: the client the append went through. A shortfall or a failover reply is what a
+    primary the Sentinels just demoted answers (its replica was promoted, so nobody replicates
+    it any more): a Sentinel client asks the Sentinels again at once (see
+    :func:`recheck_primary`), so the retry goes to the new primary instead of the old one."""
     if isinstance(reply, Exception):
         code = failover_reply(reply)
+        if code is not None or isinstance(reply, (redis.ConnectionError, redis.TimeoutError)):
+            recheck_primary(client)
         if code is not None:
             raise BackendFailoverError(
                 f"{where}: Redis is failing over ({code}) while waiting for acks={acks}: {reply}",
@@ -188,6 +195,7 @@ def check_acknowledged(acks: Acks, reply: Any, where: str) -> None:
         ) from reply
     shortfall = acks.shortfall(reply)
     if shortfall is not None:
+        recheck_primary(client)
         raise AckTimeoutError(
             f"{where}: the append landed on the primary, but {shortfall} "
             f"(acks={acks}); a failover may still lose it"
@@ -196,6 +204,21 @@ def check_acknowledged(acks: Acks, reply: Any, where: str) -> None:
 
 SENTINEL_CHECK_INTERVAL = 1.0
 """Seconds between two questions to the Sentinels about where the primary is (per pool)."""
+
+SENTINEL_RECHECK_INTERVAL = 0.1
+"""Least seconds between two questions asked at once by :func:`recheck_primary` (per pool),
+so that many threads meeting one failover ask once."""
+
+
+def recheck_primary(client: Any) -> None:
+    """Ask the Sentinels now where the primary is, if ``client`` is a Sentinel client (else
+    nothing): on a switch its pool closes every connection to the old primary, so the next
+    command goes to the new one. Called on signs that the primary may have been demoted (a
+    ``WAIT`` shortfall, a failover reply), which the periodic question would otherwise notice
+    only up to :data:`SENTINEL_CHECK_INTERVAL` later."""
+    follow_now = getattr(getattr(client, "connection_pool", None), "follow_now", None)
+    if follow_now is not None:
+        follow_now()
 
 
 def _following_pool_class() -> type:
@@ -216,14 +239,21 @@ def _following_pool_class() -> type:
             self._unanswered = False
 
         def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+            self._ask(SENTINEL_CHECK_INTERVAL)
+            return super().get_connection(*args, **kwargs)
+
+        def follow_now(self) -> None:
+            """Ask the Sentinels now (unless asked within :data:`SENTINEL_RECHECK_INTERVAL`)."""
+            self._ask(SENTINEL_RECHECK_INTERVAL)
+
+        def _ask(self, interval: float) -> None:
             now = time.monotonic()
-            if now - self._asked_at >= SENTINEL_CHECK_INTERVAL and self._asking.acquire(False):
+            if now - self._asked_at >= interval and self._asking.acquire(False):
                 try:
                     self._asked_at = now
                     self._follow()
                 finally:
                     self._asking.release()
-            return super().get_connection(*args, **kwargs)
 
         def _follow(self) -> None:
             before = self.master_address
@@ -463,7 +493,7 @@ class RedisLogBackend:
             if isinstance(reply, Exception):
                 raise reply
         if int(reply[0]) in (status.OK, status.DUPLICATE):
-            check_acknowledged(self._acks, acknowledged, f"synchronizer {name!r}")
+            check_acknowledged(self._acks, acknowledged, f"synchronizer {name!r}", self._client)
         return reply
 
     def read(

@@ -87,8 +87,9 @@ class Counters:
 
 
 @contextlib.contextmanager
-def lagging_group() -> Iterator[tuple[LocalSentinelGroup, ReplyDroppingProxy]]:
-    """A Sentinel group whose replica follows the primary through a proxy (to make it lag)."""
+def lagging_group(sync_delay: int = 0) -> Iterator[tuple[LocalSentinelGroup, ReplyDroppingProxy]]:
+    """A Sentinel group whose replica follows the primary through a proxy (to make it lag);
+    ``sync_delay``: the servers' ``repl-diskless-sync-delay``."""
     proxies: list[ReplyDroppingProxy] = []
 
     def relay(primary_port: int) -> int:
@@ -96,15 +97,17 @@ def lagging_group() -> Iterator[tuple[LocalSentinelGroup, ReplyDroppingProxy]]:
         return proxies[-1].port
 
     try:
-        with local_sentinel_group(replicas=1, sentinels=3, relay=relay) as group:
+        with local_sentinel_group(
+            replicas=1, sentinels=3, relay=relay, sync_delay=sync_delay
+        ) as group:
             yield group, proxies[0]
     finally:
         for proxy in proxies:
             proxy.close()
 
 
-def run(seconds: float, acks: str, lag: float) -> dict[str, Any]:
-    with lagging_group() as (group, proxy):
+def run(seconds: float, acks: str, lag: float, sync_delay: int = 0) -> dict[str, Any]:
+    with lagging_group(sync_delay) as (group, proxy):
         client = ClientConfig(acks=acks, ack_timeout=1.0)
         ha = HaRun(group.url, readers=3, segments=4, client=client, pause=0.05)
         counters = Counters(group.url, acks)
@@ -128,7 +131,7 @@ def run(seconds: float, acks: str, lag: float) -> dict[str, Any]:
         proxy.blackhole(False)
         # back at once as a replica of the promoted server (as an orchestrator would restart
         # it), so that replicas=1 can be met again without waiting for the Sentinels
-        primary.extra_args = ["--replicaof", "127.0.0.1", str(promoted)]
+        primary.extra_args = [*primary.extra_args, "--replicaof", "127.0.0.1", str(promoted)]
         primary.start()
         comebacks.append(ha.wait_comeback(120))
         group.wait_replicating()  # the Sentinels trust the replica: the next failover may pick it
@@ -146,6 +149,7 @@ def run(seconds: float, acks: str, lag: float) -> dict[str, Any]:
             acks=acks,
             seconds=seconds,
             lag_seconds=lag,
+            sync_delay=sync_delay,
             failover_seconds=[round(s, 2) for s in failover_seconds],
             comeback_seconds_each=[round(s, 2) for s in comebacks],
             session_timeout=ha.group.session_timeout,
@@ -167,7 +171,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--acks", default="leader")
     parser.add_argument("--lag", type=float, default=2.0)
+    parser.add_argument(
+        "--sync-delay", type=int, default=0, help="the servers' repl-diskless-sync-delay (s)"
+    )
     args = parser.parse_args(argv)
-    figures = run(args.seconds, args.acks, args.lag)
+    figures = run(args.seconds, args.acks, args.lag, args.sync_delay)
     print(json.dumps(figures, indent=2, sort_keys=True))
     return 0 if figures["ok"] else 1

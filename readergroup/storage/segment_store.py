@@ -208,7 +208,7 @@ class SegmentStore:
             with translate_errors("append"):
                 for acknowledged in waits:
                     where = f"stream {batches[0].scope}/{batches[0].stream}"
-                    check_acknowledged(self._acks, acknowledged, where)
+                    check_acknowledged(self._acks, acknowledged, where, self._client)
         return results
 
     def _run(

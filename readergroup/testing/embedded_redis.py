@@ -510,16 +510,21 @@ def local_sentinel_group(
     sentinels: int = 3,
     service: str = "mymaster",
     relay: Callable[[int], int] | None = None,
+    sync_delay: int = 0,
 ) -> Iterator[LocalSentinelGroup]:
     """Start a primary, ``replicas`` replicas following it and ``sentinels`` Sentinels
     (``valkey-server --sentinel``, quorum 2) monitoring it; remove everything on exit.
 
     ``relay``: given the primary's port, the port the replicas should follow it through (a
-    proxy, to make them lag); the Sentinels still know every server by its own port."""
+    proxy, to make them lag); the Sentinels still know every server by its own port.
+    ``sync_delay``: every server's ``repl-diskless-sync-delay`` (seconds; the server's default
+    is 5): how long a primary waits before a full resync, which a demoted primary needs after
+    a Sentinel failover (it took writes after the promotion)."""
     binary = find_server_binary()
     if binary is None:
         raise EmbeddedRedisError("no Redis server binary to build a Sentinel group from")
-    primary = LocalRedisServer(binary)
+    tuning = ["--repl-diskless-sync-delay", str(sync_delay)]
+    primary = LocalRedisServer(binary, extra_args=tuning)
     followers: list[LocalRedisServer] = []
     processes: list[subprocess.Popen[bytes]] = []
     directory = Path(tempfile.mkdtemp(prefix="readergroup-sentinel-"))
@@ -528,7 +533,7 @@ def local_sentinel_group(
         source = relay(primary.port) if relay is not None else primary.port
         for _ in range(replicas):
             follower = LocalRedisServer(
-                binary, extra_args=["--replicaof", "127.0.0.1", str(source)]
+                binary, extra_args=[*tuning, "--replicaof", "127.0.0.1", str(source)]
             )
             follower.start()
             followers.append(follower)
