@@ -19,14 +19,19 @@ from rich.console import Console
 
 from readergroup.cli.output import Output
 from readergroup.core.config import ClientConfig
-from readergroup.core.errors import AccessDeniedError, ReaderGroupError, RedisUnavailableError
+from readergroup.core.errors import (
+    AccessDeniedError,
+    InvalidConfigError,
+    ReaderGroupError,
+    RedisUnavailableError,
+)
 from readergroup.core.names import split_scoped_stream
 from statesync import RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_URL = "redis://localhost:6379/0"
-URL_SCHEMES = ("redis://", "rediss://", "unix://")
+URL_SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://")
 CLI_WRITER = f"cli:{socket.gethostname().split('.')[0] or 'host'}"
 """The writer label of the CLI's own writes to a group's state (``group history`` shows it as
 ``cli@HOST``)."""
@@ -59,7 +64,14 @@ def _options(root: bool) -> list[Callable[[F], F]]:
             envvar=env("REDIS_URL"),
             default=default(DEFAULT_URL),
             show_default=root,
-            help="redis://, rediss:// (TLS) or unix:// URL (env REDIS_URL).",
+            help="redis://, rediss:// (TLS), unix:// or redis+sentinel://HOST:PORT[,HOST:PORT"
+            "...]/SERVICE URL (env REDIS_URL); with --cluster, redis://H1:P1,H2:P2/0 (seeds).",
+        ),
+        click.option(
+            "--cluster",
+            is_flag=True,
+            default=None,
+            help="The URL names a Redis Cluster (one or more seed nodes).",
         ),
         click.option(
             "--tls-ca", type=click.Path(exists=True), help="CA certificate file (rediss://)."
@@ -106,6 +118,7 @@ CONNECTION_OPTIONS = (
     "password",
     "key_prefix",
     "as_json",
+    "cluster",
 )
 _REDIS_OPTION_NAMES = {
     "tls_ca": "ssl_ca_certs",
@@ -129,8 +142,8 @@ def make_context(options: dict[str, Any]) -> Context:
     url = options["redis_url"] or DEFAULT_URL
     if not url.startswith(URL_SCHEMES):
         raise click.BadParameter(
-            f"{url!r} is not a Redis URL: use redis://HOST:PORT/DB, rediss:// for TLS, or "
-            "unix://PATH",
+            f"{url!r} is not a Redis URL: use redis://HOST:PORT/DB, rediss:// for TLS, "
+            "unix://PATH, or redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE",
             param_hint="--redis-url",
         )
     extra = {
@@ -142,6 +155,7 @@ def make_context(options: dict[str, Any]) -> Context:
         key_prefix=options["key_prefix"] or "rg",
         redis_options=extra,
         retry=CLI_RETRY,
+        cluster=bool(options.get("cluster")),
     )
     as_json = bool(options["as_json"])
     return Context(url, config, Output(as_json, console_for(as_json)))
@@ -155,6 +169,7 @@ def _merged(given: dict[str, Any]) -> dict[str, Any]:
         if merged[name] is None:
             merged[name] = root.get(name)
     merged["as_json"] = bool(given.get("as_json") or root.get("as_json"))
+    merged["cluster"] = bool(given.get("cluster") or root.get("cluster"))
     return merged
 
 
@@ -171,6 +186,8 @@ def explain(url: str, error: ReaderGroupError) -> str:
         )
     if isinstance(error, AccessDeniedError) and "username-password" in str(error):
         return f"{text} (check --username and --password)"
+    if isinstance(error, InvalidConfigError) and "cluster=True" in str(error):
+        return f"{text} (pass --cluster for a Redis Cluster's seed nodes)"
     if isinstance(error, RedisUnavailableError) and url.startswith("rediss://"):
         return (
             f"{text} (the URL is rediss://, so the client speaks TLS: is the server listening "
