@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from readergroup.core.group_state import SegKey
-from readergroup.storage.segment_records import SegmentEvent
+from readergroup.storage.segment_records import event_offset, server_ms_of, writer_ms_of
 
 T = TypeVar("T")
 
@@ -21,59 +21,75 @@ class EventRead(Generic[T]):
     segment after this event), ``timestamp`` (the writer's clock at ``write_event``, ms),
     ``server_time_ms`` (when Redis appended it), ``fencing_token`` (grows with every change of
     the segment's owner: pass it to your sink to refuse a reader that lost the segment),
-    ``is_checkpoint`` and ``checkpoint_name``. Details are decoded from the stored event on
-    first access, so reading many events stays cheap.
+    ``is_checkpoint`` and ``checkpoint_name``.
+
+    One object per event: it keeps the stored event as a flat tuple of the bytes Redis returned
+    (:func:`~readergroup.storage.segment_records.stored_events`) and decodes the details from it
+    on first access, so reading many events stays cheap.
     """
 
-    __slots__ = ("_raw", "checkpoint_name", "event", "fencing_token", "is_checkpoint", "stream")
+    __slots__ = ("_entry", "_origin", "checkpoint_name", "event")
 
     def __init__(
         self,
         event: T | None,
-        raw: SegmentEvent | None = None,
-        stream: str | None = None,
-        fencing_token: int | None = None,
+        entry: tuple[Any, ...] | None = None,
+        origin: tuple[str, int, int] | None = None,
         *,
-        is_checkpoint: bool = False,
         checkpoint_name: str | None = None,
     ) -> None:
         self.event = event
-        self._raw = raw
-        self.stream = stream
-        self.fencing_token = fencing_token
-        self.is_checkpoint = is_checkpoint
+        self._entry = entry
+        self._origin = origin
+        """``(stream, segment, fencing token)``, shared by the events of one segment owned
+        once."""
         self.checkpoint_name = checkpoint_name
 
     @property
-    def routing_key(self) -> str | None:
-        return None if self._raw is None else self._raw.routing_key
+    def is_checkpoint(self) -> bool:
+        return self.checkpoint_name is not None
+
+    @property
+    def stream(self) -> str | None:
+        return None if self._origin is None else self._origin[0]
 
     @property
     def segment(self) -> int | None:
-        return None if self._raw is None else self._raw.segment
+        return None if self._origin is None else self._origin[1]
+
+    @property
+    def fencing_token(self) -> int | None:
+        return None if self._origin is None else self._origin[2]
+
+    @property
+    def routing_key(self) -> str | None:
+        if self._entry is None:
+            return None
+        key: bytes | None = self._entry[1]
+        return None if key is None else key.decode("utf-8", "surrogateescape")
 
     @property
     def offset(self) -> int | None:
-        return None if self._raw is None else self._raw.offset
+        return None if self._entry is None else event_offset(self._entry)
 
     @property
     def timestamp(self) -> int | None:
-        return None if self._raw is None else self._raw.writer_ms
+        return None if self._entry is None else writer_ms_of(self._entry)
 
     @property
     def server_time_ms(self) -> int | None:
-        return None if self._raw is None else self._raw.server_ms
+        return None if self._entry is None else server_ms_of(self._entry)
 
     @property
     def position(self) -> tuple[str, int, int] | None:
-        if self._raw is None or self.stream is None:
+        if self._entry is None or self._origin is None:
             return None
-        return self.stream, self._raw.segment, self._raw.offset + 1
+        return self._origin[0], self._origin[1], event_offset(self._entry) + 1
 
     def __repr__(self) -> str:
         if self.is_checkpoint:
             return f"EventRead(checkpoint={self.checkpoint_name!r})"
-        if self._raw is None:
+        if self._entry is None:
             return "EventRead(event=None)"
         return (
             f"EventRead(event={self.event!r}, routing_key={self.routing_key!r}, "

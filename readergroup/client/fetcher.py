@@ -41,7 +41,7 @@ from readergroup.core.group_config import ReaderConfig
 from readergroup.core.group_state import SegKey
 from readergroup.core.routing import segment_name
 from readergroup.storage.connection_api import Connection, PendingRead
-from readergroup.storage.segment_records import SegmentEvent
+from readergroup.storage.segment_records import event_offset, stored_events
 from statesync.clock import Clock
 
 T = TypeVar("T")
@@ -63,7 +63,9 @@ class OwnedSegment:
     fetch: int
     returned: int
     consumed: int
-    buffer: deque[SegmentEvent] = field(default_factory=deque)
+    buffer: deque[Any] = field(default_factory=deque)
+    """Fetched events not handed out yet, oldest first, as flat tuples
+    (:func:`~readergroup.storage.segment_records.stored_events`)."""
     final_tail: int = -1
     """Where reading this segment ends: a sealed segment's tail once known, or a bounded
     group's end offset; -1 while it may still grow."""
@@ -81,6 +83,11 @@ class OwnedSegment:
     jumped: bool = False
     """Reading skipped truncated offsets: the buffer may not run on from *returned*, so events
     go out through the general path (which reads each event's offset) until it is drained."""
+    origin: tuple[str, int, int] = field(init=False)
+    """``(stream, segment, token)``: shared by every event handed out from this segment."""
+
+    def __post_init__(self) -> None:
+        self.origin = (self.key[0], self.segment, self.token)
 
     @classmethod
     def at(
@@ -223,38 +230,43 @@ class Fetcher(Generic[T]):
         out at once; ``None`` (an error pending or a gap on the way, an event over the size
         limit, nothing buffered) sends the caller down the general path (:meth:`take`)."""
         rotation = self._rotation
-        for _ in range(len(rotation)):
-            key = rotation[0]
-            owned = self.owned.get(key)
-            if owned is not None:
-                if owned.pending is not None or owned.jumped:
-                    return None
-                if owned.buffer:
-                    break
-            rotation.rotate(-1)
-        else:
+        if not rotation:
             return None
-        if owned is None:  # (for the type checker: the loop breaks only on a segment)
-            return None
-        raw = owned.buffer[0]
-        payload = raw.payload
+        key = rotation[0]
+        owned = self.owned.get(key)
+        if owned is None or not owned.buffer or owned.pending is not None or owned.jumped:
+            for _ in range(len(rotation)):  # the next segment with something to hand out
+                key = rotation[0]
+                owned = self.owned.get(key)
+                if owned is not None:
+                    if owned.pending is not None or owned.jumped:
+                        return None
+                    if owned.buffer:
+                        break
+                rotation.rotate(-1)
+            else:
+                return None
+            if owned is None:  # (for the type checker: the loop breaks only on a segment)
+                return None
+        entry = owned.buffer[0]
+        payload = entry[2]
         if owned.max_event_size and len(payload) > owned.max_event_size:
             return None  # the general path reports it
         try:
             value = self._deserialize(payload)
         except Exception as exc:  # any serializer, built-in or the application's
             owned.buffer.popleft()
-            owned.returned = raw.offset + 1  # the error is this event's result
-            raise self._undeliverable(owned, raw, exc) from exc
+            owned.returned = event_offset(entry) + 1  # the error is this event's result
+            raise self._undeliverable(owned, entry, exc) from exc
         owned.buffer.popleft()
-        owned.returned += 1  # == raw.offset + 1: the buffer is contiguous from *returned*
+        owned.returned += 1  # == its offset + 1: the buffer is contiguous from *returned*
         rotation.rotate(-1)
-        return EventRead(value, raw, key[0], owned.token)
+        return EventRead(value, entry, owned.origin)
 
     @staticmethod
-    def _undeliverable(owned: OwnedSegment, raw: SegmentEvent, exc: Exception) -> ReaderGroupError:
+    def _undeliverable(owned: OwnedSegment, entry: Any, exc: Exception) -> ReaderGroupError:
         error = SerializationError(
-            f"{owned.key[0]} segment {owned.segment} offset {raw.offset}: "
+            f"{owned.key[0]} segment {owned.segment} offset {event_offset(entry)}: "
             f"{type(exc).__name__}: {exc}"
         )
         error.__cause__ = exc
@@ -282,7 +294,7 @@ class Fetcher(Generic[T]):
             end = len(out)
             for owned, start, before in reversed(visits):  # nothing taken is lost
                 owned.buffer.extendleft(
-                    e._raw for e in reversed(out[start:end]) if e._raw is not None
+                    e._entry for e in reversed(out[start:end]) if e._entry is not None
                 )
                 owned.returned, end = before, start
             raise
@@ -305,12 +317,7 @@ class Fetcher(Generic[T]):
             owned = self.owned.get(key)
             if owned is None:
                 continue
-            buffer, stream, token, limit = (
-                owned.buffer,
-                key[0],
-                owned.token,
-                owned.max_event_size,
-            )
+            buffer, origin, limit = owned.buffer, owned.origin, owned.max_event_size
             visits.append((owned, len(out), owned.returned))
             if owned.pending is None and not owned.jumped:  # the common case, tightly
                 failed = self._take_run(owned, out, max_events)
@@ -318,14 +325,14 @@ class Fetcher(Generic[T]):
                     return failed
             while len(out) < max_events:
                 if owned.pending is not None and (
-                    not buffer or buffer[0].offset >= owned.pending_at
+                    not buffer or event_offset(buffer[0]) >= owned.pending_at
                 ):
                     error, owned.pending = owned.pending, None
                     return error
                 if not buffer:
                     break
-                raw = buffer[0]
-                payload = raw.payload
+                entry = buffer[0]
+                payload = entry[2]
                 try:
                     if limit and len(payload) > limit:
                         raise SerializationError(
@@ -335,12 +342,12 @@ class Fetcher(Generic[T]):
                     value = deserialize(payload)
                 except Exception as exc:  # any serializer, built-in or the application's
                     buffer.popleft()
-                    owned.returned = raw.offset + 1  # the error is this event's result
-                    return self._undeliverable(owned, raw, exc)
+                    owned.returned = event_offset(entry) + 1  # the error is this event's result
+                    return self._undeliverable(owned, entry, exc)
                 buffer.popleft()
                 # the buffer runs on from *returned* unless reading jumped a truncated gap
-                owned.returned = raw.offset + 1 if owned.jumped else owned.returned + 1
-                out.append(EventRead(value, raw, stream, token))
+                owned.returned = event_offset(entry) + 1 if owned.jumped else owned.returned + 1
+                out.append(EventRead(value, entry, origin))
             if owned.jumped and not buffer and owned.pending is None:
                 owned.jumped = False  # past the gap: contiguous from *returned* again
         return None
@@ -352,22 +359,23 @@ class Fetcher(Generic[T]):
         no error is pending and the buffer runs on from *returned*; stop before an event over
         the size limit (the general loop reports it). Returns the error a serializer raised
         (that event is consumed as the error, as in :meth:`take`)."""
-        buffer, stream, token, limit = owned.buffer, owned.key[0], owned.token, owned.max_event_size
+        buffer, origin, limit = owned.buffer, owned.origin, owned.max_event_size
         deserialize = self._deserialize
+        popleft, append = buffer.popleft, out.append
         first = len(out)
         for _ in range(min(max_events - first, len(buffer))):
-            raw = buffer[0]
-            payload = raw.payload
+            entry = buffer[0]
+            payload = entry[2]
             if limit and len(payload) > limit:
                 break
             try:
                 value = deserialize(payload)
             except Exception as exc:  # any serializer, built-in or the application's
-                buffer.popleft()
+                popleft()
                 owned.returned += len(out) - first + 1  # the error is this event's result
-                return self._undeliverable(owned, raw, exc)
-            buffer.popleft()
-            out.append(EventRead(value, raw, stream, token))
+                return self._undeliverable(owned, entry, exc)
+            popleft()
+            append(EventRead(value, entry, origin))
         owned.returned += len(out) - first
         return None
 
@@ -582,24 +590,23 @@ class Fetcher(Generic[T]):
         delivered, then the segment stops with a :class:`CorruptSegmentError`)."""
         if not entries:
             return
-        segment = owned.segment
-        events = [SegmentEvent(segment, entry[0], entry[1]) for entry in entries]
-        first, last = events[0].offset, events[-1].offset
-        if first != owned.fetch or last - first + 1 != len(events):
-            events = [e for e in events if e.offset >= owned.fetch]  # overlap: drop the old part
-            if not events:
+        entries = stored_events(entries)
+        first, last = event_offset(entries[0]), event_offset(entries[-1])
+        if first != owned.fetch or last - first + 1 != len(entries):
+            # overlap: drop the old part
+            entries = [e for e in entries if event_offset(e) >= owned.fetch]
+            if not entries:
                 return
-            if events[0].offset > owned.fetch and not self._skip_truncated(owned, events[0]):
+            first = event_offset(entries[0])
+            if first > owned.fetch and not self._skip_truncated(owned, first):
                 return
             run = 1
-            while run < len(events) and events[run].offset == events[run - 1].offset + 1:
+            while run < len(entries) and event_offset(entries[run]) == first + run:
                 run += 1
-            if run < len(events) and self._lost(
-                owned, events[run - 1].offset + 1, events[run].offset
-            ):
-                events = events[:run]  # the next fetch starts at the gap: reported there
-            elif run < len(events):
-                after, gap_at = events[run - 1].offset, events[run].offset
+            if run < len(entries) and self._lost(owned, first + run, event_offset(entries[run])):
+                entries = entries[:run]  # the next fetch starts at the gap: reported there
+            elif run < len(entries):
+                after, gap_at = first + run - 1, event_offset(entries[run])
                 logger.warning(
                     "%s: the entry after offset %d has offset %d; reading it stops there",
                     owned.name,
@@ -616,20 +623,20 @@ class Fetcher(Generic[T]):
                     after + 1,
                     fault=True,
                 )
-                events = events[:run]
-            last = events[-1].offset
+                entries = entries[:run]
+            last = first + len(entries) - 1
         if owned.bounded and last >= owned.final_tail:
-            events = [e for e in events if e.offset < owned.final_tail]
-        if events:
-            self._event_bytes = max(1, (len(events[0].payload) + len(events[-1].payload)) // 2)
-        owned.buffer.extend(events)
+            entries = entries[: max(0, owned.final_tail - first)]  # (contiguous from *first*)
+        if entries:
+            self._event_bytes = max(1, (len(entries[0][2]) + len(entries[-1][2])) // 2)
+        owned.buffer.extend(entries)
         owned.fetch = last + 1
 
     def _lost(self, owned: OwnedSegment, begin: int, end: int) -> bool:
         segments = self._connection.segments
         return segments.lost_in_failover(owned.scope, owned.stream, owned.segment, begin, end)
 
-    def _skip_truncated(self, owned: OwnedSegment, first: SegmentEvent) -> bool:
+    def _skip_truncated(self, owned: OwnedSegment, first: int) -> bool:
         """Entries resume at ``first`` after ``owned.fetch``: if truncation removed the events
         between (the head moved past them), report it once when reading reaches them and go
         on; otherwise hold a corrupt-data error there. True when reading goes on."""
@@ -638,38 +645,38 @@ class Fetcher(Generic[T]):
         ].head
         if head > owned.fetch:
             owned.hold(TruncatedDataError(owned.name, owned.fetch, head), owned.fetch)
-            owned.fetch = first.offset
+            owned.fetch = first
             owned.jumped = True
             return True
-        if self._lost(owned, owned.fetch, first.offset):
+        if self._lost(owned, owned.fetch, first):
             logger.warning(
                 "%s: offsets %d..%d were lost in a failover; reading goes on after them",
                 owned.name,
                 owned.fetch,
-                first.offset - 1,
+                first - 1,
             )
             lost = DataLostError(
-                f"segment {owned.name}: offsets {owned.fetch}..{first.offset - 1} were lost in "
+                f"segment {owned.name}: offsets {owned.fetch}..{first - 1} were lost in "
                 "a failover (acknowledged, then a replica without them took over); reading "
                 "goes on after them"
             )
             owned.hold(lost, owned.fetch)
-            owned.fetch = first.offset
+            owned.fetch = first
             owned.jumped = True
             return True
         logger.warning(
             "%s: offsets %d..%d are missing below the head %d; reading it stops there",
             owned.name,
             owned.fetch,
-            first.offset - 1,
+            first - 1,
             head,
         )
         owned.hold(
             CorruptSegmentError(
                 owned.name,
                 owned.data_key,
-                f"offsets {owned.fetch}..{first.offset - 1} are missing below the head {head} "
-                f"(the next entry has offset {first.offset})",
+                f"offsets {owned.fetch}..{first - 1} are missing below the head {head} "
+                f"(the next entry has offset {first})",
             ),
             owned.fetch,
             fault=True,

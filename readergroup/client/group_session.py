@@ -467,7 +467,7 @@ class GroupSession(Generic[T]):
         assert name is not None
         self._checkpoint_ack = (name, {k: o.returned for k, o in self._fetcher.owned.items()})
         self.quiet_until = 0.0  # acknowledged on the next read
-        return EventRead(None, is_checkpoint=True, checkpoint_name=name)
+        return EventRead(None, checkpoint_name=name)
 
     def _acknowledge_checkpoint(self) -> None:
         """The application moved past the checkpoint event: report the positions it had."""

@@ -24,28 +24,15 @@ class SegmentEvent:
     def __init__(self, segment: int, entry_id: bytes, fields: Any) -> None:
         self.segment = segment
         self._id = entry_id
-        if len(fields) == 10 and fields[0] == b"k" and fields[8] == b"b":
-            self._base = 2
-        elif len(fields) == 8 and fields[0] == b"p" and fields[6] == b"b":
-            self._base = 0
-        else:  # another shape: a client that parsed the fields already, or foreign entries
-            named = (
-                dict(fields)
-                if isinstance(fields, dict)
-                else dict(zip(fields[::2], fields[1::2], strict=False))
-            )
-            self._base = 0 if b"k" not in named else 2
-            ordered = [b"k", named[b"k"]] if b"k" in named else []
-            for name in (b"p", b"w", b"t", b"b"):
-                ordered += (name, named.get(name, b"" if name == b"p" else b"0"))
-            fields = ordered
+        if not is_canonical(fields):
+            fields = canonical_fields(fields)
+        self._base = len(fields) - 8
         self._fields = fields
 
     @property
     def offset(self) -> int:
         """Offset of the event in its segment (0 for the first event ever written)."""
-        entry_id = self._id
-        return int(entry_id[: entry_id.index(b"-")]) - 1
+        return id_offset(self._id)
 
     @property
     def routing_key(self) -> str | None:
@@ -210,6 +197,84 @@ def _int(value: bytes) -> int:
         return int(value)
     except (ValueError, TypeError):
         return -1
+
+
+def is_canonical(fields: Any) -> bool:
+    """Whether an entry's fields are a list in the order ``append_events.lua`` writes them:
+    ``k <key>`` (when the event has a routing key), then ``p w t b`` with their values. The
+    payload is then ``fields[-7]``, the writer's ms ``fields[-5]``, the server's ms
+    ``fields[-3]``, the byte offset ``fields[-1]`` and the key ``fields[1]`` (10 fields)."""
+    if type(fields) is not list:
+        return False
+    n = len(fields)
+    if n == 10:
+        return bool(fields[0] == b"k" and fields[8] == b"b")
+    return bool(n == 8 and fields[0] == b"p" and fields[6] == b"b")
+
+
+def canonical_fields(fields: Any) -> list[Any]:
+    """Fields of any other shape (parsed into a dict, another order, missing fields: entries
+    not written by this library) in the order :func:`is_canonical` expects, decoded by name;
+    a missing payload is empty and a missing number ``0``."""
+    named = (
+        dict(fields)
+        if isinstance(fields, dict)
+        else dict(zip(fields[::2], fields[1::2], strict=False))
+    )
+    ordered: list[Any] = [b"k", named[b"k"]] if b"k" in named else []
+    for name in (b"p", b"w", b"t", b"b"):
+        ordered += (name, named.get(name, b"" if name == b"p" else b"0"))
+    return ordered
+
+
+def stored_events(entries: list[Any]) -> list[tuple[Any, ...]]:
+    """Raw entries ``[id, fields]`` as flat tuples ``(id, routing key or None, payload, writer
+    ms, server ms, byte offset)``, the values still the bytes Redis returned (decoded on use);
+    fields in another order than ``append_events.lua``'s are decoded by name
+    (:func:`canonical_fields`).
+
+    One object per event, holding only bytes: Python's garbage collector stops tracking such a
+    tuple the first time it sees it, so events held in a reader's buffers cost later
+    collections nothing (the reply's lists, tracked, are freed with the reply)."""
+    out: list[tuple[Any, ...]] = []
+    append = out.append
+    for entry_id, fields in entries:  # is_canonical() inlined: this runs once per event read
+        if type(fields) is list:
+            n = len(fields)
+            if n == 10:
+                k, key, _, payload, _, writer_ms, _, server_ms, b, byte_offset = fields
+                if k == b"k" and b == b"b":
+                    append((entry_id, key, payload, writer_ms, server_ms, byte_offset))
+                    continue
+            elif n == 8:
+                p, payload, _, writer_ms, _, server_ms, b, byte_offset = fields
+                if p == b"p" and b == b"b":
+                    append((entry_id, None, payload, writer_ms, server_ms, byte_offset))
+                    continue
+        ordered = canonical_fields(fields)
+        key = ordered[1] if len(ordered) == 10 else None
+        append((entry_id, key, *ordered[-7::2]))
+    return out
+
+
+def id_offset(entry_id: bytes) -> int:
+    """The offset of the event stored under entry id ``entry_id`` (``<offset + 1>-<seq>``)."""
+    return int(entry_id[: entry_id.index(b"-")]) - 1
+
+
+def event_offset(event: tuple[Any, ...]) -> int:
+    """The offset of an event of :func:`stored_events` (or of a raw entry ``[id, fields]``)."""
+    return id_offset(event[0])
+
+
+def writer_ms_of(event: tuple[Any, ...]) -> int:
+    """The writer's ms of an event of :func:`stored_events`."""
+    return _int(event[3])
+
+
+def server_ms_of(event: tuple[Any, ...]) -> int:
+    """The server's ms of an event of :func:`stored_events`."""
+    return _int(event[4])
 
 
 def parse_event(segment: int, entry: Any) -> SegmentEvent:
