@@ -252,6 +252,32 @@ def test_reading_ahead_holds_at_most_prefetch_events(
     assert [e.offset for e in fetcher.take(100)] == list(range(20, 20 + 25))
 
 
+def test_several_reads_ahead_are_outstanding_while_replies_come_back_full(
+    redis_url: str, scope: str, connection: RedisConnection, factory: EventStreamClientFactory
+) -> None:
+    make_stream(redis_url, scope, segments=1)
+    write(factory, 120)
+    config = ReaderConfig(read_batch=10, max_buffered_events=1000, prefetch_events=45)
+    fetcher = fetcher_of(connection, config)
+    fetcher.add(segment(connection, scope, 0))
+    fetcher.fetch(0.05, {})  # 10 buffered, the read of 10..19 sent ahead
+    owned = fetcher.owned[(f"{scope}/s", 0)]
+    wait_until(lambda: fetcher.collect(0.05), 10, "the read ahead's reply")
+    # 20 buffered; 20..29 and 30..39 asked for at once: 40 of prefetch_events=45 held
+    assert len(owned.buffer) == 20
+    assert [dict(a.targets)[owned.data_key][1] for a in fetcher._ahead] == [20, 30]
+    got = [e.offset for e in fetcher.take(15)]
+    for _ in range(200):
+        if len(got) >= 120:
+            break
+        fetcher.fetch(0.05, {})
+        got += [e.offset for e in fetcher.take(7)]
+        held = len(owned.buffer) + sum(a.count for a in fetcher._ahead)
+        assert held <= 45
+    assert got == list(range(120))  # in order, each once
+    wait_until(lambda: not fetcher.collect(0.05) and not fetcher._ahead, 10, "caught up")
+
+
 def test_a_read_ahead_for_a_segment_given_up_meanwhile_is_dropped(
     redis_url: str, scope: str, connection: RedisConnection, factory: EventStreamClientFactory
 ) -> None:
@@ -262,7 +288,7 @@ def test_a_read_ahead_for_a_segment_given_up_meanwhile_is_dropped(
     fetcher.fetch(0.05, {})  # sends a read ahead from offset 10
     fetcher.clear()  # released (or fenced), then acquired again at the committed offset 3
     fetcher.add(segment(connection, scope, 0, at=3))
-    wait_until(lambda: not fetcher.collect(0.05) and fetcher._ahead is None, 10, "collected")
+    wait_until(lambda: not fetcher.collect(0.05) and not fetcher._ahead, 10, "collected")
     assert not fetcher.owned[(f"{scope}/s", 0)].buffer  # the stale reply went nowhere
     fetcher.fetch(0.05, {})
     assert [e.offset for e in fetcher.take(100)][:3] == [3, 4, 5]

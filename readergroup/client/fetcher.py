@@ -9,9 +9,12 @@ out, round-robin over segments, as :class:`~readergroup.client.event_read.EventR
 Reading ahead: when a read filled a whole batch of a segment (more is waiting), the next read of
 such segments is sent at once (:class:`~readergroup.storage.read_ahead.ReadAhead`) and its reply
 is collected when the buffers run low, so the round trip overlaps the application's processing.
-At most one read ahead is outstanding, bounded by ``prefetch_events`` and ``prefetch_bytes``.
-A reply is applied only to the segment it was requested for, from the position it was
-requested at (a segment released, fenced or re-acquired meanwhile drops it).
+While replies keep coming back full, up to :data:`MAX_READS_AHEAD` reads are outstanding, each
+from where the one before ends, bounded by ``prefetch_events`` and ``prefetch_bytes`` (events
+buffered or asked for) and, per segment, ``max_buffered_events``. Replies are applied oldest
+first, each only to the segment it was requested for and only if that segment's fetch position
+is still the one it was requested at (a segment released, fenced or re-acquired meanwhile, or a
+read chained after a reply that came back short, is dropped as stale).
 
 Positions per segment: *fetch* (the next offset to read from Redis), *returned* (after the last
 event handed out) and *consumed* (after the last event the application moved past), plus
@@ -155,6 +158,19 @@ reply to a read that found data arrives: it reads the plain way)."""
 PARK_GRACE = 5.0
 """Seconds past its block after which a parked read still unanswered is given up."""
 
+MAX_READS_AHEAD = 3
+"""Most reads ahead outstanding per reader (each holds a pooled connection until answered)."""
+
+
+@dataclass(slots=True)
+class _Ahead:
+    """A read ahead outstanding: data key -> (segment, fetch position) it was sent for, and
+    the most events it asked for per segment."""
+
+    read: PendingRead
+    targets: dict[str, tuple[OwnedSegment, int]]
+    count: int
+
 
 class Fetcher(Generic[T]):
     """Buffers, reads and hands out the events of a reader's owned segments."""
@@ -177,10 +193,8 @@ class Fetcher(Generic[T]):
         self.errors: deque[ReaderGroupError] = deque()
         """Errors to raise on the next read call, after the events returned before them."""
         self._deserialize = serializer.deserialize
-        self._ahead: PendingRead | None = None
-        self._ahead_for: dict[str, tuple[OwnedSegment, int]] = {}
-        """Data key -> (segment, fetch position) the outstanding read ahead was sent for."""
-        self._ahead_count = 0
+        self._ahead: deque[_Ahead] = deque()
+        """Reads ahead outstanding, oldest first (each from where the one before ends)."""
         self._parked: PendingRead | None = None
         """A blocking read outliving the read call that sent it (see :meth:`_read`)."""
         self._parked_until = 0.0
@@ -201,8 +215,8 @@ class Fetcher(Generic[T]):
         self.owned.pop(key, None)
 
     def clear(self) -> list[SegKey]:
-        """Forget every segment (buffers too); return the keys that were owned. (A read ahead
-        still outstanding is dropped when it is collected: its segments are no longer owned.)"""
+        """Forget every segment (buffers too); return the keys that were owned. (Reads ahead
+        still outstanding are dropped when collected: their segments are no longer owned.)"""
         dropped = list(self.owned)
         self.owned.clear()
         self._rotation.clear()
@@ -216,12 +230,12 @@ class Fetcher(Generic[T]):
             owned.consumed = owned.returned
 
     def close(self) -> None:
-        """Give up a read ahead or a parked read still outstanding (their connections are
+        """Give up the reads ahead and a parked read still outstanding (their connections are
         closed)."""
-        for pending in (self._ahead, self._parked):
-            if pending is not None:
-                pending.cancel()
-        self._ahead = self._parked = None
+        self._drop_ahead()
+        parked, self._parked = self._parked, None
+        if parked is not None:
+            parked.cancel()
 
     # -- hand-out ----------------------------------------------------------------------------
     def take_one(self) -> EventRead[T] | None:
@@ -394,9 +408,9 @@ class Fetcher(Generic[T]):
 
         ``hold`` (s, longer than ``block``): how long that ``XREAD`` may block on the server;
         it then outlives this call when nothing comes within ``block`` (see :meth:`_read`)."""
-        if self._ahead is not None:
+        if self._ahead:
             began = self._clock.monotonic()
-            if self.collect(block) or self._ahead is not None:
+            if self.collect(block) or self._ahead:
                 return NO_NEWS
             block = max(0.0, block - (self._clock.monotonic() - began))
         positions: dict[str, str] = {}
@@ -480,12 +494,12 @@ class Fetcher(Generic[T]):
 
     def read_ahead(self) -> None:
         """Send the next read of the segments that are behind (their last read filled a batch),
-        unless one is outstanding or the reader holds ``prefetch_events``/``prefetch_bytes``."""
-        if not self._reads_ahead or self._ahead is not None:
+        unless reads ahead are outstanding or the reader holds ``prefetch_events`` /
+        ``prefetch_bytes``."""
+        if not self._reads_ahead or self._ahead:
             return
         config = self._config
-        held = sum(len(o.buffer) for o in self.owned.values())
-        room = min(config.prefetch_events, config.prefetch_bytes // self._event_bytes) - held
+        room = self._room()
         count = min(config.read_batch, room)
         targets: dict[str, tuple[OwnedSegment, int]] = {}
         for owned in self.owned.values():
@@ -502,42 +516,54 @@ class Fetcher(Generic[T]):
         if targets:
             self._send_ahead(targets, count)
 
-    def _send_ahead(self, targets: dict[str, tuple[OwnedSegment, int]], count: int) -> None:
+    def _room(self, unparsed: int = 0) -> int:
+        """How many more events reading ahead may bring: ``prefetch_events`` (and
+        ``prefetch_bytes``) less those buffered, asked for by reads outstanding, or in a reply
+        not parsed yet (``unparsed``)."""
+        config = self._config
+        held = sum(len(o.buffer) for o in self.owned.values()) + unparsed
+        held += sum(ahead.count * len(ahead.targets) for ahead in self._ahead)
+        return min(config.prefetch_events, config.prefetch_bytes // self._event_bytes) - held
+
+    def _send_ahead(self, targets: dict[str, tuple[OwnedSegment, int]], count: int) -> bool:
         positions = {key: f"{position}-0" for key, (_, position) in targets.items()}
         try:
-            self._ahead = self._connection.read_ahead(positions, count)
+            read = self._connection.read_ahead(positions, count)
         except RedisUnavailableError as exc:
             self._outage.lost(exc)
-            return
+            return False
         except ReaderGroupError as exc:
             logger.warning("could not read ahead; reading on demand instead", exc_info=exc)
-            return
-        self._ahead_for = targets
-        self._ahead_count = count
+            return False
+        self._ahead.append(_Ahead(read, targets, count))
+        return True
 
     def collect(self, timeout: float) -> bool:
-        """Apply the outstanding read ahead's reply if it arrives within ``timeout`` s (and send
-        the next one); True when that buffered events."""
-        ahead = self._ahead
-        if ahead is None or not ahead.ready(timeout):
+        """Apply the oldest read ahead's reply if it arrives within ``timeout`` s (and keep
+        reading ahead); True when that buffered events."""
+        if not self._ahead or not self._ahead[0].read.ready(timeout):
             return False
-        targets, count = self._ahead_for, self._ahead_count
-        self._ahead = None
-        self._chain(targets, count)  # the next read goes out before this reply is parsed
+        head = self._ahead.popleft()
+        targets, count = head.targets, head.count
+        if not self._ahead:  # the next read goes out before this reply is parsed
+            live = {k for k, (owned, position) in targets.items() if owned.fetch == position}
+            self._chain(head, live, count * len(targets))
         try:
-            reply = ahead.result(0.0)
+            reply = head.read.result(0.0)
         except RedisUnavailableError as exc:
-            self._ahead = None
+            self._drop_ahead()  # the reads after it were sent from where it would have ended
             self._outage.lost(exc)
             return False
         except ReaderGroupError as exc:  # e.g. a key of the wrong type: fetch() isolates it
-            self._ahead = None
+            self._drop_ahead()
             logger.warning("reading ahead failed; reading on demand instead", exc_info=exc)
             return False
-        if reply is None:
+        if reply is None:  # (ready, yet no reply: give it up)
+            head.read.cancel()
             return False
         self._outage.back()
         buffered = False
+        full: set[str] = set()
         for key, (owned, position) in targets.items():
             if self.owned.get(owned.key) is not owned or owned.fetch != position:
                 continue  # released, fenced or re-acquired since, or a chained read after a
@@ -546,30 +572,45 @@ class Fetcher(Generic[T]):
             entries = reply.get(key)
             if entries:
                 buffered = self._buffer_reply(owned, entries, count) or buffered
+                if owned.behind:
+                    full.add(key)
+        # more is waiting: keep up to MAX_READS_AHEAD reads outstanding, each from where the
+        # one before ends (for the segments whose reads so far came back full)
+        while full and self._ahead and len(self._ahead) < MAX_READS_AHEAD:
+            if not self._chain(self._ahead[-1], full):
+                break
         self.read_ahead()
         return buffered
 
-    def _chain(self, targets: Mapping[str, tuple[OwnedSegment, int]], count: int) -> None:
-        """Send the read that follows a reply not yet parsed, from where that reply ends if it
-        is full (``count`` events); if it proves short, the chained reply is dropped as stale.
-        Within the same bounds as :meth:`read_ahead`, counting the reply as held."""
-        config = self._config
-        held = sum(len(o.buffer) for o in self.owned.values()) + count * len(targets)
-        room = min(config.prefetch_events, config.prefetch_bytes // self._event_bytes) - held
+    def _drop_ahead(self) -> None:
+        while self._ahead:
+            self._ahead.popleft().read.cancel()
+
+    def _chain(self, last: _Ahead, keys: set[str], unparsed: int = 0) -> bool:
+        """Send the read of the segments ``keys`` that follows ``last`` (outstanding, or its
+        reply not parsed yet: ``unparsed`` events), from where ``last`` ends if its reply is
+        full; if a reply proves short, the reads chained after it are dropped as stale when they
+        arrive (and chain nothing). Within the bounds of :meth:`read_ahead`; per segment,
+        buffered and asked-for events stay within ``max_buffered_events``. True when a read
+        was sent."""
+        config, count = self._config, last.count
+        room = self._room(unparsed)
         chained: dict[str, tuple[OwnedSegment, int]] = {}
-        for key, (owned, position) in targets.items():
+        for key, (owned, position) in last.targets.items():
             if room < count:
                 break
+            asked = sum(ahead.count for ahead in self._ahead if key in ahead.targets)
             if (
-                self.owned.get(owned.key) is owned
-                and owned.fetch == position
+                key in keys
+                and self.owned.get(owned.key) is owned
                 and not owned.fetched_all
-                and len(owned.buffer) + 2 * count <= config.max_buffered_events
+                and not (0 <= owned.final_tail <= position + count)
+                and len(owned.buffer) + asked + (count if unparsed else 0) + count
+                <= config.max_buffered_events
             ):
                 room -= count
                 chained[key] = (owned, position + count)
-        if chained:
-            self._send_ahead(chained, count)
+        return bool(chained) and self._send_ahead(chained, count)
 
     def _buffer_reply(self, owned: OwnedSegment, entries: list[Any], limit: int) -> bool:
         """Buffer one segment's part of a reply; True when it added events."""
