@@ -97,6 +97,22 @@ class EventRead(Generic[T]):
         )
 
 
+def by_segment(events: Sequence[EventRead[T]]) -> list[tuple[SegKey, list[EventRead[T]]]]:
+    """``events`` cut into runs of consecutive events of one segment (as a read hands them out:
+    a run per segment visited), each with its segment; the order within a segment is kept."""
+    runs: list[tuple[SegKey, list[EventRead[T]]]] = []
+    origin: Any = None
+    run: list[EventRead[T]] = []
+    for event in events:
+        if event._origin is not origin:
+            origin = event._origin
+            run = []
+            key = (origin[0], origin[1]) if origin is not None else ("", 0)
+            runs.append((key, run))
+        run.append(event)
+    return runs
+
+
 NOTHING: EventRead[Any] = EventRead(None)
 """The answer of a read that found nothing in time (shared: it carries no data)."""
 

@@ -2,9 +2,11 @@
 
 :func:`run` is the common case done right (Nuclio's workers): the calling thread reads batches;
 every owned segment has its own queue (a *lane*), drained by at most one worker at a time, so a
-segment's events are handled strictly in order, by a pool of ``max_workers`` threads. A position
-is committed only after the handler returned for every event before it. SIGINT or SIGTERM (or
-``stop.set()``) lets workers finish what they were handed, commits, and returns.
+segment's events are handled strictly in order, by a pool of ``max_workers`` threads. Events go
+from the reading thread to a worker a run at a time (a batch's events of one segment), never one
+by one. A position is committed only after the handler returned for every event before it.
+SIGINT or SIGTERM (or ``stop.set()``) lets workers finish what they were handed, commits, and
+returns.
 
 A segment the group takes away mid-run has its lane dropped; the new owner resumes at the last
 committed position, so only uncommitted events can be handled twice (at-least-once).
@@ -25,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from readergroup.client.event_read import EventRead, EventSource
+from readergroup.client.event_read import EventRead, EventSource, by_segment
 from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError, SegmentNotOwnedError
 from readergroup.core.group_state import SegKey
 from statesync import StateSyncError
@@ -45,12 +47,13 @@ class RunStats:
 
 
 class _Lane:
-    """One segment's queue. ``generation`` changes when the segment is taken away."""
+    """One segment's queue of runs (lists of its events, in order). ``generation`` changes
+    when the segment is taken away."""
 
-    __slots__ = ("events", "generation", "running")
+    __slots__ = ("generation", "running", "runs")
 
     def __init__(self) -> None:
-        self.events: deque[Any] = deque()
+        self.runs: deque[list[Any]] = deque()
         self.running = False
         self.generation = 0
 
@@ -83,8 +86,8 @@ class _Runner(Generic[T]):
             for key in segments:
                 lane = self.lanes.get(key)
                 if lane is not None:
-                    self.queued -= len(lane.events)
-                    lane.events.clear()
+                    self.queued -= sum(len(run) for run in lane.runs)
+                    lane.runs.clear()
                     lane.generation += 1
                 self.processed.pop(key, None)
             self.lock.notify_all()
@@ -93,12 +96,14 @@ class _Runner(Generic[T]):
         self.on_segments_released(reader_id, segments)
 
     def dispatch(self, pool: ThreadPoolExecutor, events: list[EventRead[T]]) -> None:
+        """Hand ``events`` to their segments' lanes, one run of a segment's events at a time
+        (no per-event hand-over between threads)."""
+        runs = by_segment(events)
         with self.lock:
-            for event in events:
-                key = (event.stream or "", event.segment or 0)
+            for key, run in runs:
                 lane = self.lanes.setdefault(key, _Lane())
-                lane.events.append(event)
-                self.queued += 1
+                lane.runs.append(run)
+                self.queued += len(run)
                 if not lane.running:
                     lane.running = True
                     pool.submit(self.drain, key, lane, lane.generation)
@@ -106,36 +111,55 @@ class _Runner(Generic[T]):
     def drain(self, key: SegKey, lane: _Lane, generation: int) -> None:
         while True:
             with self.lock:
-                if not lane.events or lane.generation != generation or self.failure:
+                if not lane.runs or lane.generation != generation or self.failure:
                     lane.running = False
                     self.lock.notify_all()
                     return
-                event = lane.events.popleft()
-            ok = self.handle(event)
+                run = lane.runs.popleft()
+            handled, failed, last = self.handle_run(run, lane, generation)
             with self.lock:
-                self.queued -= 1
-                if ok and lane.generation == generation:
-                    assert event.offset is not None
-                    self.processed[key] = event.offset + 1
-                    self.stats.handled += 1
-                else:
-                    self.stats.failed += 1
+                self.queued -= len(run)
+                if last is not None and lane.generation == generation:
+                    self.processed[key] = last  # (a segment taken away commits nothing more)
+                self.stats.handled += handled
+                self.stats.failed += failed
                 self.lock.notify_all()
 
-    def handle(self, event: EventRead[T]) -> bool:
-        try:
-            self.handler(event)
-            return True
-        except BaseException as exc:
-            if self.on_error is None:
-                self.failure.append(exc)
-                return False
+    def handle_run(
+        self, run: list[EventRead[T]], lane: _Lane, generation: int
+    ) -> tuple[int, int, int | None]:
+        """Handle a run of one segment's events in order, until the run ends, the segment is
+        taken away or the run must stop (a failure); returns (handled, failed, the position
+        after the last event handled)."""
+        handler, failure = self.handler, self.failure
+        handled = failed = 0
+        last: EventRead[T] | None = None
+        for event in run:
+            if lane.generation != generation or failure:
+                break
             try:
-                self.on_error(event, exc)
-                return True
-            except BaseException as inner:
-                self.failure.append(inner)
-                return False
+                handler(event)
+            except BaseException as exc:
+                if not self.handled_error(event, exc):
+                    failed += 1
+                    break
+            handled += 1
+            last = event
+        offset = None if last is None else last.offset
+        return handled, failed, None if offset is None else offset + 1
+
+    def handled_error(self, event: EventRead[T], exc: BaseException) -> bool:
+        """Whether ``on_error`` took the handler's failure (the event then counts as handled);
+        otherwise the failure stops the run."""
+        if self.on_error is None:
+            self.failure.append(exc)
+            return False
+        try:
+            self.on_error(event, exc)
+            return True
+        except BaseException as inner:
+            self.failure.append(inner)
+            return False
 
     def wait_for_room(self, stop: threading.Event) -> None:
         with self.lock:
