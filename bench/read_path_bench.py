@@ -13,8 +13,8 @@ machine hits all of them alike), each reading every event:
 
 Then, in processes of their own (best of ``--repeat``):
 
-* ``run``: ``reader.run(handler)`` with a no-op handler and one worker (reported; events are
-  handed between threads);
+* ``run``: ``reader.run(handler)`` with a no-op handler and one worker (reported; a batch's
+  events go to the worker a run of one segment at a time);
 * ``proxy``: ``read_batch(1000)`` through a TCP proxy (in the bench's process) adding 1 ms to
   every reply, against the same proxy adding nothing (goal >= 0.8x): reading ahead overlaps
   round trips.

@@ -278,6 +278,37 @@ def test_several_reads_ahead_are_outstanding_while_replies_come_back_full(
     wait_until(lambda: not fetcher.collect(0.05) and not fetcher._ahead, 10, "caught up")
 
 
+def test_news_in_another_segment_is_read_while_one_segment_is_read_ahead(
+    redis_url: str, scope: str, connection: RedisConnection, factory: EventStreamClientFactory
+) -> None:
+    """Reads ahead of a segment with a backlog also look at the reader's other segments: their
+    new events do not wait until the backlog is read (no on-demand read while ahead)."""
+    from readergroup.core.routing import key_position
+
+    make_stream(redis_url, scope, segments=2)
+    keys = [f"k{i}" for i in range(200)]
+    first = [k for k in keys if key_position(k) < 0.5]
+    second = [k for k in keys if key_position(k) >= 0.5]
+    with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
+        for i in range(300):
+            writer.write_event(f"a{i}", routing_key=first[i % len(first)])
+    fetcher = fetcher_of(connection, ReaderConfig(read_batch=10, max_buffered_events=1000))
+    fetcher.add(segment(connection, scope, 0))
+    fetcher.add(segment(connection, scope, 1))
+    fetcher.fetch(0.05, {})  # segment 0: a full batch, read ahead from now on; segment 1: none
+    with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
+        for i in range(3):
+            writer.write_event(f"b{i}", routing_key=second[i])
+    got: list[str] = []
+    for _ in range(40):
+        fetcher.fetch(0.05, {})
+        got += [e.event or "" for e in fetcher.take(5)]
+        if "b2" in got:
+            break
+    assert [e for e in got if e.startswith("b")] == ["b0", "b1", "b2"]
+    assert got.index("b0") < 60  # within a few reads, long before the backlog is read
+
+
 def test_a_read_ahead_for_a_segment_given_up_meanwhile_is_dropped(
     redis_url: str, scope: str, connection: RedisConnection, factory: EventStreamClientFactory
 ) -> None:

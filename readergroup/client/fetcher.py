@@ -590,9 +590,10 @@ class Fetcher(Generic[T]):
         """Send the read of the segments ``keys`` that follows ``last`` (outstanding, or its
         reply not parsed yet: ``unparsed`` events), from where ``last`` ends if its reply is
         full; if a reply proves short, the reads chained after it are dropped as stale when they
-        arrive (and chain nothing). Within the bounds of :meth:`read_ahead`; per segment,
-        buffered and asked-for events stay within ``max_buffered_events``. True when a read
-        was sent."""
+        arrive (and chain nothing). The read also asks for news of the reader's other segments
+        that no read outstanding covers (while reads ahead are outstanding nothing is read on
+        demand). Within the bounds of :meth:`read_ahead`; per segment, buffered and asked-for
+        events stay within ``max_buffered_events``. True when a read was sent."""
         config, count = self._config, last.count
         room = self._room(unparsed)
         chained: dict[str, tuple[OwnedSegment, int]] = {}
@@ -610,6 +611,18 @@ class Fetcher(Generic[T]):
             ):
                 room -= count
                 chained[key] = (owned, position + count)
+        if chained:  # the other segments, which no read ahead covers, are looked at too
+            covered = set(last.targets).union(*(ahead.targets for ahead in self._ahead))
+            for owned in self.owned.values():
+                if room < count:
+                    break
+                if (
+                    owned.data_key not in covered
+                    and not owned.fetched_all
+                    and len(owned.buffer) + count <= config.max_buffered_events
+                ):
+                    room -= count
+                    chained[owned.data_key] = (owned, owned.fetch)
         return bool(chained) and self._send_ahead(chained, count)
 
     def _buffer_reply(self, owned: OwnedSegment, entries: list[Any], limit: int) -> bool:
