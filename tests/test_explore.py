@@ -14,7 +14,7 @@ from readergroup.admin import group_member
 from readergroup.admin.group_member import GroupMember
 from readergroup.core import membership
 from readergroup.core.group_state import (
-    CompleteSegment,
+    CompleteSegments,
     GroupState,
     SegKey,
     check_owner,
@@ -35,20 +35,21 @@ def test_every_interleaving_of_three_readers_keeps_every_invariant() -> None:
     assert report.states > 2_000 and report.transitions > 10_000
 
 
-def _early_successors(self: CompleteSegment, state: GroupState) -> GroupState:
+def _early_successors(self: CompleteSegments, state: GroupState) -> GroupState:
     """Issue 11 item 2 as it was: a predecessor the group has not reached counts as done."""
-    check_owner(state, self.reader_id, self.generation, self.segment, self.token)
-    assigned = dict(state.assigned)
-    del assigned[self.segment]
-    completed = state.completed | {self.segment}
-    live = (set(assigned) | set(state.unassigned) | set(state.future)) - {self.segment}
+    for segment, token, _ in self.completions:
+        check_owner(state, self.reader_id, self.generation, segment, token)
+    done = {s for s, _, _ in self.completions}
+    assigned = {s: a for s, a in state.assigned.items() if s not in done}
+    completed = state.completed | done
+    live = (set(assigned) | set(state.unassigned) | set(state.future)) - done
     future, unassigned = dict(state.future), dict(state.unassigned)
     for successor, predecessors, start in self.successors:
         if successor in completed or successor in assigned or successor in unassigned:
             continue
         pending = tuple(p for p in predecessors if p in live)
         if successor in future:
-            pending = tuple(p for p in future[successor] if p != self.segment)
+            pending = tuple(p for p in future[successor] if p not in done)
         if pending:
             future[successor] = pending
         else:
@@ -62,7 +63,7 @@ def _early_successors(self: CompleteSegment, state: GroupState) -> GroupState:
 def test_the_explorer_finds_a_successor_handed_out_before_its_predecessors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(CompleteSegment, "apply_to", _early_successors)
+    monkeypatch.setattr(CompleteSegments, "apply_to", _early_successors)
     with pytest.raises(InvariantViolation, match="successor M assignable") as caught:
         explore(Limits(depth=5, readers=2), deadline_s=DEADLINE_S)
     assert "complete(1)" in str(caught.value)  # 1 completed while 0 (before B) was unread
@@ -78,7 +79,8 @@ def _unguarded_complete(
 ) -> Any:
     def complete(state: GroupState) -> Any:
         check_owner(state, reader_id, generation, segment, token)
-        return [CompleteSegment(reader_id, generation, segment, token, successors, end)], True
+        completions = ((segment, token, end),)
+        return [CompleteSegments(reader_id, generation, completions, successors)], True
 
     return complete
 

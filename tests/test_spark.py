@@ -317,7 +317,7 @@ def crashed_scale(url: str, scope: str, stream: str, sealed: list[int], ranges: 
         def die(*_: Any) -> int:
             raise Crash
 
-        sm.connection.segments.seal = die  # type: ignore[method-assign]
+        sm.connection.segments.seal_segments = die  # type: ignore[method-assign]
         with pytest.raises(Crash):
             sm.scale_stream(scope, stream, sealed, ranges)
         return [s for s in sm.stream_state(scope, stream).segments if s not in sealed]

@@ -426,7 +426,7 @@ def test_successors_take_no_event_before_their_predecessors_are_sealed(
     with stale, stale.create_event_writer("s", UTF8StringSerializer()) as old_writer:
         old_writer.write_event("before", routing_key="k").result(10)
         with StreamManager.from_url(redis_url) as crashing:
-            crashing.connection.segments.seal = lambda *_: 1 / 0  # type: ignore[method-assign]
+            crashing.connection.segments.seal_segments = lambda *_: 1 / 0  # type: ignore[method-assign]
             with pytest.raises(ZeroDivisionError):
                 crashing.scale_stream(scope, "s", [0], [(0.0, 0.5), (0.5, 1.0)])
         successors = [s for s in manager.stream_state(scope, "s").segments if s != 0]

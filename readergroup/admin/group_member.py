@@ -339,7 +339,6 @@ class GroupMember:
         triples = tuple((s, token, position) for s, (token, position) in positions.items())
         self.sync.update_state(plan_commit(self.reader_id, self.generation, triples))
 
-    @_recovers
     def complete(
         self,
         segment: SegKey,
@@ -347,19 +346,28 @@ class GroupMember:
         successors: Sequence[tuple[SegKey, tuple[SegKey, ...], int]],
         end: int = -1,
     ) -> bool:
-        """The segment was read to the end of its seal (offset ``end``): hand its successors to
-        the group. ``False`` (nothing changed) while a checkpoint or reset awaits this reader."""
-        plan = plan_complete(
-            self.reader_id, self.generation, segment, token, tuple(successors), end
-        )
+        """The segment was read to the end of its seal (offset ``end``): see
+        :meth:`complete_segments`."""
+        return self.complete_segments(((segment, token, end),), successors)
+
+    @_recovers
+    def complete_segments(
+        self,
+        completions: Sequence[tuple[SegKey, int, int]],
+        successors: Sequence[tuple[SegKey, tuple[SegKey, ...], int]],
+    ) -> bool:
+        """Each ``(segment, token, end)`` was read to the end of its seal (offset ``end``):
+        complete them all in one update and hand their ``successors`` (each once, with all
+        its predecessors and its start) to the group. ``False`` (nothing changed) while a
+        checkpoint or reset awaits this reader."""
+        plan = plan_complete(self.reader_id, self.generation, tuple(completions), tuple(successors))
         completed = self.sync.update_state(plan)
         if completed:
             logger.info(
-                "reader %r completed %s of %s at offset %d; successors: %s",
+                "reader %r completed %s of %s; successors: %s",
                 self.reader_id,
-                segments_text([segment]),
+                segments_text([s for s, _, _ in completions]),
                 self.sync.name,
-                end,
                 segments_text([s for s, _, _ in successors]),
             )
         return completed

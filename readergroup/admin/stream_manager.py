@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from readergroup.admin.group_member import segments_text
 from readergroup.core import catalog
 from readergroup.core.catalog import Catalog, ScopeList
 from readergroup.core.closing import Closing
@@ -476,12 +477,15 @@ class StreamManager(Closing):
 
             created = self._update(scope, stream, scale)
             if created is not None:
-                for old in sealed:
-                    self._connection.segments.seal(scope, stream, old)
-                for new in created:  # every predecessor is sealed now: successors may take writes
-                    self._connection.segments.open_segment(scope, stream, new)
+                self._connection.segments.seal_segments(scope, stream, sealed)
+                # every predecessor is sealed now: successors may take writes
+                self._connection.segments.open_segments(scope, stream, created)
+                scoped = f"{scope}/{stream}"
                 log.info(
-                    "scaled %s/%s: sealed segments %s, opened %s", scope, stream, sealed, created
+                    "scaled %s: sealed %s, opened %s",
+                    scoped,
+                    segments_text([(scoped, s) for s in sealed]),
+                    segments_text([(scoped, s) for s in created]),
                 )
                 return list(created)
         raise ScaleConflictError(f"scale of {scope}/{stream} lost every race to other scales")
@@ -609,10 +613,13 @@ def complete_scale_seals(connection: Connection, state: StreamState) -> None:
     inactive = [r.segment_id for r in state.segments.values() if not r.active and not r.truncated]
     closed = [r.segment_id for r in state.active_segments if r.predecessors]
     states = connection.segments.segment_states(scope, stream, inactive + closed)
-    for segment in inactive:
-        if states[segment].exists and not states[segment].sealed:
-            log.warning("sealing %s/%s/%d left unsealed by a scale", scope, stream, segment)
-            connection.segments.seal(scope, stream, segment)
-    for segment in closed:
-        if states[segment].sealed and connection.segments.open_segment(scope, stream, segment):
-            log.warning("opened %s/%s/%d left closed by a scale", scope, stream, segment)
+    unsealed = [s for s in inactive if states[s].exists and not states[s].sealed]
+    if unsealed:
+        named = segments_text([(f"{scope}/{stream}", s) for s in unsealed])
+        log.warning("sealing %s left unsealed by a scale", named)
+        connection.segments.seal_segments(scope, stream, unsealed)
+    closed = [s for s in closed if states[s].sealed]
+    opened = connection.segments.open_segments(scope, stream, closed) if closed else []
+    if opened:
+        named = segments_text([(f"{scope}/{stream}", s) for s in opened])
+        log.warning("opened %s left closed by a scale", named)

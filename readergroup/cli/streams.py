@@ -17,7 +17,7 @@ from readergroup.client.writer import WriteFuture
 from readergroup.core.catalog import subscribers_of
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.routing import segment_name, uniform_ranges
-from readergroup.core.stream_config import ScalingPolicy, StreamConfiguration
+from readergroup.core.stream_config import MAX_SEGMENTS, ScalingPolicy, StreamConfiguration
 from readergroup.core.stream_cut import StreamCut
 
 
@@ -201,8 +201,8 @@ class AckCounter:
         )
 
 
-MAX_SPLIT = 1024
-"""Most pieces one split may create: the cap on a stream's segments at creation."""
+MAX_SPLIT = MAX_SEGMENTS
+"""Most pieces one split may create: the cap on a stream's segments."""
 
 
 @stream.command("scale")
@@ -220,8 +220,7 @@ def scale(
     scope, stream_name = scoped(name)
     if split_segment is not None and not 2 <= into <= MAX_SPLIT:
         raise click.BadParameter(
-            f"{into}: a split makes 2..{MAX_SPLIT} segments (the creation cap); nothing was "
-            "changed",
+            f"{into}: a split makes 2..{MAX_SPLIT} segments (the segment cap); nothing was changed",
             param_hint="--into",
         )
     with StreamManager.from_url(ctx.url, ctx.config) as sm:

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
 
-from readergroup.admin.group_member import GroupMember
+from readergroup.admin.group_member import GroupMember, segments_text
 from readergroup.client.event_read import EventRead, RebalanceListener
 from readergroup.client.fetcher import Fetcher, FetchOutcome, Outage, OwnedSegment
 from readergroup.core.errors import (
@@ -381,56 +381,66 @@ class GroupSession(Generic[T]):
         return sync
 
     def _complete_finished(self, *, follow: bool = True) -> None:
-        """Complete owned segments that are sealed (or at a bounded end) and consumed
-        (``follow``: read the streams' metadata logs first; else no news woke the reader and
-        the local copies are current)."""
+        """Complete owned segments that are sealed (or at a bounded end) and consumed, all in
+        one group update (``follow``: read the streams' metadata logs first; else no news woke
+        the reader and the local copies are current)."""
         if self.member.state.frozen_for(self.reader_id):
             return  # a checkpoint or reset awaits this reader: move nothing until then
+        finished: list[OwnedSegment] = []
+        successors: dict[SegKey, tuple[tuple[SegKey, ...], int]] = {}
         for scoped, sync in self._streams.items():
             if follow:
                 sync.follow()
             state: StreamState = sync.state
+            ended = []
             for owned in [o for o in self._fetcher.owned.values() if o.key[0] == scoped]:
                 record = state.segments.get(owned.segment)
                 if record is None or (record.active and not owned.bounded):
                     continue
                 if record.truncated:
                     self._truncated_away(owned)
-                elif owned.final_tail < 0:
-                    seg = self._connection.segments.segment_states(
-                        owned.scope, owned.stream, [owned.segment]
-                    )
-                    if not seg[owned.segment].sealed:  # an interrupted scale: finish its seal
-                        logger.info(
-                            "reader %r: finishing the seal of %s", self.reader_id, owned.name
-                        )
-                        self._connection.segments.seal(owned.scope, owned.stream, owned.segment)
-                        seg = self._connection.segments.segment_states(
-                            owned.scope, owned.stream, [owned.segment]
-                        )
-                    owned.final_tail = seg[owned.segment].tail
+                ended.append((owned, record))
+            self._learn_final_tails([o for o, r in ended if o.final_tail < 0 and not r.truncated])
+            for owned, record in ended:
                 if owned.consumed >= owned.final_tail and not owned.buffer and not owned.pending:
-                    successors = tuple(
-                        (
-                            (scoped, succ),
-                            tuple((scoped, p) for p in state.segments[succ].predecessors),
+                    finished.append(owned)
+                    for succ in record.successors:
+                        predecessors = state.segments[succ].predecessors
+                        successors[(scoped, succ)] = (
+                            tuple((scoped, p) for p in predecessors),
                             state.head.get(succ, 0),
                         )
-                        for succ in record.successors
-                    )
-                    if not self.member.complete(
-                        owned.key, owned.token, successors, owned.final_tail
-                    ):
-                        return  # a checkpoint or reset arrived: complete after it
-                    self._fetcher.remove(owned.key)
-                    logger.debug(
-                        "reader %r completed %s at offset %d",
-                        self.reader_id,
-                        owned.name,
-                        owned.final_tail,
-                    )
-                    self._notify(released=[owned.key])
-                    self.group_dirty = True
+        if not finished:
+            return
+        completions = [(o.key, o.token, o.final_tail) for o in finished]
+        handed = [(succ, preds, start) for succ, (preds, start) in successors.items()]
+        if not self.member.complete_segments(completions, handed):
+            return  # a checkpoint or reset arrived: complete after it
+        for owned in finished:
+            self._fetcher.remove(owned.key)
+        self._notify(released=[o.key for o in finished])
+        self.group_dirty = True
+
+    def _learn_final_tails(self, owned: Sequence[OwnedSegment]) -> None:
+        """Set the final tail of each of ``owned`` (sealed in the stream's metadata), reading
+        their states in one round trip; finish the seal of any an interrupted scale left open."""
+        by_stream: dict[tuple[str, str], list[OwnedSegment]] = {}
+        for segment in owned:
+            by_stream.setdefault((segment.scope, segment.stream), []).append(segment)
+        for (scope, stream), segments in by_stream.items():
+            ids = [o.segment for o in segments]
+            states = self._connection.segments.segment_states(scope, stream, ids)
+            tails = {s: state.tail for s, state in states.items() if state.sealed}
+            unsealed = [s for s in ids if s not in tails]
+            if unsealed:  # an interrupted scale: finish its seals
+                logger.info(
+                    "reader %r: finishing the seal of %s",
+                    self.reader_id,
+                    segments_text([(f"{scope}/{stream}", s) for s in unsealed]),
+                )
+                tails.update(self._connection.segments.seal_segments(scope, stream, unsealed))
+            for segment in segments:
+                segment.final_tail = tails[segment.segment]
 
     def _truncated_away(self, owned: OwnedSegment) -> None:
         """The segment is wholly behind the stream's head: its data is (being) deleted. Hand out

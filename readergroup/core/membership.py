@@ -25,7 +25,7 @@ from readergroup.core.group_state import (
     AcquireSegments,
     AddReader,
     CommitPositions,
-    CompleteSegment,
+    CompleteSegments,
     GroupState,
     ReleaseSegments,
     RemoveReader,
@@ -162,19 +162,19 @@ def plan_commit(
 def plan_complete(
     reader_id: str,
     generation: int,
-    segment: SegKey,
-    token: int,
+    completions: tuple[tuple[SegKey, int, int], ...],
     successors: tuple[tuple[SegKey, tuple[SegKey, ...], int], ...],
-    end: int,
 ) -> Plan[bool]:
-    """Complete ``segment`` (read to ``end``) unless a checkpoint or reset awaits this reader.
-    Result: whether it was completed."""
+    """Complete every ``(segment, token, end)`` of ``completions`` (each read to ``end``) in
+    one update, unless a checkpoint or reset awaits this reader; every segment must still be
+    this reader's under its token. Result: whether they were completed."""
 
     def complete(state: GroupState) -> Decision[bool]:
-        check_owner(state, reader_id, generation, segment, token)
+        for segment, token, _ in completions:
+            check_owner(state, reader_id, generation, segment, token)
         if state.frozen_for(reader_id):
             return [], False
-        return [CompleteSegment(reader_id, generation, segment, token, successors, end)], True
+        return [CompleteSegments(reader_id, generation, completions, successors)], True
 
     return complete
 

@@ -8,6 +8,8 @@ from readergroup.core.errors import InvalidConfigError
 
 MiB = 1024 * 1024
 MAX_EVENT_SIZE_LIMIT = 8 * MiB
+MAX_SEGMENTS = 10_000
+"""Most active segments a stream may have: at creation, and after any scale."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -18,7 +20,8 @@ class ScalingPolicy:
 
     Attributes:
         kind: ``"fixed"`` or ``"by_event_rate"``.
-        min_segments: segments at creation, and the floor for merges (default 1; 1..1024).
+        min_segments: segments at creation, and the floor for merges (default 1;
+            1..:data:`MAX_SEGMENTS`).
         target_rate: events/s per segment above which a segment is split, and below half of
             which two neighbours are merged (``by_event_rate`` only; > 0).
         scale_factor: into how many segments a hot segment is split (default 2; 2..16).
@@ -34,8 +37,10 @@ class ScalingPolicy:
             raise InvalidConfigError(
                 f"scaling kind must be 'fixed' or 'by_event_rate': {self.kind!r}"
             )
-        if not 1 <= self.min_segments <= 1024:
-            raise InvalidConfigError(f"min_segments must be 1..1024, got {self.min_segments}")
+        if not 1 <= self.min_segments <= MAX_SEGMENTS:
+            raise InvalidConfigError(
+                f"min_segments must be 1..{MAX_SEGMENTS}, got {self.min_segments}"
+            )
         if self.kind == "by_event_rate" and not self.target_rate > 0:
             raise InvalidConfigError(f"target_rate must be > 0, got {self.target_rate}")
         if not 2 <= self.scale_factor <= 16:

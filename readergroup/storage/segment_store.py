@@ -32,6 +32,9 @@ from readergroup.storage.translate import translate_errors
 from statesync import Acks
 from statesync.redis_backend import check_acknowledged, run_acknowledged, run_read_only
 
+SCRIPTS_PER_ROUND = 1_000
+"""Segment scripts sent in one pipelined round trip (creating, opening, sealing thousands)."""
+
 
 def append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
     """One batch's reply, read on its own: an error reply refuses this batch only, naming its
@@ -68,9 +71,13 @@ class SegmentStorage(Protocol):
 
     def open_segment(self, scope: str, stream: str, segment: int) -> bool: ...
 
+    def open_segments(self, scope: str, stream: str, segments: Sequence[int]) -> list[int]: ...
+
     def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]: ...
 
     def seal(self, scope: str, stream: str, segment: int) -> int: ...
+
+    def seal_segments(self, scope: str, stream: str, segments: Sequence[int]) -> dict[int, int]: ...
 
     def truncate(self, scope: str, stream: str, segment: int, offset: int) -> int: ...
 
@@ -140,13 +147,17 @@ class SegmentStore:
     ) -> None:
         """Create a scale's successors sealed until :meth:`open_segment` (idempotent: an
         existing segment is left alone); see ``create_closed_segment.lua``."""
-        for segment in segments:
-            self._run("create_closed_segment", scope, stream, segment, 1, now_ms)
+        self._run_each("create_closed_segment", scope, stream, segments, 1, now_ms)
 
     def open_segment(self, scope: str, stream: str, segment: int) -> bool:
         """Open a successor created closed, once its predecessors are sealed; ``False`` if it
         was open already or is sealed for real."""
         return bool(self._run("open_segment", scope, stream, segment, 1)[1])
+
+    def open_segments(self, scope: str, stream: str, segments: Sequence[int]) -> list[int]:
+        """:meth:`open_segment` of each of ``segments``; return those it opened."""
+        replies = self._run_each("open_segment", scope, stream, segments, 1)
+        return [segment for segment, reply in zip(segments, replies, strict=True) if reply[1]]
 
     def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]:
         """Send every batch in one pipelined round trip; one reply per batch, in order. A batch
@@ -220,9 +231,36 @@ class SegmentStore:
         segment_status.check(script, segment_name(scope, stream, segment), reply)
         return reply
 
+    def _run_each(
+        self, script: str, scope: str, stream: str, segments: Sequence[int], keys: int, *args: Any
+    ) -> list[Any]:
+        """:meth:`_run` of ``script`` on each of ``segments`` (same ``args``), pipelined in
+        rounds of :data:`SCRIPTS_PER_ROUND` off a cluster (redis-py does not pipeline scripts
+        across one); the first refusal raises, after every round sent so far was applied."""
+        if self._cluster:
+            return [self._run(script, scope, stream, s, keys, *args) for s in segments]
+        runner = self._scripts[script]
+        replies: list[Any] = []
+        for first in range(0, len(segments), SCRIPTS_PER_ROUND):
+            chunk = segments[first : first + SCRIPTS_PER_ROUND]
+            with translate_errors(script):
+                pipe = self._client.pipeline(transaction=False)
+                for segment in chunk:
+                    segment_keys = list(self._keys.segment(scope, stream, segment))[:keys]
+                    runner(keys=segment_keys, args=list(args), client=pipe)
+                replies.extend(pipe.execute())
+        for segment, reply in zip(segments, replies, strict=True):
+            segment_status.check(script, segment_name(scope, stream, segment), reply)
+        return replies
+
     def seal(self, scope: str, stream: str, segment: int) -> int:
         """Seal a segment (idempotent); return its final tail offset."""
         return int(self._run("seal_segment", scope, stream, segment, 1)[1])
+
+    def seal_segments(self, scope: str, stream: str, segments: Sequence[int]) -> dict[int, int]:
+        """:meth:`seal` each of ``segments`` (pipelined); return their final tails."""
+        replies = self._run_each("seal_segment", scope, stream, segments, 1)
+        return {segment: int(reply[1]) for segment, reply in zip(segments, replies, strict=True)}
 
     def truncate(self, scope: str, stream: str, segment: int, offset: int) -> int:
         """Delete events below ``offset``; return how many were removed."""

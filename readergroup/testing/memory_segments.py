@@ -107,6 +107,12 @@ class MemorySegmentStore:
                 reply = [segment_status.OK, 1]
         return bool(self._run("open_segment", scope, stream, segment, reply)[1])
 
+    def open_segments(self, scope: str, stream: str, segments: Sequence[int]) -> list[int]:
+        return [s for s in segments if self.open_segment(scope, stream, s)]
+
+    def seal_segments(self, scope: str, stream: str, segments: Sequence[int]) -> dict[int, int]:
+        return {s: self.seal(scope, stream, s) for s in segments}
+
     def seal(self, scope: str, stream: str, segment: int) -> int:
         with self._changed:
             found = self._get(scope, stream, segment)

@@ -230,6 +230,8 @@ class Step:
         self.actor, self.name, self.arg = actor, name, arg
 
     def label(self) -> str:
+        if self.name == "complete_all":
+            return f"{self.actor}.complete({'+'.join(NAMES[s] for s in self.arg)})"
         arg = "" if self.arg is None else f"({NAMES.get(self.arg, self.arg)})"
         return f"{self.actor}.{self.name}{arg}"
 
@@ -317,6 +319,13 @@ class Runner:
             if member.complete(step.arg, token, successors, LENGTH):
                 del owned[step.arg]
                 slot = replace(slot, owned=_pack(owned))
+        elif step.name == "complete_all":  # like _complete_finished: one update for them all
+            completions = tuple((s, owned[s][0], LENGTH) for s in step.arg)
+            later = sorted({n for s in step.arg for n in SUCCESSORS[s]})
+            if member.complete_segments(completions, [(n, PREDECESSORS[n], 0) for n in later]):
+                for segment in step.arg:
+                    del owned[segment]
+                slot = replace(slot, owned=_pack(owned))
         elif step.name == "ack":  # like _rebalance: absorb a reset, then take checkpoints
             slot = self._absorb(reader_id, member, slot)
             owned = _owned(slot)
@@ -402,9 +411,10 @@ def enabled(world: World, limits: Limits) -> list[Step]:
             steps.append(Step(reader_id, "read"))
         if any(r > c for _, r, c in owned.values()):
             steps.append(Step(reader_id, "commit"))
-        for segment, (_, returned, _) in sorted(owned.items()):
-            if segment in SEALED and returned >= LENGTH:
-                steps.append(Step(reader_id, "complete", segment))
+        finished = [s for s, (_, r, _) in sorted(owned.items()) if s in SEALED and r >= LENGTH]
+        steps += [Step(reader_id, "complete", segment) for segment in finished]
+        if len(finished) > 1:
+            steps.append(Step(reader_id, "complete_all", tuple(finished)))
         for checkpoint in state.checkpoints:
             if not checkpoint.done and reader_id in checkpoint.pending:
                 steps.append(Step(reader_id, "ack", checkpoint.name))

@@ -1,0 +1,169 @@
+"""Streams of more than 1,024 segments (issue 15): created, scaled, and a merge of thousands
+of segments completed by a reader group in a bounded number of group-log entries."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from readergroup import (
+    EventStreamClientFactory,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+    UTF8StringSerializer,
+)
+from readergroup.core.errors import InvalidConfigError
+from readergroup.core.group_state import (
+    AcquireSegments,
+    AddReader,
+    CompleteSegment,
+    CompleteSegments,
+    GroupState,
+    SegKey,
+    check_invariants,
+    new_group,
+)
+from readergroup.core.stream_config import MAX_SEGMENTS
+from tests.support.waiting import wait_until
+
+SEGMENTS = 2_000
+FAST = {"heartbeat_interval": 0.2, "session_timeout": 3.0, "group_refresh_time": 0.1}
+
+
+def _uniform(count: int) -> list[tuple[float, float]]:
+    return [(i / count, (i + 1) / count) for i in range(count)]
+
+
+def test_the_cap_is_at_least_ten_thousand_segments() -> None:
+    assert MAX_SEGMENTS >= 10_000
+    assert ScalingPolicy.fixed(MAX_SEGMENTS).min_segments == MAX_SEGMENTS
+    with pytest.raises(InvalidConfigError, match=f"1..{MAX_SEGMENTS}"):
+        ScalingPolicy.fixed(MAX_SEGMENTS + 1)
+
+
+def test_a_stream_of_more_than_1024_segments_is_created_split_and_merged(
+    redis_url: str, scope: str
+) -> None:
+    with StreamManager.from_url(redis_url) as sm:
+        config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(SEGMENTS))
+        assert sm.create_stream(scope, "big", config)
+        info = sm.get_stream_info(scope, "big")
+        assert len(info.active_segments) == SEGMENTS
+        merged = sm.scale_stream(scope, "big", list(range(SEGMENTS)), [(0.0, 1.0)])
+        assert len(merged) == 1
+        split = sm.scale_stream(scope, "big", merged, _uniform(SEGMENTS))
+        assert len(split) == SEGMENTS
+        info = sm.get_stream_info(scope, "big")
+        assert sorted(s.segment_id for s in info.active_segments) == sorted(split)
+        assert not any(s.sealed for s in info.active_segments)
+        states = sm.segment_states(scope, "big", list(range(SEGMENTS)) + merged)
+        assert all(state.sealed for state in states.values())  # every predecessor sealed
+    with (
+        EventStreamClientFactory.from_url(scope, redis_url) as factory,
+        factory.create_event_writer("big", UTF8StringSerializer()) as writer,
+    ):
+        for i in range(20):
+            writer.write_event(f"e{i}", routing_key=f"k{i}").result(10)
+    with StreamManager.from_url(redis_url) as sm:
+        assert sm.get_stream_info(scope, "big").events == 20
+
+
+def test_a_merge_of_2000_segments_completes_in_a_few_group_log_entries(
+    redis_url: str, scope: str
+) -> None:
+    with StreamManager.from_url(redis_url) as sm:
+        config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(SEGMENTS))
+        sm.create_stream(scope, "big", config)
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/big"], **FAST))
+        group = rgm.get_reader_group("g")
+        with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+            reader = factory.create_reader("r", "g", UTF8StringSerializer())
+
+            def owned() -> int:
+                reader.read_next_event(timeout=0.05)
+                return sum(map(len, group.get_segment_distribution().assigned.values()))
+
+            wait_until(lambda: owned() == SEGMENTS, timeout=60, what="the reader owns all")
+            before = group.sync.revision
+            with StreamManager.from_url(redis_url) as sm:
+                (merged,) = sm.scale_stream(scope, "big", list(range(SEGMENTS)), [(0.0, 1.0)])
+
+            def completed() -> bool:
+                reader.read_next_event(timeout=0.05)
+                distribution = group.get_segment_distribution()
+                owned = sum(map(len, distribution.assigned.values()))
+                return distribution.completed == SEGMENTS and owned == 1
+
+            wait_until(completed, timeout=60, what="every merged segment completed")
+            group.sync.fetch_updates()
+            entries = group.sync.revision - before
+            assert entries <= 6, f"{entries} group-log entries for one merge"
+            state = group.sync.state
+            assert state.assigned[(f"{scope}/big", merged)].reader == "r"
+            reader.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    segments=st.integers(2, 12),
+    cuts=st.lists(st.integers(1, 11), max_size=4),
+    done=st.lists(st.booleans(), min_size=12, max_size=12),
+    earlier=st.lists(st.booleans(), min_size=12, max_size=12),
+)
+def test_one_batched_completion_is_the_same_as_completing_one_by_one(
+    segments: int, cuts: list[int], done: list[bool], earlier: list[bool]
+) -> None:
+    """Merges of neighbours (0..n-1 into runs split at ``cuts``): completing some segments
+    one by one, then the rest of ``done`` in one update, gives the state completing all of
+    them one by one gives."""
+    stream = "s/t"
+    bounds = sorted({c for c in cuts if c < segments} | {0, segments})
+    merged = {  # successor 100 + i merges segments bounds[i]..bounds[i + 1] - 1
+        (stream, 100 + i): tuple((stream, p) for p in range(low, high))
+        for i, (low, high) in enumerate(itertools.pairwise(bounds))
+    }
+    successor_of = {p: m for m, preds in merged.items() for p in preds}
+    config = ReaderGroupConfig(streams=[stream])
+    state = new_group("s", "g", config, {(stream, i): 0 for i in range(segments)}, 0)
+    state = AddReader("a", 0).apply_to(state)
+    generation = state.readers["a"].generation
+    state = AcquireSegments("a", generation, tuple(sorted(state.unassigned)), 0).apply_to(state)
+    first = [(stream, i) for i in range(segments) if done[i] and earlier[i]]
+    rest = [(stream, i) for i in range(segments) if done[i] and not earlier[i]]
+
+    def single(state: GroupState, segment: SegKey) -> GroupState:
+        succ = successor_of[segment]
+        token = state.assigned[segment].token
+        update = CompleteSegment("a", generation, segment, token, ((succ, merged[succ], 7),))
+        return replace(update, end=segment[1]).apply_to(state)
+
+    for segment in first:
+        state = single(state, segment)
+    one_by_one = state
+    for segment in rest:
+        one_by_one = single(one_by_one, segment)
+    completions = tuple((s, state.assigned[s].token, s[1]) for s in rest)
+    successors = tuple((m, merged[m], 7) for m in sorted({successor_of[s] for s in rest}))
+    batched = CompleteSegments("a", generation, completions, successors).apply_to(state)
+    check_invariants(batched)
+    assert batched.assigned == one_by_one.assigned
+    assert batched.unassigned == one_by_one.unassigned
+    assert batched.completed == one_by_one.completed
+    assert {m: set(p) for m, p in batched.future.items()} == {
+        m: set(p) for m, p in one_by_one.future.items()
+    }
+    assert batched.waiting_ends == one_by_one.waiting_ends
+    keys = set(CompleteSegments("a", generation, completions, successors).conflict_keys())
+    assert keys == {
+        "r:a",
+        *(f"s:{stream}/{s[1]}" for s in rest),
+        *(f"s:{stream}/{m[1]}" for m, _, _ in successors),
+    }
