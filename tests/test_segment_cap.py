@@ -19,7 +19,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.core.errors import InvalidConfigError
+from readergroup.core.errors import InvalidConfigError, InvalidKeyRangesError
 from readergroup.core.group_state import (
     AcquireSegments,
     AddReader,
@@ -31,6 +31,7 @@ from readergroup.core.group_state import (
     new_group,
 )
 from readergroup.core.stream_config import MAX_SEGMENTS
+from readergroup.core.stream_metadata import ScaleStream, check_scale, initial_state
 from tests.support.waiting import wait_until
 
 SEGMENTS = 2_000
@@ -167,3 +168,19 @@ def test_one_batched_completion_is_the_same_as_completing_one_by_one(
         *(f"s:{stream}/{s[1]}" for s in rest),
         *(f"s:{stream}/{m[1]}" for m, _, _ in successors),
     }
+
+
+def test_a_scale_past_the_cap_is_refused_before_anything_changes() -> None:
+    config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(MAX_SEGMENTS))
+    state = initial_state("s", "t", config, 0)
+    record = state.segments[0]
+    middle = (record.low + record.high) / 2
+    halves = [(record.low, middle), (middle, record.high)]
+    with pytest.raises(InvalidKeyRangesError, match=f"{MAX_SEGMENTS + 1} active segments"):
+        check_scale(state, [0], halves)
+    merged = ScaleStream(1, (0, 1), ((0.0, state.segments[1].high),), 0).apply_to(state)
+    assert len(merged.active_segments) == MAX_SEGMENTS - 1
+    third = merged.segments[2]
+    middle = (third.low + third.high) / 2
+    split = check_scale(merged, [2], [(third.low, middle), (middle, third.high)])  # back to the cap
+    assert len(split) == 2
