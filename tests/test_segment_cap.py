@@ -7,9 +7,11 @@ import itertools
 from dataclasses import replace
 
 import pytest
+import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.segment_cap_bench import one_key_per_segment
 from readergroup import (
     EventStreamClientFactory,
     ReaderGroupConfig,
@@ -66,14 +68,28 @@ def test_a_stream_of_more_than_1024_segments_is_created_split_and_merged(
         assert not any(s.sealed for s in info.active_segments)
         states = sm.segment_states(scope, "big", list(range(SEGMENTS)) + merged)
         assert all(state.sealed for state in states.values())  # every predecessor sealed
+    ranges = [(s.low, s.high) for s in info.active_segments]
+    keys = one_key_per_segment(ranges)  # one event to every segment, in one writer round
+    client = redis.Redis.from_url(redis_url)
+    watches = _calls(client, "watch")
     with (
         EventStreamClientFactory.from_url(scope, redis_url) as factory,
         factory.create_event_writer("big", UTF8StringSerializer()) as writer,
     ):
-        for i in range(20):
-            writer.write_event(f"e{i}", routing_key=f"k{i}").result(10)
+        futures = [writer.write_event(f"e{i}", routing_key=key) for i, key in enumerate(keys)]
+        writer.flush()
+        assert {f.result(0).segment for f in futures} == set(split)
+    # a native round WATCHes three keys per segment and Redis's WATCH is O(watched) per key:
+    # over thousands of segments that blocked the server for seconds; such rounds take the script
+    assert _calls(client, "watch") == watches
     with StreamManager.from_url(redis_url) as sm:
-        assert sm.get_stream_info(scope, "big").events == 20
+        assert sm.get_stream_info(scope, "big").events == SEGMENTS
+    client.close()
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    stats = client.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("calls", 0))
 
 
 def test_a_merge_of_2000_segments_completes_in_a_few_group_log_entries(

@@ -49,6 +49,12 @@ _STREAM = (b"stream", b"none", "stream", "none")  # TYPE replies of an events ke
 MIN_EVENTS = 64
 """Smallest round sent natively; smaller rounds take one round trip through the script."""
 
+MAX_BATCHES = 256
+"""Most batches (segments) of a round sent natively; a round over more segments takes the
+script. Redis's ``WATCH`` looks through the keys a connection already watches for each key it
+adds, so watching K keys costs O(K^2) on the server: three keys per segment of a round over
+10,000 segments blocked Redis for over 10 s (the script's pipeline is linear)."""
+
 
 def append_natively(
     client: redis.Redis,
@@ -60,7 +66,7 @@ def append_natively(
     segment's ``created_ms``, and the
     reply of ``wait`` (``None`` without one); or ``None`` when the round must go through the
     script (nothing of it was written then). Connection errors propagate (redis-py's)."""
-    if sum(batch.count for batch in batches) < MIN_EVENTS:
+    if sum(batch.count for batch in batches) < MIN_EVENTS or len(batches) > MAX_BATCHES:
         return None
     pool = client.connection_pool
     connection = pool.get_connection()
