@@ -21,6 +21,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
+from readergroup.core import planning
 from readergroup.core.errors import InvalidConfigError, InvalidKeyRangesError
 from readergroup.core.group_state import (
     AcquireSegments,
@@ -33,7 +34,7 @@ from readergroup.core.group_state import (
     new_group,
 )
 from readergroup.core.stream_config import MAX_SEGMENTS
-from readergroup.core.stream_metadata import ScaleStream, check_scale, initial_state
+from readergroup.core.stream_metadata import ScaleStream, StreamState, check_scale, initial_state
 from tests.support.waiting import wait_until
 
 SEGMENTS = 2_000
@@ -200,3 +201,26 @@ def test_a_scale_past_the_cap_is_refused_before_anything_changes() -> None:
     middle = (third.low + third.high) / 2
     split = check_scale(merged, [2], [(third.low, middle), (middle, third.high)])  # back to the cap
     assert len(split) == 2
+
+
+def test_a_time_cut_past_a_merge_of_thousands_walks_the_merge_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``time_positions`` walked a scale's links again for every predecessor it passed:
+    O(S^2) for a merge of S segments (205 s at 10,000)."""
+    config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(SEGMENTS))
+    state = initial_state("s", "t", config, 0)
+    state = ScaleStream(1, tuple(range(SEGMENTS)), ((0.0, 1.0),), 0).apply_to(state)
+    (merged,) = [r.segment_id for r in state.active_segments]
+    walks: list[int] = []
+    original = planning.scale_group
+
+    def counted(state: StreamState, segment: int) -> tuple[set[int], set[int]]:
+        walks.append(segment)
+        return original(state, segment)
+
+    monkeypatch.setattr(planning, "scale_group", counted)
+    # every predecessor's events are older than the time, the merged segment holds newer ones
+    cut = planning.time_positions(state, lambda s: (0, 3) if s == merged else (5, 5))
+    assert cut == {merged: 0}
+    assert len(walks) == 1

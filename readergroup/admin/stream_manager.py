@@ -521,8 +521,9 @@ class StreamManager(Closing):
         cut = dict(stream_cut.positions)
         self._check_cut(state, cut)
         before = ancestors(state, cut)
+        before_head = ancestors(state, dict(state.head))
         behind_head = [s for s in state.head if s in cut and cut[s] < state.head[s]] + [
-            s for s in cut if s in ancestors(state, dict(state.head))
+            s for s in cut if s in before_head
         ]
         if behind_head:
             raise InvalidStreamCutError(

@@ -7,6 +7,7 @@ so that each event between the cuts is covered exactly once, predecessors before
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -72,9 +73,9 @@ def plan_ranges(
     beyond = descendants(state, end) if end is not None else set()
     order: list[int] = []
     seen: set[int] = set()
-    frontier = sorted(start)
+    frontier = deque(sorted(start))
     while frontier:
-        segment = frontier.pop(0)
+        segment = frontier.popleft()
         if segment in seen or segment in beyond:
             continue
         record = state.segments[segment]
@@ -150,9 +151,11 @@ def time_positions(state: StreamState, locate: Callable[[int], tuple[int, int]])
     passed: dict[int, int] = {}
     entered: set[int] = set()
     seen: set[int] = set()
-    frontier = sorted(state.head)
+    # per scale, walked once: its predecessors, successors and the predecessors not yet passed
+    scales: dict[int, tuple[set[int], set[int], set[int]]] = {}
+    frontier = deque(sorted(state.head))
     while frontier:
-        segment = frontier.pop(0)
+        segment = frontier.popleft()
         if segment in seen:
             continue
         seen.add(segment)
@@ -162,8 +165,17 @@ def time_positions(state: StreamState, locate: Callable[[int], tuple[int, int]])
             cut[segment] = offset
             continue
         passed[segment] = tail
-        predecessors, successors = scale_group(state, segment)
-        if successors and all(p in passed or state.segments[p].truncated for p in predecessors):
+        scale = scales.get(segment)
+        if scale is None:
+            predecessors, successors = scale_group(state, segment)
+            unpassed = {
+                p for p in predecessors if p not in passed and not state.segments[p].truncated
+            }
+            scale = (predecessors, successors, unpassed)
+            scales.update(dict.fromkeys(predecessors, scale))
+        predecessors, successors, unpassed = scale
+        unpassed.discard(segment)
+        if successors and not unpassed:
             entered |= predecessors
             frontier.extend(sorted(successors - seen))
     cut.update({s: tail for s, tail in passed.items() if s not in entered})
