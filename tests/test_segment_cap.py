@@ -126,6 +126,9 @@ def test_a_merge_of_2000_segments_completes_in_a_few_group_log_entries(
             assert entries <= 6, f"{entries} group-log entries for one merge"
             state = group.sync.state
             assert state.assigned[(f"{scope}/big", merged)].reader == "r"
+            # the reader's round-robin forgets completed segments (it kept all 2,000, and
+            # looked through them on every segment it adopted: O(S^2) at 10,000)
+            assert len(reader._fetcher._rotation) <= 16
             reader.close()
 
 

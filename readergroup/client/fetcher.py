@@ -190,6 +190,8 @@ class Fetcher(Generic[T]):
         self._clock = clock
         self.owned: dict[SegKey, OwnedSegment] = {}
         self._rotation: deque[SegKey] = deque()
+        self._rotating: set[SegKey] = set()
+        """The keys in ``_rotation`` (owned ones, and removed ones until it is compacted)."""
         self.errors: deque[ReaderGroupError] = deque()
         """Errors to raise on the next read call, after the events returned before them."""
         self._deserialize = serializer.deserialize
@@ -208,11 +210,15 @@ class Fetcher(Generic[T]):
     # -- the segment table (changed by the group session) ------------------------------------
     def add(self, owned: OwnedSegment) -> None:
         self.owned[owned.key] = owned
-        if owned.key not in self._rotation:
+        if owned.key not in self._rotating:
+            self._rotating.add(owned.key)
             self._rotation.append(owned.key)
 
     def remove(self, key: SegKey) -> None:
         self.owned.pop(key, None)
+        if len(self._rotation) > 2 * len(self.owned) + 16:  # drop keys no longer owned
+            self._rotation = deque(k for k in self._rotation if k in self.owned)
+            self._rotating = set(self._rotation)
 
     def clear(self) -> list[SegKey]:
         """Forget every segment (buffers too); return the keys that were owned. (Reads ahead
@@ -220,6 +226,7 @@ class Fetcher(Generic[T]):
         dropped = list(self.owned)
         self.owned.clear()
         self._rotation.clear()
+        self._rotating.clear()
         return dropped
 
     def consume_returned(self) -> None:

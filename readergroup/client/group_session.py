@@ -405,11 +405,12 @@ class GroupSession(Generic[T]):
                 if owned.consumed >= owned.final_tail and not owned.buffer and not owned.pending:
                     finished.append(owned)
                     for succ in record.successors:
-                        predecessors = state.segments[succ].predecessors
-                        successors[(scoped, succ)] = (
-                            tuple((scoped, p) for p in predecessors),
-                            state.head.get(succ, 0),
-                        )
+                        if (scoped, succ) not in successors:  # a merge's: once, not per segment
+                            predecessors = state.segments[succ].predecessors
+                            successors[(scoped, succ)] = (
+                                tuple((scoped, p) for p in predecessors),
+                                state.head.get(succ, 0),
+                            )
         if not finished:
             return
         completions = [(o.key, o.token, o.final_tail) for o in finished]
