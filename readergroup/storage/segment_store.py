@@ -248,7 +248,11 @@ class SegmentStore:
                 for segment in chunk:
                     segment_keys = list(self._keys.segment(scope, stream, segment))[:keys]
                     runner(keys=segment_keys, args=list(args), client=pipe)
-                replies.extend(pipe.execute())
+                chunk_replies = pipe.execute(raise_on_error=False)
+                for reply in chunk_replies:
+                    if isinstance(reply, Exception):
+                        raise reply  # as a lone call would (not annotated by the pipeline)
+                replies.extend(chunk_replies)
         for segment, reply in zip(segments, replies, strict=True):
             segment_status.check(script, segment_name(scope, stream, segment), reply)
         return replies
