@@ -4,7 +4,7 @@
 action per call:
 
 * **split** the busiest segment whose rate exceeds ``target_rate`` into ``scale_factor``
-  equal ranges;
+  equal ranges, unless that would pass the segment cap (``MAX_SEGMENTS``);
 * otherwise **merge** the quietest pair of neighbouring segments whose rates are both below
   ``target_rate / 2`` (the gap between the two thresholds is the hysteresis that keeps a
   stream from flapping), if that keeps at least ``min_segments`` segments.
@@ -16,6 +16,9 @@ ScaleAction(kind='split', sealed=(1,), new_ranges=((0.0, 0.25), (0.25, 0.5)))
 ScaleAction(kind='merge', sealed=(1, 2), new_ranges=((0.0, 1.0),))
 >>> plan_scaling(policy, [(1, 0.0, 0.5), (2, 0.5, 1.0)], {1: 70.0, 2: 10.0}) is None
 True
+>>> full = [(n, n / MAX_SEGMENTS, (n + 1) / MAX_SEGMENTS) for n in range(MAX_SEGMENTS)]
+>>> plan_scaling(policy, full, {0: 250.0}).kind  # at the cap: no split, quiet ones merge
+'merge'
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from itertools import pairwise
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.core.errors import ScaleConflictError
 from readergroup.core.routing import uniform_ranges
-from readergroup.core.stream_config import ScalingPolicy
+from readergroup.core.stream_config import MAX_SEGMENTS, ScalingPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ def plan_scaling(
         return None
     ordered = sorted(segments, key=lambda s: s[1])
     hot = [s for s in ordered if rates.get(s[0], 0.0) > policy.target_rate]
-    if hot:
+    if hot and len(ordered) - 1 + policy.scale_factor <= MAX_SEGMENTS:  # no split past the cap
         seg, low, high = max(hot, key=lambda s: rates.get(s[0], 0.0))
         return ScaleAction("split", (seg,), tuple(uniform_ranges(policy.scale_factor, low, high)))
     if len(ordered) <= policy.min_segments:
