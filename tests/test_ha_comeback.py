@@ -35,6 +35,7 @@ from statesync.durability import Acks
 from statesync.errors import AckTimeoutError as SyncAckTimeoutError
 from statesync.redis_backend import SENTINEL_CHECK_INTERVAL, RedisLogBackend
 from tests.support.model import ALL_TYPES, Add
+from tests.support.waiting import wait_until
 from tools.ha_run import HaRun
 
 SESSION = 3.0
@@ -54,6 +55,16 @@ def sentinels() -> Iterator[LocalSentinelGroup]:
 
 def port_of(client: redis.Redis) -> int:
     return int(client.config_get("port")["port"])
+
+
+def has_an_online_replica(client: redis.Redis) -> bool:
+    """The server has a replica past its initial sync (so ``WAIT 1`` can succeed)."""
+    info = client.info("replication")
+    return any(
+        isinstance(value, dict) and value.get("state") == "online"
+        for name, value in info.items()
+        if name.startswith("slave")
+    )
 
 
 @pytest.fixture
@@ -123,8 +134,9 @@ def test_replicas_1_readers_and_writer_come_back_once_a_replica_follows_the_new_
     run.start()
     began = time.monotonic()
     with run.failover():
-        sentinels.failover()
-    sentinels.wait_replicating()  # polls: the old primary follows the new one
+        promoted = sentinels.failover()
+    with redis.Redis(port=promoted, socket_timeout=1) as new_primary:
+        wait_until(lambda: has_an_online_replica(new_primary), 120, "the old primary to follow")
     servers_back = time.monotonic() - began
     bound = servers_back + SESSION + ACK_TIMEOUT + WRITER_MAX_BACKOFF + SENTINEL_CHECK_INTERVAL
     comeback = run.wait_comeback(bound + 60)
@@ -133,3 +145,23 @@ def test_replicas_1_readers_and_writer_come_back_once_a_replica_follows_the_new_
     assert figures.removals == 0, figures.removal_reasons
     assert figures.lost == 0 and figures.write_failures == 0, figures
     assert comeback <= bound, (comeback, servers_back)
+
+
+@pytest.mark.long  # about 25 s
+@pytest.mark.slow
+@pytest.mark.redis
+def test_the_timeline_shows_the_sentinels_demoting_the_old_primary_before_the_comeback() -> None:
+    from tools import ha_timeline
+
+    timeline = ha_timeline.run("replicas=1", replicas=1, sync_delay=0, lossy=False)
+    events = timeline["events"]
+
+    def first(source: str, text: str) -> float:
+        return min(t for t, s, x in events if s.startswith(source) and text in x and t >= 0)
+
+    switch = first("sentinel", "+switch-master")
+    demoted = first("sentinel", "+convert-to-slave")
+    assert first("client", "name a new primary") < demoted  # left the old one before that
+    assert switch < demoted < timeline["comeback_seconds"]
+    figures = timeline["figures"]
+    assert figures["lost"] == 0 and figures["skipped"] == 0 and figures["write_failures"] == 0
