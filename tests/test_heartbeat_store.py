@@ -62,3 +62,20 @@ def test_registered_clients_are_kept_until_the_group_is_deleted(beats: Any) -> N
     assert beats.clients() == {"r1": "host/2"}
     beats.delete()
     assert beats.clients() == {} and beats.beat("", 0)[1] == {}
+
+
+def test_one_renewal_per_interval_lists_every_heartbeat(beats: HeartbeatStore) -> None:
+    """A member's periodic beat is O(1): its own entry as stored before, and every heartbeat
+    only for the one member whose turn it is to judge expiries (at most once per interval)."""
+    for reader in ("r1", "r2", "r3"):
+        beats.beat(reader, 1)
+    every = {"session_ms": 10_000, "judge_every_ms": 60_000}
+    renewals = [beats.renew(reader, 1, **every) for reader in ("r1", "r2", "r3")]
+    assert [r.beats is not None for r in renewals] == [True, False, False]
+    assert renewals[0].beats is not None and set(renewals[0].beats) == {"r1", "r2", "r3"}
+    again = beats.renew("r2", 1, **every)
+    assert again.beats is None and again.before == (1, renewals[1].now_ms)
+    assert beats.renew("r4", 1, **every).before is None  # a missing entry: reported as such
+    judged = beats.renew("r3", 1, judge=True, **every).beats
+    assert judged is not None and set(judged) == {"r1", "r2", "r3", "r4"}
+    assert set(beats.beat("", 0)[1]) == {"r1", "r2", "r3", "r4"}  # the due time is no reader

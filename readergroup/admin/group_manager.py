@@ -701,6 +701,7 @@ def join_group(
             reader_id,
             session_timeout_ms=int(config.session_timeout * 1000),
             max_moves=config.max_segment_moves,
+            judge_every_ms=int(config.heartbeat_interval * 1000),
         )
         member.join(takeover=takeover)
     return member, config

@@ -115,6 +115,7 @@ class GroupMember:
         *,
         session_timeout_ms: int,
         max_moves: int,
+        judge_every_ms: int | None = None,
     ) -> None:
         self.sync = sync
         self.heartbeats = heartbeats
@@ -123,6 +124,11 @@ class GroupMember:
         self.server_ms = 0
         """Server time seen by the latest heartbeat (stamps acquisitions)."""
         self._session_timeout_ms = session_timeout_ms
+        self._judge_every_ms = judge_every_ms or max(1, session_timeout_ms // 10)
+        """Least ms between two judgements of the group's sessions (by whichever member's
+        heartbeat finds it due): the heartbeat interval."""
+        self._refreshed_ms = 0
+        """Server time of the heartbeat's latest read of the group log."""
         self._max_moves = max_moves
         self._joined = False
         self._recovery = threading.RLock()
@@ -202,14 +208,30 @@ class GroupMember:
         return self.generation
 
     @_recovers
-    def heartbeat(self) -> Liveness:
-        """Renew this reader's heartbeat and remove members whose session expired (none while
-        the heartbeats cannot be trusted: see :mod:`~readergroup.core.liveness`)."""
-        now, beats = self.heartbeats.beat(self.reader_id, self.generation)
+    def heartbeat(self, *, judge: bool = False) -> Liveness:
+        """Renew this reader's heartbeat; when it is this member's turn (or ``judge``), remove
+        members whose session expired (none while the heartbeats cannot be trusted: see
+        :mod:`~readergroup.core.liveness`).
+
+        O(1) on most beats: the store returns this reader's own entry only, and every heartbeat
+        to one member per ``judge_every_ms`` (the heartbeat interval); the group log is read
+        only by that member, when this reader's own entry was missing or taken by another
+        generation (it may have been removed), and once a session as a safety net (the
+        reading thread reads it on every wake-up)."""
+        me = self.reader_id
+        renewal = self.heartbeats.renew(
+            me,
+            self.generation,
+            session_ms=self._session_timeout_ms,
+            judge_every_ms=self._judge_every_ms,
+            judge=judge,
+        )
+        now, beats = renewal.now_ms, renewal.beats
         self.server_ms = now
         grace_before = self._expiry.grace_until_ms
-        judge = self._expiry.observe(self.reader_id, now, beats)
-        if not judge and grace_before is None:
+        own_lost = self._expiry.lost(self.generation, renewal.before)
+        may_judge = self._expiry.observe(me, now, beats, own_lost=own_lost)
+        if not may_judge and grace_before is None:
             logger.warning(
                 "reader %r: heartbeats went back or could not be written for a session (a "
                 "failover or an outage); removing no member for %.1fs so every live one can "
@@ -217,10 +239,17 @@ class GroupMember:
                 self.reader_id,
                 self._session_timeout_ms / 1000,
             )
+        own = renewal.before is not None and renewal.before[0] == self.generation
+        fresh = now - self._refreshed_ms < self._session_timeout_ms
+        if beats is None and own and fresh and self.is_member():
+            return Liveness(now, (), None, True)
+        self._refreshed_ms = now
         state = self.refresh()
+        if beats is None:
+            return Liveness(now, (), None, self.is_member(state) or self.member_after_recovery())
         others = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
         removed = []
-        expired = expired_readers(others, beats, now, self._session_timeout_ms) if judge else []
+        expired = expired_readers(others, beats, now, self._session_timeout_ms) if may_judge else []
         for reader_id, generation in expired:
             if self.remove_if(reader_id, generation):
                 removed.append(reader_id)

@@ -43,12 +43,25 @@ class ExpiryGuard:
     _seen: dict[str, tuple[int, int]] = field(default_factory=dict)
     _my_last_ms: int | None = None
 
-    def observe(self, me: str, now_ms: int, beats: Mapping[str, tuple[int, int]]) -> bool:
+    def observe(
+        self,
+        me: str,
+        now_ms: int,
+        beats: Mapping[str, tuple[int, int]] | None,
+        *,
+        own_lost: bool = False,
+    ) -> bool:
         """Record the reply to ``me``'s heartbeat (``beats``: reader -> (generation, ms), with
-        ``me``'s just written at ``now_ms``); return whether expiries may be judged now."""
-        if self.went_back(beats) or self.was_cut_off(now_ms):
+        ``me``'s just written at ``now_ms``; ``None`` when the reply listed none; ``own_lost``:
+        the store lost ``me``'s own previous beat, see :meth:`lost`); return whether expiries
+        may be judged now."""
+        went_back = beats is not None and self.went_back(beats)
+        if own_lost or went_back or self.was_cut_off(now_ms):
             self.grace_until_ms = now_ms + self.session_timeout_ms
-        self._seen = dict(beats)
+        if own_lost:
+            self._seen = {}  # beats seen before the loss prove nothing more: the grace runs
+        if beats is not None:
+            self._seen = dict(beats)
         self._my_last_ms = now_ms
         if self.grace_until_ms is not None and now_ms >= self.grace_until_ms:
             self.grace_until_ms = None
@@ -62,6 +75,23 @@ class ExpiryGuard:
             if seen is not None and seen[0] == generation and ms < seen[1]:
                 return True
         return False
+
+    def lost(self, generation: int, before: tuple[int, int] | None) -> bool:
+        """Whether the store lost this member's own previous beat: its entry as stored before
+        this beat (``before``) is missing, or of its generation and older than the beat it last
+        wrote. Replicas apply writes in order, so a failover that lost any beat this member saw
+        before its own latest beat lost that beat too: every member sees the loss in its own
+        entry, without reading the others'.
+
+        >>> guard = ExpiryGuard(session_timeout_ms=1_000)
+        >>> guard.observe("a", 10_000, None)
+        True
+        >>> guard.lost(1, (1, 10_000)), guard.lost(1, (1, 9_000)), guard.lost(1, None)
+        (False, True, True)
+        """
+        if self._my_last_ms is None:
+            return False
+        return before is None or (before[0] == generation and before[1] < self._my_last_ms)
 
     def was_cut_off(self, now_ms: int) -> bool:
         """Whether this member's own previous beat is more than a session old."""

@@ -11,6 +11,7 @@ runs the plans is :class:`~readergroup.admin.group_member.GroupMember`; the exha
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeAlias, TypeVar
 
 from readergroup.core.balance import (
@@ -38,6 +39,18 @@ from statesync import Decision, Update
 R = TypeVar("R")
 
 
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """What a member's periodic heartbeat learned (see :meth:`HeartbeatStore.renew`)."""
+
+    now_ms: int
+    """The store's clock when the beat was written."""
+    before: tuple[int, int] | None
+    """The reader's own ``(generation, ms)`` as stored before this beat (``None``: missing)."""
+    beats: dict[str, tuple[int, int]] | None
+    """Every heartbeat, when it is this member's turn to judge expiries; else ``None``."""
+
+
 class HeartbeatStore(Protocol):
     """Where heartbeats live, stamped with the storage's own clock. Every write and delete is
     conditional on the membership generation: a zombie (an older generation of the same id)
@@ -49,6 +62,23 @@ class HeartbeatStore(Protocol):
         """Renew (``reader_id == ""``: only read) unless a newer generation beats under that
         id (``claim``: whatever is stored, for a join just decided on fresh state); return
         server ms and every heartbeat."""
+        ...
+
+    def renew(
+        self,
+        reader_id: str,
+        generation: int,
+        *,
+        session_ms: int,
+        judge_every_ms: int,
+        judge: bool = False,
+    ) -> Renewal:
+        """A member's periodic beat, O(1): renew as :meth:`beat` does; return the server time,
+        the reader's own entry as stored before, and every heartbeat only when it is this
+        member's turn to judge expiries (``judge``: now): once the store's clock reaches the due
+        time the previous judge left, which then moves to when the oldest beat would expire
+        (``session_ms``), at least ``judge_every_ms`` ahead. One member per interval reads every
+        heartbeat, not every member on every beat."""
         ...
 
     def forget(self, reader_id: str, generation: int) -> None:

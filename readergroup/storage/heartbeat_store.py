@@ -12,6 +12,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from readergroup.core.membership import Renewal
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import as_text, translate_errors
@@ -41,6 +42,21 @@ class RedisHeartbeatStore:
         reader's ``(generation, server ms)``."""
         return self._run(reader_id, generation, "claim" if claim else "beat")
 
+    def renew(
+        self,
+        reader_id: str,
+        generation: int,
+        *,
+        session_ms: int,
+        judge_every_ms: int,
+        judge: bool = False,
+    ) -> Renewal:
+        """See :meth:`~readergroup.core.membership.HeartbeatStore.renew`."""
+        args = [reader_id, generation, "renew", session_ms, judge_every_ms, "1" if judge else ""]
+        reply = self._call(args)
+        beats = _beats(reply[2]) if int(reply[4]) else None
+        return Renewal(int(reply[1]), _entry(reply[3]), beats)
+
     def forget(self, reader_id: str, generation: int) -> None:
         """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
         self._run(reader_id, generation, "forget")
@@ -48,18 +64,14 @@ class RedisHeartbeatStore:
     def _run(
         self, reader_id: str, generation: int, action: str
     ) -> tuple[int, dict[str, tuple[int, int]]]:
+        reply = self._call([reader_id, generation, action])
+        return int(reply[1]), _beats(reply[2])
+
+    def _call(self, args: list[Any]) -> Any:
         with translate_errors("heartbeat"):
-            reply = self._script(keys=[self.key], args=[reader_id, generation, action])
+            reply = self._script(keys=[self.key], args=args)
         segment_status.check("heartbeat", self.key, reply)
-        now_ms, flat = reply[1], reply[2]
-        beats: dict[str, tuple[int, int]] = {}
-        for name, value in zip(flat[::2], flat[1::2], strict=False):
-            generation_text, _, ms_text = value.partition(b" ")
-            try:
-                beats[name.decode()] = (int(generation_text), int(ms_text))
-            except ValueError:
-                continue  # a malformed row is ignored: that reader then looks silent
-        return int(now_ms), beats
+        return reply
 
     def register(self, reader_id: str, client: str) -> None:
         """Record ``host/pid`` of ``reader_id`` (kept until the group is deleted; a rejoin
@@ -76,3 +88,23 @@ class RedisHeartbeatStore:
         """Delete the heartbeats and the registered clients (the group is being deleted)."""
         with translate_errors("delete reader group"):
             self._client.delete(self.key, self.clients_key)
+
+
+def _entry(value: bytes) -> tuple[int, int] | None:
+    """``b"<generation> <ms>"`` as a pair; ``None`` for a missing or malformed entry."""
+    generation_text, _, ms_text = value.partition(b" ")
+    try:
+        return int(generation_text), int(ms_text)
+    except ValueError:
+        return None
+
+
+def _beats(flat: list[bytes]) -> dict[str, tuple[int, int]]:
+    """The hash as reader id -> ``(generation, ms)``; a malformed row (or the ``~due`` field)
+    is left out: that reader then looks silent."""
+    beats: dict[str, tuple[int, int]] = {}
+    for name, value in zip(flat[::2], flat[1::2], strict=False):
+        entry = _entry(value)
+        if entry is not None:
+            beats[name.decode()] = entry
+    return beats

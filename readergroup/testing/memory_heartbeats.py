@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from readergroup.core.membership import Renewal
+
 
 class MemoryHeartbeatStore:
     """Heartbeats in a dict with an injected clock (simulations and tests)."""
@@ -14,6 +16,8 @@ class MemoryHeartbeatStore:
         self._now_ms = now_ms
         self._beats: dict[str, tuple[int, int]] = {}
         self._clients: dict[str, str] = {}
+        self._due = 0
+        """When (store ms) the next renewal judges expiries (see :meth:`renew`)."""
 
     def beat(
         self, reader_id: str, generation: int, *, claim: bool = False
@@ -23,6 +27,28 @@ class MemoryHeartbeatStore:
         if reader_id and (claim or current is None or current[0] <= generation):
             self._beats[reader_id] = (generation, now)
         return now, dict(self._beats)
+
+    def renew(
+        self,
+        reader_id: str,
+        generation: int,
+        *,
+        session_ms: int,
+        judge_every_ms: int,
+        judge: bool = False,
+    ) -> Renewal:
+        """As ``heartbeat.lua`` "renew" does (see
+        :meth:`~readergroup.core.membership.HeartbeatStore.renew`)."""
+        now = self._now_ms()
+        before = self._beats.get(reader_id)
+        if before is None or before[0] <= generation:
+            self._beats[reader_id] = (generation, now)
+        if now < self._due and not judge:
+            return Renewal(now, before, None)
+        beats = dict(self._beats)
+        oldest = min([ms + session_ms + 1 for _, ms in beats.values()], default=now + session_ms)
+        self._due = max(min(oldest, now + session_ms), now + judge_every_ms)
+        return Renewal(now, before, beats)
 
     def forget(self, reader_id: str, generation: int) -> None:
         current = self._beats.get(reader_id)
@@ -40,3 +66,4 @@ class MemoryHeartbeatStore:
         """Forget every heartbeat and registered client (the group is being deleted)."""
         self._beats.clear()
         self._clients.clear()
+        self._due = 0
