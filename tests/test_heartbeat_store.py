@@ -79,3 +79,16 @@ def test_one_renewal_per_interval_lists_every_heartbeat(beats: HeartbeatStore) -
     judged = beats.renew("r3", 1, judge=True, **every).beats
     assert judged is not None and set(judged) == {"r1", "r2", "r3", "r4"}
     assert set(beats.beat("", 0)[1]) == {"r1", "r2", "r3", "r4"}  # the due time is no reader
+
+
+def test_forgetting_the_last_reader_leaves_no_key_behind(redis_url: str) -> None:
+    """The due time of the next judgement is no reader: once the last one is forgotten (it left,
+    or its group was deleted under it) the hash goes."""
+    connection = RedisConnection.from_url(redis_url)
+    try:
+        store = connection.heartbeat_store(group_sync_name("s", f"g{uuid.uuid4().hex[:10]}"))
+        store.renew("r1", 1, session_ms=10_000, judge_every_ms=3_000)  # judges: writes ~due
+        store.forget("r1", 1)
+        assert connection.client.exists(store.key) == 0
+    finally:
+        connection.close()

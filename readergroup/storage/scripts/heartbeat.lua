@@ -13,8 +13,9 @@
 -- "beat" and "forget" are conditional on the generation: "beat" writes only if the stored
 -- entry is of this generation or older, "forget" deletes only such an entry. A zombie (an
 -- older generation of the same reader id) can neither overwrite nor delete its replacement's
--- heartbeat. "claim" writes whatever is stored: a join just decided, on the group's newest
--- state, that no other incarnation of this id is online.
+-- heartbeat; "forget" of the last reader deletes the hash ("~due" included). "claim" writes
+-- whatever is stored: a join just decided, on the group's newest state, that no other
+-- incarnation of this id is online.
 --
 -- "renew" is a member's periodic "beat" at O(1) cost: it returns the reader's own entry as it
 -- was before this write (so the member sees whether the hash lost its beats) and, only once the
@@ -49,6 +50,9 @@ if action == 'claim' then
 elseif action == 'forget' then
   if current and mine then
     redis.call('HDEL', KEYS[1], ARGV[1])
+    if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], '~due') == 1 then
+      redis.call('DEL', KEYS[1])  -- no reader left: nothing to judge (nor a key left behind)
+    end
   end
 elseif mine then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ms)
