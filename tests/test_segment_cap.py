@@ -4,6 +4,7 @@ of segments completed by a reader group in a bounded number of group-log entries
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -34,7 +35,12 @@ from readergroup.core.group_state import (
     new_group,
 )
 from readergroup.core.stream_config import MAX_SEGMENTS
-from readergroup.core.stream_metadata import ScaleStream, StreamState, check_scale, initial_state
+from readergroup.core.stream_metadata import (
+    ScaleStream,
+    StreamState,
+    check_scale,
+    initial_state,
+)
 from tests.support.waiting import wait_until
 
 SEGMENTS = 2_000
@@ -227,3 +233,28 @@ def test_a_time_cut_past_a_merge_of_thousands_walks_the_merge_once(
     cut = planning.time_positions(state, lambda s: (0, 3) if s == merged else (5, 5))
     assert cut == {merged: 0}
     assert len(walks) == 1
+
+
+class _CountedLinks(tuple[int, ...]):
+    """A merge's predecessor links that count how often they are looked through."""
+
+    walks = 0
+
+    def __iter__(self) -> Iterator[int]:
+        _CountedLinks.walks += 1
+        return super().__iter__()
+
+
+def test_the_siblings_a_cut_leaves_out_of_a_merge_of_thousands_are_found_in_linear_time() -> None:
+    """``completed_merge_siblings`` (the Spark source's checkpointed cuts) looked through the
+    merge's predecessors again for every segment of the cut: O(S^2), 11 s at 10,000."""
+    config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(SEGMENTS))
+    state = initial_state("s", "t", config, 0)
+    state = ScaleStream(1, tuple(range(SEGMENTS)), ((0.0, 1.0),), 0).apply_to(state)
+    (merged,) = state.active_segments
+    counted = replace(merged, predecessors=_CountedLinks(merged.predecessors))
+    state = replace(state, segments={**state.segments, merged.segment_id: counted})
+    cut = dict.fromkeys(range(0, SEGMENTS, 2), 2)  # half the predecessors are still being read
+    _CountedLinks.walks = 0
+    assert planning.completed_merge_siblings(state, cut) == set(range(1, SEGMENTS, 2))
+    assert _CountedLinks.walks <= 2

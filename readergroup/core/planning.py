@@ -199,9 +199,13 @@ def completed_merge_siblings(state: StreamState, positions: Mapping[int, int]) -
     """
     covered = set(positions) | ancestors(state, positions) | descendants(state, positions)
     found: set[int] = set()
+    entered: set[int] = set()  # each successor's predecessors looked at once (a merge of S: O(S))
     frontier = list(positions)
     while frontier:
         for succ in state.segments[frontier.pop()].successors:
+            if succ in entered:
+                continue
+            entered.add(succ)
             for pred in state.segments[succ].predecessors:
                 if pred not in covered and pred not in found and not state.segments[pred].active:
                     found.add(pred)
