@@ -17,6 +17,7 @@ from readergroup import (
     ReaderGroupManager,
     StreamManager,
 )
+from readergroup.core.epochs import diverged_at
 from readergroup.spark.options import SourceOptions
 from readergroup.spark.source import BASE_SCHEMA, SegmentPartition, read_partition
 from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
@@ -113,3 +114,65 @@ def test_a_lossy_failover_never_reuses_offsets_a_writer_saw(
     finally:
         follower.close()
         front.close()
+
+
+def test_a_fresh_writer_after_a_lossy_failover_skips_nothing_a_live_reader_passed(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> None:
+    """A writer that never saw the lost tail (a new process after the failover) appends at the
+    offsets the promoted replica has free; a reader that had read past them finds the log
+    diverged (another epoch there), reports what it had read and is gone, and reads the new
+    events: none acknowledged and present is skipped."""
+    primary, replica, link = pair
+    front = ReplyDroppingProxy("127.0.0.1", primary.port)
+    follower = redis.Redis(port=replica.port)
+    try:
+        with StreamManager.from_url(front.url) as sm:
+            sm.create_scope("ha")
+            sm.create_stream("ha", "s")
+        with ReaderGroupManager.from_url("ha", front.url) as rgm:
+            rgm.create_reader_group("g", ReaderGroupConfig(streams=["ha/s"]))
+        config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+        with (
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_reader("r", "g", BytesSerializer()) as reader,
+        ):
+            events_key = factory.connection.keys.segment("ha", "s", 0).events
+            with factory.create_event_writer("s", BytesSerializer(), config) as writer:
+                for i in range(100):
+                    writer.write_event(b"a%d" % i, "k")
+                writer.flush()
+                before = collect(reader, lambda got: len(got) >= 100)
+                wait_until(lambda: follower.xlen(events_key) == 100, 30, "the replica to sync")
+                link.blackhole()  # the replica falls behind
+                acked = [writer.write_event(b"b%d" % i, "k") for i in range(50)]
+                writer.flush()
+                assert [f.result().offset for f in acked] == list(range(100, 150))
+                before += collect(reader, lambda got: len(got) >= 50)  # read past 150
+            primary.kill()  # the replica, 50 events behind, takes over
+            follower.replicaof("no", "one")
+            front.retarget("127.0.0.1", replica.port)
+            with EventStreamClientFactory.from_url("ha", front.url) as fresh:
+                with fresh.create_event_writer("s", BytesSerializer(), config) as writer:
+                    after = [writer.write_event(b"c%d" % i, "k") for i in range(80)]
+                    writer.flush()
+                assert [f.result().offset for f in after] == list(range(100, 180))
+            results = collect(reader, lambda got: len(got) >= 81)
+        assert before == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(50)]
+        values = [r for r in results if isinstance(r, bytes)]
+        errors = [r for r in results if not isinstance(r, bytes)]
+        assert values == [b"c%d" % i for i in range(80)]  # every acknowledged event present
+        assert len(errors) == 1 and isinstance(errors[0], DataLostError), errors
+        assert "offsets 100..149 were lost" in str(errors[0])
+    finally:
+        follower.close()
+        front.close()
+
+
+def test_divergence_is_where_the_log_left_what_a_reader_read() -> None:
+    history = [(0, 0), (5, 100), (9, 180)]
+    assert diverged_at([(5, 120)], history, 170) is None  # still the log's epoch 5
+    assert diverged_at([(5, 120)], history, 200) == 180  # epoch 5 ends at 180 in the log
+    assert diverged_at([(7, 150)], history, 170) == 150  # an epoch the log never had
+    assert diverged_at([(0, 10), (7, 150)], history, 170) == 100  # epoch 0 ended at 100
+    assert diverged_at([(5, 110), (9, 180)], history, 400) is None  # a failover losing nothing

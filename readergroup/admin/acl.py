@@ -48,13 +48,15 @@ _STATE_APPEND = {"hget", "hset", "time", "xadd", "hdel", "hgetall", "hkeys", "hm
 _STATE_CREATE_DELETE = {"exists", "del", "hset", "time"}  # initialize.lua, delete
 _SEGMENT_READ = {"hmget", "xrange", "xread", "multi", "exec", "type"}  # read_range: MULTI/EXEC;
 # TYPE only after a WRONGTYPE reply, to name the key a rogue write replaced
-_SEGMENT_APPEND = {"hget", "hmget", "hset", "time", "xadd"}  # append_events.lua, and natively:
+_SEGMENT_APPEND = {"hget", "hmget", "hset", "time", "xadd", "info|server"}  # append_events.lua
+# (INFO server: the run_id that begins a new epoch, epoch.lua), and natively:
 _SEGMENT_APPEND |= {"watch", "unwatch", "multi", "exec", "type"}  # storage/native_append.py
 _SEGMENT_SEAL = {"exists", "hget", "hmget", "hset", "hdel"}  # seal/open_segment.lua
 _SEGMENT_ADMIN = {"hsetnx", "xtrim", "del"}  # create, truncate_segment.lua, delete
 _HEARTBEATS = {"hget", "hgetall", "hset", "time", "hdel"}  # heartbeat.lua (beat, claim, forget)
 _SUBSCRIBERS = {"hset", "hdel", "hgetall"}  # publish, unsubscribe, retention
 _STAGING = {"rpush", "expire", "lrange", "del", "hexists", "hget", "hmget", "hset", "xadd"}
+_STAGING |= {"info|server"}  # commit_staged.lua's epoch.lua
 
 _WRITER = _CONNECT | _SCRIPTS | _PIPELINED_SCRIPTS | _STATE_READ | _SEGMENT_APPEND | _STAGING
 _CLUSTER = {"cluster|slots", "command"}  # redis-py's cluster client: topology, key positions

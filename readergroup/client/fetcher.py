@@ -19,6 +19,12 @@ read chained after a reply that came back short, is dropped as stale).
 Positions per segment: *fetch* (the next offset to read from Redis), *returned* (after the last
 event handed out) and *consumed* (after the last event the application moved past), plus
 *committed* (kept by the session). An event leaves its buffer only when it is handed out.
+
+Epochs (``epoch.lua``, :mod:`readergroup.core.epochs`): each segment remembers the epochs it
+read and reads on after the epoch of its last entry, so an entry of another epoch (at or past
+its position) shows the log may have diverged in a failover; then the segment's history is
+read, and offsets it had read that the log no longer has are reported lost
+(:class:`DataLostError`) and read again: the events there now are new, never skipped.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any, Generic, TypeVar
 
 from readergroup.client.event_read import EventRead
 from readergroup.client.serializers import Serializer
+from readergroup.core.epochs import diverged_at
 from readergroup.core.errors import (
     CorruptSegmentError,
     DataLostError,
@@ -44,7 +51,13 @@ from readergroup.core.group_config import ReaderConfig
 from readergroup.core.group_state import SegKey
 from readergroup.core.routing import segment_name
 from readergroup.storage.connection_api import Connection, PendingRead
-from readergroup.storage.segment_records import event_offset, stored_events
+from readergroup.storage.segment_records import (
+    LAST_EPOCH,
+    event_offset,
+    id_epoch,
+    position_id,
+    stored_events,
+)
 from statesync.clock import Clock
 
 T = TypeVar("T")
@@ -86,6 +99,15 @@ class OwnedSegment:
     jumped: bool = False
     """Reading skipped truncated offsets: the buffer may not run on from *returned*, so events
     go out through the general path (which reads each event's offset) until it is drained."""
+    epochs: list[tuple[int, int]] = field(default_factory=list)
+    """The epochs fetched, each with the first offset fetched under it (reading order; empty
+    until the first fetch: what other owners read before is not known)."""
+    recent: deque[list[Any]] = field(default_factory=lambda: deque(maxlen=2))
+    """The latest replies buffered: after a divergence, events handed out that a retry
+    appended again unchanged (same key, payload and writer time) are not reported lost."""
+    unchecked: bool = False
+    """Acquired at a position not yet checked against the segment's tail (a position past it
+    was committed before a failover lost the offsets below it)."""
     origin: tuple[str, int, int] = field(init=False)
     """``(stream, segment, token)``: shared by every event handed out from this segment."""
 
@@ -102,6 +124,14 @@ class OwnedSegment:
     @property
     def name(self) -> str:
         return segment_name(self.scope, self.stream, self.segment)
+
+    def read_id(self) -> str:
+        """The entry id to read after, for entries from *fetch* on: after the epoch of the
+        last entry fetched, so a newer entry at that offset comes back too (the log diverged
+        there); every epoch of the offset before *fetch* when that is not known."""
+        if self.epochs:
+            return position_id(self.fetch, self.epochs[-1][0])
+        return f"{self.fetch}-{LAST_EPOCH}"
 
     @property
     def fetched_all(self) -> bool:
@@ -209,6 +239,7 @@ class Fetcher(Generic[T]):
 
     # -- the segment table (changed by the group session) ------------------------------------
     def add(self, owned: OwnedSegment) -> None:
+        owned.unchecked = owned.fetch > 0
         self.owned[owned.key] = owned
         if owned.key not in self._rotating:
             self._rotating.add(owned.key)
@@ -420,13 +451,20 @@ class Fetcher(Generic[T]):
             if self.collect(block) or self._ahead:
                 return NO_NEWS
             block = max(0.0, block - (self._clock.monotonic() - began))
+        if any(owned.unchecked for owned in self.owned.values()):
+            try:
+                self._check_positions()
+            except RedisUnavailableError as exc:
+                self._outage.lost(exc)
+                self._clock.sleep(min(block, 0.5))
+                return NO_NEWS
         positions: dict[str, str] = {}
         by_key: dict[str, OwnedSegment] = {}
         for owned in self.owned.values():
             if owned.fetched_all:
                 continue
             if len(owned.buffer) < self._config.max_buffered_events:
-                positions[owned.data_key] = f"{owned.fetch}-0"
+                positions[owned.data_key] = owned.read_id()
                 by_key[owned.data_key] = owned
         positions.update(logs)
         limit = self._config.read_batch
@@ -499,6 +537,41 @@ class Fetcher(Generic[T]):
             self._parked = parked
         return reply
 
+    def _check_positions(self) -> None:
+        """Segments acquired since the last fetch, at positions past their tails: the group
+        committed offsets that a failover lost (a promoted replica without them). Report them
+        lost and read from the tail, where new events go: none of those is skipped."""
+        unchecked: dict[tuple[str, str], list[OwnedSegment]] = {}
+        for owned in self.owned.values():
+            if owned.unchecked:
+                unchecked.setdefault((owned.scope, owned.stream), []).append(owned)
+        for (scope, stream), group in unchecked.items():
+            segments = self._connection.segments
+            states = segments.segment_states(scope, stream, [o.segment for o in group])
+            for owned in group:
+                owned.unchecked = False
+                state = states[owned.segment]
+                if not state.exists or state.tail >= owned.fetch:
+                    continue
+                tail, position = state.tail, owned.fetch
+                logger.warning(
+                    "%s: the committed position %d is past the tail %d (lost in a failover); "
+                    "reading from the tail",
+                    owned.name,
+                    position,
+                    tail,
+                )
+                owned.hold(
+                    DataLostError(
+                        f"segment {owned.name}: offsets {tail}..{position - 1} were lost in a "
+                        f"failover after the group committed position {position}; reading goes "
+                        f"on from the tail {tail} (new events there are delivered)"
+                    ),
+                    tail,
+                )
+                owned.fetch = owned.returned = owned.consumed = tail
+                owned.buffer.clear()
+
     def read_ahead(self) -> None:
         """Send the next read of the segments that are behind (their last read filled a batch),
         unless reads ahead are outstanding or the reader holds ``prefetch_events`` /
@@ -533,7 +606,10 @@ class Fetcher(Generic[T]):
         return min(config.prefetch_events, config.prefetch_bytes // self._event_bytes) - held
 
     def _send_ahead(self, targets: dict[str, tuple[OwnedSegment, int]], count: int) -> bool:
-        positions = {key: f"{position}-0" for key, (_, position) in targets.items()}
+        positions = {
+            key: owned.read_id() if owned.fetch == position else f"{position}-{LAST_EPOCH}"
+            for key, (owned, position) in targets.items()
+        }
         try:
             read = self._connection.read_ahead(positions, count)
         except RedisUnavailableError as exc:
@@ -652,6 +728,11 @@ class Fetcher(Generic[T]):
         if not entries:
             return
         entries = stored_events(entries)
+        known = owned.epochs[-1][0] if owned.epochs else -1
+        if (
+            id_epoch(entries[0][0]) != known or id_epoch(entries[-1][0]) != known
+        ) and not self._epochs_hold(owned, entries):
+            return  # the log diverged: read again from where it did
         first, last = event_offset(entries[0]), event_offset(entries[-1])
         if first != owned.fetch or last - first + 1 != len(entries):
             # overlap: drop the old part
@@ -686,12 +767,108 @@ class Fetcher(Generic[T]):
                 )
                 entries = entries[:run]
             last = first + len(entries) - 1
+        owned.recent.append(entries)
         if owned.bounded and last >= owned.final_tail:
             entries = entries[: max(0, owned.final_tail - first)]  # (contiguous from *first*)
         if entries:
             self._event_bytes = max(1, (len(entries[0][2]) + len(entries[-1][2])) // 2)
         owned.buffer.extend(entries)
         owned.fetch = last + 1
+
+    def _epochs_hold(self, owned: OwnedSegment, entries: list[tuple[Any, ...]]) -> bool:
+        """Entries of an epoch not read before came: True if the log still holds every offset
+        fetched from this segment (the new epochs are recorded); else rewind to where it
+        diverged and return False."""
+        fetch, epochs = owned.fetch, owned.epochs
+        changes: list[tuple[int, int]] = []
+        for entry in entries:
+            epoch, offset = id_epoch(entry[0]), event_offset(entry)
+            current = changes[-1][0] if changes else epochs[-1][0] if epochs else -1
+            if epoch != current and offset >= fetch - 1:
+                changes.append((epoch, max(offset, fetch)))
+        if not epochs:  # the first fetch: nothing read before to check
+            epochs.extend(changes)
+            return True
+        history = self._connection.segments.epochs(owned.scope, owned.stream, owned.segment)
+        at = diverged_at(epochs, history, fetch)
+        if at is None:
+            epochs.extend(changes)
+            return True
+        self._rewind(owned, at, history)
+        return False
+
+    def _same_until(self, owned: OwnedSegment, at: int) -> int:
+        """The first offset from ``at`` on whose event, handed out before the divergence at
+        ``at``, is not in the log unchanged (key, payload and writer time): a writer's retry
+        appends the same events again under the new epoch. At most *returned*."""
+        returned = owned.returned
+        if returned <= at:
+            return at
+        before: dict[int, tuple[Any, ...]] = {}
+        for entries in owned.recent:
+            for entry in entries:
+                offset = event_offset(entry)
+                if at <= offset < returned:
+                    before[offset] = entry[1:4]  # routing key, payload, writer ms
+        if at not in before:
+            return at
+        now = self._connection.segments.read_raw(
+            owned.scope, owned.stream, owned.segment, at, returned, returned - at
+        )
+        offset = at
+        for entry in stored_events(now):
+            if event_offset(entry) != offset or before.get(offset) != entry[1:4]:
+                break
+            offset += 1
+        return offset
+
+    def _rewind(self, owned: OwnedSegment, diverged: int, history: list[tuple[int, int]]) -> None:
+        """The log no longer has the offsets from ``diverged`` that this reader fetched
+        (another epoch's entries are there now): forget them, report those already handed out
+        that are not there unchanged as lost, and read on from the first of them."""
+        read = ", ".join(f"{epoch} from offset {first}" for epoch, first in owned.epochs)
+        logs = ", ".join(f"{epoch} from offset {first}" for epoch, first in history[1:])
+        at = self._same_until(owned, diverged)
+        if owned.returned > at:
+            logger.warning(
+                "%s: offsets %d..%d were handed out and are gone (the log diverged in a "
+                "failover); the events now there are read",
+                owned.name,
+                at,
+                owned.returned - 1,
+            )
+            lost = DataLostError(
+                f"segment {owned.name}: offsets {at}..{owned.returned - 1} were lost in a "
+                f"failover after they were read (read under log epochs {read}; the segment's "
+                f"log epochs are {logs or 'none'}); the events now at those offsets are "
+                "delivered next"
+            )
+            if owned.pending is None:
+                owned.hold(lost, at)
+            else:
+                self.errors.append(lost)
+        else:
+            logger.warning(
+                "%s: the log diverged at offset %d in a failover; every event handed out is "
+                "still there unchanged (a writer's retry appended it again); reading on from %d",
+                owned.name,
+                diverged,
+                at,
+            )
+        while owned.buffer and event_offset(owned.buffer[-1]) >= at:
+            owned.buffer.pop()
+        owned.fetch = at
+        owned.returned = min(owned.returned, at)
+        owned.consumed = min(owned.consumed, at)
+        kept = [(epoch, first) for epoch, first in owned.epochs if first < diverged]
+        ends = [start for _, start in history[1:]] + [at]
+        kept += [  # the log's epochs over [diverged, at): its events there were read unchanged
+            (epoch, max(start, diverged))
+            for (epoch, start), end in zip(history, ends, strict=True)
+            if diverged < at and start < at and end > diverged
+        ]
+        owned.epochs[:] = kept
+        owned.recent.clear()
 
     def _lost(self, owned: OwnedSegment, begin: int, end: int) -> bool:
         segments = self._connection.segments

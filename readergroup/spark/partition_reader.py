@@ -146,11 +146,14 @@ def _contiguous_columns(segment: int, start: int, entries: Any) -> Columns | Non
     if not count or not isinstance(entries, list):
         return None
     ids = [entry[0] for entry in entries]
-    if ids[0] != f"{start + 1}-0".encode() or ids[-1] != f"{start + count}-0".encode():
+    first, last = ids[0], ids[-1]
+    dash = first.find(b"-")
+    if first[:dash] != b"%d" % (start + 1) or not last.startswith(b"%d-" % (start + count)):
         return None
-    # ids are strictly increasing: the first and last in place and every sequence part 0
-    # (a sequence number has no leading zero, so "-0" occurs once per id exactly then)
-    if b"".join(ids).count(b"-0") != count:
+    # ids are strictly increasing: the first and last in place and every one of the first's
+    # epoch (sequence part: "<offset + 1>-<epoch>"), so no offset repeats and none is missing
+    # (a chunk across epochs takes the careful path)
+    if (b"\n".join(ids) + b"\n").count(first[dash:] + b"\n") != count:
         return None
     fields = [entry[1] for entry in entries]
     widths = set(map(len, fields))

@@ -10,10 +10,11 @@ One round (every batch of a writer's pipelined round) is two round trips on one 
 
 1. ``WATCH`` every key of every batch (meta, events, writers), then read what
    ``append_events.lua`` reads: the meta counters and sealed flag, the writer's last batch
-   sequence, the last append's server time (meta field ``t``), the events key's type, and
-   ``TIME``.
-2. ``MULTI``, per batch the ``XADD``s at the explicit ids ``<offset + 1>-0`` from the tail read
-   in step 1 and the counters, ``EXEC`` (and the acknowledgement ``WAIT``, if any).
+   sequence, the last append's server time (meta field ``t``), the segment's epoch and the
+   server that began it (``ep``, ``srv``), the events key's type, ``TIME`` and the server's
+   ``run_id`` (``INFO server``).
+2. ``MULTI``, per batch the ``XADD``s at the explicit ids ``<offset + 1>-<epoch>`` from the
+   tail read in step 1 and the counters, ``EXEC`` (and the acknowledgement ``WAIT``, if any).
 
 Why this is as safe as the script:
 
@@ -29,12 +30,16 @@ Why this is as safe as the script:
   key of the wrong type, an aborted ``EXEC``), sends the round through ``append_events.lua``,
   whose replies define the outcome. So does a round of fewer than :data:`MIN_EVENTS` events,
   where one round trip matters more than Redis CPU.
+* **Same epochs** (``epoch.lua``): the entries carry the segment's epoch; a segment last
+  appended to by another server (a failover, a restart) begins a new one in the transaction,
+  numbered and recorded as the script does.
 * **Server times never decrease along a segment** (``offset_at_time`` relies on it): each
   batch is stamped ``max(TIME, meta t)``, as ``append_events.lua`` does.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -45,6 +50,7 @@ from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import AppendBatch
 
 _STREAM = (b"stream", b"none", "stream", "none")  # TYPE replies of an events key to append to
+_HEAD = 3  # replies of the first round before the per-batch ones: WATCH, TIME, INFO server
 
 MIN_EVENTS = 64
 """Smallest round sent natively; smaller rounds take one round trip through the script."""
@@ -89,38 +95,46 @@ def _append(
 ) -> tuple[list[tuple[int, int, bytes]], Any]:
     keys = [layout.segment(b.scope, b.stream, b.segment) for b in batches]
     watched = list(dict.fromkeys(key for triple in keys for key in triple))
-    reads: list[tuple[Any, ...]] = [("WATCH", *watched), ("TIME",)]
+    reads: list[tuple[Any, ...]] = [("WATCH", *watched), ("TIME",), ("INFO", "server")]
     for batch, (meta, events, writers) in zip(batches, keys, strict=True):
-        reads.append(("HMGET", meta, "created_ms", "sealed", "events", "bytes", "t"))
-        reads.append(("HGET", writers, batch.writer))
-        reads.append(("TYPE", events))
+        reads += (
+            ("HMGET", meta, "created_ms", "sealed", "events", "bytes", "t", "ep", "srv", "epochs"),
+            ("HGET", writers, batch.writer),
+            ("TYPE", events),
+        )
     replies = _round_trip(connection, reads)
-    if any(isinstance(reply, Exception) for reply in replies[:2]):
+    if any(isinstance(reply, Exception) for reply in replies[:_HEAD]):
         _unwatch(connection)
+    server = _run_id(replies[2])
     now_sec, now_us = replies[1]
     now_ms = int(now_sec) * 1000 + int(now_us) // 1000
     commands = [b"*1\r\n$5\r\nMULTI\r\n"]
     outcomes: list[tuple[int, int, bytes]] = []  # (first offset, server ms, created) per batch
-    tails: dict[str, tuple[int, int, int]] = {}  # meta key -> tail, bytes, ms of this round
+    # meta key -> tail, bytes, ms, epoch of this round
+    tails: dict[str, tuple[int, int, int, int]] = {}
     for index, (batch, (meta, events, writers)) in enumerate(zip(batches, keys, strict=True)):
-        state, last, kind = replies[2 + 3 * index : 5 + 3 * index]
+        state, last, kind = replies[_HEAD + 3 * index : _HEAD + 3 + 3 * index]
         if any(isinstance(reply, Exception) for reply in (state, last)) or kind not in _STREAM:
             _unwatch(connection)  # a key of the wrong type: the script names it
-        created, sealed, tail_text, bytes_text, last_ms = state
+        created, sealed, tail_text, bytes_text, last_ms, epoch_text, began, history = state
         if (
             created is None
             or sealed in (b"1", "1")
             or (last is not None and int(last) >= batch.sequence)
+            or server is None
         ):
             _unwatch(connection)
         if meta in tails:
-            tail, size, ms = tails[meta]
+            tail, size, ms, epoch = tails[meta]
         else:
             tail, size = int(tail_text or 0), int(bytes_text or 0)
             if tail < batch.seen_tail:  # appends were lost: the script records it
                 _unwatch(connection)
             ms = max(now_ms, int(last_ms or 0))
-        command, size_after = _xadds(events, tail, size, ms, batch)
+            epoch, begin = _epoch(meta, epoch_text, began, history, server, tail, now_ms)
+            if begin is not None:
+                commands.append(begin)
+        command, size_after = _xadds(events, tail, size, ms, epoch, batch)
         if command is None:  # an event over the limit: the script names it
             _unwatch(connection)
         commands.append(command)
@@ -141,12 +155,13 @@ def _append(
         )
         commands.append(_pack((b"HSET", writers, batch.writer, b"%d" % batch.sequence)))
         outcomes.append((tail, ms, created))
-        tails[meta] = (tail + count, size_after, ms)
+        tails[meta] = (tail + count, size_after, ms, epoch)
+    # MULTI, each new epoch's HSET, per batch its XADDs (one packed part) and two HSETs
+    queued = len(commands) + sum(batch.count - 1 for batch in batches)
     commands.append(b"*1\r\n$4\r\nEXEC\r\n")
     if wait is not None:
         commands.append(_pack(tuple(wait)))
     connection.send_packed_command(commands, check_health=False)
-    queued = 1 + sum(batch.count + 2 for batch in batches)  # MULTI, the XADDs, the HSETs
     for _ in range(queued):
         _read(connection)
     executed = _read(connection)
@@ -158,8 +173,32 @@ def _append(
     return outcomes, acknowledged
 
 
+def _epoch(
+    meta: str, epoch: Any, began: Any, history: Any, server: str, tail: int, now_ms: int
+) -> tuple[int, bytes | None]:
+    """The epoch to append under, and the ``HSET`` that begins it when another server
+    appended last (a failover, a restart), numbered and recorded as ``epoch.lua`` does."""
+    current = int(epoch or 0)
+    if _text(began) == server:
+        return current, None
+    new = max(current + 1, now_ms)
+    began_at = f"{_text(history)}{new}:{tail},"
+    return new, _pack((b"HSET", meta, b"ep", new, b"srv", server, b"epochs", began_at))
+
+
+def _run_id(reply: Any) -> str | None:
+    """The ``run_id`` of an ``INFO server`` reply (``None`` if it has none)."""
+    text = _text(reply)
+    found = re.search(r"run_id:(\w+)", text)
+    return found.group(1) if found else None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
 def _xadds(
-    events: str, tail: int, size: int, ms: int, batch: AppendBatch
+    events: str, tail: int, size: int, ms: int, epoch: int, batch: AppendBatch
 ) -> tuple[bytes | None, int]:
     """The batch's ``XADD``s, packed, and the segment's byte count after them; ``None`` if an
     event is over the limit."""
@@ -176,7 +215,7 @@ def _xadds(
         if length > limit:
             return None, size
         offset += 1
-        entry_id = b"%d-0" % offset
+        entry_id = b"%d-%d" % (offset, epoch)
         written = b"%d" % writer_ms
         at = b"%d" % size
         if wire:

@@ -35,6 +35,15 @@ class SegmentEvent:
         return id_offset(self._id)
 
     @property
+    def epoch(self) -> int:
+        """The segment's epoch when the event was appended (the entry id's sequence part,
+        ``<offset + 1>-<epoch>``; see ``epoch.lua``): a new epoch begins whenever the server
+        appending to the segment changed, so readers can tell a log that diverged in a
+        failover from the one they read."""
+        entry_id = self._id
+        return int(entry_id[entry_id.index(b"-") + 1 :])
+
+    @property
     def routing_key(self) -> str | None:
         if self._base == 0:
             return None
@@ -191,6 +200,32 @@ REFUSED = -1
 """:attr:`AppendReply.status` of a batch refused with an error."""
 
 
+LAST_EPOCH = 2**64 - 1
+"""The largest sequence part of a stream entry id: ``f"{offset}-{LAST_EPOCH}"`` is at or after
+the entry of offset ``offset - 1`` whatever its epoch (an inclusive range end)."""
+
+
+def position_id(position: int, epoch: int) -> str:
+    """The id to read after, for events from offset ``position`` on, when the entry at
+    ``position - 1`` was read with ``epoch`` (0: not known). An entry at ``position - 1``
+    with a newer epoch is returned too: the log diverged there (see ``epoch.lua``)."""
+    return f"{position}-{epoch}"
+
+
+def parse_epochs(text: Any) -> list[tuple[int, int]]:
+    """A segment's epochs, ``(epoch, first offset)`` oldest first, from its meta field
+    ``epochs`` (``"<epoch>:<first offset>,"`` per epoch, written by ``epoch.lua``). Epoch 0
+    (entries from before epochs existed) begins at offset 0."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    out = [(0, 0)]
+    for part in str(text or "").split(","):
+        epoch, _, start = part.partition(":")
+        if epoch.isdigit() and start.isdigit():
+            out.append((int(epoch), int(start)))
+    return out
+
+
 def _int(value: bytes) -> int:
     """A stored integer field; ``-1`` when an entry not written by this library garbled it."""
     try:
@@ -260,6 +295,11 @@ def stored_events(entries: list[Any]) -> list[tuple[Any, ...]]:
 def id_offset(entry_id: bytes) -> int:
     """The offset of the event stored under entry id ``entry_id`` (``<offset + 1>-<seq>``)."""
     return int(entry_id[: entry_id.index(b"-")]) - 1
+
+
+def id_epoch(entry_id: bytes) -> int:
+    """The segment epoch an entry was appended under (``<offset + 1>-<epoch>``, ``epoch.lua``)."""
+    return int(entry_id[entry_id.index(b"-") + 1 :])
 
 
 def event_offset(event: tuple[Any, ...]) -> int:

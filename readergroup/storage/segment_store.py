@@ -19,12 +19,14 @@ from readergroup.storage.keys import KeyLayout
 from readergroup.storage.multi_read import MultiKeyReader
 from readergroup.storage.native_append import append_natively
 from readergroup.storage.segment_records import (
+    LAST_EPOCH,
     META_FIELDS,
     REFUSED,
     AppendBatch,
     AppendReply,
     SegmentEvent,
     SegmentState,
+    parse_epochs,
     parse_event,
     segment_state_of,
 )
@@ -110,6 +112,8 @@ class SegmentStorage(Protocol):
     def lost_in_failover(
         self, scope: str, stream: str, segment: int, begin: int, end: int
     ) -> bool: ...
+
+    def epochs(self, scope: str, stream: str, segment: int) -> list[tuple[int, int]]: ...
 
 
 class SegmentStore:
@@ -289,7 +293,7 @@ class SegmentStore:
         """Events ``[start, stop)`` (``stop=-1``: to the tail), at most ``limit``, with the
         segment's state read atomically alongside. Raises TruncatedDataError below the head."""
         meta, events, _ = self._keys.segment(scope, stream, segment)
-        last = "+" if stop < 0 else f"{stop}-0"
+        last = "+" if stop < 0 else f"{stop}-{LAST_EPOCH}"
         with translate_errors("read"):
             pipe = self._client.pipeline(transaction=True)  # MULTI/EXEC: state and events agree
             pipe.hmget(meta, *META_FIELDS)
@@ -311,7 +315,7 @@ class SegmentStore:
         proves the reply by itself (the Spark partition reader) and falls back to
         :meth:`read_range` when it cannot."""
         events = self._keys.segment(scope, stream, segment).events
-        last = "+" if stop < 0 else f"{stop}-0"
+        last = "+" if stop < 0 else f"{stop}-{LAST_EPOCH}"
         with translate_errors("read"):
             return self._client.xrange(events, f"{start + 1}-0", last, count=limit)
 
@@ -328,6 +332,13 @@ class SegmentStore:
             if low.isdigit() and high.isdigit():
                 ranges.append((int(low), int(high)))
         return ranges
+
+    def epochs(self, scope: str, stream: str, segment: int) -> list[tuple[int, int]]:
+        """The segment's epochs, ``(epoch, first offset)`` oldest first (meta field ``epochs``,
+        written by ``epoch.lua``; epoch 0 first)."""
+        meta = self._keys.segment(scope, stream, segment).meta
+        with translate_errors("read"):
+            return parse_epochs(self._client.hget(meta, "epochs"))
 
     def lost_in_failover(self, scope: str, stream: str, segment: int, begin: int, end: int) -> bool:
         """Whether offsets ``[begin, end)`` are within :meth:`lost_ranges`."""
@@ -365,7 +376,7 @@ class SegmentStore:
         something (``XREAD BLOCK``; no busy loop). Segments with nothing new are absent."""
         by_key = {self._keys.segment(scope, stream, s).events: s for s in positions}
         reply = self._reads.read_keys(
-            {key: f"{positions[s]}-0" for key, s in by_key.items()}, timeout, limit
+            {key: f"{positions[s]}-{LAST_EPOCH}" for key, s in by_key.items()}, timeout, limit
         )
         return {
             by_key[key]: [parse_event(by_key[key], entry) for entry in entries]
@@ -382,8 +393,8 @@ class SegmentStore:
             for segment, position in positions.items():
                 meta, events, _ = self._keys.segment(scope, stream, segment)
                 pipe.hmget(meta, "events", "bytes")
-                entry_id = f"{position + 1}-0"
-                pipe.xrange(events, entry_id, entry_id, count=1)
+                entry_ms = position + 1
+                pipe.xrange(events, f"{entry_ms}-0", f"{entry_ms}-{LAST_EPOCH}", count=1)
             replies = pipe.execute()
         out = {}
         for index, segment in enumerate(positions):

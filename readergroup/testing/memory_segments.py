@@ -224,6 +224,10 @@ class MemorySegmentStore:
         """Never: one in-memory "server" does not fail over."""
         return False
 
+    def epochs(self, scope: str, stream: str, segment: int) -> list[tuple[int, int]]:
+        """Epoch 0 from offset 0 only: one in-memory "server" never changes."""
+        return [(0, 0)]
+
     def read_raw(
         self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int
     ) -> Any:

@@ -2,7 +2,8 @@
 module. Each file starts with its KEYS/ARGV/returns contract; the return codes are those of
 :mod:`readergroup.storage.segment_status`, which maps them to exceptions. Scripts that stamp
 server time get statesync's ``time.lua`` prelude (``server_ms()``) prepended
-(:data:`PRELUDES`)."""
+(:data:`PRELUDES`); scripts that append events get this package's ``epoch.lua`` after it
+(:data:`LOCAL_PRELUDES`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ PRELUDES: dict[str, tuple[str, ...]] = {
     "commit_staged": ("time",),
 }
 """Script -> the statesync preludes prepended to it, in order."""
+LOCAL_PRELUDES: dict[str, tuple[str, ...]] = {
+    "append_events": ("epoch",),
+    "commit_staged": ("epoch",),
+}
+"""Script -> the preludes of this package prepended to it after the statesync ones."""
 
 
 def script_body(name: str) -> str:
@@ -39,4 +45,9 @@ def script_body(name: str) -> str:
 @cache
 def script_source(name: str) -> str:
     """The source Redis runs for script ``name``: its preludes, then its body."""
-    return with_preludes(script_body(name), PRELUDES.get(name, ()))
+    local = [_prelude(p) for p in LOCAL_PRELUDES.get(name, ())]
+    return with_preludes("\n".join([*local, script_body(name)]), PRELUDES.get(name, ()))
+
+
+def _prelude(name: str) -> str:
+    return (files(__package__) / f"{name}.lua").read_text(encoding="utf-8")

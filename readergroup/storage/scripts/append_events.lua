@@ -1,8 +1,10 @@
 -- append_events.lua: append a batch of events to one segment, atomically and idempotently.
 --
+-- Preludes: time.lua, epoch.lua.
+--
 -- KEYS[1]  segment meta hash (created_ms, sealed, events, bytes, head, t: server ms of the
---          last append)
--- KEYS[2]  segment event stream (entry id "<offset + 1>-0")
+--          last append; ep, srv, epochs: see epoch.lua)
+-- KEYS[2]  segment event stream (entry id "<offset + 1>-<epoch>", epoch.lua)
 -- KEYS[3]  segment writer table hash (writer id -> last batch sequence)
 -- ARGV[1]  writer id
 -- ARGV[2]  batch sequence number (increasing per writer; a retry re-sends the same one)
@@ -32,7 +34,8 @@
 --   {2}                              the segment does not exist; nothing written
 --   {3, index, size}                 event `index` (1-based) is too large; nothing written
 --   {6, last_sequence}               this batch already landed (a retry); nothing written
-local meta = redis.call('HMGET', KEYS[1], 'created_ms', 'sealed', 'events', 'bytes', 't')
+local meta = redis.call('HMGET', KEYS[1], 'created_ms', 'sealed', 'events', 'bytes', 't',
+  'ep', 'srv')
 if not meta[1] then
   return {2}
 end
@@ -60,13 +63,14 @@ if seen > events and meta[1] == ARGV[6 + 3 * n] then
   redis.call('HSET', KEYS[1], 'lost', lost .. events .. '-' .. seen .. ',')
   events = seen
 end
+local epoch = segment_epoch(KEYS[1], meta[6], meta[7], events)
 local ms = math.max(server_ms(), tonumber(meta[5] or 0))
 local bytes = tonumber(meta[4] or 0)
 for i = 1, n do
   local base = 1 + 3 * i
   local key = ARGV[base + 1]
   local payload = ARGV[base + 2]
-  local id = string.format('%d-0', events + i)
+  local id = string.format('%d-%d', events + i, epoch)
   if key == '' then
     redis.call('XADD', KEYS[2], id, 'p', payload, 'w', ARGV[base + 3], 't', ms, 'b', bytes)
   else

@@ -1,5 +1,7 @@
 -- commit_staged.lua: move staged events into their segments, all or nothing, once per job.
 --
+-- Preludes: time.lua, epoch.lua.
+--
 -- KEYS[1]            the jobs hash of the stream (job id -> committed server ms)
 -- KEYS[2 .. 1+3n]    per target segment: meta hash, event stream, staging list
 -- ARGV[1]            job id (a batch write, or "<writer id>:<batch id>" for streaming)
@@ -30,14 +32,15 @@ local ms = server_ms()
 local total = 0
 for i = 1, n do
   local meta_key, events_key, stage_key = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
-  local meta = redis.call('HMGET', meta_key, 'events', 'bytes')
+  local meta = redis.call('HMGET', meta_key, 'events', 'bytes', 'ep', 'srv')
   local events = tonumber(meta[1] or 0)
   local bytes = tonumber(meta[2] or 0)
+  local epoch = segment_epoch(meta_key, meta[3], meta[4], events)
   local staged = redis.call('LRANGE', stage_key, 0, -1)
   for j = 1, #staged, 3 do
     local key, payload, writer_ms = staged[j], staged[j + 1], staged[j + 2]
     events = events + 1
-    local id = string.format('%d-0', events)
+    local id = string.format('%d-%d', events, epoch)
     if key == '' then
       redis.call('XADD', events_key, id, 'p', payload, 'w', writer_ms, 't', ms, 'b', bytes)
     else

@@ -19,8 +19,8 @@ local tail = hi
 local target = tonumber(ARGV[1])
 while lo < hi do
   local mid = math.floor((lo + hi) / 2)
-  local id = string.format('%d-0', mid + 1)
-  local entry = redis.call('XRANGE', KEYS[2], id, id)[1]
+  local entry = redis.call('XRANGE', KEYS[2], string.format('%d-0', mid + 1),
+    string.format('%d-18446744073709551615', mid + 1), 'COUNT', 1)[1]
   local t = 0
   if entry then
     local fields = entry[2]
