@@ -3,6 +3,7 @@ it had the last appends must not make offsets that readers already passed name n
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import pytest
@@ -82,6 +83,16 @@ def test_a_lossy_failover_never_reuses_offsets_a_writer_saw(
             batch = factory.create_batch_client()
             read = [e.payload for events in batch.read_segment("s", 0, position) for e in events]
             assert read == [b"c%d" % i for i in range(230)]  # the reader skips nothing
+            # from the head: the lost range is a typed error after the events before it
+            strict_batches = batch.read_segment("s", 0, 0, batch_size=64)
+            assert sum(len(events) for events in itertools.islice(strict_batches, 2)) == 100
+            with pytest.raises(DataLostError, match=r"offsets 100\.\.149 were lost"):
+                next(strict_batches)
+            skipping = batch.read_segment("s", 0, 0, fail_on_data_loss=False)
+            assert [e.offset for events in skipping for e in events] == [
+                *range(100),
+                *range(150, 380),
+            ]
             assert follower.hget(factory.connection.keys.segment("ha", "s", 0).meta, "lost") == (
                 b"100-150,"
             )
@@ -176,3 +187,58 @@ def test_divergence_is_where_the_log_left_what_a_reader_read() -> None:
     assert diverged_at([(7, 150)], history, 170) == 150  # an epoch the log never had
     assert diverged_at([(0, 10), (7, 150)], history, 170) == 100  # epoch 0 ended at 100
     assert diverged_at([(5, 110), (9, 180)], history, 400) is None  # a failover losing nothing
+
+
+def test_a_position_committed_past_the_tail_reports_the_loss_and_skips_no_new_event(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> None:
+    """A reader commits a position on the promoted replica that its log does not reach (the
+    offsets below it were lost); the next owner of the segment reports those offsets lost and
+    reads from the tail, so the events a fresh writer appends there next are not skipped."""
+    primary, replica, link = pair
+    front = ReplyDroppingProxy("127.0.0.1", primary.port)
+    follower = redis.Redis(port=replica.port)
+    try:
+        with StreamManager.from_url(front.url) as sm:
+            sm.create_scope("ha")
+            sm.create_stream("ha", "s")
+        with ReaderGroupManager.from_url("ha", front.url) as rgm:
+            rgm.create_reader_group("g", ReaderGroupConfig(streams=["ha/s"]))
+        config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+        with EventStreamClientFactory.from_url("ha", front.url) as factory:
+            events_key = factory.connection.keys.segment("ha", "s", 0).events
+            with factory.create_reader("r1", "g", BytesSerializer()) as first:
+                with factory.create_event_writer("s", BytesSerializer(), config) as writer:
+                    for i in range(100):
+                        writer.write_event(b"a%d" % i, "k")
+                    writer.flush()
+                    collect(first, lambda got: len(got) >= 100)
+                    wait_until(lambda: follower.xlen(events_key) == 100, 30, "the replica")
+                    link.blackhole()  # the replica falls behind
+                    for i in range(50):
+                        writer.write_event(b"b%d" % i, "k")
+                    writer.flush()
+                    collect(first, lambda got: len(got) >= 50)  # read up to 150
+                primary.kill()  # the replica, 50 events behind, takes over
+                follower.replicaof("no", "one")
+                front.retarget("127.0.0.1", replica.port)
+                # leaving gives the segment back at 150 on the promoted replica: past its tail
+            with ReaderGroupManager.from_url("ha", front.url) as rgm:
+                positions = rgm.get_reader_group("g").refresh().positions()
+            assert positions[("ha/s", 0)] == 150
+            with factory.create_reader("r2", "g", BytesSerializer()) as second:
+                results = collect(second, lambda got: len(got) >= 1)  # acquired past the tail
+                with EventStreamClientFactory.from_url("ha", front.url) as fresh:
+                    with fresh.create_event_writer("s", BytesSerializer(), config) as writer:
+                        after = [writer.write_event(b"c%d" % i, "k") for i in range(30)]
+                        writer.flush()
+                    assert [f.result().offset for f in after] == list(range(100, 130))
+                results += collect(second, lambda got: len(got) >= 30)
+        values = [r for r in results if isinstance(r, bytes)]
+        errors = [r for r in results if not isinstance(r, bytes)]
+        assert values == [b"c%d" % i for i in range(30)]
+        assert len(errors) == 1 and isinstance(errors[0], DataLostError), errors
+        assert "offsets 100..149 were lost" in str(errors[0])
+    finally:
+        follower.close()
+        front.close()

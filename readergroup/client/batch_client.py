@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from readergroup.admin.stream_manager import StreamManager
+from readergroup.core.errors import CorruptSegmentError, DataLostError
 from readergroup.core.names import validate_name
 from readergroup.core.planning import SegmentRange, plan_ranges
+from readergroup.core.routing import segment_name
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.segment_records import SegmentEvent, SegmentState
@@ -56,11 +58,21 @@ class BatchClient:
         return self._connection.segments.segment_states(self._scope, stream, segments)
 
     def read_segment(
-        self, stream: str, segment: int, start: int = 0, end: int = -1, batch_size: int = 1000
+        self,
+        stream: str,
+        segment: int,
+        start: int = 0,
+        end: int = -1,
+        batch_size: int = 1000,
+        *,
+        fail_on_data_loss: bool = True,
     ) -> Iterator[list[SegmentEvent]]:
         """Yield the events ``[start, end)`` of one segment in batches of up to ``batch_size``
         (``end=-1``: up to the tail as it is when the read reaches it). Raises
-        TruncatedDataError if ``start`` is below the head."""
+        TruncatedDataError if ``start`` is below the head. Offsets lost in a failover (the
+        segment's recorded ``lost`` ranges) raise :class:`DataLostError` after the events
+        before them, or are skipped with ``fail_on_data_loss=False``; any other gap in the
+        offsets is :class:`CorruptSegmentError` after the events before it."""
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         position = start
@@ -70,10 +82,41 @@ class BatchClient:
             )
             if not events:
                 return
-            yield events
+            run = 0
+            while run < len(events) and events[run].offset == position + run:
+                run += 1
+            if run:
+                yield events[:run]
+            if run < len(events):  # a gap: [position + run, the next offset)
+                position = self._past_gap(
+                    stream, segment, position + run, events[run].offset, fail_on_data_loss
+                )
+                continue
             position = events[-1].offset + 1
             if position >= state.tail and end < 0:
                 return
+
+    def _past_gap(
+        self, stream: str, segment: int, begin: int, resume: int, fail_on_data_loss: bool
+    ) -> int:
+        """Where reading goes on after the missing offsets ``[begin, resume)``, or the error."""
+        segments = self._connection.segments
+        name = segment_name(self._scope, stream, segment)
+        if not segments.lost_in_failover(self._scope, stream, segment, begin, resume):
+            key = self._connection.keys.segment(self._scope, stream, segment).events
+            raise CorruptSegmentError(
+                name,
+                key,
+                f"offsets {begin}..{resume - 1} are missing (entries out of sequence, not "
+                "written by this library)",
+            )
+        if fail_on_data_loss:
+            raise DataLostError(
+                f"segment {name}: offsets {begin}..{resume - 1} were lost in a failover "
+                "(acknowledged, then a replica without them took over); "
+                "fail_on_data_loss=False skips them"
+            )
+        return resume
 
     def read_range(
         self, stream: str, segment_range: SegmentRange, batch_size: int = 1000
