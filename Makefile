@@ -56,6 +56,7 @@ chaos: $(STAMP)
 chaos-ha: $(STAMP)
 	$(PY) -m tools.chaos ha --seconds 40 --acks leader --lag 2
 	$(PY) -m tools.chaos ha --seconds 40 --acks replicas=1 --lag 2
+	$(PY) -m tools.chaos ha --seconds 40 --acks leader --lag 2 --fresh-writer
 
 # Deeper exhaustive exploration of the reader-group protocol than the test suite's (minutes).
 explore: $(STAMP)

@@ -1,13 +1,15 @@
 """HA chaos run: forced failovers of a Sentinel-managed primary/replica pair, one of them with a
 lagging replica, under a writer, a reader group and two state-synchronizer clients.
 
-    python -m tools.chaos ha [--seconds 40] [--acks leader|replicas=1] [--lag 2]
+    python -m tools.chaos ha [--seconds 40] [--acks leader|replicas=1] [--lag 2] [--fresh-writer]
 
 A primary, a replica and 3 Sentinels are started for the run; the replica follows the primary
 through a proxy, so its lag is real. At 25% of the run the proxy drops the replication stream
 for ``--lag`` seconds (the replica falls behind while the writer goes on), then the primary is
 SIGKILLed: the Sentinels promote the lagging replica (a lossy failover), and the killed server
-is restarted as its replica. At 60% a graceful ``SENTINEL FAILOVER`` switches back.
+is restarted as its replica. At 60% a graceful ``SENTINEL FAILOVER`` switches back. With
+``--fresh-writer`` the writer is replaced by a new one after each failover (it never saw the
+tails the lost primary had acknowledged).
 Prints JSON (see :mod:`tools.ha_run` for the reader-group figures, plus
 ``silent_divergences``: state-synchronizer clients whose state differs from the log's without
 a ``LogRegressedError``) and exits non-zero if an acknowledged-and-present event was skipped, a
@@ -106,10 +108,14 @@ def lagging_group(sync_delay: int = 0) -> Iterator[tuple[LocalSentinelGroup, Rep
             proxy.close()
 
 
-def run(seconds: float, acks: str, lag: float, sync_delay: int = 0) -> dict[str, Any]:
+def run(
+    seconds: float, acks: str, lag: float, sync_delay: int = 0, fresh_writer: bool = False
+) -> dict[str, Any]:
     with lagging_group(sync_delay) as (group, proxy):
         client = ClientConfig(acks=acks, ack_timeout=1.0)
-        ha = HaRun(group.url, readers=3, segments=4, client=client, pause=0.05)
+        ha = HaRun(
+            group.url, readers=3, segments=4, client=client, pause=0.05, fresh_writer=fresh_writer
+        )
         counters = Counters(group.url, acks)
         ha.start()
         began = time.monotonic()
@@ -174,7 +180,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--sync-delay", type=int, default=0, help="the servers' repl-diskless-sync-delay (s)"
     )
+    parser.add_argument("--fresh-writer", action="store_true")
     args = parser.parse_args(argv)
-    figures = run(args.seconds, args.acks, args.lag, args.sync_delay)
+    figures = run(args.seconds, args.acks, args.lag, args.sync_delay, args.fresh_writer)
+    figures["fresh_writer"] = args.fresh_writer
     print(json.dumps(figures, indent=2, sort_keys=True))
     return 0 if figures["ok"] else 1

@@ -93,6 +93,7 @@ class HaRun:
         reader_client: ClientConfig | None = None,
         group: dict[str, Any] | None = None,
         pause: float = 0.01,
+        fresh_writer: bool = False,
     ) -> None:
         self.url, self.scope, self.keys, self.pause = url, scope, keys, pause
         self.segments = segments
@@ -113,6 +114,10 @@ class HaRun:
             rgm.create_reader_group("g", self.group)
         self._lock = threading.Lock()
         self._stop_writer = threading.Event()
+        self.fresh_writer = fresh_writer
+        """After each failover the writer is replaced by a new one (another process would be
+        the same): it never saw what the old primary had acknowledged."""
+        self._renew_writer = threading.Event()
         self._stop_readers = threading.Event()
         self.acked: set[str] = set()
         self.write_failures: list[str] = []
@@ -143,6 +148,7 @@ class HaRun:
         yield
         with self._lock:
             self.failovers.append(_Failover(began, self._seq + 1))
+        self._renew_writer.set()
 
     def wait_comeback(self, timeout: float) -> float:
         """Seconds from the last failover's start until every reader delivered an event written
@@ -238,9 +244,16 @@ class HaRun:
 
     # -- threads ---------------------------------------------------------------------------
     def _write(self) -> None:
+        while not self._stop_writer.is_set():
+            self._renew_writer.clear()
+            self._write_with_one_writer()
+
+    def _write_with_one_writer(self) -> None:
         with EventStreamClientFactory.from_url(self.scope, self.url, self.client) as factory:
             writer = factory.create_event_writer("s", UTF8StringSerializer())
             while not self._stop_writer.is_set():
+                if self.fresh_writer and self._renew_writer.is_set():
+                    break
                 with self._lock:
                     self._seq += 1
                     seq = self._seq
