@@ -9,7 +9,9 @@ logs each acknowledged event; each reader records every delivery as a
 * ``lost``: acknowledged events no longer stored (asynchronous replication lost them);
 * ``skipped``: acknowledged events still stored that no reader delivered (must be 0);
 * ``divergences``: a (segment, offset) delivered as one event and stored (or delivered
-  elsewhere) as another: two histories under one position (must be 0);
+  elsewhere) as another: two histories under one position; ``unreported_divergences``: those
+  no reader was told about with a ``DataLostError`` naming the offset (must be 0; a writer
+  that never saw a lost tail reuses its offsets, and readers report what they had read there);
 * ``overlaps``: two live readers handing out one segment at once (must be 0);
 * ``removals``: ``ReaderNotInGroupError`` raised to the application (a reader that had to be
   rejoined by application code; the run rejoins it to go on);
@@ -20,6 +22,7 @@ logs each acknowledged event; each reader records every delivery as a
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import defaultdict
@@ -54,6 +57,7 @@ class HaFigures:
     lost: int
     skipped: int
     divergences: int
+    unreported_divergences: int
     duplicates: int
     overlaps: int
     order_violations: int
@@ -181,7 +185,8 @@ class HaRun:
             events_at[(segment, offset)].add(event)
         for d in self.deliveries:
             events_at[(d.segment, d.offset)].add(d.event)
-        divergences = sum(1 for events in events_at.values() if len(events) > 1)
+        diverged = [at for at, events in events_at.items() if len(events) > 1]
+        reported = self._reported_losses()
         comeback = max((self._comeback(f) for f in self.failovers), default=0.0)
         return HaFigures(
             acknowledged=len(self.acked),
@@ -189,7 +194,8 @@ class HaRun:
             delivered=len(delivered),
             lost=len(self.acked - present),
             skipped=len((self.acked & present) - delivered),
-            divergences=divergences,
+            divergences=len(diverged),
+            unreported_divergences=sum(1 for at in diverged if at not in reported),
             duplicates=report.duplicates,
             overlaps=report.overlaps,
             order_violations=report.order_violations,
@@ -201,6 +207,16 @@ class HaRun:
             removal_reasons=self.removals[:5],
             write_failure_reasons=self.write_failures[:5],
         )
+
+    def _reported_losses(self) -> set[tuple[int, int]]:
+        """(segment, offset) pairs readers were told were lost (``DataLostError``)."""
+        out: set[tuple[int, int]] = set()
+        with self._lock:
+            errors = list(self.reader_errors)
+        for error in errors:
+            for number, begin, end in _LOST.findall(error):
+                out.update((int(number), offset) for offset in range(int(begin), int(end) + 1))
+        return out
 
     def _comeback(self, failover: _Failover) -> float:
         firsts = []
@@ -229,7 +245,7 @@ class HaRun:
         with EventStreamClientFactory.from_url(self.scope, self.url, self.client) as factory:
             batch = factory.create_batch_client()
             for segment in range(self.segments):
-                for events in batch.read_segment("s", segment):
+                for events in batch.read_segment("s", segment, fail_on_data_loss=False):
                     for event in events:
                         out[(segment, event.offset)] = event.payload.decode()
         return out
@@ -304,6 +320,11 @@ class HaRun:
                 with self._lock:
                     self.deliveries += rows
             reader.close()
+
+
+_LOST = re.compile(r"DataLostError\(.segment [^ ]*/(\d+)\.#epoch\.0: offsets (\d+)\.\.(\d+)")
+"""A reader's ``DataLostError`` as recorded: the segment number (segments of epoch 0 only,
+as this run's fixed streams have) and the lost offsets."""
 
 
 def _seq(event: str) -> int:
