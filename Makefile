@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long lint bench chaos chaos-ha explore clean venv
+.PHONY: demo test test-long lint bench chaos chaos-ha explore sim-scale clean venv
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -36,6 +36,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/statesync_bench.py
+	$(PY) bench/group_state_bench.py
 	$(PY) bench/stream_bench.py
 	$(PY) bench/readergroup_bench.py
 	$(PY) bench/read_path_bench.py
@@ -57,6 +58,11 @@ chaos-ha: $(STAMP)
 	$(PY) -m tools.chaos ha --seconds 40 --acks leader --lag 2
 	$(PY) -m tools.chaos ha --seconds 40 --acks replicas=1 --lag 2
 	$(PY) -m tools.chaos ha --seconds 40 --acks leader --lag 2 --fresh-writer
+
+# The reader-group simulation at 10,000 segments and 1,000 readers (in memory, fake clock):
+# rounds, log entries and conflicts per membership change, every invariant after every round.
+sim-scale: $(STAMP)
+	$(PY) -m tests.support.group_sim --segments 10000 --readers 1000
 
 # Deeper exhaustive exploration of the reader-group protocol than the test suite's (minutes).
 explore: $(STAMP)

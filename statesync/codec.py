@@ -3,14 +3,22 @@
 Pure code: no I/O. Never pickle: decoding bytes read from Redis can only build plain
 msgpack values, tuples, frozensets, and instances of dataclasses registered here.
 
-Wire format (``FORMAT_VERSION`` 1)
----------------------------------
-* Values are msgpack with three extension types:
+Wire format (``FORMAT_VERSION`` 2; version 1 is read too)
+---------------------------------------------------------
+* Values are msgpack with four extension types:
   ``1`` tuple (payload: msgpack array), ``2`` registered dataclass (payload: msgpack
-  ``[type_name, {field: value}]``), ``3`` frozenset (payload: msgpack array).
+  ``[type_name, {field: value}]``), ``3`` frozenset (payload: msgpack array), and (format 2)
+  ``4`` registered dataclass in its own compact form (payload: msgpack
+  ``[type_name, wire]``, where ``wire`` is what the class's ``to_wire()`` returned and its
+  classmethod ``from_wire(wire)`` builds the value back). A class with such a form (a large
+  state, say: one msgpack array per column instead of one extension per object) defines both.
+  Other read-only mappings and sets are written as msgpack maps and frozensets.
 * A log entry is the map ``{"v": 1, "w": writer_id, "u": [update, ...]}``: every update of
   one ``update_state`` call travels in one entry and is applied atomically.
 * A snapshot is the map ``{"v": 1, "r": revision, "t": server_time_ms, "s": state}``.
+* ``"v"`` is 2 when the value holds a compact form (extension ``4``), else 1, so readers of
+  format 1 keep reading everything that does not need format 2. ``Codec(..., compact=False)``
+  (or :meth:`Codec.generic`) writes format 1 only.
 
 Any other shape, an unknown ``v``, or an unregistered type name is rejected with a
 specific exception; the caller turns it into a :class:`~statesync.errors.BadEntryError`
@@ -26,7 +34,7 @@ this library is refused on read.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, MutableMapping, MutableSet, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +43,16 @@ import msgpack
 from statesync.errors import DecodeError, EncodeError, UnknownTypeError
 from statesync.update import Update
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The newest format this library reads and writes (values with a compact form)."""
+
+_GENERIC_VERSION = 1
+"""Values without a compact form are written in format 1, which older readers understand."""
 
 _EXT_TUPLE = 1
 _EXT_DATACLASS = 2
 _EXT_FROZENSET = 3
+_EXT_COMPACT = 4
 
 MAX_EXT_DEPTH = 32
 """Most nested extension values (tuple, frozenset, dataclass) in one encoded value."""
@@ -123,17 +136,36 @@ class TypeRegistry:
         return cls in self._by_type
 
 
-class Codec:
-    """Encodes and decodes values, log entries and snapshots with one :class:`TypeRegistry`."""
+class _Written:
+    """What one top-level encoding used (to choose the format version it is labelled with)."""
 
-    def __init__(self, registry: TypeRegistry) -> None:
+    __slots__ = ("compact",)
+
+    def __init__(self) -> None:
+        self.compact = False
+
+
+class Codec:
+    """Encodes and decodes values, log entries and snapshots with one :class:`TypeRegistry`.
+
+    ``compact``: write registered classes that define ``to_wire``/``from_wire`` in that form
+    (format 2); ``False`` writes every dataclass field by field (format 1, for readers of
+    older versions). Both are always read.
+    """
+
+    def __init__(self, registry: TypeRegistry, *, compact: bool = True) -> None:
         self.registry = registry
+        self.compact = compact
+
+    def generic(self) -> Codec:
+        """The same registry, writing format 1 only (no compact forms)."""
+        return Codec(self.registry, compact=False)
 
     # -- values -----------------------------------------------------------------------------
     def encode_value(self, value: Any) -> bytes:
-        return self._encode(value, 0)
+        return self._encode(value, 0, _Written())
 
-    def _encode(self, value: Any, depth: int) -> bytes:
+    def _encode(self, value: Any, depth: int, written: _Written) -> bytes:
         if depth > MAX_EXT_DEPTH:
             raise EncodeError(
                 f"value nests tuples, frozensets or dataclasses more than {MAX_EXT_DEPTH} deep"
@@ -141,7 +173,7 @@ class Codec:
         try:
             packed: bytes = msgpack.packb(
                 value,
-                default=lambda obj: self._default(obj, depth + 1),
+                default=lambda obj: self._default(obj, depth + 1, written),
                 use_bin_type=True,
                 strict_types=True,
             )
@@ -173,15 +205,25 @@ class Codec:
         except Exception as exc:  # msgpack raises several unrelated types on garbage
             raise DecodeError(f"not valid msgpack: {exc}") from exc
 
-    def _default(self, obj: Any, depth: int) -> msgpack.ExtType:
+    def _default(self, obj: Any, depth: int, written: _Written) -> Any:
         if type(obj) is tuple:
-            return msgpack.ExtType(_EXT_TUPLE, self._encode(list(obj), depth))
+            return msgpack.ExtType(_EXT_TUPLE, self._encode(list(obj), depth, written))
         if type(obj) is frozenset:
-            return msgpack.ExtType(_EXT_FROZENSET, self._encode(list(obj), depth))
+            return msgpack.ExtType(_EXT_FROZENSET, self._encode(list(obj), depth, written))
         name = self.registry.name_of(type(obj))
         if name is not None:
+            to_wire = getattr(obj, "to_wire", None)
+            if self.compact and to_wire is not None:
+                written.compact = True
+                payload = self._encode([name, to_wire()], depth, written)
+                return msgpack.ExtType(_EXT_COMPACT, payload)
             fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
-            return msgpack.ExtType(_EXT_DATACLASS, self._encode([name, fields], depth))
+            return msgpack.ExtType(_EXT_DATACLASS, self._encode([name, fields], depth, written))
+        # read-only (e.g. persistent) mappings and sets: a msgpack map, a frozenset
+        if isinstance(obj, Mapping) and not isinstance(obj, MutableMapping):
+            return dict(obj.items())
+        if isinstance(obj, Set) and not isinstance(obj, MutableSet):
+            return msgpack.ExtType(_EXT_FROZENSET, self._encode(list(obj), depth, written))
         if type(obj) is int:
             raise EncodeError(f"integer {obj} is outside msgpack's range -2**63 .. 2**64-1")
         if dataclasses.is_dataclass(obj):
@@ -203,6 +245,8 @@ class Codec:
                 return frozenset(self._expect(self._decode(data, depth), list, "frozenset payload"))
             except TypeError as exc:
                 raise DecodeError(f"frozenset member is not hashable: {exc}") from exc
+        if code == _EXT_COMPACT:
+            return self._compact(self._expect(self._decode(data, depth), list, "compact payload"))
         if code == _EXT_DATACLASS:
             payload = self._expect(self._decode(data, depth), list, "dataclass payload")
             if len(payload) != 2 or not isinstance(payload[0], str):
@@ -218,6 +262,21 @@ class Codec:
                     f"cannot build {name} from {sorted(map(str, fields))}: {exc}"
                 ) from exc
         raise DecodeError(f"unknown msgpack extension type {code}")
+
+    def _compact(self, payload: list[Any]) -> Any:
+        if len(payload) != 2 or not isinstance(payload[0], str):
+            raise DecodeError("compact payload is not [type_name, wire]")
+        name, wire = payload
+        cls = self.registry.lookup(name)
+        if cls is None:
+            raise UnknownTypeError(f"unregistered type {name!r}")
+        from_wire = getattr(cls, "from_wire", None)
+        if from_wire is None:
+            raise DecodeError(f"type {name} has no compact form (no from_wire)")
+        try:
+            return from_wire(wire)
+        except Exception as exc:  # malformed columns, or the class's own validation
+            raise DecodeError(f"cannot build {name} from its compact form: {exc}") from exc
 
     @staticmethod
     def _expect(value: Any, kind: type, what: str) -> Any:
@@ -236,7 +295,7 @@ class Codec:
                     f"update type {type(update).__qualname__} is not registered "
                     "(pass it in update_types=)"
                 )
-        return self.encode_value({"v": FORMAT_VERSION, "w": writer, "u": update_list})
+        return self._framed({"w": writer}, "u", update_list)
 
     def decode_entry(self, revision: int, server_time_ms: int, data: bytes) -> DecodedEntry:
         body = self._expect(self.decode_value(data), dict, "entry")
@@ -252,9 +311,20 @@ class Codec:
 
     # -- snapshots --------------------------------------------------------------------------
     def encode_snapshot(self, revision: int, server_time_ms: int, state: Any) -> bytes:
-        return self.encode_value(
-            {"v": FORMAT_VERSION, "r": revision, "t": server_time_ms, "s": state}
-        )
+        return self._framed({"r": revision, "t": server_time_ms}, "s", state)
+
+    def _framed(self, head: dict[str, Any], key: str, value: Any) -> bytes:
+        """The map ``{"v": version, **head, key: value}``, ``value`` encoded once: the version
+        is 2 only if it holds a compact form."""
+        written = _Written()
+        body = self._encode(value, 0, written)
+        fields = {"v": FORMAT_VERSION if written.compact else _GENERIC_VERSION, **head}
+        packer = msgpack.Packer(use_bin_type=True)
+        parts = [packer.pack_map_header(len(fields) + 1)]
+        for name, field_value in fields.items():
+            parts += (packer.pack(name), packer.pack(field_value))
+        parts += (packer.pack(key), body)
+        return b"".join(parts)
 
     def decode_snapshot(self, data: bytes) -> DecodedSnapshot:
         body = self._expect(self.decode_value(data), dict, "snapshot")
@@ -267,7 +337,8 @@ class Codec:
     @staticmethod
     def _check_version(body: dict[Any, Any]) -> None:
         version = body.get("v")
-        if version != FORMAT_VERSION:
+        if type(version) is not int or not _GENERIC_VERSION <= version <= FORMAT_VERSION:
             raise DecodeError(
-                f"format version {version!r} is not supported (this library reads {FORMAT_VERSION})"
+                f"format version {version!r} is not supported (this library reads "
+                f"{_GENERIC_VERSION} to {FORMAT_VERSION})"
             )

@@ -116,8 +116,8 @@ def test_unknown_type_names_are_reported_as_unknown() -> None:
 
 
 def test_newer_format_versions_are_refused() -> None:
-    payload = msgpack.packb({"v": 2, "w": "w", "u": []})
-    with pytest.raises(DecodeError, match="format version 2"):
+    payload = msgpack.packb({"v": 3, "w": "w", "u": []})
+    with pytest.raises(DecodeError, match="format version 3"):
         CODEC.decode_entry(1, 0, payload)
 
 

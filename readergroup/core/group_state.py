@@ -36,10 +36,11 @@ application can fence its own sinks with them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from readergroup.core import columns
 from readergroup.core.errors import (
     CheckpointError,
     ReaderAlreadyOnlineError,
@@ -47,6 +48,7 @@ from readergroup.core.errors import (
     SegmentNotOwnedError,
 )
 from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.core.persistent import PMap, PSet, pmap, pset
 from readergroup.core.stream_cut import StreamCut
 from statesync import Update
 
@@ -75,6 +77,10 @@ class Checkpoint:
     completed_ms: int = -1
     failed: str = ""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.positions, PMap):  # acknowledgements merge in O(their size)
+            object.__setattr__(self, "positions", PMap(self.positions))
+
     @property
     def done(self) -> bool:
         return self.completed_ms >= 0 or bool(self.failed)
@@ -97,6 +103,11 @@ class Assignment:
 
 @dataclass(frozen=True, slots=True)
 class GroupState:
+    """The group's state. Immutable: the collections an update changes (``readers``,
+    ``assigned``, ``unassigned``, ``future``, ``completed``, ``waiting_ends``) are persistent
+    (:mod:`readergroup.core.persistent`; any mapping or set given is converted), so applying an
+    update costs O(size of the change), sharing the rest with the state before."""
+
     scope: str
     name: str
     config: ReaderGroupConfig
@@ -104,7 +115,7 @@ class GroupState:
     assigned: Mapping[SegKey, Assignment]
     unassigned: Mapping[SegKey, int]
     future: Mapping[SegKey, tuple[SegKey, ...]]
-    completed: frozenset[SegKey]
+    completed: Set[SegKey]
     next_generation: int = 1
     next_token: int = 1
     generation: int = 0
@@ -118,12 +129,29 @@ class GroupState:
     """Readers that have not yet acknowledged the latest reset."""
     waiting_ends: Mapping[SegKey, Mapping[SegKey, int]] = field(default_factory=dict)
     """Per ``future`` successor: its completed predecessors and the offsets they ended at."""
-    _owners: dict[str, dict[SegKey, Assignment]] | None = field(
+    _owners: PMap[str, PMap[SegKey, Assignment]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
     """Index of ``assigned`` by owner, built on first use and carried through the updates
-    that move segments (:func:`_with_owners`); not part of the state (``init=False`` fields
+    that move segments (:func:`_changed`); not part of the state (``init=False`` fields
     are not encoded), so it never reaches the log or a snapshot."""
+
+    def __post_init__(self) -> None:
+        for name in _PERSISTENT_MAPS:
+            value = getattr(self, name)
+            if not isinstance(value, PMap):
+                object.__setattr__(self, name, PMap(value))
+        if not isinstance(self.completed, PSet):
+            object.__setattr__(self, "completed", PSet(self.completed))
+
+    def to_wire(self) -> list[Any]:
+        """The compact form snapshots are written in (:func:`state_to_wire`)."""
+        return state_to_wire(self)
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> GroupState:
+        """The state back from :meth:`to_wire`'s form; ``ValueError`` if malformed."""
+        return state_from_wire(wire)
 
     def checkpoint(self, name: str) -> Checkpoint | None:
         for checkpoint in reversed(self.checkpoints):
@@ -153,12 +181,13 @@ class GroupState:
         return counts
 
     def owners(self) -> Mapping[str, Mapping[SegKey, Assignment]]:
-        """Owner -> its assignments (read-only view; O(S) once per state, then carried)."""
+        """Owner -> its assignments (O(S) once per state lineage, then carried)."""
         owners = self._owners
         if owners is None:
-            owners = {}
+            built: dict[str, dict[SegKey, Assignment]] = {}
             for segment, assignment in self.assigned.items():
-                owners.setdefault(assignment.reader, {})[segment] = assignment
+                built.setdefault(assignment.reader, {})[segment] = assignment
+            owners = PMap((r, PMap(m)) for r, m in built.items())
             object.__setattr__(self, "_owners", owners)
         return owners
 
@@ -178,6 +207,9 @@ class GroupState:
             out.update(ends)
         out.update(self.unassigned)
         return out
+
+
+_PERSISTENT_MAPS = ("readers", "assigned", "unassigned", "future", "waiting_ends")
 
 
 def new_group(
@@ -204,28 +236,31 @@ def new_group(
     )
 
 
-def _with_owners(old: GroupState, new: GroupState, changed: Iterable[SegKey]) -> GroupState:
-    """``new`` with ``old``'s owner index (if built) updated for the ``changed`` segments: a
-    copy of the index's outer map and of each touched owner's map, O(R + change)."""
+def _changed(
+    old: GroupState,
+    removed: Iterable[tuple[SegKey, Assignment]] = (),
+    added: Iterable[tuple[SegKey, Assignment]] = (),
+    **changes: Any,
+) -> GroupState:
+    """``replace(old, **changes)`` with ``old``'s owner index (if built) carried: the
+    ``removed`` assignments out, the ``added`` ones in, O(change x log S)."""
+    new = replace(old, **changes)
     index = old._owners
     if index is None:
         return new
-    owners = dict(index)
-    copied: set[str] = set()
-
-    def mine(reader_id: str) -> dict[SegKey, Assignment]:
-        if reader_id not in copied:
-            copied.add(reader_id)
-            owners[reader_id] = dict(owners.get(reader_id, {}))
-        return owners[reader_id]
-
-    for segment in changed:
-        before, after = old.assigned.get(segment), new.assigned.get(segment)
-        if before is not None:
-            mine(before.reader).pop(segment, None)
-        if after is not None:
-            mine(after.reader)[segment] = after
-    object.__setattr__(new, "_owners", owners)
+    dropped: dict[str, list[SegKey]] = {}
+    put: dict[str, list[tuple[SegKey, Assignment]]] = {}
+    for segment, assignment in removed:
+        dropped.setdefault(assignment.reader, []).append(segment)
+    for segment, assignment in added:
+        put.setdefault(assignment.reader, []).append((segment, assignment))
+    empty: PMap[SegKey, Assignment] = PMap()
+    owners = [
+        (reader, index.get(reader, empty).evolve(put.get(reader, ()), dropped.get(reader, ())))
+        for reader in dropped.keys() | put.keys()
+    ]
+    emptied = [reader for reader, owned in owners if not owned]
+    object.__setattr__(new, "_owners", index.evolve([o for o in owners if o[1]], emptied))
     return new
 
 
@@ -281,9 +316,9 @@ class AddReader(Update):
         if self.reader_id in state.readers:
             raise ReaderAlreadyOnlineError(f"reader {self.reader_id!r} is already online")
         record = ReaderRecord(self.reader_id, state.next_generation, self.joined_ms)
-        return replace(
+        return _changed(
             state,
-            readers={**state.readers, self.reader_id: record},
+            readers=pmap(state.readers).set(self.reader_id, record),
             next_generation=state.next_generation + 1,
         )
 
@@ -301,33 +336,29 @@ class RemoveReader(Update):
     def apply_to(self, state: GroupState) -> GroupState:
         check_member(state, self.reader_id, self.generation)
         given = dict(self.positions)
-        assigned = dict(state.assigned)
-        unassigned = dict(state.unassigned)
-        for segment, assignment in state.assigned.items():
-            if assignment.reader == self.reader_id:
-                del assigned[segment]
-                unassigned[segment] = max(
-                    assignment.position, given.get(segment, assignment.position)
-                )
-        readers = {r: rec for r, rec in state.readers.items() if r != self.reader_id}
+        owned = state.owners().get(self.reader_id, {})
         released = {
-            s: unassigned[s] for s, a in state.assigned.items() if a.reader == self.reader_id
+            segment: max(assignment.position, given.get(segment, assignment.position))
+            for segment, assignment in owned.items()
         }
+        assigned = pmap(state.assigned).evolve(deletes=released)
+        unassigned = pmap(state.unassigned).evolve(released.items())
+        readers = pmap(state.readers).delete(self.reader_id)
         checkpoints = tuple(
             _acknowledged(c, self.reader_id, released, self.now_ms)
             if self.reader_id in c.pending and not c.done
             else c
             for c in state.checkpoints
         )
-        new = replace(
+        return _changed(
             state,
+            removed=owned.items(),
             readers=readers,
             assigned=assigned,
             unassigned=unassigned,
             checkpoints=checkpoints,
             reset_pending=tuple(r for r in state.reset_pending if r != self.reader_id),
         )
-        return _with_owners(state, new, released)
 
 
 @dataclass(frozen=True)
@@ -342,18 +373,21 @@ class AcquireSegments(Update):
 
     def apply_to(self, state: GroupState) -> GroupState:
         check_member(state, self.reader_id, self.generation)
-        assigned = dict(state.assigned)
-        unassigned = dict(state.unassigned)
+        acquired: dict[SegKey, Assignment] = {}
         token = state.next_token
         for segment in self.segments:
-            if segment not in unassigned:
+            position = state.unassigned.get(segment)
+            if position is None or segment in acquired:
                 raise SegmentNotOwnedError(f"segment {segment} is not unassigned")
-            assigned[segment] = Assignment(
-                self.reader_id, unassigned.pop(segment), token, self.now_ms
-            )
+            acquired[segment] = Assignment(self.reader_id, position, token, self.now_ms)
             token += 1
-        new = replace(state, assigned=assigned, unassigned=unassigned, next_token=token)
-        return _with_owners(state, new, self.segments)
+        return _changed(
+            state,
+            added=acquired.items(),
+            assigned=pmap(state.assigned).evolve(acquired.items()),
+            unassigned=pmap(state.unassigned).evolve(deletes=acquired),
+            next_token=token,
+        )
 
 
 @dataclass(frozen=True)
@@ -368,14 +402,20 @@ class ReleaseSegments(Update):
         return _keys(self.reader_id, (s for s, _, _ in self.releases))
 
     def apply_to(self, state: GroupState) -> GroupState:
-        assigned = dict(state.assigned)
-        unassigned = dict(state.unassigned)
+        released: dict[SegKey, int] = {}
+        previous: list[tuple[SegKey, Assignment]] = []
         for segment, token, position in self.releases:
             current = check_owner(state, self.reader_id, self.generation, segment, token)
-            del assigned[segment]
-            unassigned[segment] = max(position, current.position)
-        new = replace(state, assigned=assigned, unassigned=unassigned)
-        return _with_owners(state, new, (s for s, _, _ in self.releases))
+            if segment in released:
+                raise SegmentNotOwnedError(f"segment {segment} is released twice")
+            released[segment] = max(position, current.position)
+            previous.append((segment, current))
+        return _changed(
+            state,
+            removed=previous,
+            assigned=pmap(state.assigned).evolve(deletes=released),
+            unassigned=pmap(state.unassigned).evolve(released.items()),
+        )
 
 
 @dataclass(frozen=True)
@@ -395,12 +435,16 @@ class CommitPositions(Update):
         return _keys(self.reader_id, (s for s, _, _ in self.positions))
 
     def apply_to(self, state: GroupState) -> GroupState:
-        assigned = dict(state.assigned)
+        committed: dict[SegKey, Assignment] = {}
         for segment, token, position in self.positions:
             current = check_owner(state, self.reader_id, self.generation, segment, token)
-            assigned[segment] = replace(current, position=max(position, current.position))
-        new = replace(state, assigned=assigned)
-        return _with_owners(state, new, (s for s, _, _ in self.positions))
+            current = committed.get(segment, current)
+            committed[segment] = replace(current, position=max(position, current.position))
+        return _changed(
+            state,
+            added=committed.items(),
+            assigned=pmap(state.assigned).evolve(committed.items()),
+        )
 
 
 @dataclass(frozen=True)
@@ -432,7 +476,7 @@ class CompleteSegments(Update):
 
     One update for any number of segments (a merge of thousands completes in one log entry),
     the same as completing them one by one, at O(segments changed + successors' predecessors)
-    beyond copying the maps once. Keys: the reader, the completed segments and the
+    (the maps are persistent: nothing is copied). Keys: the reader, the completed segments and the
     successors (a successor's place depends only on its predecessors' completions, and each
     of those names it)."""
 
@@ -447,16 +491,17 @@ class CompleteSegments(Update):
 
     def apply_to(self, state: GroupState) -> GroupState:
         ends: dict[SegKey, int] = {}
+        finished: list[tuple[SegKey, Assignment]] = []
         for segment, token, end in self.completions:
-            check_owner(state, self.reader_id, self.generation, segment, token)
+            finished.append(
+                (segment, check_owner(state, self.reader_id, self.generation, segment, token))
+            )
             ends[segment] = end
-        assigned = dict(state.assigned)
-        for segment in ends:
-            del assigned[segment]
-        completed = state.completed.union(ends)
-        future = dict(state.future)
-        unassigned = dict(state.unassigned)
-        waiting = dict(state.waiting_ends)
+        assigned = pmap(state.assigned).evolve(deletes=ends)
+        completed = pset(state.completed).union(ends)
+        future = pmap(state.future)
+        unassigned = pmap(state.unassigned)
+        waiting = pmap(state.waiting_ends)
         for successor, predecessors, start in self.successors:
             if successor in completed or successor in assigned or successor in unassigned:
                 continue
@@ -465,23 +510,23 @@ class CompleteSegments(Update):
             # reached or not, every predecessor must complete first
             pending = tuple(p for p in future.get(successor, predecessors) if p not in completed)
             if pending:
-                future[successor] = pending
+                future = future.set(successor, pending)
                 reached = {p: ends[p] for p in predecessors if ends.get(p, -1) >= 0}
                 if reached:
-                    waiting[successor] = {**waiting.get(successor, {}), **reached}
+                    waiting = waiting.set(successor, {**waiting.get(successor, {}), **reached})
             else:
-                future.pop(successor, None)
-                waiting.pop(successor, None)
-                unassigned[successor] = start
-        new = replace(
+                future = future.delete(successor)
+                waiting = waiting.delete(successor)
+                unassigned = unassigned.set(successor, start)
+        return _changed(
             state,
+            removed=finished,
             assigned=assigned,
             unassigned=unassigned,
             future=future,
             completed=completed,
             waiting_ends=waiting,
         )
-        return _with_owners(state, new, ends)
 
 
 def _acknowledged(
@@ -489,7 +534,7 @@ def _acknowledged(
 ) -> Checkpoint:
     """The checkpoint after ``reader_id`` reported ``positions``; complete once nobody is left."""
     pending = tuple(r for r in checkpoint.pending if r != reader_id)
-    merged = {**checkpoint.positions, **positions}
+    merged = pmap(checkpoint.positions).evolve(positions.items())
     # server time of the last acknowledgement (as its reader last saw it), never before creation
     completed = max(now_ms, checkpoint.created_ms, 0) if not pending else checkpoint.completed_ms
     return replace(checkpoint, pending=pending, positions=merged, completed_ms=completed)
@@ -518,7 +563,7 @@ class CreateCheckpoint(Update):
             checkpoint = replace(
                 checkpoint, positions=state.positions(), completed_ms=self.created_ms
             )
-        return replace(state, checkpoints=_trim((*state.checkpoints, checkpoint)))
+        return _changed(state, checkpoints=_trim((*state.checkpoints, checkpoint)))
 
 
 def check_new_checkpoint(state: GroupState, name: str) -> None:
@@ -554,7 +599,7 @@ class AckCheckpoint(Update):
         if checkpoint is None or checkpoint.done or self.reader_id not in checkpoint.pending:
             return state
         updated = _acknowledged(checkpoint, self.reader_id, dict(self.positions), self.now_ms)
-        return replace(
+        return _changed(
             state,
             checkpoints=_trim(tuple(updated if c is checkpoint else c for c in state.checkpoints)),
         )
@@ -570,7 +615,7 @@ class FailCheckpoint(Update):
             replace(c, failed=self.reason) if c.name == self.name and not c.done else c
             for c in state.checkpoints
         )
-        return replace(state, checkpoints=_trim(checkpoints))
+        return _changed(state, checkpoints=_trim(checkpoints))
 
 
 @dataclass(frozen=True)
@@ -611,7 +656,7 @@ class AckReset(Update):
         check_member(state, self.reader_id, self.generation)
         if state.generation != self.group_generation:
             return state
-        return replace(
+        return _changed(
             state, reset_pending=tuple(r for r in state.reset_pending if r != self.reader_id)
         )
 
@@ -669,3 +714,165 @@ def check_invariants(state: GroupState) -> None:
     for successor, ends in state.waiting_ends.items():
         assert successor in state.future, f"{successor} has waiting ends but is not future"
         assert set(ends) <= state.completed, f"{successor} waits on uncompleted ends {ends}"
+
+
+# -- compact form (snapshots) -----------------------------------------------------------------
+# A snapshot of a 16k-segment group written object by object was 16k msgpack extensions per
+# map; this form is a few arrays of ints and strings per map (readergroup.core.columns), packed
+# and unpacked by msgpack's C code. ``[form, scope, name, config, streams, readers, assigned,
+# unassigned, future, completed, next_generation, next_token, generation, created_ms,
+# checkpoints, end, reset_pending, waiting_ends]``, segment keys as ``[stream indexes, ids]``
+# over ``streams``.
+WIRE_FORM = 1
+
+
+def _position_columns(table: columns.StreamTable, values: Mapping[SegKey, int]) -> list[Any]:
+    return [*table.key_columns(values.keys()), list(values.values())]
+
+
+def _positions_from(streams: list[str], wire: Any, what: str) -> dict[SegKey, int]:
+    keys, offsets = columns.fields(wire, what, 3)[:2], wire[2]
+    found = columns.keys_from_columns(streams, keys, what)
+    return dict(zip(found, columns.ints(offsets, f"{what} offsets", len(found)), strict=True))
+
+
+def state_to_wire(state: GroupState) -> list[Any]:
+    table = columns.StreamTable()
+    readers = list(state.readers.values())
+    assignments = list(state.assigned.values())
+    owners = columns.StreamTable()  # reader ids, indexed like stream names
+    attribute = columns.attribute
+    return [
+        WIRE_FORM,
+        state.scope,
+        state.name,
+        state.config,
+        table.streams,
+        [
+            attribute(readers, "reader_id"),
+            attribute(readers, "generation"),
+            attribute(readers, "joined_ms"),
+        ],
+        [
+            *table.key_columns(state.assigned.keys()),
+            owners.indexes(attribute(assignments, "reader")),
+            attribute(assignments, "position"),
+            attribute(assignments, "token"),
+            attribute(assignments, "acquired_ms"),
+            owners.streams,
+        ],
+        _position_columns(table, state.unassigned),
+        [
+            [*table.key_columns([successor]), table.key_columns(pending)]
+            for successor, pending in state.future.items()
+        ],
+        table.key_columns(state.completed),
+        state.next_generation,
+        state.next_token,
+        state.generation,
+        state.created_ms,
+        [
+            [
+                c.name,
+                c.created_ms,
+                list(c.pending),
+                _position_columns(table, c.positions),
+                c.silent,
+                c.completed_ms,
+                c.failed,
+            ]
+            for c in state.checkpoints
+        ],
+        None if state.end is None else _position_columns(table, state.end),
+        list(state.reset_pending),
+        [
+            [*table.key_columns([successor]), _position_columns(table, ends)]
+            for successor, ends in state.waiting_ends.items()
+        ],
+    ]
+
+
+def state_from_wire(wire: Any) -> GroupState:
+    wire = columns.fields(wire, "group state", 18)
+    if wire[0] != WIRE_FORM:
+        raise ValueError(f"group state form {wire[0]!r} is not supported (reads {WIRE_FORM})")
+    streams = columns.strings(wire[4], "stream table")
+    ids, generations, joined = columns.fields(wire[5], "readers", 3)
+    reader_ids = columns.strings(ids, "reader ids")
+    count = len(reader_ids)
+    readers = zip(
+        reader_ids,
+        map(
+            ReaderRecord,
+            reader_ids,
+            columns.ints(generations, "reader generations", count),
+            columns.ints(joined, "reader join times", count),
+        ),
+        strict=True,
+    )
+    assigned_wire = columns.fields(wire[6], "assigned", 7)
+    keys = columns.keys_from_columns(streams, assigned_wire[:2], "assigned")
+    count = len(keys)
+    owner_names = columns.strings(assigned_wire[6], "owner table")
+    owner_indexes = columns.ints(assigned_wire[2], "owners", count)
+    if owner_indexes and not 0 <= min(owner_indexes) <= max(owner_indexes) < len(owner_names):
+        raise ValueError(f"owners outside the table of {len(owner_names)}")
+    assignments = map(
+        Assignment,
+        map(owner_names.__getitem__, owner_indexes),
+        columns.ints(assigned_wire[3], "positions", count),
+        columns.ints(assigned_wire[4], "tokens", count),
+        columns.ints(assigned_wire[5], "acquisition times", count),
+    )
+    future: dict[SegKey, tuple[SegKey, ...]] = {}
+    for item in columns.sequence(wire[8], "future"):
+        successor_wire = columns.fields(item, "future segment", 3)
+        (successor,) = columns.keys_from_columns(streams, successor_wire[:2], "future segment")
+        future[successor] = tuple(columns.keys_from_columns(streams, item[2], "predecessors"))
+    checkpoints = []
+    for item in columns.sequence(wire[14], "checkpoints"):
+        name, created, pending, positions, silent, completed_ms, failed = columns.fields(
+            item, "checkpoint", 7
+        )
+        if not (isinstance(name, str) and isinstance(failed, str) and type(silent) is bool):
+            raise ValueError("checkpoint name, failure or silent flag of the wrong type")
+        checkpoints.append(
+            Checkpoint(
+                name,
+                columns.ints([created], "checkpoint time")[0],
+                tuple(columns.strings(pending, "checkpoint pending readers")),
+                _positions_from(streams, positions, "checkpoint positions"),
+                silent,
+                columns.ints([completed_ms], "checkpoint completion")[0],
+                failed,
+            )
+        )
+    waiting: dict[SegKey, Mapping[SegKey, int]] = {}
+    for item in columns.sequence(wire[17], "waiting ends"):
+        successor_wire = columns.fields(item, "waiting successor", 3)
+        (successor,) = columns.keys_from_columns(streams, successor_wire[:2], "waiting segment")
+        waiting[successor] = _positions_from(streams, item[2], "waiting ends")
+    scope, name, config = wire[1:4]
+    if not (isinstance(scope, str) and isinstance(name, str)):
+        raise ValueError("scope or name is not a string")
+    if not isinstance(config, ReaderGroupConfig):
+        raise ValueError(f"config is {type(config).__name__}, not a ReaderGroupConfig")
+    next_generation, next_token, generation, created_ms = columns.ints(wire[10:14], "counters")
+    return GroupState(
+        scope,
+        name,
+        config,
+        PMap(readers),
+        PMap(zip(keys, assignments, strict=True)),
+        PMap(_positions_from(streams, wire[7], "unassigned")),
+        PMap(future),
+        PSet(columns.keys_from_columns(streams, wire[9], "completed")),
+        next_generation=next_generation,
+        next_token=next_token,
+        generation=generation,
+        created_ms=created_ms,
+        checkpoints=tuple(checkpoints),
+        end=None if wire[15] is None else _positions_from(streams, wire[15], "end"),
+        reset_pending=tuple(columns.strings(wire[16], "reset pending readers")),
+        waiting_ends=PMap(waiting),
+    )
