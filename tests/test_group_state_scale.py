@@ -27,6 +27,7 @@ from readergroup.core.group_state import (
     Assignment,
     CommitPositions,
     CompleteSegment,
+    CompleteSegments,
     CreateCheckpoint,
     GroupState,
     ReleaseSegments,
@@ -167,6 +168,9 @@ def updates_of_small(state: GroupState) -> dict[str, Update]:
         "commit": CommitPositions("small", 5, ((first, a.token, 4), (second, b.token, 5))),
         "complete": CompleteSegment(
             "small", 5, first, a.token, ((successor, (first,), 0), (other, (first, second), 0)), 9
+        ),
+        "complete_both": CompleteSegments(
+            "small", 5, ((first, a.token, 9), (second, b.token, 8)), ((other, (first, second), 0),)
         ),
         "ack_checkpoint": AckCheckpoint("small", 5, "cp", ((first, 1), (second, 2)), 6),
         "leave": RemoveReader("small", 5, ((first, 7),), 6),
