@@ -219,12 +219,12 @@ class ChangeReport:
 
 class ScaleSimulation:
     """``readers`` readers on ``segments`` segments of one stream, on the in-memory backend and
-    a fake clock. A round: every live reader heartbeats (fetching the log), then every live
-    reader rebalances, in a seeded random order, so readers decide on states that others'
-    appends have moved past, as concurrent readers do. Invariants are checked after every round:
-    :func:`check_invariants` (each segment in one place, owners online, tokens unique), no
-    segment lost or duplicated, a successor assignable only once all its predecessors are
-    completed."""
+    a fake clock. A round: every live reader heartbeats and reads the group log, then every live
+    reader rebalances on what it read, in a seeded random order, so readers decide on states
+    that others' appends have moved past, as concurrent readers do. Invariants are checked
+    after every round: :func:`check_invariants` (each segment in one place, owners online,
+    tokens unique), no segment lost or duplicated, a successor assignable only once all its
+    predecessors are completed."""
 
     def __init__(self, seed: int, segments: int, readers: int) -> None:
         self.rng = random.Random(seed)
@@ -306,15 +306,20 @@ class ScaleSimulation:
         self.clock.advance(1.0)
         order = sorted(self.live)
         self.rng.shuffle(order)
-        for reader_id in order:
-            if not self.members[reader_id].heartbeat().member:
+        fetched: dict[str, int] = {}
+        for reader_id in order:  # a heartbeat, and the wake-up's one read of the group log
+            member = self.members[reader_id]
+            if not member.heartbeat().member:
                 self.live.discard(reader_id)
+                continue
+            member.refresh()
+            fetched[reader_id] = member.sync.revision
         moved = 0
         for reader_id in order:
             if reader_id not in self.live:
                 continue
             member = self.members[reader_id]
-            acquired, released = member.rebalance({}, fetched_at=member.sync.revision)
+            acquired, released = member.rebalance({}, fetched_at=fetched[reader_id])
             moved += len(acquired) + len(released)
             moved += self._complete_sealed(member)
         self.check()
