@@ -41,6 +41,7 @@ from readergroup.core.stream_metadata import (
     check_scale,
     initial_state,
 )
+from readergroup.testing.embedded_redis import LocalRedisServer
 from tests.support.waiting import wait_until
 
 SEGMENTS = 2_000
@@ -59,9 +60,12 @@ def test_the_cap_is_at_least_ten_thousand_segments() -> None:
 
 
 def test_a_stream_of_more_than_1024_segments_is_created_split_and_merged(
-    redis_url: str, scope: str
+    private_redis: LocalRedisServer,
 ) -> None:
+    # a server of its own: the test counts WATCH calls, which other tests' threads also send
+    redis_url, scope = private_redis.url, "big-scope"
     with StreamManager.from_url(redis_url) as sm:
+        sm.create_scope(scope)
         config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(SEGMENTS))
         assert sm.create_stream(scope, "big", config)
         info = sm.get_stream_info(scope, "big")
