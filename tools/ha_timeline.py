@@ -6,7 +6,7 @@ group (:class:`tools.ha_run.HaRun`), from the servers', the Sentinels' and the c
 A primary, ``--replicas`` replicas and 3 Sentinels are started; after a warm-up, a graceful
 ``SENTINEL FAILOVER`` (or, with ``--lossy``, a SIGKILL of the primary, restarted at once as a
 replica of the promoted one). Recorded, in seconds from the start of the failover: every event
-the first Sentinel publishes (``+switch-master``, ``+role-change``, ...), every change of a
+a Sentinel publishes (``+switch-master``, ``+role-change``, ...), every change of a
 server's role, replica count or replication link (``INFO replication``, polled every 50 ms),
 and the clients' warnings (a pool following a new primary, a writer retrying after a ``WAIT``
 shortfall, readers adopting a regressed group log). Prints JSON: ``events`` ([seconds, source,
@@ -62,13 +62,13 @@ class _ClientLog(logging.Handler):
         self.timeline.add(f"client {record.threadName}", record.getMessage()[:200])
 
 
-def _watch_sentinel(group: LocalSentinelGroup, timeline: Timeline, stop: threading.Event) -> None:
-    pubsub = redis.Redis(port=group.sentinel_ports[0], decode_responses=True).pubsub()
+def _watch_sentinel(port: int, timeline: Timeline, stop: threading.Event) -> None:
+    pubsub = redis.Redis(port=port, decode_responses=True).pubsub()
     pubsub.psubscribe("*")
     while not stop.is_set():
         message = pubsub.get_message(timeout=0.2)
         if message and message["type"] == "pmessage" and message["channel"] != "__sentinel__:hello":
-            timeline.add("sentinel", f"{message['channel']} {message['data']}")
+            timeline.add(f"sentinel {port}", f"{message['channel']} {message['data']}")
     pubsub.close()
 
 
@@ -103,10 +103,13 @@ def run(acks: str, *, replicas: int, sync_delay: int, lossy: bool) -> dict[str, 
     stop = threading.Event()
     try:
         with local_sentinel_group(replicas=replicas, sentinels=3, sync_delay=sync_delay) as group:
-            watchers = [
-                threading.Thread(target=watch, args=(group, timeline, stop), daemon=True)
-                for watch in (_watch_sentinel, _watch_roles)
+            watchers = [  # each Sentinel publishes what it does itself
+                threading.Thread(target=_watch_sentinel, args=(port, timeline, stop), daemon=True)
+                for port in group.sentinel_ports
             ]
+            watchers.append(
+                threading.Thread(target=_watch_roles, args=(group, timeline, stop), daemon=True)
+            )
             for watcher in watchers:
                 watcher.start()
             client = ClientConfig(acks=acks, ack_timeout=1.0)
