@@ -217,3 +217,43 @@ def test_a_writer_with_the_generated_acl_rules_appends_natively(
         assert [r.status for r in replies] == [0, 0]
     assert calls(admin, "exec") == exec_before + 1 and calls(admin, "evalsha") == eval_before
     admin.close()
+
+
+def test_the_server_is_asked_once_per_connection_and_a_restart_begins_a_new_epoch(
+    private_redis: LocalRedisServer,
+) -> None:
+    """``INFO server`` (the run_id that decides the epoch) is sent on a connection's first
+    native round only; after a restart (a new socket to a new server process) it is asked
+    again and the entries carry a new epoch."""
+    url, scope = private_redis.url, "epochs"
+    with StreamManager.from_url(url) as sm:
+        sm.create_scope(scope)
+        sm.create_stream(scope, "s")
+    client = redis.Redis.from_url(url)
+
+    def epochs() -> list[int]:
+        with EventStreamClientFactory.from_url(scope, url) as reading:
+            _, key, _ = reading.connection.keys.segment(scope, "s", 0)
+        return sorted({int(entry_id.split(b"-")[1]) for entry_id, _ in client.xrange(key)})
+
+    with EventStreamClientFactory.from_url(scope, url) as factory:
+        segments = factory.connection.segments
+        for round_number in range(3):
+            if round_number == 1:  # the connection asked on its first round
+                info_before = calls(client, "info")
+            data = events(200, tag=f"r{round_number}")
+            replies = segments.append(batches(scope, "s", "w", 1 + 2 * round_number, data))
+            assert [r.status for r in replies] == [segment_status.OK, segment_status.OK]
+        assert calls(client, "info") == info_before + 1  # only the count's own INFO
+        before = epochs()
+        assert len(before) == 1
+        private_redis.restart()
+        client = redis.Redis.from_url(url)
+        data = events(200, tag="after")
+        factory.connection.client.connection_pool.disconnect()  # its sockets died with the server
+        exec_before = calls(client, "exec")
+        replies = segments.append(batches(scope, "s", "w", 7, data))
+        assert [r.status for r in replies] == [segment_status.OK, segment_status.OK]
+        assert calls(client, "exec") == exec_before + 1  # natively
+        after = epochs()
+        assert len(after) == 2 and after[0] == before[0]  # a new epoch began after the restart

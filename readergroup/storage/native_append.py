@@ -11,8 +11,8 @@ One round (every batch of a writer's pipelined round) is two round trips on one 
 1. ``WATCH`` every key of every batch (meta, events, writers), then read what
    ``append_events.lua`` reads: the meta counters and sealed flag, the writer's last batch
    sequence, the last append's server time (meta field ``t``), the segment's epoch and the
-   server that began it (``ep``, ``srv``), the events key's type, ``TIME`` and the server's
-   ``run_id`` (``INFO server``).
+   server that began it (``ep``, ``srv``), the events key's type, ``TIME`` and, once per
+   connection, the server's ``run_id`` (``INFO server``; see :func:`_known_server`).
 2. ``MULTI``, per batch the ``XADD``s at the explicit ids ``<offset + 1>-<epoch>`` from the
    tail read in step 1 and the counters, ``EXEC`` (and the acknowledgement ``WAIT``, if any).
 
@@ -50,7 +50,7 @@ from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import AppendBatch
 
 _STREAM = (b"stream", b"none", "stream", "none")  # TYPE replies of an events key to append to
-_HEAD = 3  # replies of the first round before the per-batch ones: WATCH, TIME, INFO server
+_SERVER_ATTRIBUTE = "_readergroup_server"  # (socket, run_id) remembered on a redis-py connection
 
 MIN_EVENTS = 64
 """Smallest round sent natively; smaller rounds take one round trip through the script."""
@@ -94,26 +94,13 @@ def _append(
     wait: Sequence[Any] | None,
 ) -> tuple[list[tuple[int, int, bytes]], Any]:
     keys = [layout.segment(b.scope, b.stream, b.segment) for b in batches]
-    watched = list(dict.fromkeys(key for triple in keys for key in triple))
-    reads: list[tuple[Any, ...]] = [("WATCH", *watched), ("TIME",), ("INFO", "server")]
-    for batch, (meta, events, writers) in zip(batches, keys, strict=True):
-        reads += (
-            ("HMGET", meta, "created_ms", "sealed", "events", "bytes", "t", "ep", "srv", "epochs"),
-            ("HGET", writers, batch.writer),
-            ("TYPE", events),
-        )
-    replies = _round_trip(connection, reads)
-    if any(isinstance(reply, Exception) for reply in replies[:_HEAD]):
-        _unwatch(connection)
-    server = _run_id(replies[2])
-    now_sec, now_us = replies[1]
-    now_ms = int(now_sec) * 1000 + int(now_us) // 1000
+    replies, now_ms, server = _first_round(connection, batches, keys)
     commands = [b"*1\r\n$5\r\nMULTI\r\n"]
     outcomes: list[tuple[int, int, bytes]] = []  # (first offset, server ms, created) per batch
     # meta key -> tail, bytes, ms, epoch of this round
     tails: dict[str, tuple[int, int, int, int]] = {}
     for index, (batch, (meta, events, writers)) in enumerate(zip(batches, keys, strict=True)):
-        state, last, kind = replies[_HEAD + 3 * index : _HEAD + 3 + 3 * index]
+        state, last, kind = replies[3 * index : 3 + 3 * index]
         if any(isinstance(reply, Exception) for reply in (state, last)) or kind not in _STREAM:
             _unwatch(connection)  # a key of the wrong type: the script names it
         created, sealed, tail_text, bytes_text, last_ms, epoch_text, began, history = state
@@ -184,6 +171,52 @@ def _epoch(
     new = max(current + 1, now_ms)
     began_at = f"{_text(history)}{new}:{tail},"
     return new, _pack((b"HSET", meta, b"ep", new, b"srv", server, b"epochs", began_at))
+
+
+def _first_round(
+    connection: Any, batches: Sequence[AppendBatch], keys: Sequence[tuple[str, str, str]]
+) -> tuple[list[Any], int, str | None]:
+    """Step 1: ``WATCH`` and the reads; return the per-batch replies (three each), the server
+    ms and the server's ``run_id``."""
+    watched = list(dict.fromkeys(key for triple in keys for key in triple))
+    server = _known_server(connection)
+    reads: list[tuple[Any, ...]] = [("WATCH", *watched), ("TIME",)]
+    if server is None:
+        reads.append(("INFO", "server"))
+    head = len(reads)  # replies before the per-batch ones
+    for batch, (meta, events, writers) in zip(batches, keys, strict=True):
+        reads += (
+            ("HMGET", meta, "created_ms", "sealed", "events", "bytes", "t", "ep", "srv", "epochs"),
+            ("HGET", writers, batch.writer),
+            ("TYPE", events),
+        )
+    replies = _round_trip(connection, reads)
+    if any(isinstance(reply, Exception) for reply in replies[:head]):
+        _unwatch(connection)
+    if server is None:
+        server = _run_id(replies[2])
+        _remember_server(connection, server)
+    now_sec, now_us = replies[1]
+    return replies[head:], int(now_sec) * 1000 + int(now_us) // 1000, server
+
+
+def _known_server(connection: Any) -> str | None:
+    """The ``run_id`` of the server this connection's socket reaches, if asked before on that
+    socket. A socket reaches one server process for its whole life: a failover, a restart or a
+    Sentinel switch means a new socket (redis-py reconnects with a new one), so the answer holds
+    until the socket changes, and ``INFO server`` is sent once per connection, not per round."""
+    remembered = getattr(connection, _SERVER_ATTRIBUTE, None)
+    sock = getattr(connection, "_sock", None)
+    if remembered is None or sock is None or remembered[0] is not sock:
+        return None
+    server: str = remembered[1]
+    return server
+
+
+def _remember_server(connection: Any, server: str | None) -> None:
+    sock = getattr(connection, "_sock", None)
+    if server is not None and sock is not None:
+        setattr(connection, _SERVER_ATTRIBUTE, (sock, server))
 
 
 def _run_id(reply: Any) -> str | None:
