@@ -45,24 +45,18 @@ class SimReader:
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
-class GroupSimulation:
-    """Readers join, beat, crash, restart, rebalance, commit and complete, on a fake clock."""
+class _FakeClockGroup:
+    """What both simulations run on: a seeded random source, a fake clock, the in-memory group
+    log and heartbeats, and synchronizers of the group ``sim/g`` over them (``admin``: the
+    one each simulation initializes and looks through)."""
 
-    def __init__(self, seed: int, segments: int = 8) -> None:
+    admin: StateSynchronizer[GroupState]
+
+    def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.clock = ManualClock(1_000.0)
         self.backend = MemoryLogBackend(server_clock=self.now_ms)
         self.heartbeats = MemoryHeartbeatStore(self.now_ms)
-        config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
-        self.stream: StreamState = initial_state("sim", "stream", config, 0)
-        starts = {(STREAM, s): 0 for s in self.stream.segments}
-        group_config = ReaderGroupConfig(streams=[STREAM], session_timeout=SESSION_MS / 1000)
-        self.admin = self.sync()
-        self.admin.initialize(new_group("sim", "g", group_config, starts, self.now_ms()))
-        self.readers: dict[str, SimReader] = {}
-        self.tails: dict[int, int] = dict.fromkeys(self.stream.segments, 50)
-        self.fenced_commits = 0
-        self.refused_joins = 0
 
     def now_ms(self) -> int:
         return int(self.clock.monotonic() * 1000)
@@ -81,6 +75,23 @@ class GroupSimulation:
         self.admin.fetch_updates()
         state: GroupState = self.admin.state
         return state
+
+
+class GroupSimulation(_FakeClockGroup):
+    """Readers join, beat, crash, restart, rebalance, commit and complete, on a fake clock."""
+
+    def __init__(self, seed: int, segments: int = 8) -> None:
+        super().__init__(seed)
+        config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
+        self.stream: StreamState = initial_state("sim", "stream", config, 0)
+        starts = {(STREAM, s): 0 for s in self.stream.segments}
+        group_config = ReaderGroupConfig(streams=[STREAM], session_timeout=SESSION_MS / 1000)
+        self.admin = self.sync()
+        self.admin.initialize(new_group("sim", "g", group_config, starts, self.now_ms()))
+        self.readers: dict[str, SimReader] = {}
+        self.tails: dict[int, int] = dict.fromkeys(self.stream.segments, 50)
+        self.fenced_commits = 0
+        self.refused_joins = 0
 
     # -- actions ---------------------------------------------------------------------------
     def join(self, reader_id: str) -> None:
@@ -217,7 +228,7 @@ class ChangeReport:
     """Wall time the simulation took (the protocol's clock is fake)."""
 
 
-class ScaleSimulation:
+class ScaleSimulation(_FakeClockGroup):
     """``readers`` readers on ``segments`` segments of one stream, on the in-memory backend and
     a fake clock. A round: every live reader heartbeats and reads the group log, then every live
     reader rebalances on what it read, in a seeded random order, so readers decide on states
@@ -227,10 +238,7 @@ class ScaleSimulation:
     predecessors are completed."""
 
     def __init__(self, seed: int, segments: int, readers: int) -> None:
-        self.rng = random.Random(seed)
-        self.clock = ManualClock(1_000.0)
-        self.backend = MemoryLogBackend(server_clock=self.now_ms)
-        self.heartbeats = MemoryHeartbeatStore(self.now_ms)
+        super().__init__(seed)
         self.segments = segments
         self.target_readers = readers
         self.universe: set[SegKey] = {(STREAM, s) for s in range(segments)}
@@ -238,7 +246,7 @@ class ScaleSimulation:
         self.sealed: dict[SegKey, tuple[SegKey, ...]] = {}
         """Sealed segment -> its successors (completed by its owner on its next step)."""
         config = ReaderGroupConfig(streams=[STREAM], session_timeout=SESSION_MS / 1000)
-        self.admin = self._sync()
+        self.admin = self.sync()
         self.admin.initialize(
             new_group("sim", "g", config, dict.fromkeys(self.universe, 0), self.now_ms())
         )
@@ -246,31 +254,13 @@ class ScaleSimulation:
         self.live: set[str] = set()
         self.next_id = 0
 
-    def now_ms(self) -> int:
-        return int(self.clock.monotonic() * 1000)
-
-    def _sync(self) -> StateSynchronizer[GroupState]:
-        return StateSynchronizer(
-            self.backend,
-            "group:sim/g",
-            update_types=UPDATE_TYPES,
-            state_types=STATE_TYPES,
-            clock=self.clock,
-            rng=random.Random(self.rng.random()),
-        )
-
-    def state(self) -> GroupState:
-        self.admin.fetch_updates()
-        state: GroupState = self.admin.state
-        return state
-
     # -- membership changes -----------------------------------------------------------------
     def join(self, count: int = 1) -> None:
         for _ in range(count):
             reader_id = f"r{self.next_id:05d}"
             self.next_id += 1
             member = GroupMember(
-                self._sync(),
+                self.sync(),
                 self.heartbeats,
                 reader_id,
                 session_timeout_ms=SESSION_MS,
