@@ -127,6 +127,15 @@ def test_a_lossy_failover_never_reuses_offsets_a_writer_saw(
         front.close()
 
 
+def stream_and_group(url: str) -> None:
+    """The stream ``ha/s`` (one segment) and the reader group ``g`` reading it."""
+    with StreamManager.from_url(url) as sm:
+        sm.create_scope("ha")
+        sm.create_stream("ha", "s")
+    with ReaderGroupManager.from_url("ha", url) as rgm:
+        rgm.create_reader_group("g", ReaderGroupConfig(streams=["ha/s"]))
+
+
 def test_a_fresh_writer_after_a_lossy_failover_skips_nothing_a_live_reader_passed(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
 ) -> None:
@@ -138,11 +147,7 @@ def test_a_fresh_writer_after_a_lossy_failover_skips_nothing_a_live_reader_passe
     front = ReplyDroppingProxy("127.0.0.1", primary.port)
     follower = redis.Redis(port=replica.port)
     try:
-        with StreamManager.from_url(front.url) as sm:
-            sm.create_scope("ha")
-            sm.create_stream("ha", "s")
-        with ReaderGroupManager.from_url("ha", front.url) as rgm:
-            rgm.create_reader_group("g", ReaderGroupConfig(streams=["ha/s"]))
+        stream_and_group(front.url)
         config = EventWriterConfig(delivery_timeout=60, linger=0.02)
         with (
             EventStreamClientFactory.from_url("ha", front.url) as factory,
@@ -199,11 +204,7 @@ def test_a_position_committed_past_the_tail_reports_the_loss_and_skips_no_new_ev
     front = ReplyDroppingProxy("127.0.0.1", primary.port)
     follower = redis.Redis(port=replica.port)
     try:
-        with StreamManager.from_url(front.url) as sm:
-            sm.create_scope("ha")
-            sm.create_stream("ha", "s")
-        with ReaderGroupManager.from_url("ha", front.url) as rgm:
-            rgm.create_reader_group("g", ReaderGroupConfig(streams=["ha/s"]))
+        stream_and_group(front.url)
         config = EventWriterConfig(delivery_timeout=60, linger=0.02)
         with EventStreamClientFactory.from_url("ha", front.url) as factory:
             events_key = factory.connection.keys.segment("ha", "s", 0).events
