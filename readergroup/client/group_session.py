@@ -294,9 +294,7 @@ class GroupSession(Generic[T]):
         state = self.member.state
         self._seen_revision = self.member.sync.revision
         self.end_of_data = state.end_of_data
-        self._reconcile(state, released)
-        for key, assignment in acquired.items():
-            self._adopt(key, assignment)
+        self._reconcile(state, released)  # adopts what was acquired, as owned in ``state``
         if acquired:
             logger.debug("reader %r acquired %s", self.reader_id, sorted(acquired))
             self._notify(acquired=list(acquired))
@@ -344,7 +342,8 @@ class GroupSession(Generic[T]):
                 self.checkpoint_due = name
 
     def _reconcile(self, state: GroupState, released: list[SegKey]) -> None:
-        """Drop local segments the group no longer gives this reader (released, taken away)."""
+        """Drop local segments the group no longer gives this reader (released, taken away) and
+        adopt the ones it gives and this reader does not hold yet (acquired, or handed back)."""
         mine = state.owned_by(self.reader_id)
         owned_now = self._fetcher.owned
         lost = [k for k, o in owned_now.items() if k not in mine or mine[k].token != o.token]
