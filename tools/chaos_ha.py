@@ -15,7 +15,16 @@ Prints JSON (see :mod:`tools.ha_run` for the reader-group figures, plus
 a ``LogRegressedError``) and exits non-zero if an acknowledged-and-present event was skipped, a
 (segment, offset) named two events without a reader being told (``DataLostError``), a client
 diverged silently, a segment was handed out twice
-at once, or (with ``replicas=1``) an acknowledged event was lost.
+at once, (with ``replicas=1``) an acknowledged event was lost, or readers were not all back
+within their bound.
+
+The bound on a comeback (every reader delivering an event written after the failover began) is
+``session_timeout`` + the time until the deployment could acknowledge a write again in the run's
+mode: for ``leader`` the failover itself (until the Sentinels name a primary that says so); for
+``replicas=N`` until that primary also has N replicas with their link up, since no append can
+be confirmed as replicated before (after a graceful ``SENTINEL FAILOVER`` of a pair, the
+Sentinels demote the old primary at their next status check, up to 10 s later, and it must
+resync). Both times are printed per failover (``failover_seconds``, ``durable_again_seconds``).
 """
 
 from __future__ import annotations
@@ -29,7 +38,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from readergroup import ClientConfig
-from readergroup.testing.embedded_redis import LocalSentinelGroup, local_sentinel_group
+from readergroup.testing.embedded_redis import (
+    EmbeddedRedisError,
+    LocalSentinelGroup,
+    local_sentinel_group,
+    replicas_online,
+)
 from statesync import LogRegressedError, StateSyncError, StateSynchronizer, SyncConfig
 from statesync.durability import Acks
 from tests.support.model import ALL_TYPES, Add
@@ -89,6 +103,43 @@ class Counters:
         return silent
 
 
+class DurabilityWatch:
+    """From ``start()``: seconds until the Sentinels name a primary other than the one before
+    and it has ``wanted`` replicas with their link up (polled every 50 ms in a thread of its
+    own)."""
+
+    def __init__(self, group: LocalSentinelGroup, wanted: int) -> None:
+        self._group = group
+        self._wanted = wanted
+        self._before = group.primary_port()
+        self._began = 0.0
+        self._seconds: float | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ha-durability", daemon=True)
+
+    def start(self) -> None:
+        self._began = time.monotonic()
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(0.05):
+            try:
+                port = self._group.primary_port()
+            except EmbeddedRedisError:  # no Sentinel answered this time: asked again
+                continue
+            if port != self._before and replicas_online(port) >= self._wanted:
+                self._seconds = time.monotonic() - self._began
+                return
+
+    def seconds(self, timeout: float = 120.0) -> float:
+        """The time found (waits for it up to ``timeout``; raises ``TimeoutError`` after)."""
+        self._thread.join(timeout)
+        self._done.set()
+        if self._seconds is None:
+            raise TimeoutError(f"the primary had no {self._wanted} replicas online in time")
+        return self._seconds
+
+
 @contextlib.contextmanager
 def lagging_group(sync_delay: int = 0) -> Iterator[tuple[LocalSentinelGroup, ReplyDroppingProxy]]:
     """A Sentinel group whose replica follows the primary through a proxy (to make it lag);
@@ -122,6 +173,8 @@ def run(
         began = time.monotonic()
         comebacks = []
         failover_seconds = []
+        durable_again = []
+        wanted = Acks.parse(acks, timeout=1.0).replicas
 
         def until(fraction: float) -> None:
             time.sleep(max(0.0, began + fraction * seconds - time.monotonic()))
@@ -131,6 +184,8 @@ def run(
         proxy.blackhole(True)  # the replica stops receiving: it falls behind
         time.sleep(lag)
         start = time.monotonic()
+        watch = DurabilityWatch(group, wanted)
+        watch.start()
         with ha.failover():
             primary.kill()
             promoted = group.failover(dead=primary.port)
@@ -141,14 +196,18 @@ def run(
         primary.extra_args = [*primary.extra_args, "--replicaof", "127.0.0.1", str(promoted)]
         primary.start()
         comebacks.append(ha.wait_comeback(120))
+        durable_again.append(max(failover_seconds[-1], watch.seconds()))
         group.wait_replicating()  # the Sentinels trust the replica: the next failover may pick it
 
         until(0.6)
         start = time.monotonic()
+        watch = DurabilityWatch(group, wanted)
+        watch.start()
         with ha.failover():
             group.failover()  # until the Sentinels name the promoted replica
         failover_seconds.append(time.monotonic() - start)
         comebacks.append(ha.wait_comeback(120))
+        durable_again.append(max(failover_seconds[-1], watch.seconds()))
         group.wait_replicating()
         until(1.0)
         figures = ha.finish(drain_timeout=30).as_dict()
@@ -159,6 +218,8 @@ def run(
             sync_delay=sync_delay,
             failover_seconds=[round(s, 2) for s in failover_seconds],
             comeback_seconds_each=[round(s, 2) for s in comebacks],
+            durable_again_seconds=[round(s, 2) for s in durable_again],
+            comeback_bound_seconds=[round(ha.group.session_timeout + s, 2) for s in durable_again],
             session_timeout=ha.group.session_timeout,
             silent_divergences=counters.finish(),
             synchronizer_regressions_reported=counters.regressions,
@@ -169,6 +230,12 @@ def run(
         and figures["silent_divergences"] == 0
         and figures["overlaps"] == 0
         and (acks == "leader" or figures["lost"] == 0)
+        and all(
+            seconds <= bound
+            for seconds, bound in zip(
+                figures["comeback_seconds_each"], figures["comeback_bound_seconds"], strict=True
+            )
+        )
     )
     return figures
 

@@ -97,6 +97,22 @@ def _answers(port: int, command: bytes, expected: bytes) -> bool:
         return False
 
 
+def replicas_online(port: int) -> int:
+    """How many replicas the server on ``port`` names as ``state=online`` in ``INFO
+    replication`` (0 when it does not answer or is not a primary)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"INFO replication\r\n")
+            reply = sock.recv(8192)
+    except OSError:
+        return 0
+    if b"role:master" not in reply:
+        return 0
+    return sum(
+        1 for line in reply.split(b"\r\n") if line.startswith(b"slave") and b"state=online" in line
+    )
+
+
 def _ping(port: int) -> bool:
     return _answers(port, b"PING", b"+PONG")
 
