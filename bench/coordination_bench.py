@@ -129,12 +129,15 @@ def _wait(condition: Callable[[], bool], limit: float = 300.0) -> float:
 
 
 def _balanced(group: Any, readers: int, segments: int) -> bool:
-    dist = group.get_segment_distribution()
-    sizes = [len(s) for s in dist.assigned.values()]
+    """Whether ``readers`` readers own ``segments`` segments, +-1 each. Checked every 10 ms in
+    this process, so cheaply: the group state's owner counts (O(R); the segment distribution
+    sorts every segment, and polling it took a third of the readers' CPU at 128 readers)."""
+    state = group.refresh()
+    sizes = list(state.counts().values())
     return (
         len(sizes) == readers
         and sum(sizes) == segments
-        and not dist.unassigned
+        and not state.unassigned
         and max(sizes) - min(sizes) <= 1
     )
 

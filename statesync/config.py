@@ -32,6 +32,11 @@ class SyncConfig:
             entries, keyed by a digest of the snapshot bytes and the registered types) so that
             synchronizers reading the same snapshot decode it once (default True). States are
             then shared objects: ``apply_to`` must return new values, never mutate.
+        share_applied_states: keep the state after each log entry in a per-process LRU cache
+            (1,024 entries, keyed by log name, revision and the log's history there) so that
+            synchronizers of one process following the same log decode and apply each entry
+            once, and none applies an entry another one appended (default True). States are
+            shared objects, as with ``share_decoded_snapshots``.
         max_snapshot_bytes: largest snapshot read or written (default 64 MiB; 1 byte to
             256 MiB). A larger one in Redis is not transferred: it is a ``CorruptEntryError``.
         compact_every: if set, the client whose append lands at a revision that is a multiple
@@ -47,6 +52,7 @@ class SyncConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     socket_timeout: float = 10.0
     share_decoded_snapshots: bool = True
+    share_applied_states: bool = True
     max_snapshot_bytes: int = 64 * MiB
     compact_every: int | None = None
     acks: Acks = field(default_factory=Acks)

@@ -1,9 +1,18 @@
-"""A per-process LRU cache of decoded snapshots (the one place :mod:`cachetools` serves here).
+"""Per-process LRU caches shared by the synchronizers of one process (the one place
+:mod:`cachetools` serves here): decoded snapshots, and states after a log entry.
 
 Decoding a large snapshot costs far more than hashing its bytes, and every synchronizer of
 one process that catches up on the same name reads the same snapshot. Entries are keyed by
 a BLAKE2b digest of the bytes *and* the identity of the registered types, so a client that
 registered different classes never sees another client's objects.
+
+Likewise every synchronizer of a process that follows the same log decodes and applies the
+same entries (a hundred readers of one group in one process apply each of its entries a
+hundred times). The state after an entry is a function of the log's history at that entry
+(a chain of hashes over the incarnation and every payload, see ``history.lua``): the first
+synchronizer to reach it (by applying the entry, or by appending it) stores the state under
+``(name, revision, history, types)`` and the others take it from there. States are immutable
+values (``apply_to`` returns new ones), so sharing them is safe.
 """
 
 from __future__ import annotations
@@ -11,12 +20,16 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Hashable
+from typing import Any
 
 from cachetools import LRUCache
 
 from statesync.codec import DecodedSnapshot
 
 _CACHE: LRUCache[tuple[bytes, Hashable], DecodedSnapshot] = LRUCache(maxsize=32)
+_STATES: LRUCache[tuple[str, int, str, Hashable], Any] = LRUCache(maxsize=1024)
+"""(name, revision, history, types) -> the state after that entry. 1,024 entries: a burst of
+a group's moves while its readers are at different revisions (states share structure)."""
 _LOCK = threading.Lock()
 
 
@@ -35,7 +48,25 @@ def decode_shared(
     return decoded
 
 
+def state_after(name: str, revision: int, history: str, registry_key: Hashable) -> Any | None:
+    """The state of log ``name`` after the entry at ``revision`` whose history is ``history``,
+    if a synchronizer of this process registered with the same types stored it; else None."""
+    with _LOCK:
+        return _STATES.get((name, revision, history, registry_key))
+
+
+def remember_state(
+    name: str, revision: int, history: str, registry_key: Hashable, state: Any
+) -> None:
+    """Store the state of log ``name`` after the entry at ``revision`` (see
+    :func:`state_after`); a ``history`` of ``""`` (not known) stores nothing."""
+    if history:
+        with _LOCK:
+            _STATES[(name, revision, history, registry_key)] = state
+
+
 def clear() -> None:
-    """Forget every cached snapshot (tests)."""
+    """Forget every cached snapshot and state (tests)."""
     with _LOCK:
         _CACHE.clear()
+        _STATES.clear()

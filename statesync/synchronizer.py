@@ -106,6 +106,9 @@ class SyncStats:
     disjoint_appends: int = 0
     """Conditional appends that landed past entries concerning other keys (no conflict; see
     :meth:`Update.conflict_keys`)."""
+    shared_applies: int = 0
+    """Log entries not decoded nor applied here: another synchronizer of this process had
+    the state after them (``SyncConfig.share_applied_states``)."""
 
 
 class StateSynchronizer(Generic[S]):
@@ -344,6 +347,7 @@ class StateSynchronizer(Generic[S]):
                 if outcome.status == status.OK:
                     if outcome.revision == replica.revision + 1:
                         self._replica = _appended(replica, new_state, outcome)
+                        self._share(self._replica)
                     else:  # landed after entries about other keys: apply them, then ours
                         self._stats.disjoint_appends += 1
                         self._retrying(budget, self._fetch_locked)
@@ -397,6 +401,7 @@ class StateSynchronizer(Generic[S]):
             if outcome.status == status.OK and outcome.revision == replica.revision + 1:
                 # the script checked our history at replica.revision, then the head: ours
                 self._replica = _appended(replica, new_state, outcome)
+                self._share(self._replica)
                 return outcome.revision
             try:
                 self._retrying(budget, self._fetch_locked)
@@ -719,6 +724,18 @@ class StateSynchronizer(Generic[S]):
             page.snapshot_history,
         )
 
+    def _share(self, replica: Replica[S]) -> None:
+        """Offer ``replica``'s state to this process's synchronizers of the same log (see
+        :mod:`statesync.snapshot_cache`)."""
+        if self._config.share_applied_states:
+            snapshot_cache.remember_state(
+                self._name,
+                replica.revision,
+                replica.history,
+                self._codec.registry.fingerprint,
+                replica.state,
+            )
+
     def _apply_raw(self, replica: Replica[S], raw: RawEntry) -> Replica[S]:
         revision, server_time_ms, payload, history = (
             raw.revision,
@@ -726,9 +743,20 @@ class StateSynchronizer(Generic[S]):
             raw.payload,
             raw.history,
         )
+        share = self._config.share_applied_states and history
+        if share and revision == replica.revision + 1:
+            shared = snapshot_cache.state_after(
+                self._name, revision, history, self._codec.registry.fingerprint
+            )
+            if shared is not None:
+                self._stats.shared_applies += 1
+                return Replica(shared, revision, replica.incarnation, server_time_ms, history)
         try:
             entry = self._codec.decode_entry(revision, server_time_ms, payload)
-            return replace(advance(replica, [entry]), history=history)
+            applied = replace(advance(replica, [entry]), history=history)
+            if share:
+                self._share(applied)
+            return applied
         except UnknownTypeError as exc:
             raise UnknownUpdateTypeError(self._name, revision, replica.revision, str(exc)) from exc
         except (DecodeError, RevisionGapError) as exc:

@@ -424,3 +424,35 @@ def test_compact_every_keeps_the_log_short(backend: LogBackend, unique_name: str
     fresh = make(backend, unique_name)
     fresh.fetch_updates()
     assert fresh.state == {"total": 35}
+
+
+def test_followers_in_one_process_apply_each_entry_once(
+    backend: LogBackend, unique_name: str
+) -> None:
+    writer, follower = make(backend, unique_name), make(backend, unique_name)
+    own = make(backend, unique_name, config=SyncConfig(share_applied_states=False))
+    writer.initialize({"total": 0})
+    for n in range(5):
+        writer.update_state(lambda s, n=n: [Add(n)])
+    follower.fetch_updates()
+    own.fetch_updates()
+    # the follower took every state the writer reached; the one not sharing applied them all
+    assert follower.stats.shared_applies == 5 and follower.stats.entries_applied == 5
+    assert own.stats.shared_applies == 0 and own.stats.entries_applied == 5
+    assert follower.state == own.state == writer.state == {"total": 10}
+    assert follower.state is writer.state
+
+
+def test_a_recreated_log_at_the_same_revision_is_not_served_an_old_state(
+    backend: LogBackend, unique_name: str
+) -> None:
+    first = make(backend, unique_name)
+    first.initialize({"total": 0})
+    first.update_state(lambda s: [Add(1)])  # revision 1, state {"total": 1}, shared
+    assert first.delete() is True
+    second = make(backend, unique_name)
+    second.initialize({"total": 0})
+    second.update_state(lambda s: [Add(7)])  # revision 1 again, another history
+    fresh = make(backend, unique_name)
+    fresh.fetch_updates()
+    assert fresh.revision == 1 and fresh.state == {"total": 7}
