@@ -11,12 +11,14 @@ state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
+from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
 from readergroup.core.config import ClientConfig, check_eviction_policy
@@ -72,6 +74,14 @@ def _check_eviction_policy(connection: Any) -> None:
     except ReaderGroupError:
         connection.disconnect()  # never leave an unchecked socket in the pool
         raise
+
+
+@functools.cache
+def _driver_info() -> DriverInfo:
+    """The client library's name and version, looked up once per process: without it redis-py
+    looks its own version up in the installed packages' metadata for every new connection
+    (1.7 ms each, a few hundred when a hundred readers start in one process)."""
+    return DriverInfo()
 
 
 class RedisConnection(SynchronizerSource):
@@ -141,6 +151,8 @@ class RedisConnection(SynchronizerSource):
             raise InvalidConfigError(str(exc)) from exc
         if sentinel and config.cluster:
             raise InvalidConfigError("a redis+sentinel:// URL cannot name a cluster")
+        if not config.cluster:  # (a cluster client takes only the options it knows)
+            options.setdefault("driver_info", _driver_info())
         if not config.allow_key_eviction:
             options["redis_connect_func"] = (
                 _check_eviction_policy if config.cluster else _connect_checking_eviction_policy
