@@ -167,7 +167,9 @@ def many_readers(url: str, count: int, session_timeout: float) -> dict[str, Any]
         _wait(lambda: len(group.get_online_readers()) == count, limit=120)
         joined = time.monotonic() - began
         conflicts0, appends0 = readers.sync_stats()
+        cpu0 = time.process_time()
         seconds = _wait(lambda: _balanced(group, count, PER_STREAM), limit=120)
+        cpu = time.process_time() - cpu0
     except TimeoutError as exc:
         readers.stop()
         sizes = [len(s) for s in group.get_segment_distribution().assigned.values()]
@@ -188,6 +190,7 @@ def many_readers(url: str, count: int, session_timeout: float) -> dict[str, Any]
         "session_timeout_s": session_timeout,
         "start_to_all_joined_s": round(joined, 3),
         "last_join_to_balanced_s": round(seconds, 3),
+        "process_cpu_s_meanwhile": round(cpu, 2),
         "conflicting_appends_total": conflicts,
         "log_entries_total": appends,
         "conflicting_appends_after_last_join": conflicts - conflicts0,

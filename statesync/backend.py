@@ -25,9 +25,9 @@ Contract every backend keeps:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 MAX_DISJOINT_WINDOW = 256
 """Most entries a keyed conditional append may land past (``append.lua`` has the same)."""
@@ -112,13 +112,17 @@ class LogBackend(Protocol):
         incarnation: str = "",
         anchor_revision: int = -1,
         anchor_history: str = "",
-        wake: bool = True,
+        wake: bool | Collection[str] = True,
         keys: Sequence[str] | None = None,
     ) -> AppendOutcome:
         """Append one entry (see the module contract). ``incarnation`` and the writer's
         history ``anchor_history`` at its revision ``anchor_revision`` are checked when given.
         ``wake``: the entry also signals the log's wake stream (``wait(..., wakes_only=True)``
-        returns for it). ``keys``: what the entry concerns (``None``: the whole state); a
+        returns for it); a collection of follower names signals it only for them (see
+        :func:`woken_followers`; none at all if it is empty) when the entry lands right after
+        ``anchor_revision`` with ``anchor_history`` (the writer decided whom to wake on the
+        log's state), and for every follower otherwise. ``keys``: what the entry concerns
+        (``None``: the whole state); a
         conditional append with keys lands past ``expected_revision`` too when every entry
         since (at most :data:`MAX_DISJOINT_WINDOW`, none truncated) has keys, none of them
         among these."""
@@ -170,3 +174,49 @@ class LogBackend(Protocol):
     def close(self) -> None:
         """Release connections. Idempotent."""
         ...
+
+
+WAKE_STREAM_LENGTH = 16
+"""Wake-stream entries kept (``append.lua`` trims to the same): a read after a position that
+returns fewer did not miss any (trimming drops the oldest, and only once there are this many)."""
+
+WAKE_FOLLOWERS_FIELD = b"to"
+"""Field of a wake-stream entry naming (newline-separated) the only followers it is for."""
+
+
+def woken_followers(entry: Any) -> frozenset[str] | None:
+    """The followers a wake-stream entry is for, as an ``XREAD`` of the wake stream returns it
+    (``[id, fields]``, fields a flat list or a mapping): ``None`` for every follower (an entry
+    without :data:`WAKE_FOLLOWERS_FIELD`)."""
+    fields = entry[1] if len(entry) > 1 else ()
+    if isinstance(fields, dict):
+        named = fields.get(WAKE_FOLLOWERS_FIELD)
+    else:
+        named = None
+        for i in range(0, len(fields) - 1, 2):
+            if fields[i] == WAKE_FOLLOWERS_FIELD:
+                named = fields[i + 1]
+    if named is None:
+        return None
+    text = named.decode() if isinstance(named, bytes) else str(named)
+    return frozenset(text.split("\n")) if text else frozenset()
+
+
+def wakes_follower(entries: Sequence[Any], follower: str) -> bool:
+    """Whether wake-stream ``entries`` (all an ``XREAD`` returned after the follower's
+    position) concern ``follower``: one is for every follower or names it, or as many as the
+    stream keeps came back (older ones, trimmed, may have named it)."""
+    if len(entries) >= WAKE_STREAM_LENGTH:
+        return True
+    for entry in entries:
+        named = woken_followers(entry)
+        if named is None or follower in named:
+            return True
+    return False
+
+
+def wake_revision(entry: Any) -> int:
+    """The log revision a wake-stream entry (``[id, fields]``, id ``<revision>-0``) is for."""
+    entry_id = entry[0]
+    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    return int(text.partition("-")[0])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from statesync import status
@@ -122,7 +122,7 @@ class MemoryLogBackend:
         incarnation: str = "",
         anchor_revision: int = -1,
         anchor_history: str = "",
-        wake: bool = True,
+        wake: bool | Collection[str] = True,
         keys: Sequence[str] | None = None,
     ) -> AppendOutcome:
         concerns = frozenset(keys) if keys else None
@@ -153,7 +153,10 @@ class MemoryLogBackend:
             log.histories[log.revision] = history
             log.writers[writer] = (sequence, log.revision)
             log.keys[log.revision] = concerns
-            if wake:
+            # named followers: decided on the writer's replica, which is the log's state only
+            # if the entry lands right on it; else (as for ``True``) every follower wakes
+            at_anchor = anchor_revision == log.revision - 1 and anchor_history == previous
+            if wake is True or (wake is not False and (wake or not at_anchor)):
                 log.woken = log.revision
             self._changed.notify_all()
             return AppendOutcome(status.OK, log.revision, now, history)

@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -454,10 +454,11 @@ class RedisLogBackend:
         incarnation: str = "",
         anchor_revision: int = -1,
         anchor_history: str = "",
-        wake: bool = True,
+        wake: bool | Collection[str] = True,
         keys: Sequence[str] | None = None,
     ) -> AppendOutcome:
         k = self.keys(name)
+        named = not isinstance(wake, bool)
         expected = -1 if expected_revision is None else expected_revision
         reply = self._append_acknowledged(
             name,
@@ -471,8 +472,10 @@ class RedisLogBackend:
                 incarnation,
                 anchor_revision,
                 anchor_history,
-                1 if wake else 0,
+                1 if named or wake else 0,
                 "\n".join(keys or ()),
+                1 if named else 0,
+                "" if isinstance(wake, bool) else "\n".join(sorted(wake)),
             ],
         )
         code = status.raise_for_status("append", name, reply)

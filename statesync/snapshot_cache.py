@@ -1,5 +1,5 @@
-"""Per-process LRU caches shared by the synchronizers of one process (the one place
-:mod:`cachetools` serves here): decoded snapshots, and states after a log entry.
+"""Per-process caches shared by the synchronizers of one process: decoded snapshots (an LRU
+cache, the one place :mod:`cachetools` serves here) and states after a log entry.
 
 Decoding a large snapshot costs far more than hashing its bytes, and every synchronizer of
 one process that catches up on the same name reads the same snapshot. Entries are keyed by
@@ -27,10 +27,17 @@ from cachetools import LRUCache
 from statesync.codec import DecodedSnapshot
 
 _CACHE: LRUCache[tuple[bytes, Hashable], DecodedSnapshot] = LRUCache(maxsize=32)
-_STATES: LRUCache[tuple[str, int, str, Hashable], Any] = LRUCache(maxsize=1024)
-"""(name, revision, history, types) -> the state after that entry. 1,024 entries: a burst of
-a group's moves while its readers are at different revisions (states share structure)."""
 _LOCK = threading.Lock()
+
+_STATES: dict[tuple[str, int, str, Hashable], Any] = {}
+"""(name, revision, history, types) -> the state after that entry, oldest first: a plain dict
+read without the lock (a lookup is atomic), so a hundred threads looking up states do not
+queue behind one another; stores take :data:`_STATES_LOCK` and drop the oldest beyond
+:data:`_STATES_KEPT`."""
+_STATES_KEPT = 1024
+"""States kept: a burst of a group's moves while its readers are at different revisions
+(states share structure, so this is far less than 1,024 copies)."""
+_STATES_LOCK = threading.Lock()
 
 
 def decode_shared(
@@ -51,8 +58,7 @@ def decode_shared(
 def state_after(name: str, revision: int, history: str, registry_key: Hashable) -> Any | None:
     """The state of log ``name`` after the entry at ``revision`` whose history is ``history``,
     if a synchronizer of this process registered with the same types stored it; else None."""
-    with _LOCK:
-        return _STATES.get((name, revision, history, registry_key))
+    return _STATES.get((name, revision, history, registry_key))
 
 
 def remember_state(
@@ -61,12 +67,15 @@ def remember_state(
     """Store the state of log ``name`` after the entry at ``revision`` (see
     :func:`state_after`); a ``history`` of ``""`` (not known) stores nothing."""
     if history:
-        with _LOCK:
+        with _STATES_LOCK:
             _STATES[(name, revision, history, registry_key)] = state
+            while len(_STATES) > _STATES_KEPT:
+                del _STATES[next(iter(_STATES))]
 
 
 def clear() -> None:
     """Forget every cached snapshot and state (tests)."""
     with _LOCK:
         _CACHE.clear()
+    with _STATES_LOCK:
         _STATES.clear()

@@ -341,7 +341,7 @@ class StateSynchronizer(Generic[S]):
                     payload,
                     replica,
                     conditional=True,
-                    wake=_wakes(updates),
+                    wake=_wakes(updates, new_state),
                     keys=_conflict_keys(updates),
                 )
                 if outcome.status == status.OK:
@@ -395,7 +395,7 @@ class StateSynchronizer(Generic[S]):
                 self._encode(update_list),
                 replica,
                 conditional=False,
-                wake=_wakes(update_list),
+                wake=_wakes(update_list, new_state),
                 keys=_conflict_keys(update_list),
             )
             if outcome.status == status.OK and outcome.revision == replica.revision + 1:
@@ -560,7 +560,7 @@ class StateSynchronizer(Generic[S]):
         replica: Replica[S],
         *,
         conditional: bool,
-        wake: bool = True,
+        wake: bool | frozenset[str] = True,
         keys: Sequence[str] | None = None,
     ) -> AppendOutcome:
         """Append once, re-sending the *same* sequence number after connection errors.
@@ -777,9 +777,21 @@ def _appended(replica: Replica[S], new_state: S, outcome: AppendOutcome) -> Repl
     )
 
 
-def _wakes(updates: Sequence[Update]) -> bool:
-    """Whether an entry of ``updates`` wakes followers: any of them does."""
-    return any(getattr(update, "wakes_followers", True) for update in updates)
+def _wakes(updates: Sequence[Update], state: Any) -> bool | frozenset[str]:
+    """Whom an entry of ``updates`` leaving the log at ``state`` wakes: nobody (``False``) if
+    none of them wakes followers; every follower (``True``) if one of those that do names no
+    followers; else the followers they name (see :meth:`Update.wakes`)."""
+    named: set[str] = set()
+    waking = False
+    for update in updates:
+        if not getattr(update, "wakes_followers", True):
+            continue
+        waking = True
+        followers = update.wakes(state) if isinstance(update, Update) else None
+        if followers is None:
+            return True
+        named.update(followers)
+    return frozenset(named) if waking else False
 
 
 def _conflict_keys(updates: Sequence[Update]) -> tuple[str, ...] | None:

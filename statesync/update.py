@@ -9,7 +9,7 @@ applies the same updates in the same order and so reaches the same state.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, ClassVar, TypeAlias, TypeVar
 
 R = TypeVar("R")
@@ -42,6 +42,16 @@ class Update(ABC):
     #: there instead of on the log, so frequent updates nobody reacts to (progress records)
     #: set it ``False`` and wake nobody. An entry wakes if any of its updates does.
     wakes_followers: ClassVar[bool] = True
+
+    def wakes(self, state: Any) -> Collection[str] | None:
+        """The followers an entry holding this update must wake, decided on ``state``: the
+        state right after the entry. ``None`` (the default) wakes every follower; a collection
+        (possibly empty) names the only followers that have something to do in ``state``, as
+        identified to :func:`~statesync.backend.woken_followers` (others woken by the same
+        wake-up skip it). An entry wakes the union of its waking updates' followers (every
+        follower if any of them says ``None``), and every follower whenever it lands past
+        entries its writer had not applied (``state`` is then not the log's)."""
+        return None
 
     def conflict_keys(self) -> tuple[str, ...] | None:
         """What this update concerns, for conditional appends: ``None`` (the default) is the

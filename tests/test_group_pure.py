@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from readergroup.core.balance import (
     segments_to_release,
 )
 from readergroup.core.errors import InvalidConfigError, ReaderNotInGroupError, SegmentNotOwnedError
+from readergroup.core.fair_share import readers_with_moves
 from readergroup.core.group_config import ReaderGroupConfig
 from readergroup.core.group_state import (
     AcquireSegments,
@@ -219,3 +222,21 @@ def test_a_checkpoint_never_completes_before_it_was_created() -> None:
     state = AckCheckpoint("a", state.readers["a"].generation, "cp", (), 4_000).apply_to(state)
     checkpoint = state.checkpoint("cp")
     assert checkpoint is not None and checkpoint.completed_ms == 5_000
+
+
+def test_the_readers_a_move_wakes_are_exactly_those_with_a_move_to_make() -> None:
+    """``readers_with_moves`` (O(R), run by whoever appends a join or move) against asking
+    every reader the rules themselves, for every group of up to 4 readers owning up to 5 each
+    with up to 5 unassigned: a reader left out would miss a move until its next refresh."""
+    for readers in range(1, 5):
+        ids = [f"r{i}" for i in range(readers)]
+        for owned in itertools.product(range(6), repeat=readers):
+            counts = dict(zip(ids, owned, strict=True))
+            for unassigned in range(6):
+                expected = {
+                    r
+                    for r, c in counts.items()
+                    if acquire_count(c, counts, unassigned)
+                    or release_count(c, counts, unassigned, max_moves=1)
+                }
+                assert readers_with_moves(counts, unassigned) == expected, (counts, unassigned)

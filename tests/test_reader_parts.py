@@ -213,6 +213,46 @@ def test_sessions_share_the_segments_commit_and_give_them_back_on_close(
     b.close()
 
 
+def test_a_reader_with_nothing_to_do_is_not_woken_by_others_moves(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """Moves wake only the readers with a move to make then (issue 15): a reader at its share
+    skips the wake-ups of others' releases and acquisitions, without reading the group log."""
+    make_stream(redis_url, scope, segments=8)
+    config = ReaderGroupConfig(streams=[f"{scope}/s"], session_timeout=10.0)
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        rgm.create_reader_group("g", config)
+    a, a_fetcher = session_of(connection, scope, "a")
+    b, b_fetcher = session_of(connection, scope, "b")
+
+    def poll(session: GroupSession[str], fetcher: Fetcher[str]) -> bool:
+        """One turn of a read call: wait briefly for news, then maintain; whether woken."""
+        session.absorb(fetcher.fetch(0.02, session.wake_logs()))
+        woken = session.group_dirty
+        session.maintain()
+        return woken
+
+    def four_each() -> bool:
+        poll(a, a_fetcher), poll(b, b_fetcher)
+        return len(a_fetcher.owned) == len(b_fetcher.owned) == 4
+
+    wait_until(four_each, 20, "four segments each")
+    while poll(a, a_fetcher) or poll(b, b_fetcher):
+        pass  # every wake-up so far acted on
+    c, c_fetcher = session_of(connection, scope, "c")  # 8 / 3: a and b above ceil 3
+    assert poll(a, a_fetcher) and len(a_fetcher.owned) == 3  # woken by the join: releases one
+    assert poll(b, b_fetcher) and len(b_fetcher.owned) == 3
+    poll(c, c_fetcher)
+    assert len(c_fetcher.owned) == 2  # balanced: 3, 3, 2
+    # b's release and c's acquisition concern neither a nor b (at their share of 3)
+    log_reads = a.member.sync.stats.reads
+    assert not poll(a, a_fetcher) and not poll(b, b_fetcher)
+    assert a.member.sync.stats.reads == log_reads
+    assert len(a_fetcher.owned) == len(b_fetcher.owned) == 3
+    for session in (a, b, c):
+        session.close()
+
+
 # -- reading ahead -------------------------------------------------------------------------------
 def test_a_read_ahead_is_sent_while_a_segment_is_behind_and_fills_the_buffer(
     redis_url: str, scope: str, connection: RedisConnection, factory: EventStreamClientFactory

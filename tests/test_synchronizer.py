@@ -25,14 +25,21 @@ from statesync import (
     Update,
     UpdateRejectedError,
 )
-from statesync.backend import LogBackend
+from statesync.backend import (
+    WAKE_STREAM_LENGTH,
+    LogBackend,
+    wakes_follower,
+    woken_followers,
+)
 from statesync.codec import Codec, TypeRegistry
+from statesync.redis_backend import RedisLogBackend
 from tests.support.model import (
     ALL_TYPES,
     Add,
     Claim,
     Explode,
     FailIfNegative,
+    Notify,
     Progress,
     Put,
 )
@@ -154,6 +161,41 @@ def test_updates_that_wake_nobody_leave_followers_blocked(
     assert follower.wait_for_updates(0.05, wakes_only=True)
     assert follower.fetch_updates() == 3 and follower.state["owner"] == "w"
     assert not follower.wait_for_updates(0.05, wakes_only=True)  # woken up to its revision
+
+
+def test_an_entry_wakes_only_the_followers_it_names(backend: LogBackend, unique_name: str) -> None:
+    writer, late, follower = (make(backend, unique_name) for _ in range(3))
+    writer.initialize({})
+    late.fetch_updates()
+    follower.fetch_updates()
+    writer.update_state(lambda s: [Notify("k", 1, ())])  # nobody has anything to do
+    assert not follower.wait_for_updates(0.05, wakes_only=True)
+    writer.update_state(lambda s: [Notify("k", 2, ("f",))])
+    assert follower.wait_for_updates(0.05, wakes_only=True)
+    if isinstance(backend, RedisLogBackend):  # the wake-up says whom it is for
+        woken = backend.client.xrange(backend.keys(unique_name).wake)
+        assert [woken_followers(e) for e in woken] == [frozenset({"f"})]
+        assert wakes_follower(woken, "f") and not wakes_follower(woken, "g")
+    follower.fetch_updates()
+    # decided on a replica two entries behind, about another key: it lands past them, on a
+    # state its writer did not see, so it wakes every follower
+    late.update_state(lambda s: [Notify("j", 1, ())])
+    assert late.stats.disjoint_appends == 1
+    assert follower.wait_for_updates(0.05, wakes_only=True)
+    if isinstance(backend, RedisLogBackend):
+        woken = backend.client.xrange(backend.keys(unique_name).wake)
+        assert woken_followers(woken[-1]) is None and wakes_follower(woken[-1:], "g")
+
+
+def test_wake_ups_trimmed_away_count_as_naming_everyone() -> None:
+    def entry(revision: int, followers: str) -> list[Any]:
+        return [f"{revision}-0".encode(), [b"r", str(revision).encode(), b"to", followers.encode()]]
+
+    assert not wakes_follower([entry(1, "a\nb"), entry(2, "")], "c")
+    assert wakes_follower([entry(1, "a\nb")], "b")
+    assert wakes_follower([[b"3-0", [b"r", b"3"]]], "c")  # no names: for everyone
+    # as many as the stream keeps: older ones may have been trimmed, and named this follower
+    assert wakes_follower([entry(n, "a") for n in range(WAKE_STREAM_LENGTH)], "c")
 
 
 def test_a_decision_on_a_state_the_caller_just_fetched_reads_the_log_once(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -178,6 +178,8 @@ class FetchOutcome:
 
     woken: frozenset[str] = frozenset()
     bad_logs: frozenset[str] = frozenset()
+    news: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    """Per woken log: the raw entries read (a wake stream's say whom they are for)."""
 
 
 NO_NEWS = FetchOutcome()
@@ -491,17 +493,17 @@ class Fetcher(Generic[T]):
         if reply is None:
             return NO_NEWS  # the parked XREAD waits on
         self._outage.back()
-        woken: set[str] = set()
+        news: dict[str, Sequence[Any]] = {}
         for owned in by_key.values():
             owned.behind = False
         for key, entries in reply.items():
             target = by_key.get(key)
             if target is None:
-                woken.add(key)
+                news[key] = entries
                 continue
             self._buffer_reply(target, entries, limit)
         self.read_ahead()
-        return FetchOutcome(woken=frozenset(woken))
+        return FetchOutcome(woken=frozenset(news), news=news)
 
     def _read(
         self, positions: dict[str, str], block: float, hold: float, limit: int

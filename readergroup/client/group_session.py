@@ -47,6 +47,7 @@ from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamSt
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.translate import translate_errors
 from statesync import BadEntryError, StateSynchronizer, SynchronizerNotFoundError
+from statesync.backend import wake_revision, wakes_follower
 from statesync.clock import Clock
 
 T = TypeVar("T")
@@ -104,6 +105,9 @@ class GroupSession(Generic[T]):
         self._seen_revision = -1
         """Group-log revision the reading thread last acted on (the heartbeat thread may have
         fetched further; the reading thread must still be woken for those entries)."""
+        self._wake_seen = -1
+        """Newest wake-up of the group log looked at and found to be for other readers only
+        (see :meth:`absorb`): the blocking fetch waits for wake-ups after it."""
         self._group_generation = -1
         self.checkpoint_due: str | None = None
         """A checkpoint to hand to the application before any further event."""
@@ -292,7 +296,7 @@ class GroupSession(Generic[T]):
             # at them (resets, checkpoints) at the next maintenance
             self.group_dirty = True
         state = self.member.state
-        self._seen_revision = self.member.sync.revision
+        self._seen_revision = self._wake_seen = self.member.sync.revision
         self.end_of_data = state.end_of_data
         self._reconcile(state, released)  # adopts what was acquired, as owned in ``state``
         if acquired:
@@ -503,7 +507,7 @@ class GroupSession(Generic[T]):
         stream, and the metadata log of every stream read."""
         logs: dict[str, str] = {}
         group = self.member.sync.name
-        synchronizers = [(group, self._seen_revision)]
+        synchronizers = [(group, max(self._seen_revision, self._wake_seen))]
         synchronizers += [(sync.name, sync.revision) for sync in self._streams.values()]
         for name, revision in synchronizers:
             log, after = self._connection.wake_on(
@@ -519,10 +523,16 @@ class GroupSession(Generic[T]):
             self._bad_logs |= outcome.bad_logs
             self.group_dirty = self._streams_dirty = True
         for log in outcome.woken:
-            if log == self._group_log:
+            if log != self._group_log:
+                self._streams_dirty = True
+                continue
+            # a move wakes only the readers with a move to make then (Update.wakes): the
+            # others skip it, and wait for the wake-ups after it
+            entries = outcome.news.get(log)
+            if not entries or wakes_follower(entries, self.reader_id):
                 self.group_dirty = True
             else:
-                self._streams_dirty = True
+                self._wake_seen = max(self._wake_seen, *(wake_revision(e) for e in entries))
         if outcome.bad_logs or outcome.woken:
             self.quiet_until = 0.0
 
@@ -627,7 +637,7 @@ class GroupSession(Generic[T]):
         self.checkpoint_due = self._checkpoint_ack = None
         self.group_dirty = self._streams_dirty = True
         self.quiet_until = 0.0
-        self._seen_revision = -1
+        self._seen_revision = self._wake_seen = -1
         self._last_beat_ok = self.last_poll = self._last_refresh = self._last_commit = now
         self.stop = threading.Event()
         self._heartbeat_thread = self._start_heartbeats()

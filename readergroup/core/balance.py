@@ -34,39 +34,21 @@ import heapq
 import zlib
 from collections.abc import Callable, Mapping
 
+from readergroup.core.fair_share import acquire_count, fair_share, release_count
 from readergroup.core.group_state import GroupState, ReaderRecord, SegKey
 from readergroup.core.routing import epoch_of, number_of
 
-
-def fair_share(segments: int, readers: int) -> tuple[int, int]:
-    """``(floor, ceil)`` of segments per reader; ``(0, 0)`` without readers."""
-    if readers <= 0:
-        return 0, 0
-    return segments // readers, -(-segments // readers)
-
-
-def acquire_count(owned: int, counts: Mapping[str, int], unassigned: int) -> int:
-    """How many unassigned segments a reader owning ``owned`` should take now: its whole
-    share at once (each reader takes at most ``ceil``, so this never overshoots)."""
-    floor, ceil = fair_share(sum(counts.values()) + unassigned, len(counts))
-    if owned < floor:
-        wanted = floor - owned
-    else:
-        starving = sum(1 for c in counts.values() if c < floor)
-        wanted = 0 if starving else ceil - owned
-    return max(0, min(wanted, unassigned))
-
-
-def release_count(owned: int, counts: Mapping[str, int], unassigned: int, max_moves: int) -> int:
-    """How many segments a reader owning ``owned`` should give back now."""
-    floor, ceil = fair_share(sum(counts.values()) + unassigned, len(counts))
-    if owned > ceil:
-        return min(owned - ceil, max_moves)
-    if owned > floor and unassigned == 0:
-        deficit = sum(floor - c for c in counts.values() if c < floor)
-        if deficit:
-            return min(owned - floor, deficit, 1, max_moves)
-    return 0
+__all__ = [  # the counting rules live in fair_share (the group state's updates use them too)
+    "acquire_count",
+    "acquisition_order",
+    "expired_readers",
+    "fair_share",
+    "next_expiry_ms",
+    "release_count",
+    "segment_age",
+    "segments_to_acquire",
+    "segments_to_release",
+]
 
 
 def segment_age(segment: SegKey) -> tuple[int, int, str]:

@@ -47,6 +47,7 @@ from readergroup.core.errors import (
     ReaderNotInGroupError,
     SegmentNotOwnedError,
 )
+from readergroup.core.fair_share import readers_with_moves
 from readergroup.core.group_config import ReaderGroupConfig
 from readergroup.core.persistent import PMap, PSet, pmap, pset
 from readergroup.core.stream_cut import StreamCut
@@ -304,6 +305,20 @@ def _keys(reader_id: str, segments: Iterable[SegKey]) -> tuple[str, ...]:
     return (reader_key(reader_id), *(segment_key(s) for s in segments))
 
 
+MAX_NAMED_WAKES = 256
+"""Most readers a join, acquisition or release names in its wake-up; past that it wakes all."""
+
+
+def movers(state: GroupState) -> frozenset[str] | None:
+    """Whom a join, acquisition or release leaving the group at ``state`` wakes
+    (statesync's ``Update.wakes``): the readers with a move to make there
+    (:func:`~readergroup.core.fair_share.readers_with_moves`), as the others would move
+    nothing; ``None`` (every reader) past :data:`MAX_NAMED_WAKES`. Other updates (removals,
+    checkpoints, resets, completions) wake every reader."""
+    named = readers_with_moves(state.counts(), len(state.unassigned))
+    return named if len(named) <= MAX_NAMED_WAKES else None
+
+
 @dataclass(frozen=True)
 class AddReader(Update):
     reader_id: str
@@ -311,6 +326,9 @@ class AddReader(Update):
 
     def conflict_keys(self) -> tuple[str, ...]:
         return (reader_key(self.reader_id),)
+
+    def wakes(self, state: GroupState) -> frozenset[str] | None:
+        return movers(state)
 
     def apply_to(self, state: GroupState) -> GroupState:
         if self.reader_id in state.readers:
@@ -371,6 +389,9 @@ class AcquireSegments(Update):
     def conflict_keys(self) -> tuple[str, ...]:
         return _keys(self.reader_id, self.segments)
 
+    def wakes(self, state: GroupState) -> frozenset[str] | None:
+        return movers(state)
+
     def apply_to(self, state: GroupState) -> GroupState:
         check_member(state, self.reader_id, self.generation)
         acquired: dict[SegKey, Assignment] = {}
@@ -400,6 +421,9 @@ class ReleaseSegments(Update):
 
     def conflict_keys(self) -> tuple[str, ...]:
         return _keys(self.reader_id, (s for s, _, _ in self.releases))
+
+    def wakes(self, state: GroupState) -> frozenset[str] | None:
+        return movers(state)
 
     def apply_to(self, state: GroupState) -> GroupState:
         released: dict[SegKey, int] = {}

@@ -18,6 +18,11 @@
 --          `k`; '' or absent: the whole state. A conditional append with keys also lands
 --          when the head moved past ARGV[1], provided every entry after ARGV[1] (at most 256,
 --          none truncated) has keys and none of them is one of ARGV[10]'s
+-- ARGV[11] '1': the wake-up is only for the followers named in ARGV[12] (newline-separated;
+--          none: no wake-up), decided on the writer's replica: then entry `<revision>-0` of
+--          KEYS[4] gets field `to` = ARGV[12]. Only when the entry lands right after that
+--          replica (ARGV[7] is the head and ARGV[8] its history); otherwise, and for '0' or
+--          absent, the wake-up is for every follower (no `to` field)
 --
 -- Returns:
 --   {0, revision, server_ms, history}   appended as entry `revision` stamped with server time
@@ -120,6 +125,13 @@ redis.call('HSET', KEYS[3], ARGV[4], string.format('%d %d', sequence, revision))
 if KEYS[4] and ARGV[9] == '1' then
   -- pcall: a wake stream ahead of the log (left over, or written by hand) must not fail the
   -- append that already landed; followers then wake on their periodic refresh instead
-  redis.pcall('XADD', KEYS[4], 'MAXLEN', 16, string.format('%d-0', revision), 'r', revision)
+  local wake_id = string.format('%d-0', revision)
+  if ARGV[11] == '1' and anchor == head and ARGV[8] ~= '' and ARGV[8] == meta.hash then
+    if ARGV[12] ~= '' then
+      redis.pcall('XADD', KEYS[4], 'MAXLEN', 16, wake_id, 'r', revision, 'to', ARGV[12])
+    end
+  else
+    redis.pcall('XADD', KEYS[4], 'MAXLEN', 16, wake_id, 'r', revision)
+  end
 end
 return {0, revision, ms, history}

@@ -76,4 +76,22 @@ class Explode(Update):
         raise RuntimeError("boom")
 
 
-ALL_TYPES = [Add, Put, FailIfNegative, Progress, Claim]
+@dataclass(frozen=True)
+class Notify(Update):
+    """Set ``key`` to ``value`` (concerns only ``key``), waking only the followers named."""
+
+    key: str
+    value: Any
+    followers: tuple[str, ...]
+
+    def conflict_keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def wakes(self, state: dict[str, Any]) -> frozenset[str]:
+        return frozenset(self.followers)
+
+    def apply_to(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, self.key: self.value}
+
+
+ALL_TYPES = [Add, Put, FailIfNegative, Progress, Claim, Notify]
