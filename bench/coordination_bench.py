@@ -1,6 +1,7 @@
 """Reader-group coordination at scale: how fast segments find owners (issue 15).
 
-In one run, against one server, readers as threads of this process (default configuration):
+In one run, against one server, readers as threads of this process unless said otherwise
+(default configuration):
 
 * ``lone_reader``: seconds from ``create_reader`` until one reader owns every segment of a
   group over 1,024 segments (one stream) and 4,096 segments (four streams of 1,024: the
@@ -8,6 +9,8 @@ In one run, against one server, readers as threads of this process (default conf
 * ``many_readers``: 128 readers start together on 1,024 segments; seconds from the last join
   until every reader owns 8 (+-1), with the conditional appends that conflicted and the log
   entries the readers appended meanwhile (from the synchronizers' counters).
+* ``many_readers_in_processes``: the same with the readers split over 4 processes (as the
+  issue measured it), conflicts and log entries counted over the whole run.
 * ``one_more_reader``: a ninth reader joins eight balanced readers on 1,024 segments; seconds
   until it owns its share (113 or 114) and the group is balanced.
 * ``idle_commands``: 8 balanced readers on 1,024 segments, no events, each reading in a loop
@@ -199,6 +202,67 @@ def many_readers(url: str, count: int, session_timeout: float) -> dict[str, Any]
     }
 
 
+def _reader_process(
+    url: str, scope: str, ids: list[str], start: Any, stop: Any, results: Any
+) -> None:
+    """One process of :func:`many_readers_in_processes`: its readers as threads, started when
+    ``start`` is set and stopped when ``stop`` is; puts (conflicts, appends, CPU s, failures)."""
+    readers = Readers(url, scope, "g")
+    start.wait()
+    began = time.process_time()
+    together = threading.Barrier(len(ids))
+    for reader_id in ids:
+        readers.start(reader_id, together)
+    stop.wait()
+    conflicts, appends = readers.sync_stats()
+    cpu = time.process_time() - began
+    readers.stop()
+    results.put((conflicts, appends, cpu, readers.failures))
+
+
+def many_readers_in_processes(
+    url: str, count: int, processes: int, session_timeout: float
+) -> dict[str, Any]:
+    """:func:`many_readers` with the readers split over ``processes`` processes (as the issue's
+    own measurement: threads in up to 4 processes); conflicts and log entries over the whole
+    run (joins included), and the readers' CPU summed over the processes."""
+    import multiprocessing
+
+    scope, rgm, group = _setup(url, 1, session_timeout)
+    ctx = multiprocessing.get_context("spawn")
+    start, stop, results = ctx.Event(), ctx.Event(), ctx.Queue()
+    ids = [f"r{i}" for i in range(count)]
+    procs = [
+        ctx.Process(
+            target=_reader_process, args=(url, scope, ids[p::processes], start, stop, results)
+        )
+        for p in range(processes)
+    ]
+    for proc in procs:
+        proc.start()
+    time.sleep(3.0)  # let every interpreter import before the clock starts
+    began = time.monotonic()
+    start.set()
+    outcome: dict[str, Any] = {"readers": count, "processes": processes}
+    try:
+        _wait(lambda: len(group.get_online_readers()) == count, limit=120)
+        outcome["start_to_all_joined_s"] = round(time.monotonic() - began, 3)
+        seconds = _wait(lambda: _balanced(group, count, PER_STREAM), limit=120)
+        outcome["last_join_to_balanced_s"] = round(seconds, 3)
+    except TimeoutError as exc:
+        outcome["timeout"] = str(exc)
+    stop.set()
+    reports = [results.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+    rgm.close()
+    outcome["conflicting_appends_total"] = sum(r[0] for r in reports)
+    outcome["log_entries_total"] = sum(r[1] for r in reports)
+    outcome["readers_cpu_s_whole_run"] = round(sum(r[2] for r in reports), 2)
+    outcome["reader_failures"] = [f for r in reports for f in r[3]]
+    return outcome
+
+
 def one_more_reader(url: str, existing: int) -> dict[str, Any]:
     scope, rgm, group = _setup(url, 1)
     readers = Readers(url, scope, "g")
@@ -322,6 +386,12 @@ def main() -> None:
             (
                 "many_readers_1024_segments",
                 lambda: many_readers(server.url, args.readers, args.session_timeout),
+            ),
+            (
+                "many_readers_1024_segments_4_processes",
+                lambda: many_readers_in_processes(
+                    server.url, args.readers, 4, args.session_timeout
+                ),
             ),
             ("one_more_reader_1024_segments", lambda: one_more_reader(server.url, 8)),
             (
