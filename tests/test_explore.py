@@ -102,10 +102,17 @@ def _frozen_checked_outside(
 
 
 def _unguarded_release(
-    reader_id: str, generation: int, max_moves: int, positions: Mapping[SegKey, int]
+    reader_id: str,
+    generation: int,
+    max_moves: int,
+    positions: Mapping[SegKey, int],
+    *,
+    only_listed: bool = False,
 ) -> Any:
     def release(state: GroupState) -> Any:
         chosen = membership.segments_to_release(state, reader_id, max_moves)
+        if only_listed:
+            chosen = [s for s in chosen if s in positions]
         owned = state.assigned
         triples = tuple((s, owned[s].token, positions.get(s, owned[s].position)) for s in chosen)
         update = membership.ReleaseSegments(reader_id, generation, triples)

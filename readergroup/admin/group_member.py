@@ -298,10 +298,15 @@ class GroupMember:
 
     @_recovers
     def rebalance(
-        self, release_positions: Mapping[SegKey, int], *, fetched_at: int | None = None
+        self,
+        release_positions: Mapping[SegKey, int],
+        *,
+        fetched_at: int | None = None,
+        only_listed: bool = False,
     ) -> tuple[dict[SegKey, Assignment], list[SegKey]]:
-        """Release above-share segments at ``release_positions`` and acquire below-share ones
-        (nothing moves while a checkpoint or reset awaits this reader).
+        """Release above-share segments at ``release_positions`` (``only_listed``: none but
+        those) and acquire below-share ones (nothing moves while a checkpoint or reset awaits
+        this reader).
 
         A release cut short by ``max_moves`` is followed by another at once (each re-decided on
         fresh state), so no share waits for the next refresh; the acquisition takes the whole
@@ -316,7 +321,7 @@ class GroupMember:
         released: list[SegKey] = []
         # bounded: every capped round gives back ``moves`` of the segments owned now
         for _ in range(len(self.sync.state.owned_by(me)) // moves + 1):
-            plan = plan_release(me, generation, moves, positions)
+            plan = plan_release(me, generation, moves, positions, only_listed=only_listed)
             chosen = self.sync.update_state(plan, fetched_at=fetched_at)
             fetched_at = self._fresh_after(fetched_at)
             released.extend(chosen)

@@ -144,16 +144,24 @@ def plan_remove(
 
 
 def plan_release(
-    reader_id: str, generation: int, max_moves: int, positions: Mapping[SegKey, int]
+    reader_id: str,
+    generation: int,
+    max_moves: int,
+    positions: Mapping[SegKey, int],
+    *,
+    only_listed: bool = False,
 ) -> Plan[list[SegKey]]:
     """Give back above-share segments at ``positions`` (else their committed ones), unless a
-    checkpoint or reset awaits this reader. Result: the segments released."""
+    checkpoint or reset awaits this reader; ``only_listed``: none but those in ``positions``
+    (the reader stopped handing out exactly those). Result: the segments released."""
 
     def release(state: GroupState) -> Decision[list[SegKey]]:
         check_member(state, reader_id, generation)
         if state.frozen_for(reader_id):
             return [], []  # a checkpoint or reset awaits this reader: move nothing until then
         chosen = segments_to_release(state, reader_id, max_moves)
+        if only_listed:
+            chosen = [s for s in chosen if s in positions]
         owned = state.assigned
         triples = tuple((s, owned[s].token, positions.get(s, owned[s].position)) for s in chosen)
         return ([ReleaseSegments(reader_id, generation, triples)] if triples else []), chosen
