@@ -146,8 +146,11 @@ def test_auto_commit_resumes_after_the_last_processed_event(
     first = [reader.read_next_event(timeout=2) for _ in range(30)]
     clock.advance(1.5)  # the auto-commit interval passes
     first.append(reader.read_next_event(timeout=2))  # moving on marks the 30th as processed
-    reader._stop.set()  # simulate a crash after the commit: no graceful leave
     group = ReaderGroupManager(scope, connection).get_reader_group("billing")
+    wait_until(  # the maintenance thread commits it
+        lambda: sum(group.refresh().positions().values()) == 30, 10, "the auto commit"
+    )
+    reader._stop.set()  # simulate a crash after the commit: no graceful leave
     group.reader_offline("r")
     positions = group.refresh().unassigned
     assert sum(positions.values()) == 30  # exactly what was processed: commit-on-get

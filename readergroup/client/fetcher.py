@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -184,6 +185,7 @@ class FetchOutcome:
 
 NO_NEWS = FetchOutcome()
 
+
 PARK_MIN_BLOCK = 0.05
 """Shortest wait (s) of a read call that parks its ``XREAD`` (a shorter one may end before the
 reply to a read that found data arrives: it reads the plain way)."""
@@ -238,10 +240,21 @@ class Fetcher(Generic[T]):
         )
         self._event_bytes = 128
         """Payload bytes per event, estimated from the latest read (bounds reading ahead)."""
+        self.unlocked: Callable[[], AbstractContextManager[Any]] = nullcontext
+        """Wraps every blocking wait of :meth:`fetch`: the reader lets go of its hand-out
+        gate's lock there (see :mod:`~readergroup.client.maintenance`)."""
 
     # -- the segment table (changed by the group session) ------------------------------------
     def add(self, owned: OwnedSegment) -> None:
         owned.unchecked = owned.fetch > 0
+        self.owned[owned.key] = owned
+        if owned.key not in self._rotating:
+            self._rotating.add(owned.key)
+            self._rotation.append(owned.key)
+
+    def restore(self, owned: OwnedSegment) -> None:
+        """Put back a segment taken out with :meth:`remove` (buffer and positions as they
+        were)."""
         self.owned[owned.key] = owned
         if owned.key not in self._rotating:
             self._rotating.add(owned.key)
@@ -264,8 +277,9 @@ class Fetcher(Generic[T]):
 
     def consume_returned(self) -> None:
         """Commit-on-get: every event returned so far has been processed. (Called at the start
-        of every read call that may maintain the group; the fast path needs no call: nothing
-        reads *consumed* until then.)"""
+        of every read call but ``read_next_event``'s fast path, which hands out one event and
+        moves its own segment's *consumed* up to it; the other segments' lag until the next
+        call of another kind: their commits and releases come later, never too early.)"""
         for owned in self.owned.values():
             owned.consumed = owned.returned
 
@@ -313,6 +327,7 @@ class Fetcher(Generic[T]):
             owned.returned = event_offset(entry) + 1  # the error is this event's result
             raise self._undeliverable(owned, entry, exc) from exc
         owned.buffer.popleft()
+        owned.consumed = owned.returned  # commit-on-get: this segment's earlier events
         owned.returned += 1  # == its offset + 1: the buffer is contiguous from *returned*
         rotation.rotate(-1)
         return EventRead(value, entry, owned.origin)
@@ -450,7 +465,9 @@ class Fetcher(Generic[T]):
         it then outlives this call when nothing comes within ``block`` (see :meth:`_read`)."""
         if self._ahead:
             began = self._clock.monotonic()
-            if self.collect(block) or self._ahead:
+            with self.unlocked():
+                self._ahead[0].read.ready(block)
+            if self.collect(0.0) or self._ahead:
                 return NO_NEWS
             block = max(0.0, block - (self._clock.monotonic() - began))
         if any(owned.unchecked for owned in self.owned.values()):
@@ -458,7 +475,8 @@ class Fetcher(Generic[T]):
                 self._check_positions()
             except RedisUnavailableError as exc:
                 self._outage.lost(exc)
-                self._clock.sleep(min(block, 0.5))
+                with self.unlocked():
+                    self._clock.sleep(min(block, 0.5))
                 return NO_NEWS
         positions: dict[str, str] = {}
         by_key: dict[str, OwnedSegment] = {}
@@ -468,13 +486,15 @@ class Fetcher(Generic[T]):
             if len(owned.buffer) < self._config.max_buffered_events:
                 positions[owned.data_key] = owned.read_id()
                 by_key[owned.data_key] = owned
+        asked = {key: owned.fetch for key, owned in by_key.items()}
         positions.update(logs)
         limit = self._config.read_batch
         try:
             reply = self._read(positions, block, hold, limit)
         except RedisUnavailableError as exc:
             self._outage.lost(exc)
-            self._clock.sleep(min(block, 0.5))  # back off; the lease check fences if it lasts
+            with self.unlocked():  # back off; the lease check fences if it lasts
+                self._clock.sleep(min(block, 0.5))
             return NO_NEWS
         except WrongKeyTypeError as exc:
             bad: set[str] = set()
@@ -493,6 +513,17 @@ class Fetcher(Generic[T]):
         if reply is None:
             return NO_NEWS  # the parked XREAD waits on
         self._outage.back()
+        return self._apply(reply, by_key, asked, limit)
+
+    def _apply(
+        self,
+        reply: dict[str, Any],
+        by_key: dict[str, OwnedSegment],
+        asked: dict[str, int],
+        limit: int,
+    ) -> FetchOutcome:
+        """Buffer a fetch's reply (``asked``: each segment's fetch position when it was sent)
+        and say which state logs had news."""
         news: dict[str, Sequence[Any]] = {}
         for owned in by_key.values():
             owned.behind = False
@@ -501,6 +532,8 @@ class Fetcher(Generic[T]):
             if target is None:
                 news[key] = entries
                 continue
+            if self.owned.get(target.key) is not target or target.fetch != asked[key]:
+                continue  # taken out (released, fenced) while the read waited: stale
             self._buffer_reply(target, entries, limit)
         self.read_ahead()
         return FetchOutcome(woken=frozenset(news), news=news)
@@ -526,11 +559,13 @@ class Fetcher(Generic[T]):
             parked = None
         if parked is None:
             if self._connection.cluster or block < PARK_MIN_BLOCK or hold <= block:
-                return self._connection.read_keys(positions, block, limit)
+                with self.unlocked():
+                    return self._connection.read_keys(positions, block, limit)
             parked = self._connection.read_ahead(positions, limit, block=hold)
             self._parked_until = self._clock.monotonic() + hold + PARK_GRACE
         try:
-            reply = parked.result(block)
+            with self.unlocked():
+                reply = parked.result(block)
         except RedisUnavailableError:
             raise
         except ReaderGroupError:  # e.g. a key of the wrong type: a plain read names it

@@ -4,9 +4,10 @@ A :class:`GroupSession` runs one reader's membership through
 :class:`~readergroup.admin.group_member.GroupMember` and keeps the reader's
 :class:`~readergroup.client.fetcher.Fetcher` owning exactly the segments the group gives it:
 
-* on the reading thread, :meth:`GroupSession.maintain` commits (auto mode), rebalances (fair
-  share: release, acquire), absorbs resets, queues checkpoints and completes sealed segments
-  read to their end;
+* on its own **maintenance** thread (:mod:`~readergroup.client.maintenance`: the transitions
+  and the locking between the threads are stated there), :meth:`GroupSession.maintain` commits
+  (auto mode), rebalances (fair share: release, acquire), absorbs resets, queues and
+  acknowledges checkpoints and completes sealed segments read to their end;
 * a **heartbeat** thread renews the heartbeat, removes members whose session expired (judged on
   Redis server time), and gives the segments back when the application stopped reading for
   ``max_poll_interval``.
@@ -28,6 +29,8 @@ from typing import Generic, TypeVar
 from readergroup.admin.group_member import GroupMember, segments_text
 from readergroup.client.event_read import EventRead, RebalanceListener
 from readergroup.client.fetcher import Fetcher, FetchOutcome, Outage, OwnedSegment
+from readergroup.client.maintenance import HandOutGate, maintain_in_background
+from readergroup.core.balance import segments_to_release
 from readergroup.core.errors import (
     CoordinationError,
     ReaderAlreadyOnlineError,
@@ -77,8 +80,7 @@ class GroupSession(Generic[T]):
         self._group = group_config
         self._fetcher = fetcher
         self._outage = outage
-        self._clock = clock
-        self._rng = rng
+        self._clock, self._rng = clock, rng
         self.reader_id = member.reader_id
         self.listeners: list[RebalanceListener] = []
         self._streams: dict[str, StateSynchronizer[StreamState]] = {}
@@ -87,37 +89,49 @@ class GroupSession(Generic[T]):
         """The group was deleted under this reader: every read raises ReaderGroupNotFoundError."""
         self.closed = False
         self.quiet_until = 0.0
-        """Until when (monotonic) reads may skip maintenance: nothing is due or flagged, and the
-        session is surely alive. Zeroed by whatever needs the reading thread's attention."""
+        """Until when (monotonic) reads may take the fast path (the gate's *window*): nothing is
+        flagged for the reading thread, and the session is surely alive. Zeroed by whatever
+        needs the reading thread's attention; reopened only by its slow path."""
+        self.gate = HandOutGate(self._shut)
+        """Hand-out vs changes to the segment table (see :mod:`~readergroup.client.maintenance`)."""
+        self.group_lock = threading.RLock()
+        """Serializes group round trips: maintenance rounds, ``commit()``, ``close()``."""
+        self.wake = threading.Event()
+        """Set to have the maintenance thread run a round now."""
+        self._maintenance: threading.Thread | None = None
+        self._maintaining = False
         self.stop = threading.Event()
-        self.group_dirty = True
-        self._streams_dirty = True
+        self.group_dirty = self._streams_dirty = True
         self._session = group_config.session_timeout
         now = self._clock.monotonic()
-        self._last_refresh = now
-        self._last_commit = now
-        self.last_poll = now
-        self._last_beat_ok = now
+        self._last_refresh = self._last_commit = self.last_poll = self._last_beat_ok = now
         self._group_log, _ = connection.wake_on(member.sync.name, -1, wakes_only=True)
         """The group log's wake stream: an entry per change a reader may have to act on
         (commits wake nobody), so an idle reader is woken by membership and ownership changes
         only, and reads the group log once per wake-up."""
-        self._seen_revision = -1
-        """Group-log revision the reading thread last acted on (the heartbeat thread may have
-        fetched further; the reading thread must still be woken for those entries)."""
-        self._wake_seen = -1
-        """Newest wake-up of the group log looked at and found to be for other readers only
-        (see :meth:`absorb`): the blocking fetch waits for wake-ups after it."""
+        self._woken_to: dict[str, int] = {}
+        """State log key -> revision up to which the reading thread's fetch saw news and passed
+        it on to the maintenance thread (forgotten once a round has acted on it)."""
+        self._seen_revision = self._wake_seen = -1
+        """``_seen_revision``: group-log revision the maintenance thread last acted on (the
+        heartbeat thread may have fetched further; the reading thread must still be woken for
+        those entries). ``_wake_seen``: newest wake-up of the group log looked at and found to
+        be for other readers only (see :meth:`absorb`): the blocking fetch waits for wake-ups
+        after it."""
         self._group_generation = -1
         self.checkpoint_due: str | None = None
         """A checkpoint to hand to the application before any further event."""
         self._checkpoint_ack: tuple[str, dict[SegKey, int]] | None = None
         """A checkpoint handed out, to acknowledge when the application next reads."""
+        self._ack_due: tuple[str, dict[SegKey, int]] | None = None
+        """A checkpoint the application moved past: the maintenance thread acknowledges it."""
         self._handled_checkpoints: set[str] = set()
         self.end_of_data = False
         self._stuck_at: dict[str, int] = {}
         """Synchronizer name -> revision of the bad entry it stopped at: the XREAD waits
         for entries after it (never transferring the bad one again and again)."""
+        self._log_names: dict[str, str] = {}
+        """State log key -> its synchronizer's name (for ``_woken_to``)."""
         self._bad_logs: set[str] = set()
         """State logs whose key has the wrong type: left out of the XREAD (their refresh
         reports the error)."""
@@ -151,44 +165,135 @@ class GroupSession(Generic[T]):
         if self.fenced is None:
             self.fenced = reason
         self.quiet_until = 0.0
-        lost = self._fetcher.clear()
+        self.wake.set()  # the maintenance thread ends
+        with self.gate.closed():
+            lost = self._fetcher.clear()
         if lost:
             logger.warning("reader %r fenced, segments lost: %s", self.reader_id, reason)
             self._notify(lost=lost)
 
-    # -- maintenance (reading thread) --------------------------------------------------------
-    def maintain(self) -> None:
-        """Acknowledge a checkpoint handed out, then commit, rebalance and complete as due.
-        Fencing, outages, a deleted group and bad log entries are handled (and re-raised
-        when the read call must end with them)."""
+    # -- maintenance (the maintenance thread) ------------------------------------------------
+    def start_maintenance(self) -> None:
+        """Start the maintenance thread, once (reading thread: its first read call)."""
+        if self._maintenance is None and not self.closed and self.fenced is None:
+            self._maintenance = threading.Thread(
+                target=maintain_in_background,
+                args=(self, self.wake, self.stop, self._rng),
+                name=f"rg-maintenance-{self.reader_id}",
+                daemon=True,
+            )
+            self._maintenance.start()
+
+    def _stop_maintenance(self, timeout: float) -> bool:
+        """Stop the maintenance thread (``stop`` is set); whether it is gone."""
+        self.wake.set()
+        thread = self._maintenance
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
+    def maintenance_due_in(self) -> float:
+        """Seconds until the next round is due (0: work was posted)."""
+        if self.group_dirty or self._streams_dirty or self._ack_due is not None:
+            return 0.0
+        due = self._last_refresh + self._group.group_refresh_time
+        if self._group.commit_mode == AUTO:
+            due = min(due, self._last_commit + self._group.auto_commit_interval)
+        return max(0.0, due - self._clock.monotonic())
+
+    def post_error(self, error: BaseException) -> None:
+        """Have the next read call raise ``error`` (one at a time: a failure repeated round
+        after round is raised once per read call)."""
+        if not isinstance(error, ReaderGroupError):
+            wrapped = ReaderGroupError(
+                f"reader {self.reader_id!r}: group maintenance failed: {error!r}"
+            )
+            wrapped.__cause__ = error
+            error = wrapped
+        if not self._fetcher.errors:
+            self._fetcher.errors.append(error)
         self.quiet_until = 0.0
-        try:
-            with translate_errors("read"):
-                self._acknowledge_checkpoint()
-                self._maintain()
-            self._settle()
-        except ReaderNotInGroupError as exc:
-            self.fence(str(exc))
-            raise
-        except RedisUnavailableError as exc:  # buffered events still go out; then back off
-            self._outage.lost(exc)
-            self.check_usable()  # a call that hung past the session hands out nothing
-        except ReaderGroupError as exc:
-            if self._group_deleted(exc):
-                self._on_group_deleted()
-                raise self.group_gone() from exc
-            if isinstance(exc, CoordinationError):
-                self._note_bad_entry(exc)
-            raise
+
+    def _shut(self) -> None:
+        self.quiet_until = 0.0
+
+    def settle(self) -> None:
+        """(Reading thread, slow path, under the gate's lock.) Reopen the fast path's window
+        until the session's lease ends (in auto mode, until the next commit is due: a slow
+        call then records what the application consumed), unless something awaits the
+        reading thread."""
+        if (
+            self.checkpoint_due is not None
+            or self._checkpoint_ack is not None
+            or self.fenced is not None
+            or self.closed
+            or self.gone
+        ):
+            self.quiet_until = 0.0
+        else:
+            until = self._last_beat_ok + self._session
+            if self._group.commit_mode == AUTO:
+                until = min(until, self._last_commit + self._group.auto_commit_interval)
+            self.quiet_until = until
+
+    def consumed_recorded(self) -> None:
+        """(Reading thread, slow path.) Every segment's consumed position is exact now: if an
+        auto commit is due, have the maintenance thread make it at once."""
+        if self._group.commit_mode == AUTO and (
+            self._clock.monotonic() - self._last_commit >= self._group.auto_commit_interval
+        ):
+            self.wake.set()
+
+    def maintain(self) -> bool:
+        """One round: acknowledge a checkpoint the application moved past, then commit,
+        rebalance and complete as due; False if Redis could not be reached (retry after a
+        backoff). Fencing, outages, a deleted group and bad log entries are handled (and
+        re-raised when the reader must end with them)."""
+        with self.group_lock:
+            self._maintaining = True
+            try:
+                with translate_errors("read"):
+                    self._acknowledge_checkpoint()
+                    self._maintain()
+                return True
+            except ReaderNotInGroupError as exc:
+                self.fence(str(exc))
+                raise
+            except RedisUnavailableError as exc:  # buffered events still go out; then back off
+                self._outage.lost(exc)
+                self.check_usable()  # past the session: fenced
+                return False
+            except ReaderGroupError as exc:
+                if self._group_deleted(exc):
+                    self._on_group_deleted()
+                    raise self.group_gone() from exc
+                if isinstance(exc, CoordinationError):
+                    self._note_bad_entry(exc)
+                raise
+            finally:
+                self._maintaining = False
+
+    def maintenance_under_way(self) -> bool:
+        """Whether the maintenance thread has work posted or a round under way (its outcome,
+        such as segments to read or a checkpoint, may concern the reading thread soon)."""
+        thread = self._maintenance
+        return (
+            self._maintaining
+            or self.group_dirty
+            or self._streams_dirty
+            or self._ack_due is not None
+        ) and (thread is not None and thread.is_alive())
 
     def _maintain(self) -> None:
         """Commit, rebalance and complete as due. Intervals count from the end of the previous
-        round, so on a slow link reads get time for data between rounds.
+        round.
 
         Wake-ups drive the group work: a change on the group's wake stream or a stream's
-        metadata log (seen by the blocking fetch) marks it dirty. Every ``group_refresh_time``
-        the reader also acts on group entries the heartbeat thread fetched (a lost wake-up)
-        and completes segments read to their known end, without asking Redis."""
+        metadata log (seen by the reading thread's blocking fetch) marks it dirty. Every
+        ``group_refresh_time`` the reader also acts on group entries the heartbeat thread
+        fetched (a lost wake-up, or the application not reading) and completes segments read
+        to their known end, without asking Redis."""
         now = self._clock.monotonic()
         refresh_due = now - self._last_refresh >= self._group.group_refresh_time
         if (
@@ -205,9 +310,14 @@ class GroupSession(Generic[T]):
             self.group_dirty = False
             self._last_refresh = now
             self._rebalance()
+            self._woken_to.pop(self.member.sync.name, None)
         if self._streams_dirty or refresh_due:
             follow, self._streams_dirty = self._streams_dirty, False
             self._complete_finished(follow=follow)
+            if follow:
+                for name in list(self._woken_to):  # (the reading thread may add to it)
+                    if name != self.member.sync.name:
+                        self._woken_to.pop(name, None)
         if self._last_refresh == now:
             self._last_refresh = self._clock.monotonic()
 
@@ -217,30 +327,12 @@ class GroupSession(Generic[T]):
         sync = self.member.sync
         return sync.revision != self._seen_revision or sync.fetch_error is not None
 
-    def _settle(self) -> None:
-        """After maintenance: until when reads may skip it (see ``quiet_until``)."""
-        if (
-            self.group_dirty
-            or self._streams_dirty
-            or self.checkpoint_due is not None
-            or self._checkpoint_ack is not None
-            or self.fenced is not None
-            or self.closed
-            or self.gone
-        ):
-            self.quiet_until = 0.0
-            return
-        due = self._last_refresh + self._group.group_refresh_time
-        if self._group.commit_mode == AUTO:
-            due = min(due, self._last_commit + self._group.auto_commit_interval)
-        self.quiet_until = min(due, self._last_beat_ok + self._session)
-
-    def _auto_positions(self) -> dict[SegKey, tuple[int, int]]:
-        return {
-            k: (o.token, o.consumed)
-            for k, o in self._fetcher.owned.items()
-            if o.consumed > o.committed
-        }
+    def _auto_positions(
+        self, owned: Mapping[SegKey, OwnedSegment] | None = None
+    ) -> dict[SegKey, tuple[int, int]]:
+        with self.gate.lock:
+            table = self._fetcher.owned if owned is None else owned
+            return {k: (o.token, o.consumed) for k, o in table.items() if o.consumed > o.committed}
 
     def _release_position(self, owned: OwnedSegment) -> int:
         return owned.consumed if self._group.commit_mode == AUTO else owned.committed
@@ -248,19 +340,25 @@ class GroupSession(Generic[T]):
     def commit(self, positions: Mapping[SegKey, int] | None) -> None:
         """Commit ``positions`` (segment -> position) of owned segments, or by default every
         event returned (:meth:`EventStreamReader.commit`)."""
-        owned_now = self._fetcher.owned
-        if positions is None:
-            chosen = {
-                k: (o.token, o.returned) for k, o in owned_now.items() if o.returned > o.committed
-            }
-        else:
-            chosen = {}
-            for key, position in positions.items():
-                owned = owned_now.get(key)
-                if owned is None:
-                    raise SegmentNotOwnedError(f"reader {self.reader_id!r} does not own {key}")
-                chosen[key] = (owned.token, position)
-        self._commit(chosen)
+        with self.group_lock:
+            with self.gate.lock:
+                owned_now = self._fetcher.owned
+                if positions is None:
+                    chosen = {
+                        k: (o.token, o.returned)
+                        for k, o in owned_now.items()
+                        if o.returned > o.committed
+                    }
+                else:
+                    chosen = {}
+                    for key, position in positions.items():
+                        owned = owned_now.get(key)
+                        if owned is None:
+                            raise SegmentNotOwnedError(
+                                f"reader {self.reader_id!r} does not own {key}"
+                            )
+                        chosen[key] = (owned.token, position)
+            self._commit(chosen)
 
     def _commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
         if not positions:
@@ -270,14 +368,15 @@ class GroupSession(Generic[T]):
             self.member.commit(positions)
         except SegmentNotOwnedError:
             self.group_dirty = True  # ownership moved: reconcile on the next maintenance
-            self.quiet_until = 0.0
+            self.wake.set()
             raise
         if before == self._seen_revision and self.member.sync.revision == before + 1:
             self._seen_revision = before + 1  # only our own commit landed: nothing to act on
-        for key, (_, position) in positions.items():
-            owned = self._fetcher.owned.get(key)
-            if owned is not None:
-                owned.committed = max(owned.committed, position)
+        with self.gate.lock:
+            for key, (_, position) in positions.items():
+                owned = self._fetcher.owned.get(key)
+                if owned is not None:
+                    owned.committed = max(owned.committed, position)
 
     def _rebalance(self) -> None:
         state = self.member.refresh()
@@ -287,9 +386,18 @@ class GroupSession(Generic[T]):
             self._reinitialize(state)
             state = self.member.state
         self._take_checkpoints(state)
-        release_at = {k: self._release_position(o) for k, o in self._fetcher.owned.items()}
-        # decided on the state just read: one read of the group log per wake-up
-        acquired, released = self.member.rebalance(release_at, fetched_at=sync.revision)
+        frozen = self._freeze_releases(state)
+        release_at = {k: self._release_position(o) for k, o in frozen.items()}
+        try:
+            # decided on the state just read: one read of the group log per wake-up
+            acquired, released = self.member.rebalance(
+                release_at, fetched_at=sync.revision, only_listed=True
+            )
+        except BaseException:
+            if frozen:  # the outcome is unknown: the next round adopts what is still ours
+                self.group_dirty = True
+                self._notify(released=sorted(frozen))
+            raise
         if sync.revision - looked_at != sync.stats.appends - appended:
             # others' changes came in meanwhile (a conflict's re-read, a move that landed
             # past them, the heartbeat's fetch): their wake-ups count as seen below, so look
@@ -298,25 +406,54 @@ class GroupSession(Generic[T]):
         state = self.member.state
         self._seen_revision = self._wake_seen = self.member.sync.revision
         self.end_of_data = state.end_of_data
-        self._reconcile(state, released)  # adopts what was acquired, as owned in ``state``
+        self._reconcile(state, released, frozen)  # adopts what was acquired, as owned in ``state``
         if acquired:
             logger.debug("reader %r acquired %s", self.reader_id, sorted(acquired))
             self._notify(acquired=list(acquired))
 
-    def _absorb_reset(self) -> None:
-        """Re-initialize now if the group was reset since this reader last looked."""
+    def _freeze_releases(self, state: GroupState) -> dict[SegKey, OwnedSegment]:
+        """Take the segments the group wants back (above this reader's share in ``state``) out
+        of hand-out, with their positions as they are now; the release then gives back only
+        these (see :mod:`~readergroup.client.maintenance`)."""
+        me = self.reader_id
+        if (
+            state.frozen_for(me)
+            or self.checkpoint_due is not None
+            or self._checkpoint_ack is not None
+            or self._ack_due is not None
+        ):
+            return {}
+        mine = state.owned_by(me)
+        wanted = segments_to_release(state, me, len(mine) + 1)
+        if not wanted:
+            return {}
+        frozen: dict[SegKey, OwnedSegment] = {}
+        with self.gate.closed():
+            for key in wanted:
+                owned = self._fetcher.owned.get(key)
+                if owned is not None and owned.token == mine[key].token:
+                    self._fetcher.remove(key)
+                    frozen[key] = owned
+        return frozen
+
+    def _absorb_reset(self) -> bool:
+        """Re-initialize now if the group was reset since this reader last looked; whether it
+        was."""
         state = self.member.refresh()
         if state.generation != self._group_generation and self._group_generation >= 0:
             self._reinitialize(state)
+            return True
+        return False
 
     def _reinitialize(self, state: GroupState) -> None:
         """The group was reset (or this is the first look): start over from its state."""
         first = self._group_generation < 0
         self._group_generation = state.generation
         if not first:
-            dropped = self._fetcher.clear()
-            self.checkpoint_due = None
-            self._checkpoint_ack = None
+            with self.gate.closed():
+                dropped = self._fetcher.clear()
+                self.checkpoint_due = None
+                self._checkpoint_ack = self._ack_due = None
             logger.info(
                 "reader %r: the group was reset (generation %d); dropped %s",
                 self.reader_id,
@@ -338,39 +475,68 @@ class GroupSession(Generic[T]):
                 continue
             if checkpoint.silent:
                 self._handled_checkpoints.add(name)
-                self.member.ack_checkpoint(
-                    name, {k: o.consumed for k, o in self._fetcher.owned.items()}
-                )
-            elif self.checkpoint_due is None and self._checkpoint_ack is None:
+                with self.gate.lock:
+                    positions = {k: o.consumed for k, o in self._fetcher.owned.items()}
+                self.member.ack_checkpoint(name, positions)
+            elif (
+                self.checkpoint_due is None
+                and self._checkpoint_ack is None
+                and self._ack_due is None
+            ):
                 self._handled_checkpoints.add(name)
-                self.checkpoint_due = name
+                with self.gate.lock:  # the reading thread hands it out next
+                    self.checkpoint_due = name
+                    self.quiet_until = 0.0
 
-    def _reconcile(self, state: GroupState, released: list[SegKey]) -> None:
+    def _reconcile(
+        self,
+        state: GroupState,
+        released: list[SegKey],
+        frozen: Mapping[SegKey, OwnedSegment] | None = None,
+    ) -> None:
         """Drop local segments the group no longer gives this reader (released, taken away) and
-        adopt the ones it gives and this reader does not hold yet (acquired, or handed back)."""
+        adopt the ones it gives and this reader does not hold yet (acquired, or handed back);
+        ``frozen`` segments (taken out for a release) that were not released go back as they
+        were."""
         mine = state.owned_by(self.reader_id)
-        owned_now = self._fetcher.owned
-        lost = [k for k, o in owned_now.items() if k not in mine or mine[k].token != o.token]
-        for key in lost:
-            self._fetcher.remove(key)
-        for key, assignment in mine.items():
-            if key not in owned_now:
-                self._adopt(key, assignment)
-        gone = sorted(set(lost) | set(released))
+        back = {
+            k: o
+            for k, o in (frozen or {}).items()
+            if k in mine and mine[k].token == o.token and k not in released
+        }
+        with self.gate.lock:
+            held = set(self._fetcher.owned)
+        new = [
+            self._prepare(key, assignment)
+            for key, assignment in mine.items()
+            if key not in held and key not in back
+        ]
+        with self.gate.closed():
+            owned_now = self._fetcher.owned
+            lost = [k for k, o in owned_now.items() if k not in mine or mine[k].token != o.token]
+            for key in lost:
+                self._fetcher.remove(key)
+            for owned in back.values():
+                self._fetcher.restore(owned)
+            for owned in new:
+                if owned.key not in owned_now:
+                    self._fetcher.add(owned)
+        gone = sorted(set(lost) | set(released) | (set(frozen or {}) - set(back) - set(released)))
         if gone:
             logger.debug("reader %r released %s", self.reader_id, gone)
             self._notify(released=gone)
 
-    def _adopt(self, key: SegKey, assignment: Assignment) -> None:
+    def _prepare(self, key: SegKey, assignment: Assignment) -> OwnedSegment:
+        """A segment to adopt, with its stream's limits (read now, outside any lock)."""
         scope, stream = split_scoped_stream(key[0], None)
         data_key = self._connection.keys.segment(scope, stream, key[1]).events
         owned = OwnedSegment.at(key, scope, stream, data_key, assignment.token, assignment.position)
         end = self.member.state.end
         if end is not None:
             owned.final_tail, owned.bounded = end.get(key, assignment.position), True
-        self._fetcher.add(owned)
         stream_state: StreamState = self._stream_sync(key[0]).state
         owned.max_event_size = stream_state.config.max_event_size
+        return owned
 
     def _stream_sync(self, scoped: str) -> StateSynchronizer[StreamState]:
         sync = self._streams.get(scoped)
@@ -380,7 +546,8 @@ class GroupSession(Generic[T]):
                 stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
             )
             sync.follow()
-            self._streams[scoped] = sync
+            with self.gate.lock:  # the reading thread's fetch lists the streams' logs
+                self._streams[scoped] = sync
         return sync
 
     def _complete_finished(self, *, follow: bool = True) -> None:
@@ -391,12 +558,14 @@ class GroupSession(Generic[T]):
             return  # a checkpoint or reset awaits this reader: move nothing until then
         finished: list[OwnedSegment] = []
         successors: dict[SegKey, tuple[tuple[SegKey, ...], int]] = {}
-        for scoped, sync in self._streams.items():
+        for scoped, sync in list(self._streams.items()):
             if follow:
                 sync.follow()
             state: StreamState = sync.state
             ended = []
-            for owned in [o for o in self._fetcher.owned.values() if o.key[0] == scoped]:
+            with self.gate.lock:
+                mine = [o for o in self._fetcher.owned.values() if o.key[0] == scoped]
+            for owned in mine:
                 record = state.segments.get(owned.segment)
                 if record is None or (record.active and not owned.bounded):
                     continue
@@ -405,7 +574,13 @@ class GroupSession(Generic[T]):
                 ended.append((owned, record))
             self._learn_final_tails([o for o, r in ended if o.final_tail < 0 and not r.truncated])
             for owned, record in ended:
-                if owned.consumed >= owned.final_tail and not owned.buffer and not owned.pending:
+                with self.gate.lock:
+                    done = (
+                        owned.consumed >= owned.final_tail
+                        and not owned.buffer
+                        and not owned.pending
+                    )
+                if done:
                     finished.append(owned)
                     for succ in record.successors:
                         if (scoped, succ) not in successors:  # a merge's: once, not per segment
@@ -420,8 +595,10 @@ class GroupSession(Generic[T]):
         handed = [(succ, preds, start) for succ, (preds, start) in successors.items()]
         if not self.member.complete_segments(completions, handed):
             return  # a checkpoint or reset arrived: complete after it
-        for owned in finished:
-            self._fetcher.remove(owned.key)
+        with self.gate.closed():
+            for owned in finished:
+                if self._fetcher.owned.get(owned.key) is owned:
+                    self._fetcher.remove(owned.key)
         self._notify(released=[o.key for o in finished])
         self.group_dirty = True
 
@@ -443,22 +620,26 @@ class GroupSession(Generic[T]):
                     segments_text([(f"{scope}/{stream}", s) for s in unsealed]),
                 )
                 tails.update(self._connection.segments.seal_segments(scope, stream, unsealed))
-            for segment in segments:
-                segment.final_tail = tails[segment.segment]
+            with self.gate.lock:
+                for segment in segments:
+                    segment.final_tail = tails[segment.segment]
 
     def _truncated_away(self, owned: OwnedSegment) -> None:
         """The segment is wholly behind the stream's head: its data is (being) deleted. Hand out
         what is buffered, report the loss of anything after it once, then complete it (its
         successors become readable from the head)."""
-        if owned.final_tail < 0:
+        tail = owned.final_tail
+        if tail < 0:
             seg = self._connection.segments.segment_states(
                 owned.scope, owned.stream, [owned.segment]
             )
             if seg[owned.segment].exists and seg[owned.segment].sealed:
-                owned.final_tail = seg[owned.segment].tail
-        if owned.final_tail < 0 or owned.fetch < owned.final_tail:
-            owned.hold(TruncatedDataError(owned.name, owned.fetch, -1), owned.fetch)
-            owned.final_tail = owned.fetch  # nothing more can be fetched
+                tail = seg[owned.segment].tail
+        with self.gate.lock:
+            owned.final_tail = max(owned.final_tail, tail)
+            if owned.final_tail < 0 or owned.fetch < owned.final_tail:
+                owned.hold(TruncatedDataError(owned.name, owned.fetch, -1), owned.fetch)
+                owned.final_tail = owned.fetch  # nothing more can be fetched
 
     def _notify(
         self,
@@ -477,18 +658,37 @@ class GroupSession(Generic[T]):
 
     # -- checkpoints -------------------------------------------------------------------------
     def hand_out_checkpoint(self) -> EventRead[T]:
+        """(Reading thread, under the gate's lock.) The checkpoint event, at the positions
+        handed out so far."""
         name, self.checkpoint_due = self.checkpoint_due, None
         assert name is not None
         self._checkpoint_ack = (name, {k: o.returned for k, o in self._fetcher.owned.items()})
         self.quiet_until = 0.0  # acknowledged on the next read
         return EventRead(None, checkpoint_name=name)
 
-    def _acknowledge_checkpoint(self) -> None:
-        """The application moved past the checkpoint event: report the positions it had."""
+    def moved_on(self) -> None:
+        """(Reading thread, at the start of a slow read call.) The application moved past a
+        checkpoint handed out: have the maintenance thread acknowledge it."""
         if self._checkpoint_ack is not None:
-            name, positions = self._checkpoint_ack
-            self._checkpoint_ack = None
-            self.member.ack_checkpoint(name, positions)
+            self._ack_due, self._checkpoint_ack = self._checkpoint_ack, None
+            self.wake.set()
+
+    def _acknowledge_checkpoint(self, *, leaving: bool = False) -> None:
+        """Report the positions a checkpoint was handed out at, once the application moved
+        past it (``leaving``: or now, as the next read would)."""
+        if leaving and self._checkpoint_ack is not None:
+            self._ack_due, self._checkpoint_ack = self._checkpoint_ack, None
+        due = self._ack_due
+        if due is not None:
+            name, positions = due
+            try:
+                self.member.ack_checkpoint(name, positions)
+            except RedisUnavailableError:
+                raise  # acknowledged on a later round
+            except BaseException:
+                self._ack_due = None
+                raise
+            self._ack_due = None
             self.group_dirty = True
 
     # -- the state logs a fetch also waits on ------------------------------------------------
@@ -509,10 +709,11 @@ class GroupSession(Generic[T]):
         group = self.member.sync.name
         synchronizers = [(group, max(self._seen_revision, self._wake_seen))]
         synchronizers += [(sync.name, sync.revision) for sync in self._streams.values()]
+        woken_to = self._woken_to
         for name, revision in synchronizers:
-            log, after = self._connection.wake_on(
-                name, max(revision, self._stuck_at.get(name, 0)), wakes_only=name == group
-            )
+            after_revision = max(revision, self._stuck_at.get(name, 0), woken_to.get(name, -1))
+            log, after = self._connection.wake_on(name, after_revision, wakes_only=name == group)
+            self._log_names[log] = name
             if log not in self._bad_logs:
                 logs[log] = after
         return logs
@@ -522,19 +723,24 @@ class GroupSession(Generic[T]):
         if outcome.bad_logs:
             self._bad_logs |= outcome.bad_logs
             self.group_dirty = self._streams_dirty = True
+        for log, entries in outcome.news.items():
+            name = self._log_names.get(log)
+            if name is not None and entries:
+                revision = wake_revision(entries[-1])
+                self._woken_to[name] = max(revision, self._woken_to.get(name, -1))
         for log in outcome.woken:
             if log != self._group_log:
                 self._streams_dirty = True
                 continue
             # a move wakes only the readers with a move to make then (Update.wakes): the
             # others skip it, and wait for the wake-ups after it
-            entries = outcome.news.get(log)
-            if not entries or wakes_follower(entries, self.reader_id):
+            wakes = outcome.news.get(log)
+            if not wakes or wakes_follower(wakes, self.reader_id):
                 self.group_dirty = True
             else:
-                self._wake_seen = max(self._wake_seen, *(wake_revision(e) for e in entries))
+                self._wake_seen = max(self._wake_seen, *(wake_revision(e) for e in wakes))
         if outcome.bad_logs or outcome.woken:
-            self.quiet_until = 0.0
+            self.wake.set()
 
     def _note_bad_entry(self, exc: CoordinationError) -> None:
         cause = exc.__cause__
@@ -562,8 +768,8 @@ class GroupSession(Generic[T]):
         if not self.gone:
             logger.warning("reader %s: its group was deleted", self.reader_id)
         self.gone = True
-        self.fence(str(self.group_gone()))  # zeroes quiet_until
         self.stop.set()
+        self.fence(str(self.group_gone()))  # zeroes quiet_until
         try:
             self.member.heartbeats.forget(self.reader_id, self.member.generation)
         except ReaderGroupError as exc:
@@ -580,26 +786,33 @@ class GroupSession(Generic[T]):
         self.quiet_until = 0.0
         self.stop.set()
         self._heartbeat_thread.join(10)
-        if self.fenced is None:
-            owned_now = self._fetcher.owned
-            for owned in owned_now.values():
-                owned.consumed = owned.returned
-            try:
-                with translate_errors("leave"):
-                    self._acknowledge_checkpoint()
-                    self._absorb_reset()
-                    if self._group.commit_mode == AUTO:  # manual mode commits only on commit()
-                        self._commit(self._auto_positions())
-                    self.member.leave({k: self._release_position(o) for k, o in owned_now.items()})
-                logger.debug("reader %r left its group", self.reader_id)
-            except ReaderGroupError as exc:
-                logger.warning(
-                    "reader %r: could not leave its group; its session will expire and others "
-                    "take over at the committed positions",
-                    self.reader_id,
-                    exc_info=exc,
-                )
-        self._fetcher.clear()
+        self._stop_maintenance(10)
+        with self.group_lock:
+            with self.gate.closed():  # nothing is handed out from here on
+                owned_now = dict(self._fetcher.owned)
+                self._fetcher.clear()
+            if self.fenced is None:
+                self._leave(owned_now)
+
+    def _leave(self, owned_now: dict[SegKey, OwnedSegment]) -> None:
+        for owned in owned_now.values():
+            owned.consumed = owned.returned
+        try:
+            with translate_errors("leave"):
+                self._acknowledge_checkpoint(leaving=True)
+                if self._absorb_reset():
+                    owned_now = {}  # the group was reset: nothing of the old generation
+                if self._group.commit_mode == AUTO:  # manual mode commits only on commit()
+                    self._commit(self._auto_positions(owned_now))
+                self.member.leave({k: self._release_position(o) for k, o in owned_now.items()})
+            logger.debug("reader %r left its group", self.reader_id)
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %r: could not leave its group; its session will expire and others "
+                "take over at the committed positions",
+                self.reader_id,
+                exc_info=exc,
+            )
 
     def rejoin(self, stop: threading.Event | None = None) -> int:
         """See :meth:`EventStreamReader.rejoin`."""
@@ -622,24 +835,31 @@ class GroupSession(Generic[T]):
         return -1
 
     def _rejoin_once(self) -> int:
-        self.stop.set()  # the fenced heartbeat thread must be gone before a new generation
+        self.stop.set()  # the fenced threads must be gone before a new generation
         self._heartbeat_thread.join(self._connection.config.socket_timeout + 1)
-        if self._heartbeat_thread.is_alive():
+        gone = self._stop_maintenance(self._connection.config.socket_timeout + 1)
+        if self._heartbeat_thread.is_alive() or not gone:
             raise RedisUnavailableError(
-                f"reader {self.reader_id!r}: the previous heartbeat is still waiting on Redis"
+                f"reader {self.reader_id!r}: the previous heartbeat or maintenance is still "
+                "waiting on Redis"
             )
-        with translate_errors("rejoin"):
-            generation = self.member.join()
-        now = self._clock.monotonic()
-        self.fenced = None
-        self._outage.error = None
-        self._fetcher.clear()
-        self.checkpoint_due = self._checkpoint_ack = None
-        self.group_dirty = self._streams_dirty = True
-        self.quiet_until = 0.0
-        self._seen_revision = self._wake_seen = -1
-        self._last_beat_ok = self.last_poll = self._last_refresh = self._last_commit = now
-        self.stop = threading.Event()
+        with self.group_lock:
+            with translate_errors("rejoin"):
+                generation = self.member.join()
+            now = self._clock.monotonic()
+            with self.gate.closed():
+                self.fenced = None
+                self._outage.error = None
+                self._fetcher.clear()
+                self.checkpoint_due = self._checkpoint_ack = self._ack_due = None
+                self.group_dirty = self._streams_dirty = True
+                self.quiet_until = 0.0
+                self._seen_revision = self._wake_seen = -1
+                self._woken_to.clear()
+                self._last_beat_ok = self.last_poll = self._last_refresh = self._last_commit = now
+                self.stop = threading.Event()
+                self.wake.clear()
+                self._maintenance = None  # started again by the next read call
         self._heartbeat_thread = self._start_heartbeats()
         logger.info("reader %r rejoined its group as generation %d", self.reader_id, generation)
         return generation
@@ -676,7 +896,7 @@ class GroupSession(Generic[T]):
                         "reader %r removed expired members %s", self.reader_id, liveness.removed
                     )
                     self.group_dirty = True
-                    self.quiet_until = 0.0
+                    self.wake.set()
                 if liveness.next_expiry_ms is not None:
                     until = (liveness.next_expiry_ms - liveness.now_ms) / 1000
                     wait = max(0.05, min(interval, until))

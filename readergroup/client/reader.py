@@ -13,11 +13,20 @@ over every owned segment *and* the group's state log and the streams' metadata l
 rebalance or a scale wakes it at once, with no polling). While the fetcher finds more waiting,
 it reads ahead so round trips overlap the application's processing.
 
-Fast path: while no maintenance is due (see ``GroupSession.quiet_until``) and events are
-buffered, ``read_next_event`` does O(1) work: one clock read, a look at three flags, one event
-out of a buffer. ``read_batch`` (and so ``run``) and iteration take the same path. Otherwise a
-read call maintains the group first, then serves data; a call with nothing buffered always
-fetches at least once (even past its timeout), so data keeps flowing on a slow link.
+Group maintenance (refresh, rebalance, commits, completion, checkpoint acknowledgements) runs
+on the session's maintenance thread, started by the first read call, never on the reading
+thread: a read call with buffered events returns them without any group round trip, and the
+group is maintained while the application holds events without reading (see
+:mod:`~readergroup.client.maintenance` for the transitions and the locking). Rebalance
+listeners are called on that thread.
+
+Fast path: while the session's window is open (see ``GroupSession.quiet_until``: nothing
+awaits the reading thread) and events are buffered, ``read_next_event`` does O(1) work: one
+clock read, two stores of the gate's ``busy`` flag, a look at three flags, one event out of a
+buffer. ``read_batch`` (and so ``run``) and iteration take the same path. Otherwise a read call
+takes the slow path under the gate's lock: a checkpoint due, errors, buffered events, or one
+fetch at least (even past its timeout) when nothing is buffered, so data keeps flowing on a
+slow link.
 
 Positions: for each owned segment the reader tracks *returned* (after the last event handed
 out) and *consumed* (after the last event the application moved past: every event returned
@@ -53,6 +62,10 @@ from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK, SystemClock
 
 __all__ = ["REJOIN_MAX_DELAY", "EventRead", "EventStreamReader", "RebalanceListener"]
+
+MAINTENANCE_POLL = 0.02
+"""Longest wait (s) of a fetch while the maintenance thread has a round under way: a fetch
+cannot be woken by segments adopted or a checkpoint queued meanwhile, so it looks again soon."""
 
 T = TypeVar("T")
 
@@ -96,6 +109,8 @@ class EventStreamReader(Generic[T]):
             clock=self._clock,
             rng=rng or random.Random(),  # noqa: S311 (backoff jitter, not secrets)
         )
+        self._gate = self._session.gate
+        self._fetcher.unlocked = self._gate.released
 
     @property
     def _stop(self) -> threading.Event:
@@ -112,7 +127,8 @@ class EventStreamReader(Generic[T]):
 
     def owned_segments(self) -> dict[SegKey, int]:
         """Owned segment -> fencing token."""
-        return {key: owned.token for key, owned in self._fetcher.owned.items()}
+        owned_now = self._fetcher.owned.copy()  # (the maintenance thread may change it)
+        return {key: owned.token for key, owned in owned_now.items()}
 
     def fencing_token(self, stream: str, segment: int) -> int | None:
         owned = self._fetcher.owned.get((stream, segment))
@@ -121,13 +137,17 @@ class EventStreamReader(Generic[T]):
     def read_next_event(self, timeout: float | None = None) -> EventRead[T]:
         """The next event of any owned segment, or ``EventRead(None)`` after ``timeout`` s
         (default: ``group_refresh_time``). Raises ReaderNotInGroupError once fenced."""
-        session = self._session
+        session, gate = self._session, self._gate
         now = self._now()
-        if now < session.quiet_until and session.fenced is None and not self._fetcher.errors:
-            event = self._fetcher.take_one()
-            if event is not None:
-                session.last_poll = now
-                return event
+        gate.busy = True  # before the window is looked at (see HandOutGate)
+        try:
+            if now < session.quiet_until and session.fenced is None and not self._fetcher.errors:
+                event = self._fetcher.take_one()
+                if event is not None:
+                    session.last_poll = now
+                    return event
+        finally:
+            gate.busy = False
         batch = self._read_slowly(
             1, self._group.group_refresh_time if timeout is None else timeout, now
         )
@@ -202,29 +222,45 @@ class EventStreamReader(Generic[T]):
 
     # -- reading ----------------------------------------------------------------------------
     def _read(self, max_events: int, timeout: float) -> list[EventRead[T]]:
-        session, fetcher = self._session, self._fetcher
+        session, fetcher, gate = self._session, self._fetcher, self._gate
         now = self._now()
-        if now < session.quiet_until and session.fenced is None and not fetcher.errors:
-            fetcher.consume_returned()
-            events = fetcher.take(max_events, refill=True)
-            if events:
-                session.last_poll = now
-                return events
+        gate.busy = True  # before the window is looked at (see HandOutGate)
+        try:
+            if now < session.quiet_until and session.fenced is None and not fetcher.errors:
+                fetcher.consume_returned()
+                events = fetcher.take(max_events, refill=True)
+                if events:
+                    session.last_poll = now
+                    return events
+        finally:
+            gate.busy = False
         return self._read_slowly(max_events, timeout, now)
 
     def _read_slowly(self, max_events: int, timeout: float, now: float) -> list[EventRead[T]]:
-        """Maintain the group as due, then serve data: buffered events, or what one fetch
-        brings (always at least one fetch, even past ``timeout``, when nothing is buffered)."""
+        """Serve data under the gate's lock: a checkpoint due, buffered events, or what one
+        fetch brings (always at least one fetch, even past ``timeout``, when nothing is
+        buffered; the lock is let go while it waits). No group round trip: the maintenance
+        thread makes those."""
+        session = self._session
+        session.start_maintenance()
+        with self._gate.lock:
+            try:
+                return self._serve(max_events, timeout, now)
+            finally:
+                session.settle()
+
+    def _serve(self, max_events: int, timeout: float, now: float) -> list[EventRead[T]]:
         session, fetcher = self._session, self._fetcher
         session.check_usable()
         session.last_poll = now
         fetcher.consume_returned()
+        session.consumed_recorded()
+        session.moved_on()
         if fetcher.errors:
             raise fetcher.errors.popleft()
         deadline = now + max(0.0, timeout)
         fetched = False
         while True:
-            session.maintain()
             if session.checkpoint_due is not None:
                 return [session.hand_out_checkpoint()]
             events = fetcher.take(max_events, refill=True)
@@ -236,10 +272,9 @@ class EventStreamReader(Generic[T]):
             if remaining <= 0 and fetched:
                 return []
             hold = session.longest_block()
+            if session.maintenance_under_way():  # poll: its outcome may be segments to read
+                hold = min(hold, MAINTENANCE_POLL)
             block = max(0.0, min(remaining, hold))
             session.absorb(fetcher.fetch(block, session.wake_logs(), hold=hold))
             fetched = True
             session.check_usable()
-            events = fetcher.take(max_events)  # data first: maintenance waits for the next loop
-            if events:
-                return events

@@ -1,0 +1,180 @@
+"""Group maintenance off the reading thread: the hand-out gate and the maintenance thread.
+
+Like aiokafka's coordinator beside its fetcher, each reader runs its group maintenance
+(refresh, rebalance, commits, completion of sealed segments, checkpoint acknowledgements) on a
+**maintenance thread** of its own, so a read call never waits on a group round trip and the
+group is maintained while the application holds events without reading (a slow handler, a
+full ``run()`` queue). Three threads share one reader:
+
+* **R**, the reading thread (the application's read calls): hands events out, fetches data;
+* **M**, the maintenance thread (:func:`maintain_in_background`): every group round trip;
+* **H**, the heartbeat thread (:mod:`~readergroup.client.group_session`): liveness, fencing.
+
+What they share, and how
+------------------------
+* The **segment table** (the fetcher's owned segments, their buffers and positions) is guarded
+  by a :class:`HandOutGate`: its ``lock`` (held by R for the local work of a read call's slow
+  path, never across a blocking wait; by M only for local steps, never across a round trip),
+  plus the fast path's ``busy`` flag. R's fast path takes no lock: it sets ``busy``, checks the
+  session's ``quiet_until`` (the *open* window), hands out, clears ``busy``. M changes the
+  table only inside :meth:`HandOutGate.closed`: it takes the lock, shuts the window
+  (``quiet_until = 0``), then waits for ``busy`` to clear. Under the GIL these stores and loads
+  are sequentially consistent, so (Dekker) either R's check saw the window shut and it takes
+  the slow path (and so the lock), or M waits until R's hand-out is over. Only R's slow path
+  reopens the window, under the lock: never while M holds it.
+* The **mailbox** R checks once per call (three flags, O(1) on the fast path): the open
+  window, ``fenced``, and the fetcher's pending ``errors``. M posts to it: a checkpoint to hand
+  out (window shut), an error a read call must raise (appended to ``errors``), fencing. R posts
+  to M with flags and a wake-up (``wake``): the state logs woke a fetch (group or streams
+  dirty), the application moved past a checkpoint handed out (its acknowledgement is due).
+* **Group round trips** (M's rounds, an explicit ``commit()``, ``close()``, ``rejoin()``) are
+  serialized by the session's group lock (taken before the gate's lock, never after).
+
+Transitions of an owned segment (M unless said otherwise)
+---------------------------------------------------------
+* *adopt*: the group gives this reader a segment (acquired, or handed back). M prepares it
+  (the stream's metadata read outside any lock), then adds it inside ``closed``. R reads it
+  from its next fetch.
+* *release* (fair share): on the state just refreshed, M predicts the segments above share
+  (the pure balance rule) and, inside ``closed``, takes them out of the table: from then on R
+  hands out nothing of them. Their positions are taken there, exactly: *consumed* in auto mode
+  (every event returned before the application's latest read call of that segment:
+  commit-on-get), the committed position in manual mode. Outside the lock M releases them at
+  those positions, allowing only those segments (``only_listed``: a conflict re-plan may
+  release fewer, never others). Then: released ones are dropped with their buffers; those not
+  released and still this reader's (same token) are put back as they were (buffer, positions);
+  if the round trip failed, the outcome is unknown, so none is put back: the next round adopts
+  whatever the group still gives this reader, at its committed position (events after it come
+  again: at-least-once, never skipped, never handed out by two owners at once).
+* *complete*: a segment read to its final tail, consumed, with nothing buffered or pending
+  (R can hand out nothing more of it) is completed by a round trip, then taken out inside
+  ``closed``.
+* *taken away* (a reset, another's move seen in the state) and *fenced* (by M's round trip, by
+  H, or by R's own lease check): the table is cleared inside ``closed``; R raises
+  :class:`~readergroup.core.errors.ReaderNotInGroupError` on its next call.
+* *R's fetch*: R computes what to read under the lock, releases it for the blocking wait, takes
+  it back and applies each segment's reply only if that segment is still the same object in
+  the table at the same fetch position (otherwise the reply is stale and dropped).
+
+Checkpoints: M queues one (``checkpoint_due``, window shut); R hands it out in order with data
+(the positions recorded are those handed out before it: every event before the cut goes out
+first); at R's next call the application has moved past it, R posts the acknowledgement and M
+sends it. No segment is released or completed while a checkpoint awaits this reader.
+
+Guarantees: a read call with buffered events returns them without a group round trip; the
+group is maintained whatever R does (blocked in the application, or in a fetch); a segment
+taken out of the table is never handed out again by this reader's incarnation; auto commits
+and releases use consumed positions only; rebalance listeners are called on M (or on the
+thread that fenced the reader), never under the gate's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+from readergroup.core.errors import (
+    ReaderGroupError,
+    ReaderGroupNotFoundError,
+    ReaderNotInGroupError,
+)
+
+logger = logging.getLogger(__name__)
+
+SPIN = 0.0002
+"""Seconds M sleeps while waiting for R's fast path to finish a hand-out (microseconds of work;
+longer only when R is preempted)."""
+
+MAX_BACKOFF = 1.0
+"""Cap (seconds) of the jittered backoff between failed maintenance rounds."""
+
+
+class HandOutGate:
+    """Mutual exclusion between R's hand-out and M's changes to the segment table (see the
+    module doc). ``shut`` closes the fast path's window (sets the session's ``quiet_until`` to
+    0)."""
+
+    __slots__ = ("_shut", "busy", "lock")
+
+    def __init__(self, shut: Callable[[], None]) -> None:
+        self.lock = threading.RLock()
+        self.busy = False
+        """R is in a fast-path hand-out (set before it checks the window, cleared after)."""
+        self._shut = shut
+
+    @contextmanager
+    def closed(self) -> Iterator[None]:
+        """Hold the lock with the window shut and no fast-path hand-out under way: the table
+        may change. (From R's slow path too: ``busy`` is clear there.)"""
+        with self.lock:
+            self._shut()
+            while self.busy:
+                time.sleep(SPIN)
+            yield
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Let go of the lock (held once by R's slow path) for a blocking wait."""
+        self.lock.release()
+        try:
+            yield
+        finally:
+            self.lock.acquire()
+
+
+class Maintained(Protocol):
+    """What the maintenance thread runs: a group session."""
+
+    reader_id: str
+    fenced: str | None
+    gone: bool
+    closed: bool
+
+    def maintenance_due_in(self) -> float: ...
+
+    def maintain(self) -> bool: ...
+
+    def post_error(self, error: BaseException) -> None: ...
+
+
+def maintain_in_background(
+    session: Maintained, wake: threading.Event, stop: threading.Event, rng: random.Random
+) -> None:
+    """M's loop: a round whenever R or H posts work (``wake``) or an interval is due, until
+    ``stop`` is set or the reader is fenced, closed or its group deleted. A failed round is
+    reported to R (raised by its next read call) and retried after a jittered backoff; so is a
+    round that could not reach Redis (not reported: reads go on with what is buffered, and
+    the lease check fences the reader if the outage outlasts the session)."""
+    failures = 0
+    while not stop.is_set():
+        if failures:
+            delay = rng.uniform(0, min(MAX_BACKOFF, 0.05 * 2 ** min(failures, 5)))
+            stop.wait(delay)
+        else:
+            wake.wait(session.maintenance_due_in())
+        wake.clear()
+        if stop.is_set() or session.closed or session.gone or session.fenced is not None:
+            return
+        try:
+            failures = 0 if session.maintain() else failures + 1
+        except (ReaderNotInGroupError, ReaderGroupNotFoundError):
+            return  # fenced or deleted: R raises it on its next call
+        except ReaderGroupError as exc:
+            failures += 1
+            logger.warning(
+                "reader %r: group maintenance failed; retrying", session.reader_id, exc_info=exc
+            )
+            session.post_error(exc)
+        except Exception as exc:  # a bug must not silently end the group's maintenance
+            failures += 1
+            logger.warning(
+                "reader %r: group maintenance failed unexpectedly; retrying",
+                session.reader_id,
+                exc_info=exc,
+            )
+            session.post_error(exc)
