@@ -29,6 +29,8 @@ class BytesSerializer:
     """Events are ``bytes`` (``bytearray``/``memoryview`` accepted), passed through."""
 
     def serialize(self, value: bytes) -> bytes:
+        if type(value) is bytes:  # immutable: no copy needed
+            return value
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise SerializationError(f"BytesSerializer needs bytes, got {type(value).__name__}")
         return bytes(value)

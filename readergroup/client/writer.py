@@ -36,9 +36,10 @@ import random
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 from readergroup.client.metadata_cache import StreamMetadataCache
@@ -115,15 +116,17 @@ class WriteFuture:
     ``add_done_callback`` behave as in :mod:`concurrent.futures`.
 
     It is also the queued event itself (one small object per event keeps ``write_event``
-    cheap). After a retry whose first try had landed, the pointer's offset is ``-1`` (the
-    script reports only that the batch is already in)."""
+    cheap); its :class:`EventPointer` is built when asked for. After a retry whose first try
+    had landed, the pointer's offset is ``-1`` (the script reports only that the batch is
+    already in)."""
 
     __slots__ = (
         "_callbacks",
         "_completed",
         "_done",
         "_error",
-        "_result",
+        "_offset",
+        "_segment",
         "order",
         "payload",
         "position",
@@ -145,7 +148,8 @@ class WriteFuture:
     ) -> None:
         self._completed = completed
         self._done = False
-        self._result: EventPointer | None = None
+        self._segment = -1
+        self._offset = -1
         self._error: BaseException | None = None
         self._callbacks: list[Callable[[WriteFuture], Any]] | None = None
         self.order = order
@@ -169,8 +173,7 @@ class WriteFuture:
         self._wait(timeout)
         if self._error is not None:
             raise self._error
-        assert self._result is not None
-        return self._result
+        return EventPointer(self._segment, self._offset)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
@@ -191,9 +194,9 @@ class WriteFuture:
         except Exception as exc:
             logger.warning("write callback %r raised: %s", callback, exc, exc_info=exc)
 
-    def _complete(self, result: EventPointer | None, error: BaseException | None) -> None:
+    def _complete(self, segment: int, offset: int, error: BaseException | None) -> None:
         """Called by the sender only; waiters are woken by its notify at the end of a round."""
-        self._result, self._error = result, error
+        self._segment, self._offset, self._error = segment, offset, error
         self.payload = b""  # acknowledged or failed: the writer keeps no copy
         if self._callbacks is None:
             self._done = True
@@ -204,10 +207,31 @@ class WriteFuture:
         for callback in callbacks or ():
             self._call(callback)
 
+    @staticmethod
+    def _land(futures: list[WriteFuture], segment: int, first: int) -> int:
+        """Acknowledge ``futures``, landed in ``segment`` at offsets ``first``, ``first + 1``...
+        (``first`` -1: offsets unknown); return their payload bytes. Called by the sender only:
+        the per-event part of a round's settling, so a future without callbacks is completed
+        in line."""
+        size = 0
+        offset = first
+        for future in futures:
+            size += future.size
+            if future._callbacks is None:
+                future._segment, future._offset = segment, offset
+                future.payload = b""
+                future._done = True
+            else:
+                future._complete(segment, offset, None)
+            if first >= 0:
+                offset += 1
+        return size
+
 
 @functools.lru_cache(maxsize=65536)
-def _cached_position(routing_key: str) -> float:
-    return key_position(routing_key)
+def _cached_route(routing_key: str) -> tuple[float, str]:
+    """A routing key's key-space position and its wire form (``"k" + key``)."""
+    return key_position(routing_key), "k" + routing_key
 
 
 class EventStreamWriter(Generic[T]):
@@ -243,7 +267,10 @@ class EventStreamWriter(Generic[T]):
         # (a lossy failover) is never reused (append_events.lua); sender thread only
         self._seen: dict[int, tuple[str, int]] = {}
         self._order = itertools.count()
-        self._queue: deque[WriteFuture] = deque()
+        # events written and not yet taken by the sender; appended under _accounting, taken
+        # whole by the sender (one swap, not one pop per event) into its own _backlog
+        self._queue: list[WriteFuture] = []
+        self._backlog: list[WriteFuture] = []  # sender thread only
         self._wakeup = threading.Event()
         # _accounting guards _outstanding and _buffered; _idle/_room wait on it
         self._accounting = threading.Lock()
@@ -286,7 +313,7 @@ class EventStreamWriter(Generic[T]):
         if routing_key is None:
             position, wire = self._rng.random(), ""
         elif type(routing_key) is str:
-            position, wire = _cached_position(routing_key), "k" + routing_key
+            position, wire = _cached_route(routing_key)
         else:
             raise TypeError(f"routing_key must be a str or None, got {type(routing_key).__name__}")
         future = WriteFuture(
@@ -297,7 +324,7 @@ class EventStreamWriter(Generic[T]):
                 self._wait_for_room(size)
             self._outstanding += 1
             self._buffered += size
-        self._queue.append(future)
+            self._queue.append(future)
         if not self._wakeup.is_set():
             self._wakeup.set()
         return future
@@ -352,17 +379,21 @@ class EventStreamWriter(Generic[T]):
             if self._config.linger:
                 self._clock.sleep(self._config.linger)
             self._wakeup.clear()
-            while self._queue:
+            while self._queue or self._backlog:
                 self._send_round()
             if self._closed and not self._queue:
                 return
 
     def _drain(self) -> list[WriteFuture]:
+        """The next round: the oldest events written, at most 16 full batches."""
+        if not self._backlog:
+            with self._accounting:
+                self._backlog, self._queue = self._queue, []
         limit = self._config.max_batch_events * 16
-        queue = self._queue
-        out: list[WriteFuture] = []
-        while queue and len(out) < limit:
-            out.append(queue.popleft())
+        if len(self._backlog) <= limit:
+            out, self._backlog = self._backlog, []
+        else:
+            out, self._backlog = self._backlog[:limit], self._backlog[limit:]
         return out
 
     def _send_round(self) -> None:
@@ -433,15 +464,19 @@ class EventStreamWriter(Generic[T]):
     def _batches(
         self, state: StreamState, events: list[WriteFuture]
     ) -> tuple[list[AppendBatch], list[list[WriteFuture]]]:
-        segment_at = state.range_map().segment_at
+        routes = state.range_map()
         groups: dict[int, list[WriteFuture]] = {}
-        for event in events:
-            segment = segment_at(event.position)
-            group = groups.get(segment)
-            if group is None:
-                groups[segment] = [event]
-            else:
-                group.append(event)
+        if len(state.active_segments) == 1:
+            groups[routes.segment_at(0.0)] = events
+        else:
+            segment_at = routes.segment_at
+            for event in events:
+                segment = segment_at(event.position)
+                group = groups.get(segment)
+                if group is None:
+                    groups[segment] = [event]
+                else:
+                    group.append(event)
         batches: list[AppendBatch] = []
         members: list[list[WriteFuture]] = []
         size = self._config.max_batch_events
@@ -449,9 +484,7 @@ class EventStreamWriter(Generic[T]):
             created, seen = self._seen.get(segment, ("", 0))
             for start in range(0, len(group), size):
                 chunk = group[start : start + size]
-                args: list[Any] = []
-                for event in chunk:
-                    args += (event.wire_key, event.payload, event.writer_ms)
+                args: list[Any] = list(chain.from_iterable(map(_event_args, chunk)))
                 batches.append(
                     AppendBatch(
                         self._scope,
@@ -500,12 +533,10 @@ class EventStreamWriter(Generic[T]):
             created, seen = self._seen.get(segment, ("", 0))
             if reply.created and (reply.created != created or tail > seen):
                 self._seen[segment] = (reply.created, tail)
-            for index, event in enumerate(group):
-                event._complete(EventPointer(segment, first + index), None)
+            size = WriteFuture._land(group, segment, first)
         else:  # DUPLICATE: an earlier try landed; its offsets are not known here
-            for event in group:
-                event._complete(EventPointer(segment, -1), None)
-        self._release(len(group), sum(event.size for event in group))
+            size = WriteFuture._land(group, segment, -1)
+        self._release(len(group), size)
 
     def _fail(self, events: list[WriteFuture], error: BaseException) -> None:
         if not isinstance(error, ReaderGroupError):
@@ -515,7 +546,7 @@ class EventStreamWriter(Generic[T]):
         unfinished = [event for event in events if not event.done()]
         released = sum(event.size for event in unfinished)
         for event in unfinished:
-            event._complete(None, error)
+            event._complete(-1, -1, error)
         with self._accounting:
             self._failures.append(error)
         self._release(len(unfinished), released)
@@ -528,6 +559,9 @@ class EventStreamWriter(Generic[T]):
                 self._idle.notify_all()
             self._room.notify_all()
 
+
+_event_args = attrgetter("wire_key", "payload", "writer_ms")
+"""An event's part of a batch's ``event_args``."""
 
 _Sent = tuple[list[AppendBatch], list[list[WriteFuture]]]
 """Batches and, for each, the events it carries."""

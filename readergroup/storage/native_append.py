@@ -39,6 +39,7 @@ Why this is as safe as the script:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -51,6 +52,15 @@ from readergroup.storage.segment_records import AppendBatch
 
 _STREAM = (b"stream", b"none", "stream", "none")  # TYPE replies of an events key to append to
 _SERVER_ATTRIBUTE = "_readergroup_server"  # (socket, run_id) remembered on a redis-py connection
+_HIREDIS_PARSER: Any = None  # redis-py's hiredis parser, whose reader _skip reads directly
+_NOT_ENOUGH_DATA: Any = object()  # what that reader returns while a reply is incomplete
+try:
+    from redis._parsers import hiredis as _hiredis_parsing
+
+    _HIREDIS_PARSER = _hiredis_parsing._HiredisParser
+    _NOT_ENOUGH_DATA = _hiredis_parsing.NOT_ENOUGH_DATA
+except (ImportError, AttributeError):  # another redis-py layout: read through read_response
+    pass
 
 MIN_EVENTS = 64
 """Smallest round sent natively; smaller rounds take one round trip through the script."""
@@ -149,13 +159,12 @@ def _append(
     if wait is not None:
         commands.append(_pack(tuple(wait)))
     connection.send_packed_command(commands, check_health=False)
-    for _ in range(queued):
-        _read(connection)
+    _skip(connection, queued)
     executed = _read(connection)
     acknowledged = _read(connection) if wait is not None else None
     if executed is None or isinstance(executed, Exception):  # a watched key changed, EXECABORT
         raise NativeAppendConflictError
-    if any(isinstance(reply, Exception) for reply in executed):  # cannot happen (see above)
+    if any(issubclass(kind, Exception) for kind in set(map(type, executed))):  # cannot happen
         raise redis.ResponseError(f"a native append failed part way: {executed!r}")
     return outcomes, acknowledged
 
@@ -237,59 +246,66 @@ def _xadds(
     event is over the limit."""
     key = events.encode()
     key_part = b"$%d\r\n%s\r\n" % (len(key), key)
-    ms_part = b"$%d\r\n%d\r\n" % (len(str(ms)), ms)
+    keyed_head = b"*13\r\n$4\r\nXADD\r\n" + key_part
+    keyless_head = b"*11\r\n$4\r\nXADD\r\n" + key_part
+    epoch_part = b"-%d" % epoch
+    time_part = b"$1\r\nt\r\n$%d\r\n%d\r\n$1\r\nb\r\n" % (len(b"%d" % ms), ms)
     limit = batch.max_event_size
+    written_ms: Any = None
+    written_part = b""
     out: list[bytes] = []
+    append = out.append
     args = batch.event_args
-    offset = tail
-    for index in range(0, len(args), 3):
-        wire, payload, writer_ms = args[index], args[index + 1], args[index + 2]
+    offset = tail + 1
+    # the lengths of the id and of the byte offset, kept up to date as they grow a digit
+    id_length, id_bound = len(b"%d" % offset) + len(epoch_part), _next_power(offset)
+    at_length, at_bound = len(b"%d" % size), _next_power(size)
+    for wire, payload, writer_ms in zip(args[0::3], args[1::3], args[2::3], strict=True):
         length = len(payload)
         if length > limit:
             return None, size
+        if writer_ms != written_ms:
+            text = b"%d" % writer_ms
+            written_ms, written_part = writer_ms, b"$1\r\nw\r\n$%d\r\n%s\r\n" % (len(text), text)
+        if offset >= id_bound:
+            id_length, id_bound = id_length + 1, id_bound * 10
+        while size >= at_bound:
+            at_length, at_bound = at_length + 1, at_bound * 10
+        append(
+            b"%s$%d\r\n%d%s\r\n%s$%d\r\n%s\r\n%s%s$%d\r\n%d\r\n"
+            % (
+                keyed_head if wire else keyless_head,
+                id_length,
+                offset,
+                epoch_part,
+                _fields_before_payload(wire),
+                length,
+                payload,
+                written_part,
+                time_part,
+                at_length,
+                size,
+            )
+        )
         offset += 1
-        entry_id = b"%d-%d" % (offset, epoch)
-        written = b"%d" % writer_ms
-        at = b"%d" % size
-        if wire:
-            routing = wire[1:].encode() if isinstance(wire, str) else bytes(wire[1:])
-            out.append(
-                b"*13\r\n$4\r\nXADD\r\n%s$%d\r\n%s\r\n$1\r\nk\r\n$%d\r\n%s\r\n$1\r\np\r\n"
-                b"$%d\r\n%s\r\n$1\r\nw\r\n$%d\r\n%s\r\n$1\r\nt\r\n%s$1\r\nb\r\n$%d\r\n%s\r\n"
-                % (
-                    key_part,
-                    len(entry_id),
-                    entry_id,
-                    len(routing),
-                    routing,
-                    length,
-                    payload,
-                    len(written),
-                    written,
-                    ms_part,
-                    len(at),
-                    at,
-                )
-            )
-        else:
-            out.append(
-                b"*11\r\n$4\r\nXADD\r\n%s$%d\r\n%s\r\n$1\r\np\r\n$%d\r\n%s\r\n$1\r\nw\r\n"
-                b"$%d\r\n%s\r\n$1\r\nt\r\n%s$1\r\nb\r\n$%d\r\n%s\r\n"
-                % (
-                    key_part,
-                    len(entry_id),
-                    entry_id,
-                    length,
-                    payload,
-                    len(written),
-                    written,
-                    ms_part,
-                    len(at),
-                    at,
-                )
-            )
         size += length
     return b"".join(out), size
+
+
+def _next_power(number: int) -> int:
+    """The smallest power of ten above ``number`` (``number`` >= 0): where it gains a digit."""
+    power: int = 10 ** len(b"%d" % number)
+    return power
+
+
+@functools.lru_cache(maxsize=65536)
+def _fields_before_payload(wire: Any) -> bytes:
+    """An ``XADD``'s fields between its id and its payload for the wire routing key ``wire``
+    (``""``: no key, else ``"k" + key``): the ``k`` field, if any, and ``p``'s name."""
+    if not wire:
+        return b"$1\r\np\r\n"
+    routing = wire[1:].encode() if isinstance(wire, str) else bytes(wire[1:])
+    return b"$1\r\nk\r\n$%d\r\n%s\r\n$1\r\np\r\n" % (len(routing), routing)
 
 
 def _pack(args: tuple[Any, ...]) -> bytes:
@@ -311,6 +327,34 @@ def _read(connection: Any) -> Any:
         return connection.read_response(disconnect_on_error=False)
     except redis.ResponseError as exc:
         return exc
+
+
+def _skip(connection: Any, count: int) -> None:
+    """Read and drop ``count`` replies: the ``QUEUED`` ones, one per event. A command refused
+    when queued makes ``EXEC`` abort, and that is what is checked; so these are only consumed,
+    straight from the hiredis reader where there is one (redis-py's ``read_response`` costs
+    more than the rest of the event's client work together), else one by one."""
+    parser: Any = getattr(connection, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    if type(parser) is not _HIREDIS_PARSER or reader is None:
+        for _ in range(count):
+            _read(connection)
+        return
+    gets = reader.gets
+    push = getattr(parser, "_hiredis_PushNotificationType", None) or ()  # RESP3 pushes
+    try:
+        while count:
+            reply = gets()
+            if reply is _NOT_ENOUGH_DATA:
+                parser.read_from_socket()
+            elif isinstance(reply, redis.ConnectionError):  # as redis-py raises it (LOADING)
+                raise reply
+            elif isinstance(reply, push):  # not a reply: handled as redis-py does
+                parser.handle_push_response(reply)
+            else:
+                count -= 1
+    except OSError as exc:  # as redis-py's read_response words it
+        raise redis.ConnectionError(f"error while reading from the server: {exc.args}") from exc
 
 
 def _unwatch(connection: Any) -> NoReturn:
