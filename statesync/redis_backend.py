@@ -16,6 +16,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -221,8 +222,54 @@ def recheck_primary(client: Any) -> None:
         follow_now()
 
 
+class _SiblingPools:
+    """The Sentinel pools of one client pair (commands, blocking reads): a switch one of them
+    learns is followed by the others at once, not at their own next question to the Sentinels
+    (a blocking read in flight on the old primary would otherwise wait there up to its block
+    time, or until the Sentinels demote that server)."""
+
+    def __init__(self) -> None:
+        self._pools: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def add(self, pool: Any) -> None:
+        with self._lock:
+            self._pools.add(pool)
+
+    def learned(self, learner: Any, address: Any) -> None:
+        """``learner`` found that the Sentinels name the primary ``address``."""
+        with self._lock:
+            others = [pool for pool in self._pools if pool is not learner]
+        for pool in others:
+            pool.follow_sibling(address)
+
+
+def _telling(pool: Any, siblings: _SiblingPools) -> Any:
+    """``pool.proxy.get_master_address`` that also tells ``siblings`` of a switch (weak
+    references only: the proxy keeps it, and must not keep itself or its pool alive)."""
+    proxy = pool.proxy
+    discover = type(proxy).get_master_address
+    proxy_ref, pool_ref = weakref.ref(proxy), weakref.ref(pool)
+
+    def get_master_address() -> Any:
+        asked = proxy_ref()
+        if asked is None:
+            raise redis.ConnectionError("the Sentinel pool was closed")
+        before = asked.master_address
+        after = discover(asked)
+        learner = pool_ref()
+        if learner is not None and before is not None and after != before:
+            siblings.learned(learner, after)
+        return after
+
+    return get_master_address
+
+
 def _following_pool_class() -> type:
+    """A pool class for one client pair: its pools share one :class:`_SiblingPools`."""
     from redis.sentinel import SentinelConnectionPool
+
+    siblings = _SiblingPools()
 
     class FollowingSentinelPool(SentinelConnectionPool):
         """A Sentinel pool that asks the Sentinels again (at most every
@@ -230,13 +277,36 @@ def _following_pool_class() -> type:
         closes every connection to the old primary, in use ones too (a blocked read there would
         wait on a server that is no longer the primary). redis-py alone asks only when it opens
         a connection, so clients kept writing to the old primary, which stays writable for
-        seconds after a Sentinel failover, and lost those writes when it became a replica."""
+        seconds after a Sentinel failover, and lost those writes when it became a replica.
+
+        A switch this pool learns (from its own question, or a new connection's) is passed to
+        the client's other pools (:class:`_SiblingPools`), which leave the old primary too."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
             self._asked_at = 0.0
             self._asking = threading.Lock()
             self._unanswered = False
+            # redis-py's connections ask the pool's proxy where the primary is when they
+            # connect: the proxy's answers are watched too, so no switch goes untold
+            self.proxy.get_master_address = _telling(self, siblings)  # type: ignore[method-assign]
+            siblings.add(self)
+
+        def follow_sibling(self, address: Any) -> None:
+            """Another pool of this client learned that the Sentinels name ``address``: close
+            every connection to the old primary now (nothing to do before the first one)."""
+            before = self.proxy.master_address
+            if before is None or before == address:
+                return
+            logger.warning(
+                "Sentinels of %r name a new primary %s (was %s), another pool of this client "
+                "learned: closing every connection to the old one",
+                self.service_name,
+                address,
+                before,
+            )
+            self.proxy.master_address = address
+            self.disconnect(inuse_connections=True)
 
         def get_connection(self, *args: Any, **kwargs: Any) -> Any:
             self._ask(SENTINEL_CHECK_INTERVAL)

@@ -4,6 +4,7 @@ failover under a writer and readers, several Cluster seed URLs. Real servers and
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -22,7 +23,7 @@ from readergroup.testing.embedded_redis import LocalSentinelGroup, local_sentine
 from statesync import StateSynchronizer
 from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
-from statesync.redis_backend import RedisLogBackend
+from statesync.redis_backend import RedisLogBackend, recheck_primary, sentinel_clients
 from tests.support.model import ALL_TYPES, Add
 from tests.support.waiting import wait_until
 
@@ -119,3 +120,46 @@ def test_clients_leave_the_old_primary_as_soon_as_the_sentinels_switch(
         sync.fetch_updates()
         assert sync.state == {"total": 1}
     backend.close()
+
+
+def test_a_blocking_read_leaves_the_old_primary_when_another_pool_learns_of_the_switch(
+    sentinels: LocalSentinelGroup,
+) -> None:
+    """A client's blocking reads have a pool of their own, which asks the Sentinels only when
+    it hands out a connection. A read blocked on the old primary must not wait there (up to its
+    block time, or until the Sentinels demote that server) once the command pool has learned of
+    the switch: the blocking pool follows at once and the blocked read fails over (retriably)."""
+    client, blocking = sentinel_clients(
+        sentinels.url, socket_timeout=5.0, blocking_socket_timeout=60.0
+    )
+    old = sentinels.primary_port()
+    client.ping()
+    outcome: list[BaseException | None] = []
+
+    def blocked_read() -> None:
+        try:
+            blocking.xread({"nothing-comes": "$"}, block=30_000)
+            outcome.append(None)
+        except redis.ConnectionError as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=blocked_read, daemon=True)
+    reader.start()
+    old_server = redis.Redis(port=old)
+    wait_until(lambda: old_server.info("clients")["blocked_clients"] == 1, 10, "a blocked read")
+    promoted = sentinels.failover()
+    new = ("127.0.0.1", promoted)
+
+    def command_pool_follows() -> bool:
+        recheck_primary(client)  # as on a WAIT shortfall; the Sentinels announce it shortly
+        return bool(client.connection_pool.master_address == new)
+
+    wait_until(command_pool_follows, 30, "the command pool to learn of the switch")
+    assert blocking.connection_pool.master_address == new  # told, not asked
+    reader.join(5)
+    assert not reader.is_alive() and isinstance(outcome[0], redis.ConnectionError)
+    assert old_server.info("clients")["blocked_clients"] == 0
+    assert int(blocking.config_get("port")["port"]) == promoted  # the next command: new primary
+    client.close()
+    blocking.close()
+    old_server.close()
