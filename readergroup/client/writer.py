@@ -270,6 +270,7 @@ class EventStreamWriter(Generic[T]):
         # events written and not yet taken by the sender; appended under _accounting, taken
         # whole by the sender (one swap, not one pop per event) into its own _backlog
         self._queue: list[WriteFuture] = []
+        self._max_in_flight = self._config.max_in_flight_bytes
         self._backlog: list[WriteFuture] = []  # sender thread only
         self._wakeup = threading.Event()
         # _accounting guards _outstanding and _buffered; _idle/_room wait on it
@@ -320,12 +321,14 @@ class EventStreamWriter(Generic[T]):
             self._completed, next(self._order), wire, payload, self._wall_ms(), position
         )
         with self._accounting:
-            if self._buffered + size > self._config.max_in_flight_bytes and self._buffered:
+            if self._buffered + size > self._max_in_flight and self._buffered:
                 self._wait_for_room(size)
             self._outstanding += 1
             self._buffered += size
-            self._queue.append(future)
-        if not self._wakeup.is_set():
+            queue = self._queue
+            queue.append(future)
+            first = len(queue) == 1
+        if first:  # the sender takes the queue whole, so only its first event must wake it
             self._wakeup.set()
         return future
 
