@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import threading
 import time
 import weakref
@@ -244,6 +245,32 @@ class _SiblingPools:
             pool.follow_sibling(address)
 
 
+def _leave(pool: Any) -> None:
+    """Leave the old primary: close ``pool``'s idle connections and shut down the sockets of
+    those in use, so that a command or a blocking read waiting there gets a connection error
+    at once and its own thread closes the connection. Closing a connection under the thread
+    using it (redis-py's ``disconnect(inuse_connections=True)``) races with its reads: a
+    reader's parked read met a half-closed connection and died of a ``TypeError`` inside
+    redis-py."""
+    pool.disconnect(inuse_connections=False)
+    lock, in_use = getattr(pool, "_lock", None), getattr(pool, "_in_use_connections", None)
+    if lock is None or in_use is None:  # another redis-py layout: close them as it does
+        pool.disconnect(inuse_connections=True)
+        return
+    with lock:
+        connections = list(in_use)
+    for connection in connections:
+        sock = getattr(connection, "_sock", None)
+        if sock is None:
+            continue
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError as exc:  # closed by its own thread meanwhile
+            logger.warning(
+                "leaving the old primary: a connection was closed already: %s", exc, exc_info=exc
+            )
+
+
 def _telling(pool: Any, siblings: _SiblingPools) -> Any:
     """``pool.proxy.get_master_address`` that also tells ``siblings`` of a switch (weak
     references only: the proxy keeps it, and must not keep itself or its pool alive)."""
@@ -306,7 +333,7 @@ def _following_pool_class() -> type:
                 before,
             )
             self.proxy.master_address = address
-            self.disconnect(inuse_connections=True)
+            _leave(self)
 
         def get_connection(self, *args: Any, **kwargs: Any) -> Any:
             self._ask(SENTINEL_CHECK_INTERVAL)
@@ -351,7 +378,7 @@ def _following_pool_class() -> type:
                     after,
                     before,
                 )
-                self.disconnect(inuse_connections=True)
+                _leave(self)
 
     return FollowingSentinelPool
 

@@ -128,7 +128,10 @@ def test_a_blocking_read_leaves_the_old_primary_when_another_pool_learns_of_the_
     """A client's blocking reads have a pool of their own, which asks the Sentinels only when
     it hands out a connection. A read blocked on the old primary must not wait there (up to its
     block time, or until the Sentinels demote that server) once the command pool has learned of
-    the switch: the blocking pool follows at once and the blocked read fails over (retriably)."""
+    the switch: the blocking pool follows at once and the blocked read fails over with a
+    connection error (retriable). The read waits as a reader's parked read does (sent, then
+    polled), and its connection is shut down, not closed under it: closing it from another
+    thread made the poll end in a ``TypeError`` inside redis-py, which killed readers."""
     client, blocking = sentinel_clients(
         sentinels.url, socket_timeout=5.0, blocking_socket_timeout=60.0
     )
@@ -136,14 +139,21 @@ def test_a_blocking_read_leaves_the_old_primary_when_another_pool_learns_of_the_
     client.ping()
     outcome: list[BaseException | None] = []
 
-    def blocked_read() -> None:
+    def parked_read() -> None:
+        pool = blocking.connection_pool
+        connection = pool.get_connection()
         try:
-            blocking.xread({"nothing-comes": "$"}, block=30_000)
+            connection.send_command("XREAD", "BLOCK", 30_000, "STREAMS", "nothing-comes", "$")
+            connection.can_read(30)
+            connection.read_response()
             outcome.append(None)
-        except redis.ConnectionError as exc:
+        except BaseException as exc:  # recorded, asserted on below
             outcome.append(exc)
+            connection.disconnect()
+        finally:
+            pool.release(connection)
 
-    reader = threading.Thread(target=blocked_read, daemon=True)
+    reader = threading.Thread(target=parked_read, daemon=True)
     reader.start()
     old_server = redis.Redis(port=old)
     wait_until(lambda: old_server.info("clients")["blocked_clients"] == 1, 10, "a blocked read")
@@ -157,7 +167,8 @@ def test_a_blocking_read_leaves_the_old_primary_when_another_pool_learns_of_the_
     wait_until(command_pool_follows, 30, "the command pool to learn of the switch")
     assert blocking.connection_pool.master_address == new  # told, not asked
     reader.join(5)
-    assert not reader.is_alive() and isinstance(outcome[0], redis.ConnectionError)
+    assert not reader.is_alive()
+    assert isinstance(outcome[0], redis.ConnectionError), repr(outcome[0])
     assert old_server.info("clients")["blocked_clients"] == 0
     assert int(blocking.config_get("port")["port"]) == promoted  # the next command: new primary
     client.close()
