@@ -444,3 +444,58 @@ def test_successors_take_no_event_before_their_predecessors_are_sealed(
     assert [e.payload for e in events] == [b"before", b"late", b"after"]
     assert events[1].server_ms <= events[2].server_ms
     assert newer == [e for e in events if e.server_ms >= at]
+
+
+def _segments_read(manager: StreamManager) -> list[int]:
+    """Every segment whose state ``manager`` reads from now on (the real reads still run)."""
+    read: list[int] = []
+    real = manager.connection.segments.segment_states
+
+    def recording(scope: str, stream: str, segments: Any) -> Any:
+        read.extend(segments)
+        return real(scope, stream, segments)
+
+    manager.connection.segments.segment_states = recording  # type: ignore[method-assign]
+    return read
+
+
+def test_completing_scales_reads_only_what_the_newest_epoch_changed(
+    manager: StreamManager, scope: str
+) -> None:
+    """Repairing an interrupted scale costs O(the newest change), not O(history): a stream
+    scaled many times has every earlier seal done (each scale completes the seals of the state
+    it plans from), so only the newest scale's segments are read."""
+    manager.create_stream(scope, "s")
+    active = [0]
+    for _ in range(6):  # split the one segment, merge the halves back, three times
+        if len(active) == 1:
+            active = manager.scale_stream(scope, "s", active, [(0.0, 0.5), (0.5, 1.0)])
+        else:
+            active = manager.scale_stream(scope, "s", active, [(0.0, 1.0)])
+    state = manager.stream_state(scope, "s")
+    newest = set(active) | set(state.segments[active[0]].predecessors)
+    read = _segments_read(manager)
+    manager.complete_scales(scope, "s")
+    assert set(read) == newest  # was every one of the 12 sealed segments
+    del read[:]
+    manager.scale_stream(scope, "s", active, [(0.0, 0.5), (0.5, 1.0)])
+    assert set(read) == newest
+
+
+def test_a_seal_interrupted_after_an_interrupted_scale_is_completed(
+    manager: StreamManager, redis_url: str, scope: str
+) -> None:
+    """A scale and then a stream seal both die before sealing in Redis: completing the scales
+    seals the scale's predecessor and the successors the seal marked sealed."""
+    manager.create_stream(scope, "s")
+    with StreamManager.from_url(redis_url) as crashing:
+        crashing.connection.segments.seal_segments = lambda *_: 1 / 0  # type: ignore[method-assign]
+        with pytest.raises(ZeroDivisionError):
+            crashing.scale_stream(scope, "s", [0], [(0.0, 0.5), (0.5, 1.0)])
+        with pytest.raises(ZeroDivisionError):
+            crashing.seal_stream(scope, "s")
+    every = sorted(manager.stream_state(scope, "s").segments)
+    assert len(every) == 3
+    assert not any(s.sealed for s in manager.segment_states(scope, "s", [0]).values())
+    manager.complete_scales(scope, "s")
+    assert all(s.sealed for s in manager.segment_states(scope, "s", every).values())

@@ -51,7 +51,7 @@ from readergroup.core.names import (
     validate_name,
 )
 from readergroup.core.planning import ancestors, time_positions
-from readergroup.core.routing import number_of, segment_id, segment_name
+from readergroup.core.routing import epoch_of, number_of, segment_id, segment_name
 from readergroup.core.stream_config import StreamConfiguration
 from readergroup.core.stream_cut import StreamCut, check_cut_covers
 from readergroup.core.stream_metadata import (
@@ -609,10 +609,18 @@ def _lost_stream(scope: str, stream: str) -> vanished.Missing:
 
 def complete_scale_seals(connection: Connection, state: StreamState) -> None:
     """Seal in Redis every segment the metadata says is sealed, then open the successors
-    left closed (repairs interrupted scales, see the module docstring). Idempotent."""
+    left closed (repairs interrupted scales, see the module docstring). Idempotent.
+
+    Reads the states of only the segments the newest epoch changed (O(that change), not the
+    stream's history): every ``scale_stream`` completes the seals of the state it plans
+    from and lands only if the epoch is still that state's, so once epoch ``e`` exists every
+    segment sealed before ``e`` is sealed in Redis and every successor created before ``e`` is
+    open. What may be left undone is the newest scale's predecessors and successors, and the
+    segments a ``seal_stream`` sealed (the last epoch's own segments)."""
     scope, stream = state.scope, state.stream
-    inactive = [r.segment_id for r in state.segments.values() if not r.active and not r.truncated]
-    closed = [r.segment_id for r in state.active_segments if r.predecessors]
+    inactive, closed = _newest_changes(state)
+    if not (inactive or closed):
+        return
     states = connection.segments.segment_states(scope, stream, inactive + closed)
     unsealed = [s for s in inactive if states[s].exists and not states[s].sealed]
     if unsealed:
@@ -624,3 +632,15 @@ def complete_scale_seals(connection: Connection, state: StreamState) -> None:
     if opened:
         named = segments_text([(f"{scope}/{stream}", s) for s in opened])
         log.warning("opened %s left closed by a scale", named)
+
+
+def _newest_changes(state: StreamState) -> tuple[list[int], list[int]]:
+    """The segments the newest epoch sealed (by its scale, or since by a stream seal) and its
+    successors still active: those an interrupted scale or seal may have left undone."""
+    last = state.epochs[-1]
+    records = state.segments
+    created = [s for s in last.segments if epoch_of(s) == last.epoch and records[s].predecessors]
+    sealed = dict.fromkeys(p for s in created for p in records[s].predecessors)
+    sealed.update(dict.fromkeys(s for s in last.segments if not records[s].active))
+    inactive = [s for s in sealed if not records[s].truncated]
+    return inactive, [s for s in created if records[s].active]
