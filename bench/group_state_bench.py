@@ -10,7 +10,9 @@ per snapshot it reads, whatever the server.
   ``dict(unassigned)``): the O(S) part an apply paid when it copied the maps.
 * ``snapshot``: milliseconds to encode and decode the group's snapshot with the group's codec,
   beside the generic per-dataclass encoding of the same state in the same run (format 1:
-  every dataclass and tuple its own msgpack extension), and the encoded sizes.
+  every dataclass and tuple its own msgpack extension), and the encoded sizes; also a decode
+  followed by what a joining reader reads first (``counts()``, its own share), and the encoding
+  of a state that was itself decoded from a snapshot (a reader compacting the log).
 
 Usage: ``python bench/group_state_bench.py [--sizes 1024,16384] [--readers 64]``. Prints JSON.
 """
@@ -110,6 +112,21 @@ def snapshot_costs(state: GroupState, repeat: int) -> dict[str, Any]:
             per_call_us(lambda c=chosen, d=data: c.decode_snapshot(d), repeat) / 1000, 2
         )
         out[f"{label}bytes"] = len(data)
+    # what a reader joining pays: the snapshot decoded, then its balance inputs (the counts
+    # and its own share); and a compaction by a reader whose state came from a snapshot
+    reader_id = next(iter(state.readers))
+    data = codec.encode_snapshot(7, 8, state)
+    decoded = codec.decode_snapshot(data).state
+
+    def joining() -> None:
+        joined = codec.decode_snapshot(data).state
+        joined.counts()
+        joined.owned_by(reader_id)
+
+    out["decode_counts_own_share_ms"] = round(per_call_us(joining, repeat) / 1000, 2)
+    out["encode_decoded_ms"] = round(
+        per_call_us(lambda: codec.encode_snapshot(7, 8, decoded), repeat) / 1000, 2
+    )
     return out
 
 

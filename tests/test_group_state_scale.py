@@ -310,6 +310,11 @@ def _malformed() -> dict[str, Any]:
         target[path[-1]] = value
         return wire
 
+    def twice() -> list[Any]:
+        wire = changed((6, 0), [0, 0])
+        wire[6][1] = [1, 1]  # both assigned rows: segment 1 of the first stream
+        return wire
+
     return {
         "short": good[:-1],
         "form": changed((0,), 99),
@@ -321,6 +326,7 @@ def _malformed() -> dict[str, Any]:
         "counters": changed((11,), "many"),
         "checkpoint": changed((14, 0), ["cp", 1]),
         "future": changed((8,), {"a": 1}),
+        "segment twice": twice(),
     }
 
 
@@ -331,6 +337,64 @@ def test_malformed_compact_group_states_are_decode_errors(kind: str) -> None:
     data = msgpack.packb({"v": 2, "r": 1, "t": 1, "s": payload}, use_bin_type=True)
     with pytest.raises(DecodeError, match="cannot build GroupState from its compact form"):
         CODEC.decode_snapshot(data)
+
+
+def test_a_segment_assigned_twice_in_a_snapshot_is_named() -> None:
+    wire = _malformed()["segment twice"]
+    with pytest.raises(ValueError, match="assigned list a segment twice"):
+        GroupState.from_wire(wire)
+
+
+def test_decoding_a_snapshot_builds_no_object_per_segment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot decodes to maps over its columns: an ``Assignment`` is built when read (a
+    reader reads its own share and the counts), not one per segment of the group."""
+    data = CODEC.encode_snapshot(1, 1, grown_group(4096))
+    built = Visits()
+
+    class CountedAssignment(Assignment):
+        __slots__ = ()
+
+        def __init__(self, *args: Any) -> None:
+            built.count += 1
+            super().__init__(*args)
+
+    monkeypatch.setattr("readergroup.core.group_state.Assignment", CountedAssignment)
+    state = CODEC.decode_snapshot(data).state
+    assert built.count == 0  # was 4096: one per assigned segment
+    assert state.counts()["small"] == 2 and len(state.assigned) == 4096 - 16 + 2 - 1
+    assert len(state.owned_by("small")) == 2 and built.count == 2
+
+
+@pytest.mark.parametrize("kind", list(updates_of_small(grown_group(64))))
+def test_a_decoded_state_changes_like_the_state_it_was_written_from(kind: str) -> None:
+    """Each update applied to a decoded state (maps over snapshot columns) gives the state it
+    gives on the original, owner index included; that state's snapshot round-trips too."""
+    original = grown_group(256)
+    decoded = CODEC.decode_snapshot(CODEC.encode_snapshot(1, 1, original)).state
+    update = updates_of_small(original)[kind]
+    expected, got = update.apply_to(original), update.apply_to(decoded)
+    check_invariants(got)
+    assert got == expected and got.counts() == expected.counts()
+    assert {r: dict(m) for r, m in got.owners().items()} == {
+        r: dict(m) for r, m in expected.owners().items()
+    }
+    again = CODEC.decode_snapshot(CODEC.encode_snapshot(2, 2, got)).state
+    check_invariants(again)
+    assert again == expected and again.counts() == expected.counts()
+
+
+@pytest.mark.parametrize("kind", ["acquire", "release", "commit", "complete_both", "leave"])
+def test_applying_an_entry_to_a_decoded_state_reads_only_what_it_changes(kind: str) -> None:
+    def visits(size: int) -> int:
+        counter = Visits()
+        original = grown_group(size)
+        decoded = CODEC.decode_snapshot(CODEC.encode_snapshot(1, 1, original)).state
+        after = updates_of_small(original)[kind].apply_to(counted(decoded, counter))
+        seen = counter.count
+        check_invariants(after)
+        return seen
+
+    assert visits(256) == visits(4096) <= 40
 
 
 @pytest.fixture

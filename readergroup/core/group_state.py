@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any, ClassVar
 
 from readergroup.core import columns
@@ -760,12 +761,34 @@ def _positions_from(streams: list[str], wire: Any, what: str) -> dict[SegKey, in
     return dict(zip(found, columns.ints(offsets, f"{what} offsets", len(found)), strict=True))
 
 
+def _assignment_columns(assignments: list[Assignment]) -> list[list[Any]]:
+    """The columns of ``assignments`` in the order a decoded snapshot's base holds them."""
+    return [
+        columns.attribute(assignments, name)
+        for name in ("reader", "position", "token", "acquired_ms")
+    ]
+
+
+def _assigned_columns(table: columns.StreamTable, state: GroupState) -> list[list[Any]]:
+    """``assigned`` in columns, grouped by owner (so decoding splits it by owner in one pass)."""
+    parts = [
+        columns.to_columns(table, owned, _assignment_columns) for owned in state.owners().values()
+    ]
+    if sum(len(part[0]) for part in parts) != len(state.assigned):  # never: the index is exact
+        return columns.to_columns(table, state.assigned, _assignment_columns)
+    return [list(chain.from_iterable(part[column] for part in parts)) for column in range(6)]
+
+
+def _one_column(values: list[int]) -> list[list[int]]:
+    return [values]
+
+
 def state_to_wire(state: GroupState) -> list[Any]:
     table = columns.StreamTable()
     readers = list(state.readers.values())
-    assignments = list(state.assigned.values())
     owners = columns.StreamTable()  # reader ids, indexed like stream names
     attribute = columns.attribute
+    streams, ids, names, positions, tokens, acquired = _assigned_columns(table, state)
     return [
         WIRE_FORM,
         state.scope,
@@ -777,15 +800,8 @@ def state_to_wire(state: GroupState) -> list[Any]:
             attribute(readers, "generation"),
             attribute(readers, "joined_ms"),
         ],
-        [
-            *table.key_columns(state.assigned.keys()),
-            owners.indexes(attribute(assignments, "reader")),
-            attribute(assignments, "position"),
-            attribute(assignments, "token"),
-            attribute(assignments, "acquired_ms"),
-            owners.streams,
-        ],
-        _position_columns(table, state.unassigned),
+        [streams, ids, owners.indexes(names), positions, tokens, acquired, owners.streams],
+        columns.to_columns(table, state.unassigned, _one_column),
         [
             [*table.key_columns([successor]), table.key_columns(pending)]
             for successor, pending in state.future.items()
@@ -834,20 +850,7 @@ def state_from_wire(wire: Any) -> GroupState:
         ),
         strict=True,
     )
-    assigned_wire = columns.fields(wire[6], "assigned", 7)
-    keys = columns.keys_from_columns(streams, assigned_wire[:2], "assigned")
-    count = len(keys)
-    owner_names = columns.strings(assigned_wire[6], "owner table")
-    owner_indexes = columns.ints(assigned_wire[2], "owners", count)
-    if owner_indexes and not 0 <= min(owner_indexes) <= max(owner_indexes) < len(owner_names):
-        raise ValueError(f"owners outside the table of {len(owner_names)}")
-    assignments = map(
-        Assignment,
-        map(owner_names.__getitem__, owner_indexes),
-        columns.ints(assigned_wire[3], "positions", count),
-        columns.ints(assigned_wire[4], "tokens", count),
-        columns.ints(assigned_wire[5], "acquisition times", count),
-    )
+    assigned, owners = _assigned_from(streams, columns.fields(wire[6], "assigned", 7))
     future: dict[SegKey, tuple[SegKey, ...]] = {}
     for item in columns.sequence(wire[8], "future"):
         successor_wire = columns.fields(item, "future segment", 3)
@@ -882,13 +885,13 @@ def state_from_wire(wire: Any) -> GroupState:
     if not isinstance(config, ReaderGroupConfig):
         raise ValueError(f"config is {type(config).__name__}, not a ReaderGroupConfig")
     next_generation, next_token, generation, created_ms = columns.ints(wire[10:14], "counters")
-    return GroupState(
+    state = GroupState(
         scope,
         name,
         config,
         PMap(readers),
-        PMap(zip(keys, assignments, strict=True)),
-        PMap(_positions_from(streams, wire[7], "unassigned")),
+        assigned,
+        PMap.over(_position_column_map(streams, wire[7], "unassigned")),
         PMap(future),
         PSet(columns.keys_from_columns(streams, wire[9], "completed")),
         next_generation=next_generation,
@@ -899,4 +902,40 @@ def state_from_wire(wire: Any) -> GroupState:
         end=None if wire[15] is None else _positions_from(streams, wire[15], "end"),
         reset_pending=tuple(columns.strings(wire[16], "reset pending readers")),
         waiting_ends=PMap(waiting),
+    )
+    object.__setattr__(state, "_owners", owners)
+    return state
+
+
+def _assigned_from(
+    streams: list[str], wire: list[Any]
+) -> tuple[PMap[SegKey, Assignment], PMap[str, PMap[SegKey, Assignment]]]:
+    """``assigned`` and its owner index over the snapshot's columns: no ``Assignment`` is built
+    until one is read (decoding a 16k-segment group built 16k of them, most never read)."""
+    keys = columns.KeyColumns(streams, wire[:2], "assigned")
+    count = len(keys)
+    owner_names = columns.strings(wire[6], "owner table")
+    owner_indexes = columns.ints(wire[2], "owners", count)
+    if owner_indexes and not 0 <= min(owner_indexes) <= max(owner_indexes) < len(owner_names):
+        raise ValueError(f"owners outside the table of {len(owner_names)}")
+    table = columns.ColumnMap(
+        keys,
+        [
+            list(map(owner_names.__getitem__, owner_indexes)),
+            columns.ints(wire[3], "positions", count),
+            columns.ints(wire[4], "tokens", count),
+            columns.ints(wire[5], "acquisition times", count),
+        ],
+        Assignment,
+    )
+    by_owner = table.split(owner_indexes)
+    owners = PMap((owner_names[i], PMap.over(view)) for i, view in by_owner.items())
+    return PMap.over(table), owners
+
+
+def _position_column_map(streams: list[str], wire: Any, what: str) -> columns.ColumnMap[int]:
+    keys, offsets = columns.fields(wire, what, 3)[:2], wire[2]
+    found = columns.KeyColumns(streams, keys, what)
+    return columns.ColumnMap(
+        found, [columns.ints(offsets, f"{what} offsets", len(found))], columns.same
     )
