@@ -468,3 +468,15 @@ def test_membership_changes_on_a_large_group_keep_every_invariant() -> None:
     merged = [s for s in sim.predecessors if s in state.assigned]
     assert len(merged) == 4 and len(state.completed) == 8
     assert len(state.readers) == 40 + 1 - 2 and not state.unassigned
+
+
+def test_one_reader_joining_or_leaving_moves_only_what_is_needed() -> None:
+    """No herd: when one reader joins 20 (200 segments, the new floor 9), only the 9 readers
+    whose turn it is release one segment each (every reader above the floor did); when one
+    leaves, its 10 segments go to the first 10 readers in turn (all 19 went for them)."""
+    sim = ScaleSimulation(seed=3, segments=200, readers=20)
+    sim.change("20 readers join", lambda: sim.join(20))
+    joined = sim.change("one reader joins", sim.join)
+    left = sim.change("one reader leaves", sim.leave)
+    assert joined.entries <= 9 + 2 and joined.conflicts == 0, joined  # releases, join, acquire
+    assert left.entries <= 10 + 1 and left.conflicts == 0, left  # acquisitions, the leave

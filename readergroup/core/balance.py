@@ -9,6 +9,13 @@ to itself on every refresh, converge to sizes that differ by at most one and the
 * **release** down to ``ceil`` when above it; release down to ``floor`` only while another
   reader is below ``floor`` and no segment is unassigned. Between ``floor`` and ``ceil`` nothing
   moves: that band is the hysteresis that keeps the group from flapping;
+* moves that several readers could make but fewer are needed are made **in turn**, in an order
+  every reader computes alike from the state (fewest segments first, then a hash of the reader
+  id): the extra segments up to ``ceil`` go to the first readers at ``floor`` (the k-th takes
+  the k-th oldest unassigned segment); when the readers below ``floor`` want all that is
+  unassigned (or more), each takes its want from the oldest in that order, after those before it; only
+  the first ``deficit`` readers above ``floor`` release one for a reader below it. The others
+  move nothing (no herd of conflicting updates when one reader joins or leaves a large group);
 * a reader acquires its whole share in one update (like Pravega's reader group; bounded by the
   rule above, not by a fixed cap) and releases at most ``max_moves`` segments per update (the
   caller releases again at once while the cap cut a release short); the oldest segments (lowest
@@ -71,11 +78,28 @@ def acquisition_order(reader_id: str) -> Callable[[SegKey], tuple[int, int, int,
 def segments_to_acquire(state: GroupState, reader_id: str) -> list[SegKey]:
     counts = state.counts()
     owned = counts.get(reader_id, 0)
-    count = acquire_count(owned, counts, len(state.unassigned))
+    unassigned = len(state.unassigned)
+    count = acquire_count(owned, counts, unassigned)
     if not count:
         return []
+    floor, ceil = fair_share(sum(counts.values()) + unassigned, len(counts))
+    if owned >= floor:  # one extra segment, which every reader at floor may take: in turn
+        takers = [r for r, c in counts.items() if floor <= c < ceil and not state.frozen_for(r)]
+        turn = _turn(reader_id, takers, lambda r: counts[r])
+        if turn >= unassigned:
+            return []
+        return [heapq.nsmallest(turn + 1, state.unassigned, key=segment_age)[turn]]
+    starving = [r for r, c in counts.items() if c < floor and not state.frozen_for(r)]
+    if sum(floor - counts[r] for r in starving) >= unassigned:  # none to spare: in turn
+        ordered = _in_turn(starving, lambda r: counts[r])
+        before = ordered[: ordered.index(reader_id)] if reader_id in ordered else ordered
+        offset = sum(floor - counts[r] for r in before)
+        if offset >= unassigned:
+            return []
+        take = min(count, unassigned - offset)
+        return heapq.nsmallest(offset + take, state.unassigned, key=segment_age)[offset:]
     order = acquisition_order(reader_id)
-    if count >= len(state.unassigned):
+    if count >= unassigned:
         return sorted(state.unassigned, key=order)
     return heapq.nsmallest(count, state.unassigned, key=order)
 
@@ -83,9 +107,31 @@ def segments_to_acquire(state: GroupState, reader_id: str) -> list[SegKey]:
 def segments_to_release(state: GroupState, reader_id: str, max_moves: int) -> list[SegKey]:
     counts = state.counts()
     mine = state.owned_by(reader_id)
-    count = release_count(len(mine), counts, len(state.unassigned), max_moves)
+    unassigned = len(state.unassigned)
+    count = release_count(len(mine), counts, unassigned, max_moves)
+    floor, ceil = fair_share(sum(counts.values()) + unassigned, len(counts))
+    if count and len(mine) <= ceil:  # one for a reader below floor, from any above it: in turn
+        deficit = sum(floor - c for c in counts.values() if c < floor)
+        donors = [r for r, c in counts.items() if c > floor and not state.frozen_for(r)]
+        if _turn(reader_id, donors, lambda r: -counts[r]) >= deficit:
+            count = 0
     newest_first = sorted(mine, key=lambda s: mine[s].token, reverse=True)
     return newest_first[:count]
+
+
+def _turn(reader_id: str, candidates: list[str], key: Callable[[str], int]) -> int:
+    """``reader_id``'s place in :func:`_in_turn` order; ``len(candidates)`` if not among them."""
+    ordered = _in_turn(candidates, key)
+    return ordered.index(reader_id) if reader_id in ordered else len(ordered)
+
+
+def _in_turn(candidates: list[str], key: Callable[[str], int]) -> list[str]:
+    """``candidates`` by ``key``, then a hash of the reader id: the same order for every reader
+    reading the same state. When several readers may make the same move but fewer are needed,
+    the first make it and the others wait, instead of all racing for it (a herd: one reader
+    joining a thousand made about half of them release at once; one leaving made all of them
+    go for its segments)."""
+    return sorted(candidates, key=lambda r: (key(r), zlib.crc32(r.encode()), r))
 
 
 def expired_readers(
