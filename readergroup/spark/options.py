@@ -63,6 +63,7 @@ class SourceOptions:
     ending_timestamp: int | None = None
     max_events_per_partition: int = 100_000
     min_partitions: int = 1
+    max_partitions: int = 64
     fail_on_data_loss: bool = True
     serializer: str = "bytes"
     max_events_per_trigger: int | None = None
@@ -100,6 +101,7 @@ class SourceOptions:
             )
             or 100_000,
             min_partitions=_int(lowered.get("min_partitions"), 1, "min_partitions", 1) or 1,
+            max_partitions=_int(lowered.get("max_partitions"), 64, "max_partitions", 1) or 64,
             fail_on_data_loss=_flag(lowered.get("fail_on_data_loss"), True, "fail_on_data_loss"),
             serializer=serializer,
             max_events_per_trigger=_int(
@@ -162,6 +164,41 @@ PartitionSpec(segment=1, start=8, end=10)]
         for start in range(r.start, r.end, size):
             out.append(PartitionSpec(r.segment, start, min(start + size, r.end)))
     return out
+
+
+def pack_partitions(
+    specs: list[PartitionSpec], max_partitions: int, max_events: int
+) -> list[tuple[PartitionSpec, ...]]:
+    """Group ``specs`` (in their order) into Spark partitions: one each while there are at most
+    ``max_partitions``, else whole specs packed into at most ``max_partitions`` partitions of
+    about equal events (each but the last holds at least ``total / max_partitions``), a
+    partition never passing ``max_events`` events (which wins when both cannot hold). Many small
+    segments then cost a few tasks, not one each; a segment's events stay in order in one spec.
+
+    >>> specs = [PartitionSpec(s, 0, 1) for s in range(5)] + [PartitionSpec(9, 0, 3)]
+    >>> [[(p.segment, p.end) for p in part] for part in pack_partitions(specs, 3, 10)]
+    [[(0, 1), (1, 1), (2, 1)], [(3, 1), (4, 1), (9, 3)]]
+    """
+    if len(specs) <= max_partitions:
+        return [(spec,) for spec in specs]
+    total = sum(spec.end - spec.start for spec in specs)
+    least = -(-total // max_partitions)
+    packed: list[tuple[PartitionSpec, ...]] = []
+    current: list[PartitionSpec] = []
+    events = 0
+    for spec in specs:
+        size = spec.end - spec.start
+        if current and events + size > max_events:
+            packed.append(tuple(current))
+            current, events = [], 0
+        current.append(spec)
+        events += size
+        if events >= least:
+            packed.append(tuple(current))
+            current, events = [], 0
+    if current:
+        packed.append(tuple(current))
+    return packed
 
 
 def limited_end(

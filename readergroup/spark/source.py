@@ -53,10 +53,12 @@ from readergroup.core.stream_cut import StreamCut
 from readergroup.core.stream_metadata import StreamState
 from readergroup.spark.options import (
     BASE_COLUMNS,
+    PartitionSpec,
     SourceOptions,
     decode_offset,
     encode_offset,
     limited_end,
+    pack_partitions,
     split_ranges,
 )
 from readergroup.spark.partition_reader import read_partition_columns, to_record_batch
@@ -98,13 +100,20 @@ def _connection(options: SourceOptions) -> RedisConnection:
 
 
 class SegmentPartition(InputPartition):
-    """Events ``[start, end)`` of one segment, read by one Spark task."""
+    """Events ``[start, end)`` of one segment, or (:meth:`packed`) of several segments, read by
+    one Spark task, piece after piece (each in offset order)."""
 
     def __init__(self, segment: int, start: int, end: int) -> None:
-        super().__init__((segment, start, end))
-        self.segment = segment
-        self.start = start
-        self.end = end
+        self.pieces: tuple[PartitionSpec, ...] = (PartitionSpec(segment, start, end),)
+        super().__init__(self.pieces)
+
+    @classmethod
+    def packed(cls, pieces: Sequence[PartitionSpec]) -> SegmentPartition:
+        """One partition reading ``pieces`` in order (none: an empty partition)."""
+        partition: SegmentPartition = cls.__new__(cls)
+        partition.pieces = tuple(pieces)
+        InputPartition.__init__(partition, partition.pieces)
+        return partition
 
 
 class _Planner:
@@ -197,29 +206,33 @@ class _Planner:
             state, dict(start.positions), None if end is None else dict(end.positions), tails
         )
         specs = split_ranges(ranges, o.max_events_per_partition, o.min_partitions)
-        return [SegmentPartition(p.segment, p.start, p.end) for p in specs]
+        most = max(o.max_partitions, o.min_partitions)
+        packed = pack_partitions(specs, most, o.max_events_per_partition)
+        return [SegmentPartition.packed(pieces) for pieces in packed]
 
 
 def read_partition(
     options: SourceOptions, schema: StructType, partition: SegmentPartition
 ) -> Iterator[pa.RecordBatch]:
-    """Executor side: read one partition in chunks and yield Arrow record batches
-    (:mod:`readergroup.spark.partition_reader`: no transaction, columns built directly)."""
+    """Executor side: read one partition's pieces in order, each in chunks, and yield Arrow
+    record batches (:mod:`readergroup.spark.partition_reader`: no transaction, columns built
+    directly)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     connection = _connection(options)
     try:
-        for columns in read_partition_columns(
-            connection,
-            options.scope,
-            options.stream,
-            partition.segment,
-            partition.start,
-            partition.end,
-            skip_lost=not options.fail_on_data_loss,
-        ):
-            yield to_record_batch(columns, arrow_schema, options.serializer)
+        for piece in partition.pieces:
+            for columns in read_partition_columns(
+                connection,
+                options.scope,
+                options.stream,
+                piece.segment,
+                piece.start,
+                piece.end,
+                skip_lost=not options.fail_on_data_loss,
+            ):
+                yield to_record_batch(columns, arrow_schema, options.serializer)
     finally:
         connection.close()
 
@@ -241,14 +254,12 @@ class ReaderGroupBatchReader(DataSourceReader):
                 manager, self.options.end_stream_cut, self.options.ending_timestamp
             )
             start = planner.checked_start(manager, start)
-            return planner.partitions(manager, start, end) or [SegmentPartition(-1, 0, 0)]
+            return planner.partitions(manager, start, end) or [SegmentPartition.packed(())]
         finally:
             connection.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SegmentPartition)
-        if partition.segment < 0:
-            return iter(())
         return read_partition(self.options, self.schema, partition)
 
 
