@@ -13,9 +13,10 @@ to itself on every refresh, converge to sizes that differ by at most one and the
   every reader computes alike from the state (fewest segments first, then a hash of the reader
   id): the extra segments up to ``ceil`` go to the first readers at ``floor`` (the k-th takes
   the k-th oldest unassigned segment); when the readers below ``floor`` want all that is
-  unassigned (or more), each takes its want from the oldest in that order, after those before it; only
-  the first ``deficit`` readers above ``floor`` release one for a reader below it. The others
-  move nothing (no herd of conflicting updates when one reader joins or leaves a large group);
+  unassigned (or more), each takes its want from the oldest in that order, after those before
+  it; only the first ``deficit`` readers above ``floor`` release one for a reader below it. The
+  others move nothing (no herd of conflicting updates when one reader joins or leaves a large
+  group);
 * a reader acquires its whole share in one update (like Pravega's reader group; bounded by the
   rule above, not by a fixed cap) and releases at most ``max_moves`` segments per update (the
   caller releases again at once while the cap cut a release short); the oldest segments (lowest
