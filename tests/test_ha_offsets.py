@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -18,7 +19,21 @@ from readergroup import (
     ReaderGroupManager,
     StreamManager,
 )
-from readergroup.core.epochs import diverged_at
+from readergroup.core.epochs import committed_divergence, diverged_at
+from readergroup.core.errors import SegmentNotOwnedError
+from readergroup.core.group_state import (
+    AcquireSegments,
+    AddReader,
+    CommitPositions,
+    GroupState,
+    ReleaseSegments,
+    RemoveReader,
+    RewindPositions,
+    check_invariants,
+    new_group,
+    state_from_wire,
+    state_to_wire,
+)
 from readergroup.spark.options import SourceOptions
 from readergroup.spark.source import BASE_SCHEMA, SegmentPartition, read_partition
 from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
@@ -127,13 +142,18 @@ def test_a_lossy_failover_never_reuses_offsets_a_writer_saw(
         front.close()
 
 
-def stream_and_group(url: str) -> None:
+def stream_and_group(url: str, **config: Any) -> None:
     """The stream ``ha/s`` (one segment) and the reader group ``g`` reading it."""
     with StreamManager.from_url(url) as sm:
         sm.create_scope("ha")
         sm.create_stream("ha", "s")
     with ReaderGroupManager.from_url("ha", url) as rgm:
-        rgm.create_reader_group("g", ReaderGroupConfig(streams=["ha/s"]))
+        rgm.create_reader_group("g", ReaderGroupConfig(streams=["ha/s"], **config))
+
+
+def group_positions(url: str) -> dict[Any, int]:
+    with ReaderGroupManager.from_url("ha", url) as rgm:
+        return rgm.get_reader_group("g").refresh().positions()
 
 
 def test_a_fresh_writer_after_a_lossy_failover_skips_nothing_a_live_reader_passed(
@@ -240,6 +260,186 @@ def test_a_position_committed_past_the_tail_reports_the_loss_and_skips_no_new_ev
         assert values == [b"c%d" % i for i in range(30)]
         assert len(errors) == 1 and isinstance(errors[0], DataLostError), errors
         assert "offsets 100..149 were lost" in str(errors[0])
+    finally:
+        follower.close()
+        front.close()
+
+
+def test_a_committed_position_keeps_the_epoch_it_was_read_under() -> None:
+    """Pure: positions carry the epoch of the event before them; it follows its position
+    (up, or given where it was; a position moved up without one drops it), survives the
+    compact form, and a rewind moves a position back only for its owner, only back."""
+    seg, other = ("sc/s", 0), ("sc/s", 1)
+    state = new_group("sc", "g", ReaderGroupConfig(streams=["sc/s"]), {seg: 0, other: 0}, 0)
+    state = AddReader("a", 0).apply_to(state)
+    state = AcquireSegments("a", 1, (seg, other), 0).apply_to(state)
+    token = state.assigned[seg].token
+    state = CommitPositions("a", 1, ((seg, token, 150),), ((seg, 7),)).apply_to(state)
+    assert state.epochs == {seg: 7}
+    state = CommitPositions("a", 1, ((seg, token, 120),), ((seg, 9),)).apply_to(state)
+    assert (state.assigned[seg].position, state.epochs[seg]) == (150, 7)  # not moved: kept
+    with pytest.raises(SegmentNotOwnedError):
+        RewindPositions("a", 1, ((seg, token + 5, 100, 5),)).apply_to(state)
+    assert RewindPositions("a", 1, ((seg, token, 160, 5),)).apply_to(state) == state
+    rewound = RewindPositions("a", 1, ((seg, token, 100, 5),)).apply_to(state)
+    assert (rewound.assigned[seg].position, rewound.epochs[seg]) == (100, 5)
+    check_invariants(rewound)
+    back = state_from_wire(state_to_wire(rewound))
+    assert back.epochs == {seg: 5} and back.assigned == rewound.assigned
+    form_1 = state_to_wire(rewound)[:18]  # written before positions had epochs
+    form_1[0] = 1
+    assert state_from_wire(form_1).epochs == {}
+    released = ReleaseSegments("a", 1, ((seg, token, 130),), ((seg, 11),)).apply_to(rewound)
+    assert (released.unassigned[seg], released.epochs[seg]) == (130, 11)
+    older_client = CommitPositions("a", 1, ((seg, token, 140),)).apply_to(rewound)
+    assert seg not in older_client.epochs  # moved up without an epoch: not known any more
+    left = RemoveReader("a", 1, ((seg, 90),), 0, ((seg, 3),)).apply_to(rewound)
+    assert (left.unassigned[seg], left.epochs[seg]) == (100, 5)  # given below: kept
+    check_invariants(left)
+    assert isinstance(left, GroupState)
+
+
+def test_a_committed_epoch_the_log_ended_earlier_is_where_it_diverged() -> None:
+    history = [(0, 0), (5, 100), (9, 180)]
+    assert committed_divergence(5, history, 300, 170) is None
+    assert committed_divergence(5, history, 300, 200) == 180
+    assert committed_divergence(7, history, 300, 200) == 180  # not in the log: KIP-320
+    assert committed_divergence(9, history, 190, 200) == 190  # past the tail
+    assert diverged_at([(9, 185)], history, 200, tail=190) == 190
+
+
+def lossy_failover(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+    front: ReplyDroppingProxy,
+    follower: redis.Redis,
+    readers: list[Any],
+) -> None:
+    """100 events replicated, 50 more only on the primary and read by ``readers`` (up to
+    150), then the primary dies and the replica, 50 events behind, takes over."""
+    primary, _, link = pair
+    config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+    with EventStreamClientFactory.from_url("ha", front.url) as factory:
+        events_key = factory.connection.keys.segment("ha", "s", 0).events
+        with factory.create_event_writer("s", BytesSerializer(), config) as writer:
+            for i in range(100):
+                writer.write_event(b"a%d" % i, "k")
+            writer.flush()
+            for reader in readers:
+                collect(reader, lambda got: len(got) >= 100)
+            wait_until(lambda: follower.xlen(events_key) == 100, 30, "the replica to sync")
+            link.blackhole()
+            for i in range(50):
+                writer.write_event(b"b%d" % i, "k")
+            writer.flush()
+            for reader in readers:
+                collect(reader, lambda got: len(got) >= 50)
+    primary.kill()
+    follower.replicaof("no", "one")
+    front.retarget("127.0.0.1", pair[1].port)
+
+
+def fresh_writes(url: str, prefix: bytes, count: int) -> list[int]:
+    """A writer that never saw the lost tail appends ``count`` events; their offsets."""
+    config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+    with (
+        EventStreamClientFactory.from_url("ha", url) as fresh,
+        fresh.create_event_writer("s", BytesSerializer(), config) as writer,
+    ):
+        futures = [writer.write_event(prefix + b"%d" % i, "k") for i in range(count)]
+        writer.flush()
+        return [f.result().offset for f in futures]
+
+
+def test_a_writer_past_a_position_committed_past_the_tail_before_any_reader_is_detected(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> None:
+    """Item 5: the group's position (150) is past the promoted replica's tail (100), and a
+    fresh writer appends 80 events (offsets 100..179) before any reader acquires the
+    segment: the tail is past the position again, but the position was read under an epoch
+    that ends at 100 in the log, so the next owner reports 100..149 lost and delivers all
+    80 new events (before: the first 50 were skipped, unreported)."""
+    front = ReplyDroppingProxy("127.0.0.1", pair[0].port)
+    follower = redis.Redis(port=pair[1].port)
+    try:
+        stream_and_group(front.url)
+        with EventStreamClientFactory.from_url("ha", front.url) as factory:
+            with factory.create_reader("r1", "g", BytesSerializer()) as first:
+                lossy_failover(pair, front, follower, [first])
+            # r1 gave the segment back at 150 (read under the lost epoch)
+            assert group_positions(front.url)[("ha/s", 0)] == 150
+            assert fresh_writes(front.url, b"c", 80) == list(range(100, 180))
+            with factory.create_reader("r2", "g", BytesSerializer()) as second:
+                results = collect(second, lambda got: len(got) >= 81)
+        values = [r for r in results if isinstance(r, bytes)]
+        errors = [r for r in results if not isinstance(r, bytes)]
+        assert values == [b"c%d" % i for i in range(80)]
+        assert len(errors) == 1 and isinstance(errors[0], DataLostError), errors
+        assert "offsets 100..149 were lost" in str(errors[0])
+    finally:
+        follower.close()
+        front.close()
+
+
+def test_a_live_reader_notices_a_shrunken_tail_before_the_log_reaches_its_position(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> None:
+    """Item 4: the reader read up to 150; after the failover new events go to 100..129, and
+    the log never reaches 150. The reader reports 100..149 lost and delivers the 30 new
+    events (before: nothing until the log reached 150). Its group position, committed at
+    150, moves back to the divergence and on from there (item 3): a reader taking over
+    afterwards resumes after the new events, not at 150."""
+    front = ReplyDroppingProxy("127.0.0.1", pair[0].port)
+    follower = redis.Redis(port=pair[1].port)
+    try:
+        stream_and_group(front.url, session_timeout=2.0, heartbeat_interval=0.5)
+        with (
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_reader("r1", "g", BytesSerializer()) as reader,
+        ):
+            lossy_failover(pair, front, follower, [reader])
+            assert fresh_writes(front.url, b"c", 30) == list(range(100, 130))
+            results = collect(reader, lambda got: len(got) >= 31)
+            values = [r for r in results if isinstance(r, bytes)]
+            errors = [r for r in results if not isinstance(r, bytes)]
+            assert values == [b"c%d" % i for i in range(30)]
+            assert len(errors) == 1 and isinstance(errors[0], DataLostError), errors
+            assert "offsets 100..149 were lost" in str(errors[0])
+            reader.commit()
+            assert group_positions(front.url)[("ha/s", 0)] == 130
+        assert fresh_writes(front.url, b"d", 5) == list(range(130, 135))
+        with (
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_reader("r2", "g", BytesSerializer()) as second,
+        ):
+            after = collect(second, lambda got: len(got) >= 5)
+        assert after == [b"d%d" % i for i in range(5)]
+    finally:
+        follower.close()
+        front.close()
+
+
+def test_a_commit_the_log_no_longer_holds_is_refused(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> None:
+    """Item 1: after the failover the reader commits (manually) the 150 events it read;
+    the log holds 100: the commit is refused (the group's position is not moved past the
+    log), the next read reports 100..149 lost, and reading goes on at 100."""
+    front = ReplyDroppingProxy("127.0.0.1", pair[0].port)
+    follower = redis.Redis(port=pair[1].port)
+    try:
+        stream_and_group(front.url, commit_mode="manual")
+        with (
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_reader("r1", "g", BytesSerializer()) as reader,
+        ):
+            lossy_failover(pair, front, follower, [reader])
+            reader.commit()
+            assert group_positions(front.url)[("ha/s", 0)] <= 100
+            assert fresh_writes(front.url, b"c", 3) == [100, 101, 102]
+            results = collect(reader, lambda got: len(got) >= 4)
+        assert isinstance(results[0], DataLostError), results
+        assert "offsets 100..149 were lost" in str(results[0])
+        assert results[1:] == [b"c0", b"c1", b"c2"]
     finally:
         follower.close()
         front.close()

@@ -43,6 +43,7 @@ from readergroup.core.membership import (
     plan_join,
     plan_release,
     plan_remove,
+    plan_rewind,
 )
 from statesync import LogRegressedError, StateSynchronizer
 
@@ -273,22 +274,36 @@ class GroupMember:
         )
 
     def remove_if(
-        self, reader_id: str, generation: int, positions: Sequence[tuple[SegKey, int]] = ()
+        self,
+        reader_id: str,
+        generation: int,
+        positions: Sequence[tuple[SegKey, int]] = (),
+        epochs: Sequence[tuple[SegKey, int]] = (),
     ) -> bool:
         """Remove ``reader_id`` if it is still online in ``generation`` (and forget that
         generation's heartbeat); ``False`` if it was not."""
         removed = self.sync.update_state(
-            plan_remove(reader_id, generation, positions, self.server_ms)
+            plan_remove(reader_id, generation, positions, self.server_ms, epochs)
         )
         if removed is not None:
             self.heartbeats.forget(reader_id, generation)
         return removed is not None
 
     @_recovers
-    def leave(self, positions: Mapping[SegKey, int] | None = None) -> bool:
-        """Leave the group; owned segments return at ``positions`` (else committed ones)."""
+    def leave(
+        self,
+        positions: Mapping[SegKey, int] | None = None,
+        epochs: Mapping[SegKey, int] | None = None,
+    ) -> bool:
+        """Leave the group; owned segments return at ``positions`` (else committed ones),
+        with the epochs they were read under where ``epochs`` has them."""
         self._joined = False  # a regressed log met while leaving must not rejoin
-        left = self.remove_if(self.reader_id, self.generation, tuple((positions or {}).items()))
+        left = self.remove_if(
+            self.reader_id,
+            self.generation,
+            tuple((positions or {}).items()),
+            tuple((epochs or {}).items()),
+        )
         self.heartbeats.forget(self.reader_id, self.generation)
         if left:
             logger.info(
@@ -303,10 +318,12 @@ class GroupMember:
         *,
         fetched_at: int | None = None,
         only_listed: bool = False,
+        release_epochs: Mapping[SegKey, int] | None = None,
     ) -> tuple[dict[SegKey, Assignment], list[SegKey]]:
         """Release above-share segments at ``release_positions`` (``only_listed``: none but
-        those) and acquire below-share ones (nothing moves while a checkpoint or reset awaits
-        this reader).
+        those; with the epochs they were read under, where ``release_epochs`` has them) and
+        acquire below-share ones (nothing moves while a checkpoint or reset awaits this
+        reader).
 
         A release cut short by ``max_moves`` is followed by another at once (each re-decided on
         fresh state), so no share waits for the next refresh; the acquisition takes the whole
@@ -321,7 +338,9 @@ class GroupMember:
         released: list[SegKey] = []
         # bounded: every capped round gives back ``moves`` of the segments owned now
         for _ in range(len(self.sync.state.owned_by(me)) // moves + 1):
-            plan = plan_release(me, generation, moves, positions, only_listed=only_listed)
+            plan = plan_release(
+                me, generation, moves, positions, release_epochs, only_listed=only_listed
+            )
             chosen = self.sync.update_state(plan, fetched_at=fetched_at)
             fetched_at = self._fresh_after(fetched_at)
             released.extend(chosen)
@@ -366,12 +385,37 @@ class GroupMember:
         )
 
     @_recovers
-    def commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
-        """Record ``segment -> (token, position)``; fenced readers get an error, nothing lands."""
+    def commit(
+        self,
+        positions: Mapping[SegKey, tuple[int, int]],
+        epochs: Mapping[SegKey, int] | None = None,
+    ) -> None:
+        """Record ``segment -> (token, position)`` (with the epoch each was read under, where
+        ``epochs`` has it); fenced readers get an error, nothing lands."""
         if not positions:
             return
         triples = tuple((s, token, position) for s, (token, position) in positions.items())
-        self.sync.update_state(plan_commit(self.reader_id, self.generation, triples))
+        given = epochs or {}
+        known = tuple((s, given[s]) for s in positions if s in given)
+        self.sync.update_state(plan_commit(self.reader_id, self.generation, triples, known))
+
+    @_recovers
+    def rewind(self, rewinds: Mapping[SegKey, tuple[int, int, int]]) -> None:
+        """Move committed positions back where their logs diverged: ``segment -> (token,
+        position, epoch)`` (:class:`~readergroup.core.group_state.RewindPositions`)."""
+        if not rewinds:
+            return
+        quads = tuple(
+            (s, token, position, epoch) for s, (token, position, epoch) in rewinds.items()
+        )
+        self.sync.update_state(plan_rewind(self.reader_id, self.generation, quads))
+        logger.warning(
+            "reader %r moved the committed positions of %s of %s back to where their logs "
+            "diverged in a failover",
+            self.reader_id,
+            segments_text(list(rewinds)),
+            self.sync.name,
+        )
 
     def complete(
         self,

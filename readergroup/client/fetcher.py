@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from readergroup.client.event_read import EventRead
 from readergroup.client.serializers import Serializer
-from readergroup.core.epochs import diverged_at
+from readergroup.core.epochs import committed_divergence, diverged_at, epoch_at, read_epoch
 from readergroup.core.errors import (
     CorruptSegmentError,
     DataLostError,
@@ -107,8 +107,19 @@ class OwnedSegment:
     """The latest replies buffered: after a divergence, events handed out that a retry
     appended again unchanged (same key, payload and writer time) are not reported lost."""
     unchecked: bool = False
-    """Acquired at a position not yet checked against the segment's tail (a position past it
-    was committed before a failover lost the offsets below it)."""
+    """Acquired at a position not yet checked against the segment's log (a position past its
+    tail, or read under an epoch the log no longer has up to there, was committed before a
+    failover lost the offsets below it)."""
+    epoch: int = -1
+    """The log epoch the group's committed position was read under when this reader acquired
+    the segment (of the event before it; -1: not known)."""
+    rewind: tuple[int, int] | None = None
+    """``(position, epoch)`` the group's committed position must move back to: the log
+    diverged below it (reported lost; the session sends it)."""
+    idle_mark: int = -1
+    """*fetch* when the idle check last looked (see :meth:`Fetcher.check_idle`)."""
+    idle_at: float = 0.0
+    """When (monotonic) the idle check looks at this segment's log next, if *fetch* stands."""
     origin: tuple[str, int, int] = field(init=False)
     """``(stream, segment, token)``: shared by every event handed out from this segment."""
 
@@ -166,10 +177,13 @@ class Outage:
             )
         self.error = exc
 
-    def back(self) -> None:
+    def back(self) -> bool:
+        """Redis answered; True when that ends an outage."""
         if self.error is not None:
             self.error = None
             logger.info("reader %r: Redis reachable again", self.reader_id)
+            return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +208,11 @@ PARK_GRACE = 5.0
 
 MAX_READS_AHEAD = 3
 """Most reads ahead outstanding per reader (each holds a pooled connection until answered)."""
+
+IDLE_CHECK_SESSIONS = 3.0
+"""A segment whose reads brought nothing for this many session timeouts has its log checked
+(tail and epochs, one command) and again as often while that lasts: a failover may have
+taken the log back below the reader's position, and new events may be going there."""
 
 
 @dataclass(slots=True)
@@ -243,10 +262,17 @@ class Fetcher(Generic[T]):
         self.unlocked: Callable[[], AbstractContextManager[Any]] = nullcontext
         """Wraps every blocking wait of :meth:`fetch`: the reader lets go of its hand-out
         gate's lock there (see :mod:`~readergroup.client.maintenance`)."""
+        self._idle_every = IDLE_CHECK_SESSIONS * outage.session_timeout
+        self._idle_due = 0.0
+        """When (monotonic) :meth:`check_idle` next looks for idle segments."""
+        self.rewound: set[SegKey] = set()
+        """Segments whose ``rewind`` is set: the group's position must move back (the
+        session sends it and clears this)."""
 
     # -- the segment table (changed by the group session) ------------------------------------
     def add(self, owned: OwnedSegment) -> None:
         owned.unchecked = owned.fetch > 0
+        owned.idle_mark, owned.idle_at = owned.fetch, self._clock.monotonic() + self._idle_every
         self.owned[owned.key] = owned
         if owned.key not in self._rotating:
             self._rotating.add(owned.key)
@@ -470,14 +496,16 @@ class Fetcher(Generic[T]):
             if self.collect(0.0) or self._ahead:
                 return NO_NEWS
             block = max(0.0, block - (self._clock.monotonic() - began))
-        if any(owned.unchecked for owned in self.owned.values()):
-            try:
+        try:
+            if any(owned.unchecked for owned in self.owned.values()):
                 self._check_positions()
-            except RedisUnavailableError as exc:
-                self._outage.lost(exc)
-                with self.unlocked():
-                    self._clock.sleep(min(block, 0.5))
-                return NO_NEWS
+            if self._clock.monotonic() >= self._idle_due:
+                self.check_idle()
+        except RedisUnavailableError as exc:
+            self._outage.lost(exc)
+            with self.unlocked():
+                self._clock.sleep(min(block, 0.5))
+            return NO_NEWS
         positions: dict[str, str] = {}
         by_key: dict[str, OwnedSegment] = {}
         for owned in self.owned.values():
@@ -512,7 +540,10 @@ class Fetcher(Generic[T]):
             return FetchOutcome(bad_logs=frozenset(bad))
         if reply is None:
             return NO_NEWS  # the parked XREAD waits on
-        self._outage.back()
+        if self._outage.back():  # a failover may be why: look at every log on the next fetch
+            self._idle_due = 0.0
+            for owned in self.owned.values():
+                owned.idle_at = 0.0
         return self._apply(reply, by_key, asked, limit)
 
     def _apply(
@@ -575,39 +606,127 @@ class Fetcher(Generic[T]):
         return reply
 
     def _check_positions(self) -> None:
-        """Segments acquired since the last fetch, at positions past their tails: the group
-        committed offsets that a failover lost (a promoted replica without them). Report them
-        lost and read from the tail, where new events go: none of those is skipped."""
+        """Segments acquired since the last fetch, at positions their logs may no longer hold:
+        a position committed past the tail, or read under an epoch that ends below it in the
+        log's history (the offsets below it were lost in a failover; a writer may have put
+        new events there since). Report them lost and read from where the log diverged: none
+        of those new events is skipped, and the group's position moves back there."""
         unchecked: dict[tuple[str, str], list[OwnedSegment]] = {}
         for owned in self.owned.values():
             if owned.unchecked:
                 unchecked.setdefault((owned.scope, owned.stream), []).append(owned)
         for (scope, stream), group in unchecked.items():
             segments = self._connection.segments
-            states = segments.segment_states(scope, stream, [o.segment for o in group])
+            logs = segments.epoch_histories(scope, stream, [o.segment for o in group])
             for owned in group:
                 owned.unchecked = False
-                state = states[owned.segment]
-                if not state.exists or state.tail >= owned.fetch:
+                log = logs.get(owned.segment)
+                if log is None:
                     continue
-                tail, position = state.tail, owned.fetch
-                logger.warning(
-                    "%s: the committed position %d is past the tail %d (lost in a failover); "
-                    "reading from the tail",
-                    owned.name,
-                    position,
-                    tail,
-                )
-                owned.hold(
-                    DataLostError(
-                        f"segment {owned.name}: offsets {tail}..{position - 1} were lost in a "
-                        f"failover after the group committed position {position}; reading goes "
-                        f"on from the tail {tail} (new events there are delivered)"
-                    ),
-                    tail,
-                )
-                owned.fetch = owned.returned = owned.consumed = tail
-                owned.buffer.clear()
+                tail, history = log
+                position = owned.fetch
+                if owned.epoch >= 0:
+                    at = committed_divergence(owned.epoch, history, tail, position)
+                else:
+                    at = tail if tail < position else None
+                if at is not None:
+                    logger.warning(
+                        "%s: the log no longer holds the committed position %d (read under "
+                        "epoch %d; the log has %d events): diverged at %d in a failover; "
+                        "reading from there",
+                        owned.name,
+                        position,
+                        owned.epoch,
+                        tail,
+                        at,
+                    )
+                    owned.hold(
+                        DataLostError(
+                            f"segment {owned.name}: offsets {at}..{position - 1} were lost in a "
+                            f"failover after the group committed position {position} (read "
+                            f"under log epoch {owned.epoch}; the segment's log epochs are "
+                            f"{_epochs_text(history)}, {tail} events); reading goes on from "
+                            f"{at} (new events there are delivered)"
+                        ),
+                        at,
+                    )
+                    owned.fetch = owned.returned = owned.consumed = at
+                    owned.buffer.clear()
+                if owned.fetch > 0 and (at is not None or owned.epoch >= 0):
+                    owned.epochs[:] = [epoch_at(history, owned.fetch - 1)]
+                if at is not None:
+                    owned.rewind = (at, owned.epochs[0][0] if owned.epochs else -1)
+                    self.rewound.add(owned.key)
+
+    def epochs_of(
+        self,
+        positions: Iterable[tuple[SegKey, int]],
+        table: Mapping[SegKey, OwnedSegment] | None = None,
+    ) -> dict[SegKey, int]:
+        """The epoch each owned segment's position was read under (of the event before it),
+        where known: what a commit of it carries. ``table``: the segments (by default those
+        owned now; segments taken out for a release or a leave are given)."""
+        owned_now = self.owned if table is None else table
+        out: dict[SegKey, int] = {}
+        for key, position in positions:
+            owned = owned_now.get(key)
+            if owned is None or position <= 0:
+                continue
+            epoch = read_epoch(owned.epochs, position - 1) if owned.epochs else -1
+            if epoch < 0 and owned.unchecked and position == owned.fetch:
+                epoch = owned.epoch  # acquired there, not looked at yet: as committed
+            if epoch >= 0:
+                out[key] = epoch
+        return out
+
+    def check_idle(self) -> None:
+        """Look at the logs of segments whose reads brought nothing for a while (a fetch
+        position that stood still for ``IDLE_CHECK_SESSIONS`` session timeouts), and of every
+        segment after an outage: a failover may have taken a log back below a reader's
+        position, and events going there would not reach the reader before the log did."""
+        now = self._clock.monotonic()
+        self._idle_due = now + self._idle_every / 4
+        due: list[SegKey] = []
+        for key, owned in self.owned.items():
+            if owned.fetched_all or owned.unchecked:
+                continue
+            if owned.fetch != owned.idle_mark:
+                owned.idle_mark, owned.idle_at = owned.fetch, now + self._idle_every
+            elif now >= owned.idle_at:
+                owned.idle_at = now + self._idle_every
+                if owned.fetch > 0:
+                    due.append(key)
+        if due:
+            self.verify(due)
+
+    def verify(self, keys: Iterable[SegKey]) -> list[SegKey]:
+        """Check that the logs of owned segments ``keys`` still hold what was fetched from
+        them (tail and epochs, one command each, pipelined per stream); where one diverged,
+        report the events handed out that are gone and read again from where it did (see
+        :meth:`_rewind`). Returns the segments that diverged."""
+        by_stream: dict[tuple[str, str], list[OwnedSegment]] = {}
+        for key in keys:
+            owned = self.owned.get(key)
+            if owned is not None and owned.fetch > 0 and not owned.unchecked:
+                by_stream.setdefault((owned.scope, owned.stream), []).append(owned)
+        diverged: list[SegKey] = []
+        for (scope, stream), group in by_stream.items():
+            logs = self._connection.segments.epoch_histories(
+                scope, stream, [o.segment for o in group]
+            )
+            for owned in group:
+                log = logs.get(owned.segment)
+                if log is None:
+                    continue
+                tail, history = log
+                if owned.epochs:
+                    at = diverged_at(owned.epochs, history, owned.fetch, tail)
+                else:
+                    at = tail if tail < owned.fetch else None
+                if at is not None:
+                    self._rewind(owned, at, history)
+                    diverged.append(owned.key)
+        return diverged
 
     def read_ahead(self) -> None:
         """Send the next read of the segments that are behind (their last read filled a batch),
@@ -906,6 +1025,9 @@ class Fetcher(Generic[T]):
         ]
         owned.epochs[:] = kept
         owned.recent.clear()
+        if owned.committed > owned.fetch:  # the group's position too: a crash resumes here
+            owned.rewind = (owned.fetch, read_epoch(owned.epochs, owned.fetch - 1))
+            self.rewound.add(owned.key)
 
     def _lost(self, owned: OwnedSegment, begin: int, end: int) -> bool:
         segments = self._connection.segments
@@ -957,3 +1079,7 @@ class Fetcher(Generic[T]):
             fault=True,
         )
         return False
+
+
+def _epochs_text(history: list[tuple[int, int]]) -> str:
+    return ", ".join(f"{epoch} from offset {first}" for epoch, first in history[1:]) or "none"

@@ -296,6 +296,7 @@ class GroupSession(Generic[T]):
         to their known end, without asking Redis."""
         now = self._clock.monotonic()
         refresh_due = now - self._last_refresh >= self._group.group_refresh_time
+        self.send_rewinds()
         if (
             self._group.commit_mode == AUTO
             and now - self._last_commit >= self._group.auto_commit_interval
@@ -360,12 +361,36 @@ class GroupSession(Generic[T]):
                         chosen[key] = (owned.token, position)
             self._commit(chosen)
 
-    def _commit(self, positions: Mapping[SegKey, tuple[int, int]]) -> None:
+    def _commit(self, positions: Mapping[SegKey, tuple[int, int]], *, verify: bool = True) -> None:
+        """Commit ``positions``, with the epochs they were read under. ``verify``: a position
+        the segment's log no longer holds (a failover lost it) is refused: the reader
+        reports the loss and reads from where the log diverged, and the group's position
+        moves back there (a failover between this look and the append is caught by the next
+        look, or by the next owner: the commit carries its epoch). Unverified (a reader
+        leaving, which could not report a loss): the next owner checks."""
         if not positions:
             return
+        if verify:
+            self._fetcher.verify(positions)
+            self.send_rewinds()
+        owned_now = self._fetcher.owned
+        refused = [
+            k for k, (_, p) in positions.items() if k in owned_now and p > owned_now[k].fetch
+        ]
+        if refused:
+            logger.warning(
+                "reader %r: commit of %s refused: their logs no longer hold those positions "
+                "(lost in a failover; reported to the application by the next read)",
+                self.reader_id,
+                sorted(refused),
+            )
+            positions = {k: v for k, v in positions.items() if k not in refused}
+            if not positions:
+                return
+        epochs = self._fetcher.epochs_of((k, p) for k, (_, p) in positions.items())
         before = self.member.sync.revision
         try:
-            self.member.commit(positions)
+            self.member.commit(positions, epochs)
         except SegmentNotOwnedError:
             self.group_dirty = True  # ownership moved: reconcile on the next maintenance
             self.wake.set()
@@ -378,6 +403,36 @@ class GroupSession(Generic[T]):
                 if owned is not None:
                     owned.committed = max(owned.committed, position)
 
+    def send_rewinds(self, *, reported: bool = False) -> None:
+        """Move the group's positions back where the fetcher found segments' logs diverged
+        below them (reported lost there): a crash then resumes at the divergence.
+        ``reported``: only where the loss was handed to the application (a reader leaving
+        leaves the others to the next owner, whose check reports them)."""
+        fetcher = self._fetcher
+        if not fetcher.rewound:
+            return
+        rewinds: dict[SegKey, tuple[int, int, int]] = {}
+        for key in fetcher.rewound:
+            owned = fetcher.owned.get(key)
+            if reported and owned is not None and owned.pending is not None:
+                continue
+            if owned is not None and owned.rewind is not None:
+                position, epoch = owned.rewind
+                if owned.committed > position:
+                    rewinds[key] = (owned.token, position, epoch)
+        try:
+            self.member.rewind(rewinds)
+        except SegmentNotOwnedError:
+            self.group_dirty = True  # ownership moved: the next owner checks the log itself
+            self.quiet_until = 0.0
+            raise
+        finally:
+            fetcher.rewound.clear()
+        for key, (_, position, _) in rewinds.items():
+            owned = fetcher.owned.get(key)
+            if owned is not None:
+                owned.committed, owned.rewind = position, None
+
     def _rebalance(self) -> None:
         state = self.member.refresh()
         sync = self.member.sync
@@ -388,10 +443,11 @@ class GroupSession(Generic[T]):
         self._take_checkpoints(state)
         frozen = self._freeze_releases(state)
         release_at = {k: self._release_position(o) for k, o in frozen.items()}
+        epochs = self._fetcher.epochs_of(release_at.items(), frozen)
         try:
             # decided on the state just read: one read of the group log per wake-up
             acquired, released = self.member.rebalance(
-                release_at, fetched_at=sync.revision, only_listed=True
+                release_at, fetched_at=sync.revision, only_listed=True, release_epochs=epochs
             )
         except BaseException:
             if frozen:  # the outcome is unknown: the next round adopts what is still ours
@@ -531,6 +587,7 @@ class GroupSession(Generic[T]):
         scope, stream = split_scoped_stream(key[0], None)
         data_key = self._connection.keys.segment(scope, stream, key[1]).events
         owned = OwnedSegment.at(key, scope, stream, data_key, assignment.token, assignment.position)
+        owned.epoch = self.member.state.epochs.get(key, -1)
         end = self.member.state.end
         if end is not None:
             owned.final_tail, owned.bounded = end.get(key, assignment.position), True
@@ -802,9 +859,11 @@ class GroupSession(Generic[T]):
                 self._acknowledge_checkpoint(leaving=True)
                 if self._absorb_reset():
                     owned_now = {}  # the group was reset: nothing of the old generation
+                self.send_rewinds(reported=True, table=owned_now)
                 if self._group.commit_mode == AUTO:  # manual mode commits only on commit()
-                    self._commit(self._auto_positions(owned_now))
-                self.member.leave({k: self._release_position(o) for k, o in owned_now.items()})
+                    self._commit(self._auto_positions(owned_now), table=owned_now)
+                at = {k: self._release_position(o) for k, o in owned_now.items()}
+                self.member.leave(at, self._fetcher.epochs_of(at.items(), owned_now))
             logger.debug("reader %r left its group", self.reader_id)
         except ReaderGroupError as exc:
             logger.warning(

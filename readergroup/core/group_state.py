@@ -26,7 +26,15 @@ is never appended, and fenced readers get a specific error):
 * :class:`ReleaseSegments`: assigned -> unassigned at the given positions;
 * :class:`CompleteSegments`: assigned -> completed (any number at once); their successors
   enter ``future`` (or ``unassigned`` once no predecessor is pending);
-* :class:`CommitPositions`: an owner records how far the application has processed.
+* :class:`CommitPositions`: an owner records how far the application has processed;
+* :class:`RewindPositions`: an owner moves committed positions back to where a segment's log
+  diverged in a failover (the offsets past it were lost, and new events are there now).
+
+Epochs: a position may come with the log epoch (``epoch.lua``) of the event before it, as
+the reader read it (``epochs``); the next owner checks the segment's log still holds that
+(:func:`readergroup.core.epochs.committed_divergence`), so offsets a failover lost below a
+committed position are reported, not skipped. An epoch follows its position: a position
+moved without one (an older client) drops it.
 
 Fencing: every update from a reader names its membership generation and, per segment, the
 fencing token it holds. A reader that was removed, or lost a segment, is refused atomically
@@ -131,6 +139,9 @@ class GroupState:
     """Readers that have not yet acknowledged the latest reset."""
     waiting_ends: Mapping[SegKey, Mapping[SegKey, int]] = field(default_factory=dict)
     """Per ``future`` successor: its completed predecessors and the offsets they ended at."""
+    epochs: Mapping[SegKey, int] = field(default_factory=dict)
+    """Per assigned or unassigned segment, the log epoch its position was read under (the
+    epoch of the event before it), where known."""
     _owners: PMap[str, PMap[SegKey, Assignment]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -211,7 +222,7 @@ class GroupState:
         return out
 
 
-_PERSISTENT_MAPS = ("readers", "assigned", "unassigned", "future", "waiting_ends")
+_PERSISTENT_MAPS = ("readers", "assigned", "unassigned", "future", "waiting_ends", "epochs")
 
 
 def new_group(
@@ -320,6 +331,28 @@ def movers(state: GroupState) -> frozenset[str] | None:
     return named if len(named) <= MAX_NAMED_WAKES else None
 
 
+def _moved_epochs(
+    state: GroupState,
+    moves: Iterable[tuple[SegKey, int, int]],
+    given: tuple[tuple[SegKey, int], ...],
+) -> Mapping[SegKey, int]:
+    """``state.epochs`` after positions moved: ``(segment, old, position given)`` per segment
+    (the position becomes the larger). A position moved up takes the epoch ``given`` with it
+    (none given: not known any more); one given where it was takes a given epoch; one given
+    below keeps its own."""
+    known = dict(given)
+    epochs = pmap(state.epochs)
+    put: list[tuple[SegKey, int]] = []
+    drop: list[SegKey] = []
+    for segment, old, new in moves:
+        epoch = known.get(segment, -1)
+        if epoch >= 0 and new >= old:
+            put.append((segment, epoch))
+        elif new > old and segment in epochs:
+            drop.append(segment)
+    return epochs.evolve(put, drop) if put or drop else epochs
+
+
 @dataclass(frozen=True)
 class AddReader(Update):
     reader_id: str
@@ -351,6 +384,8 @@ class RemoveReader(Update):
     generation: int
     positions: tuple[tuple[SegKey, int], ...] = ()
     now_ms: int = 0
+    epochs: tuple[tuple[SegKey, int], ...] = ()
+    """The epoch each position of ``positions`` was read under, where known."""
 
     def apply_to(self, state: GroupState) -> GroupState:
         check_member(state, self.reader_id, self.generation)
@@ -360,6 +395,7 @@ class RemoveReader(Update):
             segment: max(assignment.position, given.get(segment, assignment.position))
             for segment, assignment in owned.items()
         }
+        moves = ((s, owned[s].position, given[s]) for s in released if s in given)
         assigned = pmap(state.assigned).evolve(deletes=released)
         unassigned = pmap(state.unassigned).evolve(released.items())
         readers = pmap(state.readers).delete(self.reader_id)
@@ -377,6 +413,7 @@ class RemoveReader(Update):
             unassigned=unassigned,
             checkpoints=checkpoints,
             reset_pending=tuple(r for r in state.reset_pending if r != self.reader_id),
+            epochs=_moved_epochs(state, moves, self.epochs),
         )
 
 
@@ -419,6 +456,8 @@ class ReleaseSegments(Update):
     reader_id: str
     generation: int
     releases: tuple[tuple[SegKey, int, int], ...]
+    epochs: tuple[tuple[SegKey, int], ...] = ()
+    """The epoch each released position was read under, where known."""
 
     def conflict_keys(self) -> tuple[str, ...]:
         return _keys(self.reader_id, (s for s, _, _ in self.releases))
@@ -435,11 +474,14 @@ class ReleaseSegments(Update):
                 raise SegmentNotOwnedError(f"segment {segment} is released twice")
             released[segment] = max(position, current.position)
             previous.append((segment, current))
+        given = {s: p for s, _, p in self.releases}
+        moves = ((s, a.position, given[s]) for s, a in previous)
         return _changed(
             state,
             removed=previous,
             assigned=pmap(state.assigned).evolve(deletes=released),
             unassigned=pmap(state.unassigned).evolve(released.items()),
+            epochs=_moved_epochs(state, moves, self.epochs),
         )
 
 
@@ -455,20 +497,64 @@ class CommitPositions(Update):
     reader_id: str
     generation: int
     positions: tuple[tuple[SegKey, int, int], ...]
+    epochs: tuple[tuple[SegKey, int], ...] = ()
+    """The epoch each position was read under (of the event before it), where known."""
 
     def conflict_keys(self) -> tuple[str, ...]:
         return _keys(self.reader_id, (s for s, _, _ in self.positions))
 
     def apply_to(self, state: GroupState) -> GroupState:
         committed: dict[SegKey, Assignment] = {}
+        moves: list[tuple[SegKey, int, int]] = []
         for segment, token, position in self.positions:
             current = check_owner(state, self.reader_id, self.generation, segment, token)
             current = committed.get(segment, current)
             committed[segment] = replace(current, position=max(position, current.position))
+            moves.append((segment, current.position, position))
         return _changed(
             state,
             added=committed.items(),
             assigned=pmap(state.assigned).evolve(committed.items()),
+            epochs=_moved_epochs(state, moves, self.epochs),
+        )
+
+
+@dataclass(frozen=True)
+class RewindPositions(Update):
+    """Move committed positions back to where a segment's log diverged in a failover:
+    ``(segment, token, position, epoch)`` per segment, ``epoch`` the log's epoch of the event
+    before ``position`` (-1: none). Only the owner under its current fencing token; only back
+    (a position already at or below ``position`` stays). The owner found the log no longer
+    holds the offsets from ``position`` on that it (or an earlier owner) read, and reported
+    them lost: a crash now resumes at ``position``, where the events that are there now
+    begin. Wakes nobody, as commits."""
+
+    wakes_followers: ClassVar[bool] = False
+
+    reader_id: str
+    generation: int
+    rewinds: tuple[tuple[SegKey, int, int, int], ...]
+
+    def conflict_keys(self) -> tuple[str, ...]:
+        return _keys(self.reader_id, (s for s, _, _, _ in self.rewinds))
+
+    def apply_to(self, state: GroupState) -> GroupState:
+        moved: dict[SegKey, Assignment] = {}
+        epochs = pmap(state.epochs)
+        for segment, token, position, epoch in self.rewinds:
+            current = check_owner(state, self.reader_id, self.generation, segment, token)
+            current = moved.get(segment, current)
+            if position >= current.position:
+                continue
+            moved[segment] = replace(current, position=max(0, position))
+            epochs = epochs.set(segment, epoch) if epoch >= 0 else epochs.delete(segment)
+        if not moved:
+            return state
+        return _changed(
+            state,
+            added=moved.items(),
+            assigned=pmap(state.assigned).evolve(moved.items()),
+            epochs=epochs,
         )
 
 
@@ -543,6 +629,7 @@ class CompleteSegments(Update):
                 future = future.delete(successor)
                 waiting = waiting.delete(successor)
                 unassigned = unassigned.set(successor, start)
+        epochs = pmap(state.epochs)
         return _changed(
             state,
             removed=finished,
@@ -551,6 +638,7 @@ class CompleteSegments(Update):
             future=future,
             completed=completed,
             waiting_ends=waiting,
+            epochs=epochs.evolve(deletes=[s for s in ends if s in epochs]) if epochs else epochs,
         )
 
 
@@ -659,6 +747,7 @@ class ResetGroup(Update):
             future={},
             completed=frozenset(),
             waiting_ends={},
+            epochs={},
             generation=state.generation + 1,
             end=None if self.end is None else dict(self.end),
             reset_pending=tuple(sorted(state.readers)),
@@ -707,6 +796,7 @@ UPDATE_TYPES: tuple[type[Update], ...] = (
     FailCheckpoint,
     ResetGroup,
     AckReset,
+    RewindPositions,
 )
 
 
@@ -739,6 +829,8 @@ def check_invariants(state: GroupState) -> None:
     for successor, ends in state.waiting_ends.items():
         assert successor in state.future, f"{successor} has waiting ends but is not future"
         assert set(ends) <= state.completed, f"{successor} waits on uncompleted ends {ends}"
+    for segment in state.epochs:
+        assert segment in state.assigned or segment in state.unassigned, f"{segment} epoch"
 
 
 # -- compact form (snapshots) -----------------------------------------------------------------
@@ -746,9 +838,12 @@ def check_invariants(state: GroupState) -> None:
 # map; this form is a few arrays of ints and strings per map (readergroup.core.columns), packed
 # and unpacked by msgpack's C code. ``[form, scope, name, config, streams, readers, assigned,
 # unassigned, future, completed, next_generation, next_token, generation, created_ms,
-# checkpoints, end, reset_pending, waiting_ends]``, segment keys as ``[stream indexes, ids]``
-# over ``streams``.
-WIRE_FORM = 1
+# checkpoints, end, reset_pending, waiting_ends, epochs]``, segment keys as ``[stream indexes,
+# ids]`` over ``streams``; ``epochs`` (form 2) is ``[assigned, unassigned]``, each a column of
+# epochs in the order of that map's keys (-1: none), so it costs no keys of its own.
+WIRE_FORM = 2
+READ_FORMS = (1, 2)
+"""Forms read: form 1 (before position epochs) has no ``epochs``."""
 
 
 def _position_columns(table: columns.StreamTable, values: Mapping[SegKey, int]) -> list[Any]:
@@ -789,6 +884,7 @@ def state_to_wire(state: GroupState) -> list[Any]:
     owners = columns.StreamTable()  # reader ids, indexed like stream names
     attribute = columns.attribute
     streams, ids, names, positions, tokens, acquired = _assigned_columns(table, state)
+    unassigned = columns.to_columns(table, state.unassigned, _one_column)
     return [
         WIRE_FORM,
         state.scope,
@@ -801,7 +897,7 @@ def state_to_wire(state: GroupState) -> list[Any]:
             attribute(readers, "joined_ms"),
         ],
         [streams, ids, owners.indexes(names), positions, tokens, acquired, owners.streams],
-        columns.to_columns(table, state.unassigned, _one_column),
+        unassigned,
         [
             [*table.key_columns([successor]), table.key_columns(pending)]
             for successor, pending in state.future.items()
@@ -829,13 +925,40 @@ def state_to_wire(state: GroupState) -> list[Any]:
             [*table.key_columns([successor]), _position_columns(table, ends)]
             for successor, ends in state.waiting_ends.items()
         ],
+        [
+            _epoch_column(state.epochs, table.streams, [streams, ids]),
+            _epoch_column(state.epochs, table.streams, unassigned),
+        ],
     ]
 
 
+def _epoch_column(
+    epochs: Mapping[SegKey, int], streams: list[str], key_columns: list[Any]
+) -> list[int]:
+    """The epoch of each key of ``key_columns`` (``[stream indexes, ids]`` over ``streams``,
+    in their wire order; -1: none), or ``[]`` when no epoch is known."""
+    if not epochs:
+        return []
+    indexes, ids = key_columns[:2]
+    return [epochs.get((streams[s], i), -1) for s, i in zip(indexes, ids, strict=True)]
+
+
+def _epochs_from(
+    streams: list[str], key_wire: Any, wire: Any, what: str
+) -> Iterable[tuple[SegKey, int]]:
+    """The epochs of a column of them over the keys of ``key_wire`` (a map's columns)."""
+    if wire == []:  # no epochs known
+        return ()
+    keys = columns.keys_from_columns(streams, columns.sequence(key_wire, what)[:2], what)
+    epochs = columns.ints(wire, what, len(keys))
+    return ((key, epoch) for key, epoch in zip(keys, epochs, strict=True) if epoch >= 0)
+
+
 def state_from_wire(wire: Any) -> GroupState:
-    wire = columns.fields(wire, "group state", 18)
-    if wire[0] != WIRE_FORM:
-        raise ValueError(f"group state form {wire[0]!r} is not supported (reads {WIRE_FORM})")
+    form = wire[0] if type(wire) is list and wire else None
+    if form not in READ_FORMS:
+        raise ValueError(f"group state form {form!r} is not supported (reads {READ_FORMS})")
+    wire = columns.fields(wire, "group state", 18 if form == 1 else 19)
     streams = columns.strings(wire[4], "stream table")
     ids, generations, joined = columns.fields(wire[5], "readers", 3)
     reader_ids = columns.strings(ids, "reader ids")
@@ -879,6 +1002,11 @@ def state_from_wire(wire: Any) -> GroupState:
         successor_wire = columns.fields(item, "waiting successor", 3)
         (successor,) = columns.keys_from_columns(streams, successor_wire[:2], "waiting segment")
         waiting[successor] = _positions_from(streams, item[2], "waiting ends")
+    epochs: list[tuple[SegKey, int]] = []
+    if form != 1:
+        assigned_epochs, unassigned_epochs = columns.fields(wire[18], "epochs", 2)
+        epochs.extend(_epochs_from(streams, wire[6], assigned_epochs, "assigned epochs"))
+        epochs.extend(_epochs_from(streams, wire[7], unassigned_epochs, "unassigned epochs"))
     scope, name, config = wire[1:4]
     if not (isinstance(scope, str) and isinstance(name, str)):
         raise ValueError("scope or name is not a string")
@@ -902,6 +1030,7 @@ def state_from_wire(wire: Any) -> GroupState:
         end=None if wire[15] is None else _positions_from(streams, wire[15], "end"),
         reset_pending=tuple(columns.strings(wire[16], "reset pending readers")),
         waiting_ends=PMap(waiting),
+        epochs=PMap(epochs),
     )
     object.__setattr__(state, "_owners", owners)
     return state

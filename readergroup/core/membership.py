@@ -30,6 +30,7 @@ from readergroup.core.group_state import (
     GroupState,
     ReleaseSegments,
     RemoveReader,
+    RewindPositions,
     SegKey,
     check_member,
     check_owner,
@@ -129,15 +130,17 @@ def plan_remove(
     generation: int | None,
     positions: Sequence[tuple[SegKey, int]] = (),
     now_ms: int = 0,
+    epochs: Sequence[tuple[SegKey, int]] = (),
 ) -> Plan[int | None]:
     """Remove ``reader_id`` if online (in ``generation``; ``None``: whichever is online).
-    Result: the generation removed, or ``None`` if there was nothing to remove."""
+    ``epochs``: the epoch each of ``positions`` was read under, where known. Result: the
+    generation removed, or ``None`` if there was nothing to remove."""
 
     def remove(state: GroupState) -> Decision[int | None]:
         record = state.readers.get(reader_id)
         if record is None or generation not in (None, record.generation):
             return [], None
-        update = RemoveReader(reader_id, record.generation, tuple(positions), now_ms)
+        update = RemoveReader(reader_id, record.generation, tuple(positions), now_ms, tuple(epochs))
         return [update], record.generation
 
     return remove
@@ -148,12 +151,14 @@ def plan_release(
     generation: int,
     max_moves: int,
     positions: Mapping[SegKey, int],
+    epochs: Mapping[SegKey, int] | None = None,
     *,
     only_listed: bool = False,
 ) -> Plan[list[SegKey]]:
-    """Give back above-share segments at ``positions`` (else their committed ones), unless a
-    checkpoint or reset awaits this reader; ``only_listed``: none but those in ``positions``
-    (the reader stopped handing out exactly those). Result: the segments released."""
+    """Give back above-share segments at ``positions`` (else their committed ones; with the
+    epochs they were read under, where ``epochs`` has them), unless a checkpoint or reset
+    awaits this reader; ``only_listed``: none but those in ``positions`` (the reader stopped
+    handing out exactly those). Result: the segments released."""
 
     def release(state: GroupState) -> Decision[list[SegKey]]:
         check_member(state, reader_id, generation)
@@ -164,7 +169,10 @@ def plan_release(
             chosen = [s for s in chosen if s in positions]
         owned = state.assigned
         triples = tuple((s, owned[s].token, positions.get(s, owned[s].position)) for s in chosen)
-        return ([ReleaseSegments(reader_id, generation, triples)] if triples else []), chosen
+        given = epochs or {}
+        known = tuple((s, given[s]) for s in chosen if s in positions and s in given)
+        update = ReleaseSegments(reader_id, generation, triples, known)
+        return ([update] if triples else []), chosen
 
     return release
 
@@ -185,16 +193,34 @@ def plan_acquire(reader_id: str, generation: int, now_ms: int) -> Plan[list[SegK
 
 
 def plan_commit(
-    reader_id: str, generation: int, triples: tuple[tuple[SegKey, int, int], ...]
+    reader_id: str,
+    generation: int,
+    triples: tuple[tuple[SegKey, int, int], ...],
+    epochs: tuple[tuple[SegKey, int], ...] = (),
 ) -> Plan[None]:
-    """Record ``(segment, token, position)`` triples; fenced readers get an error."""
+    """Record ``(segment, token, position)`` triples (with the epoch each position was read
+    under, where ``epochs`` has it); fenced readers get an error."""
 
     def commit(state: GroupState) -> Decision[None]:
         for segment, token, _ in triples:
             check_owner(state, reader_id, generation, segment, token)
-        return [CommitPositions(reader_id, generation, triples)], None
+        return [CommitPositions(reader_id, generation, triples, epochs)], None
 
     return commit
+
+
+def plan_rewind(
+    reader_id: str, generation: int, rewinds: tuple[tuple[SegKey, int, int, int], ...]
+) -> Plan[None]:
+    """Move committed positions back where the log diverged: ``(segment, token, position,
+    epoch)`` (see :class:`RewindPositions`); fenced readers get an error."""
+
+    def rewind(state: GroupState) -> Decision[None]:
+        for segment, token, _, _ in rewinds:
+            check_owner(state, reader_id, generation, segment, token)
+        return [RewindPositions(reader_id, generation, rewinds)], None
+
+    return rewind
 
 
 def plan_complete(

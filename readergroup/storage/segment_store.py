@@ -115,6 +115,14 @@ class SegmentStorage(Protocol):
 
     def epochs(self, scope: str, stream: str, segment: int) -> list[tuple[int, int]]: ...
 
+    def epoch_histories(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, tuple[int, list[tuple[int, int]]]]: ...
+
+
+HISTORY = ("events", "epochs")
+"""Meta fields of a segment's log history: its tail and its epochs (``epoch.lua``)."""
+
 
 class SegmentStore:
     """Segments of every stream under one key prefix. Thread-safe (stateless beyond the
@@ -339,6 +347,22 @@ class SegmentStore:
         meta = self._keys.segment(scope, stream, segment).meta
         with translate_errors("read"):
             return parse_epochs(self._client.hget(meta, "epochs"))
+
+    def epoch_histories(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, tuple[int, list[tuple[int, int]]]]:
+        """Each existing segment's tail and :meth:`epochs`, in one round trip (a reader
+        checking that the log still holds what it read)."""
+        with translate_errors("segment epochs"):
+            pipe = self._client.pipeline(transaction=False)
+            for segment in segments:
+                pipe.hmget(self._keys.segment(scope, stream, segment).meta, "created_ms", *HISTORY)
+            replies = pipe.execute()
+        return {
+            segment: (int(tail or 0), parse_epochs(epochs))
+            for segment, (created, tail, epochs) in zip(segments, replies, strict=True)
+            if created is not None
+        }
 
     def lost_in_failover(self, scope: str, stream: str, segment: int, begin: int, end: int) -> bool:
         """Whether offsets ``[begin, end)`` are within :meth:`lost_ranges`."""

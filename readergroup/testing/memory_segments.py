@@ -228,6 +228,14 @@ class MemorySegmentStore:
         """Epoch 0 from offset 0 only: one in-memory "server" never changes."""
         return [(0, 0)]
 
+    def epoch_histories(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, tuple[int, list[tuple[int, int]]]]:
+        """Each existing segment's tail, with epoch 0 only (see :meth:`epochs`)."""
+        with self._changed:
+            found = {number: self._get(scope, stream, number) for number in segments}
+            return {n: (s.tail, [(0, 0)]) for n, s in found.items() if s is not None}
+
     def read_raw(
         self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int
     ) -> Any:
