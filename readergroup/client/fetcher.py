@@ -265,6 +265,8 @@ class Fetcher(Generic[T]):
         self._idle_every = IDLE_CHECK_SESSIONS * outage.session_timeout
         self._idle_due = 0.0
         """When (monotonic) :meth:`check_idle` next looks for idle segments."""
+        self._check_all = False
+        """An outage ended: :meth:`check_idle` looks at every segment's log."""
         self.rewound: set[SegKey] = set()
         """Segments whose ``rewind`` is set: the group's position must move back (the
         session sends it and clears this)."""
@@ -541,9 +543,7 @@ class Fetcher(Generic[T]):
         if reply is None:
             return NO_NEWS  # the parked XREAD waits on
         if self._outage.back():  # a failover may be why: look at every log on the next fetch
-            self._idle_due = 0.0
-            for owned in self.owned.values():
-                owned.idle_at = 0.0
+            self._idle_due, self._check_all = 0.0, True
         return self._apply(reply, by_key, asked, limit)
 
     def _apply(
@@ -686,11 +686,15 @@ class Fetcher(Generic[T]):
         position, and events going there would not reach the reader before the log did."""
         now = self._clock.monotonic()
         self._idle_due = now + self._idle_every / 4
+        every, self._check_all = self._check_all, False
         due: list[SegKey] = []
         for key, owned in self.owned.items():
             if owned.fetched_all or owned.unchecked:
                 continue
-            if owned.fetch != owned.idle_mark:
+            if every:
+                owned.idle_mark, owned.idle_at = owned.fetch, now + self._idle_every
+                due.append(key)
+            elif owned.fetch != owned.idle_mark:
                 owned.idle_mark, owned.idle_at = owned.fetch, now + self._idle_every
             elif now >= owned.idle_at:
                 owned.idle_at = now + self._idle_every
