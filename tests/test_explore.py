@@ -106,6 +106,7 @@ def _unguarded_release(
     generation: int,
     max_moves: int,
     positions: Mapping[SegKey, int],
+    epochs: Mapping[SegKey, int] | None = None,
     *,
     only_listed: bool = False,
 ) -> Any:
