@@ -52,6 +52,18 @@ class MultiKeyReader:
                 raise
             raise WrongKeyTypeError(wrong) from exc
 
+    def hash_fields(self, keys: Sequence[str], fields: Sequence[str]) -> list[Any]:
+        """``HMGET`` of ``fields`` of each of ``keys`` (pipelined) on the connections the
+        reads use: a check of what reads brought asks the server they came from (after a
+        Sentinel switch, the command and read pools may reach different servers for a
+        moment)."""
+        with translate_errors("read"):
+            pipe = self._blocking.pipeline(transaction=False)
+            for key in keys:
+                pipe.hmget(key, *fields)
+            replies: list[Any] = pipe.execute()
+        return replies
+
     def _keys_of_wrong_type(self, keys: Sequence[str]) -> list[str]:
         """Those of ``keys`` that exist and are not streams (one pipelined ``TYPE`` each)."""
         with translate_errors("read"):

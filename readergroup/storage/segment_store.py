@@ -351,13 +351,10 @@ class SegmentStore:
     def epoch_histories(
         self, scope: str, stream: str, segments: Sequence[int]
     ) -> dict[int, tuple[int, list[tuple[int, int]]]]:
-        """Each existing segment's tail and :meth:`epochs`, in one round trip (a reader
-        checking that the log still holds what it read)."""
-        with translate_errors("segment epochs"):
-            pipe = self._client.pipeline(transaction=False)
-            for segment in segments:
-                pipe.hmget(self._keys.segment(scope, stream, segment).meta, "created_ms", *HISTORY)
-            replies = pipe.execute()
+        """Each existing segment's tail and :meth:`epochs`, in one round trip, from the
+        server reads go to (a reader checking that the log still holds what it read)."""
+        metas = [self._keys.segment(scope, stream, segment).meta for segment in segments]
+        replies = self._reads.hash_fields(metas, ("created_ms", *HISTORY))
         return {
             segment: (int(tail or 0), parse_epochs(epochs))
             for segment, (created, tail, epochs) in zip(segments, replies, strict=True)
