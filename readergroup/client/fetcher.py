@@ -120,6 +120,9 @@ class OwnedSegment:
     """*fetch* when the idle check last looked (see :meth:`Fetcher.check_idle`)."""
     idle_at: float = 0.0
     """When (monotonic) the idle check looks at this segment's log next, if *fetch* stands."""
+    recheck_at: float | None = None
+    """When (monotonic) this segment's log is looked at again (the pre-commit check on the
+    maintenance thread found it diverged); ``None``: not due."""
     origin: tuple[str, int, int] = field(init=False)
     """``(stream, segment, token)``: shared by every event handed out from this segment."""
 
@@ -213,6 +216,28 @@ IDLE_CHECK_SESSIONS = 3.0
 """A segment whose reads brought nothing for this many session timeouts has its log checked
 (tail and epochs, one command) and again as often while that lasts: a failover may have
 taken the log back below the reader's position, and new events may be going there."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogLook:
+    """What a segment's log must still hold, taken under the hand-out gate's lock for a check
+    made outside it (the maintenance thread's pre-commit check): the segment, its *fetch* and
+    the epochs it read up to there."""
+
+    owned: OwnedSegment
+    fetch: int
+    epochs: tuple[tuple[int, int], ...]
+
+
+def divergence(
+    epochs: Sequence[tuple[int, int]], fetch: int, log: tuple[int, list[tuple[int, int]]]
+) -> int | None:
+    """Where a log (``(tail, epochs)``) diverged below what a reader fetched (up to ``fetch``
+    under ``epochs``), or ``None`` when it still holds all of it."""
+    tail, history = log
+    if epochs:
+        return diverged_at(epochs, history, fetch, tail)
+    return tail if tail < fetch else None
 
 
 @dataclass(slots=True)
@@ -502,7 +527,7 @@ class Fetcher(Generic[T]):
             if any(owned.unchecked for owned in self.owned.values()):
                 self._check_positions()
             if self._clock.monotonic() >= self._idle_due:
-                self.check_idle()
+                self.check_idle()  # (and the logs due for another look)
         except RedisUnavailableError as exc:
             self._outage.lost(exc)
             with self.unlocked():
@@ -691,7 +716,10 @@ class Fetcher(Generic[T]):
         for key, owned in self.owned.items():
             if owned.fetched_all or owned.unchecked:
                 continue
-            if every:
+            if owned.recheck_at is not None and now >= owned.recheck_at:
+                owned.recheck_at = None
+                due.append(key)
+            elif every:
                 owned.idle_mark, owned.idle_at = owned.fetch, now + self._idle_every
                 due.append(key)
             elif owned.fetch != owned.idle_mark:
@@ -702,35 +730,70 @@ class Fetcher(Generic[T]):
                     due.append(key)
         if due:
             self.verify(due)
+        rechecks = [o.recheck_at for o in self.owned.values() if o.recheck_at is not None]
+        self._idle_due = min([self._idle_due, *rechecks])
 
     def verify(self, keys: Iterable[SegKey]) -> list[SegKey]:
         """Check that the logs of owned segments ``keys`` still hold what was fetched from
         them (tail and epochs, one command each, pipelined per stream); where one diverged,
         report the events handed out that are gone and read again from where it did (see
         :meth:`_rewind`). Returns the segments that diverged."""
-        by_stream: dict[tuple[str, str], list[OwnedSegment]] = {}
-        for key in keys:
-            owned = self.owned.get(key)
-            if owned is not None and owned.fetch > 0 and not owned.unchecked:
-                by_stream.setdefault((owned.scope, owned.stream), []).append(owned)
+        looked = [look.owned for look in self.looks(keys)]
         diverged: list[SegKey] = []
+        logs = self.histories(looked)
+        for owned in looked:
+            log = logs.get(owned.key)
+            at = None if log is None else divergence(owned.epochs, owned.fetch, log)
+            if log is not None and at is not None:
+                self._rewind(owned, at, log[1])
+                diverged.append(owned.key)
+        return diverged
+
+    def histories(
+        self, segments: Sequence[OwnedSegment]
+    ) -> dict[SegKey, tuple[int, list[tuple[int, int]]]]:
+        """Each of ``segments``' log tail and epochs (one command each, pipelined per stream;
+        a segment that no longer exists is left out). Reads nothing else of the fetcher."""
+        by_stream: dict[tuple[str, str], list[OwnedSegment]] = {}
+        for owned in segments:
+            by_stream.setdefault((owned.scope, owned.stream), []).append(owned)
+        out: dict[SegKey, tuple[int, list[tuple[int, int]]]] = {}
         for (scope, stream), group in by_stream.items():
             logs = self._connection.segments.epoch_histories(
                 scope, stream, [o.segment for o in group]
             )
-            for owned in group:
-                log = logs.get(owned.segment)
-                if log is None:
-                    continue
-                tail, history = log
-                if owned.epochs:
-                    at = diverged_at(owned.epochs, history, owned.fetch, tail)
-                else:
-                    at = tail if tail < owned.fetch else None
-                if at is not None:
-                    self._rewind(owned, at, history)
-                    diverged.append(owned.key)
-        return diverged
+            out.update((o.key, logs[o.segment]) for o in group if o.segment in logs)
+        return out
+
+    def looks(self, keys: Iterable[SegKey]) -> list[LogLook]:
+        """(Under the gate's lock.) What the logs of owned segments ``keys`` must still hold,
+        for :meth:`histories` outside the lock and :meth:`commit_limits` after it."""
+        out: list[LogLook] = []
+        for key in keys:
+            owned = self.owned.get(key)
+            if owned is not None and owned.fetch > 0 and not owned.unchecked:
+                out.append(LogLook(owned, owned.fetch, tuple(owned.epochs)))
+        return out
+
+    def commit_limits(
+        self,
+        looks: Sequence[LogLook],
+        logs: Mapping[SegKey, tuple[int, list[tuple[int, int]]]],
+    ) -> dict[SegKey, int]:
+        """(Under the gate's lock.) Where each looked-at log diverged below what was fetched
+        (no commit may pass it); each such segment still owned is looked at again by the
+        reading thread's next fetch, which reports the loss and reads from there."""
+        limits: dict[SegKey, int] = {}
+        for look in looks:
+            log = logs.get(look.owned.key)
+            at = None if log is None else divergence(look.epochs, look.fetch, log)
+            if at is None:
+                continue
+            limits[look.owned.key] = at
+            if self.owned.get(look.owned.key) is look.owned:
+                look.owned.recheck_at = 0.0
+                self._idle_due = 0.0
+        return limits
 
     def read_ahead(self) -> None:
         """Send the next read of the segments that are behind (their last read filled a batch),

@@ -361,33 +361,53 @@ class GroupSession(Generic[T]):
                         chosen[key] = (owned.token, position)
             self._commit(chosen)
 
-    def _commit(self, positions: Mapping[SegKey, tuple[int, int]], *, verify: bool = True) -> None:
-        """Commit ``positions``, with the epochs they were read under. ``verify``: a position
-        the segment's log no longer holds (a failover lost it) is refused: the reader
-        reports the loss and reads from where the log diverged, and the group's position
-        moves back there (a failover between this look and the append is caught by the next
-        look, or by the next owner: the commit carries its epoch). Unverified (a reader
-        leaving, which could not report a loss): the next owner checks."""
+    def _commit(
+        self,
+        positions: Mapping[SegKey, tuple[int, int]],
+        *,
+        table: Mapping[SegKey, OwnedSegment] | None = None,
+    ) -> dict[SegKey, tuple[int, int]]:
+        """Commit ``positions``, with the epochs they were read under; returns those refused
+        (segment -> (position, where its log ends)). A position past what the segment's log
+        holds now (a failover lost its tail) is refused: the logs are looked at first (one
+        round trip, outside the gate's lock), and the reading thread's next fetch looks again
+        and reports the loss (see :meth:`Fetcher.verify`). A failover between this look and
+        the append is caught by the next look, or by the next owner: the commit carries its
+        epoch. ``table``: the
+        segments of a reader leaving (out of the fetcher), not looked at: it could not report
+        a loss, so the next owner checks."""
         if not positions:
-            return
-        if verify:
-            self._fetcher.verify(positions)
-            self.send_rewinds()
-        owned_now = self._fetcher.owned
-        refused = [
-            k for k, (_, p) in positions.items() if k in owned_now and p > owned_now[k].fetch
-        ]
+            return {}
+        fetcher = self._fetcher
+        refused: dict[SegKey, tuple[int, int]] = {}
+        if table is None:
+            with self.gate.lock:
+                looks = fetcher.looks(positions)
+            logs = fetcher.histories([look.owned for look in looks])
+            with self.gate.lock:
+                limits = fetcher.commit_limits(looks, logs)
+                if limits:
+                    self.quiet_until = 0.0  # the reading thread looks at those logs next
+                owned_now = fetcher.owned
+                for key, (_, position) in positions.items():
+                    limit = limits.get(key, position)
+                    if key in owned_now:
+                        limit = min(limit, owned_now[key].fetch)
+                    if position > limit:
+                        refused[key] = (position, limit)
+                positions = {k: v for k, v in positions.items() if k not in refused}
+                epochs = fetcher.epochs_of((k, p) for k, (_, p) in positions.items())
+        else:
+            epochs = fetcher.epochs_of(((k, p) for k, (_, p) in positions.items()), table)
         if refused:
             logger.warning(
                 "reader %r: commit of %s refused: their logs no longer hold those positions "
-                "(lost in a failover; reported to the application by the next read)",
+                "(a failover lost them)",
                 self.reader_id,
-                sorted(refused),
+                _refused_text(refused),
             )
-            positions = {k: v for k, v in positions.items() if k not in refused}
-            if not positions:
-                return
-        epochs = self._fetcher.epochs_of((k, p) for k, (_, p) in positions.items())
+        if not positions:
+            return refused
         before = self.member.sync.revision
         try:
             self.member.commit(positions, epochs)
@@ -402,36 +422,52 @@ class GroupSession(Generic[T]):
                 owned = self._fetcher.owned.get(key)
                 if owned is not None:
                     owned.committed = max(owned.committed, position)
+        return refused
 
-    def send_rewinds(self, *, reported: bool = False) -> None:
-        """Move the group's positions back where the fetcher found segments' logs diverged
-        below them (reported lost there): a crash then resumes at the divergence.
-        ``reported``: only where the loss was handed to the application (a reader leaving
-        leaves the others to the next owner, whose check reports them)."""
+    def send_rewinds(
+        self, *, reported: bool = False, table: Mapping[SegKey, OwnedSegment] | None = None
+    ) -> None:
+        """Move the group's positions back where the reading thread's fetcher found segments'
+        logs diverged below them (reported lost there): a crash then resumes at the
+        divergence. ``reported``: only where the loss was handed to the application (a reader
+        leaving leaves the others to the next owner, whose check reports them); ``table``: the
+        segments of a reader leaving (out of the fetcher)."""
         fetcher = self._fetcher
-        if not fetcher.rewound:
-            return
         rewinds: dict[SegKey, tuple[int, int, int]] = {}
-        for key in fetcher.rewound:
-            owned = fetcher.owned.get(key)
-            if reported and owned is not None and owned.pending is not None:
-                continue
-            if owned is not None and owned.rewind is not None:
+        with self.gate.lock:
+            if not fetcher.rewound:
+                return
+            owned_now = fetcher.owned if table is None else table
+            keys = list(fetcher.rewound)
+            fetcher.rewound.clear()
+            for key in keys:
+                owned = owned_now.get(key)
+                if owned is None or owned.rewind is None:
+                    continue
+                if reported and owned.pending is not None:
+                    continue
                 position, epoch = owned.rewind
                 if owned.committed > position:
                     rewinds[key] = (owned.token, position, epoch)
+        if not rewinds:
+            return
         try:
             self.member.rewind(rewinds)
         except SegmentNotOwnedError:
             self.group_dirty = True  # ownership moved: the next owner checks the log itself
-            self.quiet_until = 0.0
+            self.wake.set()
             raise
-        finally:
-            fetcher.rewound.clear()
-        for key, (_, position, _) in rewinds.items():
-            owned = fetcher.owned.get(key)
-            if owned is not None:
-                owned.committed, owned.rewind = position, None
+        except RedisUnavailableError:
+            with self.gate.lock:
+                fetcher.rewound.update(rewinds)  # sent on a later round
+            raise
+        with self.gate.lock:
+            for key, (token, position, epoch) in rewinds.items():
+                owned = owned_now.get(key)
+                if owned is not None and owned.token == token:
+                    owned.committed = min(owned.committed, position)
+                    if owned.rewind == (position, epoch):
+                        owned.rewind = None
 
     def _rebalance(self) -> None:
         state = self.member.refresh()
@@ -796,8 +832,8 @@ class GroupSession(Generic[T]):
                 self.group_dirty = True
             else:
                 self._wake_seen = max(self._wake_seen, *(wake_revision(e) for e in wakes))
-        if outcome.bad_logs or outcome.woken:
-            self.wake.set()
+        if outcome.bad_logs or outcome.woken or self._fetcher.rewound:
+            self.wake.set()  # (a rewind found by the fetch: the group's position moves back)
 
     def _note_bad_entry(self, exc: CoordinationError) -> None:
         cause = exc.__cause__
@@ -997,3 +1033,10 @@ class GroupSession(Generic[T]):
                 self.reader_id,
                 exc_info=exc,
             )
+
+
+def _refused_text(refused: Mapping[SegKey, tuple[int, int]]) -> str:
+    return ", ".join(
+        f"{stream}/{segment} at {position} (its log diverged at {end})"
+        for (stream, segment), (position, end) in sorted(refused.items())
+    )
