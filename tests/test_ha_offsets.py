@@ -12,9 +12,12 @@ import redis
 
 from readergroup import (
     BytesSerializer,
+    ClientConfig,
+    CommitRefusedError,
     DataLostError,
     EventStreamClientFactory,
     EventWriterConfig,
+    ReaderConfig,
     ReaderGroupConfig,
     ReaderGroupManager,
     StreamManager,
@@ -422,8 +425,8 @@ def test_a_commit_the_log_no_longer_holds_is_refused(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
 ) -> None:
     """Item 1: after the failover the reader commits (manually) the 150 events it read;
-    the log holds 100: the commit is refused (the group's position is not moved past the
-    log), the next read reports 100..149 lost, and reading goes on at 100."""
+    the log holds 100: the commit is refused (typed, retriable; the group's position is not
+    moved past the log), the next read reports 100..149 lost, and reading goes on at 100."""
     front = ReplyDroppingProxy("127.0.0.1", pair[0].port)
     follower = redis.Redis(port=pair[1].port)
     try:
@@ -433,13 +436,117 @@ def test_a_commit_the_log_no_longer_holds_is_refused(
             factory.create_reader("r1", "g", BytesSerializer()) as reader,
         ):
             lossy_failover(pair, front, follower, [reader])
-            reader.commit()
+            with pytest.raises(
+                CommitRefusedError, match=r"ha/s/0 at 150 \(its log diverged at 100"
+            ):
+                reader.commit()
             assert group_positions(front.url)[("ha/s", 0)] <= 100
             assert fresh_writes(front.url, b"c", 3) == [100, 101, 102]
             results = collect(reader, lambda got: len(got) >= 4)
         assert isinstance(results[0], DataLostError), results
         assert "offsets 100..149 were lost" in str(results[0])
         assert results[1:] == [b"c0", b"c1", b"c2"]
+    finally:
+        follower.close()
+        front.close()
+
+
+def test_a_retry_appending_the_lost_tail_again_is_neither_reported_lost_nor_read_twice(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> None:
+    """A writer's last 50 events (acks=replicas=1) land on the primary only, unacknowledged,
+    and the reader reads them (up to 150); the primary dies. The promoted replica's log is
+    only shorter (100) when the reader commits 150: the commit is refused (typed, retriable)
+    and nothing is reported yet. The writer's retry then appends the same 50 events at
+    100..149 under the new epoch: the reader reports no loss, hands none of them out again
+    and reads on; the commit goes through (before: 100..149 were reported lost at once and
+    then handed out twice, out of order within one ownership)."""
+    primary, replica, link = pair
+    front = ReplyDroppingProxy("127.0.0.1", primary.port)  # the reader's stable address
+    writer_front = ReplyDroppingProxy("127.0.0.1", primary.port)  # the writer's
+    follower = redis.Redis(port=replica.port)
+    key = ("ha/s", 0)
+    try:
+        stream_and_group(front.url, commit_mode="manual")
+        acks = ClientConfig(acks="replicas=1", ack_timeout=0.5, socket_timeout=2.0)
+        config = EventWriterConfig(delivery_timeout=20, linger=0.02)
+        with (
+            local_redis_server() as spare,
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_reader("r1", "g", BytesSerializer()) as reader,
+            EventStreamClientFactory.from_url("ha", writer_front.url, acks) as writing,
+        ):
+            writer = writing.create_event_writer("s", BytesSerializer(), config)
+            first = [writer.write_event(b"a%d" % i, "k") for i in range(100)]
+            assert [f.result(30).offset for f in first] == list(range(100))
+            before = collect(reader, lambda got: len(got) >= 100)
+            link.blackhole()  # the replica falls behind: the next events are not acknowledged
+            retried = [writer.write_event(b"b%d" % i, "k") for i in range(50)]
+            before += collect(reader, lambda got: len(got) >= 50)  # read on the primary
+            writer_front.blackhole()  # the writer's retries reach no one until the failover
+            primary.kill()
+            follower.replicaof("no", "one")
+            front.retarget("127.0.0.1", replica.port)
+            refused: list[CommitRefusedError] = []
+            try:
+                reader.commit()
+            except CommitRefusedError as exc:
+                refused.append(exc)
+            refused_at = group_positions(front.url)[key]
+            owned = reader._fetcher.owned[key]
+            held = collect(reader, lambda got: bool(got) or owned.short_since is not None)
+            # the writer's retry lands on the promoted replica (which has a replica again)
+            redis.Redis(port=spare.port).replicaof("127.0.0.1", replica.port)
+            writer_front.retarget("127.0.0.1", replica.port)
+            writer_front.blackhole(False)
+            for future in retried:
+                future.result(30)  # acknowledged (a retry of a batch that landed: no offsets)
+            events_key = factory.connection.keys.segment("ha", "s", 0).events
+            assert follower.xlen(events_key) == 150  # the same 50 again, at 100..149
+            after = [writer.write_event(b"c%d" % i, "k") for i in range(10)]
+            assert [f.result(30).offset for f in after] == list(range(150, 160))
+            results = held + collect(reader, lambda got: len(got) >= 10)
+            reader.commit()
+            committed = group_positions(front.url)[key]
+            writer.close()
+        assert before == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(50)]
+        assert results == [b"c%d" % i for i in range(10)]  # no loss reported, nothing twice
+        assert len(refused) == 1 and refused[0].retriable, refused
+        assert refused[0].refused == {key: (150, 100)} and refused_at <= 100
+        assert committed == 160
+    finally:
+        follower.close()
+        front.close()
+        writer_front.close()
+
+
+def test_a_shorter_log_no_retry_fills_is_reported_lost_after_the_grace(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> None:
+    """The log stays only shorter (no writer appends after the failover): once
+    ``shrunk_log_grace`` has passed, the reader reports 100..149 lost, moves the group's
+    position back to 100 and reads the events appended there later."""
+    front = ReplyDroppingProxy("127.0.0.1", pair[0].port)
+    follower = redis.Redis(port=pair[1].port)
+    try:
+        stream_and_group(front.url, commit_mode="manual")
+        with (
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_reader(
+                "r1", "g", BytesSerializer(), ReaderConfig(shrunk_log_grace=0.5)
+            ) as reader,
+        ):
+            lossy_failover(pair, front, follower, [reader])
+            with pytest.raises(CommitRefusedError):
+                reader.commit()  # (and the reading thread looks at the log at once)
+            results = collect(reader, lambda got: len(got) >= 1)
+            assert len(results) == 1 and isinstance(results[0], DataLostError), results
+            assert "offsets 100..149 were lost" in str(results[0])
+            assert fresh_writes(front.url, b"c", 3) == [100, 101, 102]
+            results = collect(reader, lambda got: len(got) >= 3)
+            reader.commit()
+            assert results == [b"c0", b"c1", b"c2"]
+            assert group_positions(front.url)[("ha/s", 0)] == 103
     finally:
         follower.close()
         front.close()

@@ -120,9 +120,13 @@ class OwnedSegment:
     """*fetch* when the idle check last looked (see :meth:`Fetcher.check_idle`)."""
     idle_at: float = 0.0
     """When (monotonic) the idle check looks at this segment's log next, if *fetch* stands."""
+    short_since: float | None = None
+    """When (monotonic) the log was first found shorter than *fetch* with nothing past where
+    it diverged (a failover lost its tail, and no writer appended there since): the loss is
+    reported only once something is appended there, or ``shrunk_log_grace`` has passed."""
     recheck_at: float | None = None
-    """When (monotonic) this segment's log is looked at again (the pre-commit check on the
-    maintenance thread found it diverged); ``None``: not due."""
+    """When (monotonic) this segment's log is looked at again (a shorter log held back, or the
+    pre-commit check on the maintenance thread found it diverged); ``None``: not due."""
     origin: tuple[str, int, int] = field(init=False)
     """``(stream, segment, token)``: shared by every event handed out from this segment."""
 
@@ -211,6 +215,10 @@ PARK_GRACE = 5.0
 
 MAX_READS_AHEAD = 3
 """Most reads ahead outstanding per reader (each holds a pooled connection until answered)."""
+
+SHORT_LOG_RECHECK = 0.25
+"""Seconds between looks at a log held back as only shorter (see ``OwnedSegment.short_since``):
+new events there are not read before the loss is reported, so they wait at most this long."""
 
 IDLE_CHECK_SESSIONS = 3.0
 """A segment whose reads brought nothing for this many session timeouts has its log checked
@@ -740,14 +748,44 @@ class Fetcher(Generic[T]):
         :meth:`_rewind`). Returns the segments that diverged."""
         looked = [look.owned for look in self.looks(keys)]
         diverged: list[SegKey] = []
+        now = self._clock.monotonic()
         logs = self.histories(looked)
         for owned in looked:
             log = logs.get(owned.key)
-            at = None if log is None else divergence(owned.epochs, owned.fetch, log)
-            if log is not None and at is not None:
+            if log is None:
+                continue
+            at = divergence(owned.epochs, owned.fetch, log)
+            if at is not None and self._held_back(owned, at, log[0], now):
+                continue
+            owned.short_since = None
+            if at is not None:
                 self._rewind(owned, at, log[1])
                 diverged.append(owned.key)
         return diverged
+
+    def _held_back(self, owned: OwnedSegment, at: int, tail: int, now: float) -> bool:
+        """Whether the divergence of ``owned``'s log at ``at`` waits before it is reported: the
+        log is only shorter (nothing past ``at`` yet: a writer's retry usually appends the
+        same events there again, which are then neither reported lost nor delivered twice),
+        for up to ``shrunk_log_grace``. Looked at again every :data:`SHORT_LOG_RECHECK`."""
+        if tail > at:
+            return False  # another epoch's events are there now: it diverged
+        if owned.short_since is None:
+            owned.short_since = now
+            logger.warning(
+                "%s: the log ends at %d, below the %d events fetched (a failover lost its "
+                "tail); waiting up to %.1fs for a writer's retry before reporting the loss "
+                "(commits past %d are refused meanwhile)",
+                owned.name,
+                tail,
+                owned.fetch,
+                self._config.shrunk_log_grace,
+                at,
+            )
+        if now - owned.short_since >= self._config.shrunk_log_grace:
+            return False
+        owned.recheck_at = now + SHORT_LOG_RECHECK
+        return True
 
     def histories(
         self, segments: Sequence[OwnedSegment]
@@ -782,7 +820,8 @@ class Fetcher(Generic[T]):
     ) -> dict[SegKey, int]:
         """(Under the gate's lock.) Where each looked-at log diverged below what was fetched
         (no commit may pass it); each such segment still owned is looked at again by the
-        reading thread's next fetch, which reports the loss and reads from there."""
+        reading thread's next fetch, which reports the loss and reads from there (or holds
+        it back while the log is only shorter, see :meth:`_held_back`)."""
         limits: dict[SegKey, int] = {}
         for look in looks:
             log = logs.get(look.owned.key)
@@ -1092,6 +1131,7 @@ class Fetcher(Generic[T]):
         ]
         owned.epochs[:] = kept
         owned.recent.clear()
+        owned.short_since = owned.recheck_at = None
         if owned.committed > owned.fetch:  # the group's position too: a crash resumes here
             owned.rewind = (owned.fetch, read_epoch(owned.epochs, owned.fetch - 1))
             self.rewound.add(owned.key)

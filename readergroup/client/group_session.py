@@ -32,6 +32,7 @@ from readergroup.client.fetcher import Fetcher, FetchOutcome, Outage, OwnedSegme
 from readergroup.client.maintenance import HandOutGate, maintain_in_background
 from readergroup.core.balance import segments_to_release
 from readergroup.core.errors import (
+    CommitRefusedError,
     CoordinationError,
     ReaderAlreadyOnlineError,
     ReaderGroupError,
@@ -359,7 +360,15 @@ class GroupSession(Generic[T]):
                                 f"reader {self.reader_id!r} does not own {key}"
                             )
                         chosen[key] = (owned.token, position)
-            self._commit(chosen)
+            refused = self._commit(chosen)
+        if refused:
+            raise CommitRefusedError(
+                f"reader {self.reader_id!r}: commit of {_refused_text(refused)} refused: the "
+                "segments' logs no longer hold those positions (a failover lost them); the "
+                "other positions were committed. Retry later: a writer's retry may append the "
+                "same events again, or the next read reports the loss",
+                refused,
+            )
 
     def _commit(
         self,
@@ -371,9 +380,9 @@ class GroupSession(Generic[T]):
         (segment -> (position, where its log ends)). A position past what the segment's log
         holds now (a failover lost its tail) is refused: the logs are looked at first (one
         round trip, outside the gate's lock), and the reading thread's next fetch looks again
-        and reports the loss (see :meth:`Fetcher.verify`). A failover between this look and
-        the append is caught by the next look, or by the next owner: the commit carries its
-        epoch. ``table``: the
+        and reports the loss (see :meth:`Fetcher.verify`: not while the log is only shorter,
+        within ``shrunk_log_grace``). A failover between this look and the append is caught by
+        the next look, or by the next owner: the commit carries its epoch. ``table``: the
         segments of a reader leaving (out of the fetcher), not looked at: it could not report
         a loss, so the next owner checks."""
         if not positions:

@@ -200,6 +200,20 @@ class SegmentNotOwnedError(ReaderGroupError):
     """The reader does not own the segment (any more) under the fencing token it presented."""
 
 
+class CommitRefusedError(ReaderGroupError):
+    """A commit was refused for positions past what their segments' logs hold now (a failover
+    lost the tail the reader had read; ``refused`` maps each such segment to the position it
+    asked for and the log's end). The other positions were committed. Retriable: a writer's
+    retry may append the same events again, or the reader reports the loss and reads on
+    from the log's end; the same commit then succeeds."""
+
+    retriable = True
+
+    def __init__(self, message: str, refused: dict[tuple[str, int], tuple[int, int]]) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
 class CheckpointError(ReaderGroupError):
     """A checkpoint could not be taken: too many outstanding, a duplicate name, or it failed
     (``pending_readers`` names the readers that did not acknowledge it in time)."""

@@ -165,6 +165,12 @@ class ReaderConfig:
             off (default 10000).
         prefetch_bytes: the same bound in payload bytes, estimated from the events fetched
             last (default 16 MiB; 0 turns reading ahead off).
+        shrunk_log_grace: seconds a reader waits, when a segment's log turns out shorter than
+            what it read (a failover lost the tail) and nothing is appended past that yet,
+            before it reports the events it read there lost (default 10.0; >= 0). A
+            writer's retry usually appends the same events again meanwhile: they are then
+            neither reported lost nor delivered twice. Commits past the shorter log are
+            refused meanwhile (:class:`CommitRefusedError`, retriable).
     """
 
     read_batch: int = 1000
@@ -172,8 +178,11 @@ class ReaderConfig:
     takeover: bool = False
     prefetch_events: int = 10_000
     prefetch_bytes: int = 16 << 20
+    shrunk_log_grace: float = 10.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.shrunk_log_grace <= 3600:
+            raise InvalidConfigError(f"shrunk_log_grace must be 0..3600 s: {self.shrunk_log_grace}")
         if not 1 <= self.read_batch <= 100_000:
             raise InvalidConfigError(f"read_batch must be 1..100000: {self.read_batch}")
         if self.max_buffered_events < self.read_batch:
