@@ -199,7 +199,10 @@ def test_invalid_group_configs(kwargs: dict[str, object]) -> None:
         ReaderGroupConfig(**kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(
+    "seed",
+    [1, 2, pytest.param(3, marks=pytest.mark.long)],  # (`make test-long` runs seed 3)
+)
 def test_many_reader_simulation_keeps_every_invariant(seed: int) -> None:
     sim = GroupSimulation(seed)
     sim.run(3000)

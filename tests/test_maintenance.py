@@ -76,12 +76,18 @@ def test_a_rebalance_gives_a_segment_away_while_the_application_holds_buffered_e
     assert len(a.owned_segments()) == 1
     mine = set(a.owned_segments())
     got_a: list[str] = []
-    for _ in range(200):
-        event = a.read_next_event(timeout=0.05)
+
+    def both_read() -> bool:
+        event = a.read_next_event(timeout=0.02)
         if event.event is not None:
             assert (event.stream, event.segment) in mine  # nothing of the segment given away
             got_a.append(event.event)
-    read_until(b, lambda: len(set(first + got_a + got_b)) == 40, "everything read", got_b)
+        event = b.read_next_event(timeout=0.02)
+        if event.event is not None:
+            got_b.append(event.event)
+        return len(set(first + got_a + got_b)) == 40
+
+    wait_until(both_read, 30, "everything read")
     a.close()
     b.close()
 
