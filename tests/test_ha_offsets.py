@@ -135,11 +135,9 @@ def test_a_lossy_failover_never_reuses_offsets_a_writer_saw(
             factory.create_reader("r", "g", BytesSerializer()) as reader,
         ):
             results = collect(reader, lambda got: len(got) >= 331)
-        values = [r for r in results if isinstance(r, bytes)]
-        errors = [r for r in results if not isinstance(r, bytes)]
-        assert values == [b"a%d" % i for i in range(100)] + [b"c%d" % i for i in range(230)]
-        assert len(errors) == 1 and isinstance(errors[0], DataLostError)
-        assert "offsets 100..149 were lost" in str(errors[0])
+        assert_one_loss_then(
+            results, [b"a%d" % i for i in range(100)] + [b"c%d" % i for i in range(230)]
+        )
     finally:
         follower.close()
         front.close()
@@ -157,6 +155,15 @@ def stream_and_group(url: str, **config: Any) -> None:
 def group_positions(url: str) -> dict[Any, int]:
     with ReaderGroupManager.from_url("ha", url) as rgm:
         return rgm.get_reader_group("g").refresh().positions()
+
+
+def assert_one_loss_then(results: list[Any], values: list[bytes]) -> None:
+    """``results`` (events and errors, as collected) are ``values`` and one report of offsets
+    100..149 lost."""
+    errors = [r for r in results if not isinstance(r, bytes)]
+    assert [r for r in results if isinstance(r, bytes)] == values
+    assert len(errors) == 1 and isinstance(errors[0], DataLostError), errors
+    assert "offsets 100..149 were lost" in str(errors[0])
 
 
 def test_a_fresh_writer_after_a_lossy_failover_skips_nothing_a_live_reader_passed(
@@ -198,11 +205,9 @@ def test_a_fresh_writer_after_a_lossy_failover_skips_nothing_a_live_reader_passe
                 assert [f.result().offset for f in after] == list(range(100, 180))
             results = collect(reader, lambda got: len(got) >= 81)
         assert before == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(50)]
-        values = [r for r in results if isinstance(r, bytes)]
-        errors = [r for r in results if not isinstance(r, bytes)]
-        assert values == [b"c%d" % i for i in range(80)]  # every acknowledged event present
-        assert len(errors) == 1 and isinstance(errors[0], DataLostError), errors
-        assert "offsets 100..149 were lost" in str(errors[0])
+        assert_one_loss_then(
+            results, [b"c%d" % i for i in range(80)]
+        )  # every acknowledged event present
     finally:
         follower.close()
         front.close()
@@ -258,11 +263,7 @@ def test_a_position_committed_past_the_tail_reports_the_loss_and_skips_no_new_ev
                         writer.flush()
                     assert [f.result().offset for f in after] == list(range(100, 130))
                 results += collect(second, lambda got: len(got) >= 30)
-        values = [r for r in results if isinstance(r, bytes)]
-        errors = [r for r in results if not isinstance(r, bytes)]
-        assert values == [b"c%d" % i for i in range(30)]
-        assert len(errors) == 1 and isinstance(errors[0], DataLostError), errors
-        assert "offsets 100..149 were lost" in str(errors[0])
+        assert_one_loss_then(results, [b"c%d" % i for i in range(30)])
     finally:
         follower.close()
         front.close()
@@ -373,11 +374,7 @@ def test_a_writer_past_a_position_committed_past_the_tail_before_any_reader_is_d
             assert fresh_writes(front.url, b"c", 80) == list(range(100, 180))
             with factory.create_reader("r2", "g", BytesSerializer()) as second:
                 results = collect(second, lambda got: len(got) >= 81)
-        values = [r for r in results if isinstance(r, bytes)]
-        errors = [r for r in results if not isinstance(r, bytes)]
-        assert values == [b"c%d" % i for i in range(80)]
-        assert len(errors) == 1 and isinstance(errors[0], DataLostError), errors
-        assert "offsets 100..149 were lost" in str(errors[0])
+        assert_one_loss_then(results, [b"c%d" % i for i in range(80)])
     finally:
         follower.close()
         front.close()
@@ -402,11 +399,7 @@ def test_a_live_reader_notices_a_shrunken_tail_before_the_log_reaches_its_positi
             lossy_failover(pair, front, follower, [reader])
             assert fresh_writes(front.url, b"c", 30) == list(range(100, 130))
             results = collect(reader, lambda got: len(got) >= 31)
-            values = [r for r in results if isinstance(r, bytes)]
-            errors = [r for r in results if not isinstance(r, bytes)]
-            assert values == [b"c%d" % i for i in range(30)]
-            assert len(errors) == 1 and isinstance(errors[0], DataLostError), errors
-            assert "offsets 100..149 were lost" in str(errors[0])
+            assert_one_loss_then(results, [b"c%d" % i for i in range(30)])
             reader.commit()
             assert group_positions(front.url)[("ha/s", 0)] == 130
         assert fresh_writes(front.url, b"d", 5) == list(range(130, 135))
