@@ -308,10 +308,7 @@ class Fetcher(Generic[T]):
     def add(self, owned: OwnedSegment) -> None:
         owned.unchecked = owned.fetch > 0
         owned.idle_mark, owned.idle_at = owned.fetch, self._clock.monotonic() + self._idle_every
-        self.owned[owned.key] = owned
-        if owned.key not in self._rotating:
-            self._rotating.add(owned.key)
-            self._rotation.append(owned.key)
+        self.restore(owned)
 
     def restore(self, owned: OwnedSegment) -> None:
         """Put back a segment taken out with :meth:`remove` (buffer and positions as they
@@ -644,52 +641,47 @@ class Fetcher(Generic[T]):
         log's history (the offsets below it were lost in a failover; a writer may have put
         new events there since). Report them lost and read from where the log diverged: none
         of those new events is skipped, and the group's position moves back there."""
-        unchecked: dict[tuple[str, str], list[OwnedSegment]] = {}
-        for owned in self.owned.values():
-            if owned.unchecked:
-                unchecked.setdefault((owned.scope, owned.stream), []).append(owned)
-        for (scope, stream), group in unchecked.items():
-            segments = self._connection.segments
-            logs = segments.epoch_histories(scope, stream, [o.segment for o in group])
-            for owned in group:
-                owned.unchecked = False
-                log = logs.get(owned.segment)
-                if log is None:
-                    continue
-                tail, history = log
-                position = owned.fetch
-                if owned.epoch >= 0:
-                    at = committed_divergence(owned.epoch, history, tail, position)
-                else:
-                    at = tail if tail < position else None
-                if at is not None:
-                    logger.warning(
-                        "%s: the log no longer holds the committed position %d (read under "
-                        "epoch %d; the log has %d events): diverged at %d in a failover; "
-                        "reading from there",
-                        owned.name,
-                        position,
-                        owned.epoch,
-                        tail,
-                        at,
-                    )
-                    owned.hold(
-                        DataLostError(
-                            f"segment {owned.name}: offsets {at}..{position - 1} were lost in a "
-                            f"failover after the group committed position {position} (read "
-                            f"under log epoch {owned.epoch}; the segment's log epochs are "
-                            f"{_epochs_text(history)}, {tail} events); reading goes on from "
-                            f"{at} (new events there are delivered)"
-                        ),
-                        at,
-                    )
-                    owned.fetch = owned.returned = owned.consumed = at
-                    owned.buffer.clear()
-                if owned.fetch > 0 and (at is not None or owned.epoch >= 0):
-                    owned.epochs[:] = [epoch_at(history, owned.fetch - 1)]
-                if at is not None:
-                    owned.rewind = (at, owned.epochs[0][0] if owned.epochs else -1)
-                    self.rewound.add(owned.key)
+        unchecked = [owned for owned in self.owned.values() if owned.unchecked]
+        logs = self.histories(unchecked)
+        for owned in unchecked:
+            owned.unchecked = False
+            log = logs.get(owned.key)
+            if log is None:
+                continue
+            tail, history = log
+            position = owned.fetch
+            if owned.epoch >= 0:
+                at = committed_divergence(owned.epoch, history, tail, position)
+            else:
+                at = tail if tail < position else None
+            if at is not None:
+                logger.warning(
+                    "%s: the log no longer holds the committed position %d (read under "
+                    "epoch %d; the log has %d events): diverged at %d in a failover; "
+                    "reading from there",
+                    owned.name,
+                    position,
+                    owned.epoch,
+                    tail,
+                    at,
+                )
+                owned.hold(
+                    DataLostError(
+                        f"segment {owned.name}: offsets {at}..{position - 1} were lost in a "
+                        f"failover after the group committed position {position} (read "
+                        f"under log epoch {owned.epoch}; the segment's log epochs are "
+                        f"{_epochs_text(history)}, {tail} events); reading goes on from "
+                        f"{at} (new events there are delivered)"
+                    ),
+                    at,
+                )
+                owned.fetch = owned.returned = owned.consumed = at
+                owned.buffer.clear()
+            if owned.fetch > 0 and (at is not None or owned.epoch >= 0):
+                owned.epochs[:] = [epoch_at(history, owned.fetch - 1)]
+            if at is not None:
+                owned.rewind = (at, owned.epochs[0][0] if owned.epochs else -1)
+                self.rewound.add(owned.key)
 
     def epochs_of(
         self,
