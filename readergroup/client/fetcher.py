@@ -670,7 +670,7 @@ class Fetcher(Generic[T]):
                         f"segment {owned.name}: offsets {at}..{position - 1} were lost in a "
                         f"failover after the group committed position {position} (read "
                         f"under log epoch {owned.epoch}; the segment's log epochs are "
-                        f"{_epochs_text(history)}, {tail} events); reading goes on from "
+                        f"{_epochs_text(history[1:])}, {tail} events); reading goes on from "
                         f"{at} (new events there are delivered)"
                     ),
                     at,
@@ -738,7 +738,7 @@ class Fetcher(Generic[T]):
         them (tail and epochs, one command each, pipelined per stream); where one diverged,
         report the events handed out that are gone and read again from where it did (see
         :meth:`_rewind`). Returns the segments that diverged."""
-        looked = [look.owned for look in self.looks(keys)]
+        looked = self._checkable(keys)
         diverged: list[SegKey] = []
         now = self._clock.monotonic()
         logs = self.histories(looked)
@@ -798,11 +798,16 @@ class Fetcher(Generic[T]):
     def looks(self, keys: Iterable[SegKey]) -> list[LogLook]:
         """(Under the gate's lock.) What the logs of owned segments ``keys`` must still hold,
         for :meth:`histories` outside the lock and :meth:`commit_limits` after it."""
-        out: list[LogLook] = []
+        return [LogLook(owned, owned.fetch, tuple(owned.epochs)) for owned in self._checkable(keys)]
+
+    def _checkable(self, keys: Iterable[SegKey]) -> list[OwnedSegment]:
+        """The owned segments of ``keys`` whose logs can be checked: fetched from, and
+        looked at since they were acquired."""
+        out: list[OwnedSegment] = []
         for key in keys:
             owned = self.owned.get(key)
             if owned is not None and owned.fetch > 0 and not owned.unchecked:
-                out.append(LogLook(owned, owned.fetch, tuple(owned.epochs)))
+                out.append(owned)
         return out
 
     def commit_limits(
@@ -1080,8 +1085,7 @@ class Fetcher(Generic[T]):
         """The log no longer has the offsets from ``diverged`` that this reader fetched
         (another epoch's entries are there now): forget them, report those already handed out
         that are not there unchanged as lost, and read on from the first of them."""
-        read = ", ".join(f"{epoch} from offset {first}" for epoch, first in owned.epochs)
-        logs = ", ".join(f"{epoch} from offset {first}" for epoch, first in history[1:])
+        read = _epochs_text(owned.epochs)
         at = self._same_until(owned, diverged)
         if owned.returned > at:
             logger.warning(
@@ -1094,8 +1098,8 @@ class Fetcher(Generic[T]):
             lost = DataLostError(
                 f"segment {owned.name}: offsets {at}..{owned.returned - 1} were lost in a "
                 f"failover after they were read (read under log epochs {read}; the segment's "
-                f"log epochs are {logs or 'none'}); the events now at those offsets are "
-                "delivered next"
+                f"log epochs are {_epochs_text(history[1:])}); the events now at those "
+                "offsets are delivered next"
             )
             if owned.pending is None:
                 owned.hold(lost, at)
@@ -1180,5 +1184,6 @@ class Fetcher(Generic[T]):
         return False
 
 
-def _epochs_text(history: list[tuple[int, int]]) -> str:
-    return ", ".join(f"{epoch} from offset {first}" for epoch, first in history[1:]) or "none"
+def _epochs_text(epochs: Sequence[tuple[int, int]]) -> str:
+    """``(epoch, first offset)`` pairs for a message: "3 from offset 0, 5 from offset 12"."""
+    return ", ".join(f"{epoch} from offset {first}" for epoch, first in epochs) or "none"
