@@ -943,15 +943,14 @@ def _epoch_column(
     return [epochs.get((streams[s], i), -1) for s, i in zip(indexes, ids, strict=True)]
 
 
-def _epochs_from(
-    streams: list[str], key_wire: Any, wire: Any, what: str
-) -> Iterable[tuple[SegKey, int]]:
-    """The epochs of a column of them over the keys of ``key_wire`` (a map's columns)."""
+def _epochs_from(keys: columns.KeyColumns, wire: Any, what: str) -> Iterable[tuple[SegKey, int]]:
+    """The epochs of a column of them over ``keys`` (a map's decoded key columns): a key
+    tuple is made only for the rows with an epoch."""
     if wire == []:  # no epochs known
         return ()
-    keys = columns.keys_from_columns(streams, columns.sequence(key_wire, what)[:2], what)
     epochs = columns.ints(wire, what, len(keys))
-    return ((key, epoch) for key, epoch in zip(keys, epochs, strict=True) if epoch >= 0)
+    rows = [row for row, epoch in enumerate(epochs) if epoch >= 0]
+    return zip(keys.keys(rows), map(epochs.__getitem__, rows), strict=True)
 
 
 def state_from_wire(wire: Any) -> GroupState:
@@ -973,7 +972,11 @@ def state_from_wire(wire: Any) -> GroupState:
         ),
         strict=True,
     )
-    assigned, owners = _assigned_from(streams, columns.fields(wire[6], "assigned", 7))
+    assigned_keys = columns.KeyColumns(
+        streams, columns.fields(wire[6], "assigned", 7)[:2], "assigned"
+    )
+    assigned, owners = _assigned_from(assigned_keys, wire[6])
+    unassigned = _position_column_map(streams, wire[7], "unassigned")
     future: dict[SegKey, tuple[SegKey, ...]] = {}
     for item in columns.sequence(wire[8], "future"):
         successor_wire = columns.fields(item, "future segment", 3)
@@ -1005,8 +1008,8 @@ def state_from_wire(wire: Any) -> GroupState:
     epochs: list[tuple[SegKey, int]] = []
     if form != 1:
         assigned_epochs, unassigned_epochs = columns.fields(wire[18], "epochs", 2)
-        epochs.extend(_epochs_from(streams, wire[6], assigned_epochs, "assigned epochs"))
-        epochs.extend(_epochs_from(streams, wire[7], unassigned_epochs, "unassigned epochs"))
+        epochs.extend(_epochs_from(assigned_keys, assigned_epochs, "assigned epochs"))
+        epochs.extend(_epochs_from(unassigned.key_columns, unassigned_epochs, "unassigned epochs"))
     scope, name, config = wire[1:4]
     if not (isinstance(scope, str) and isinstance(name, str)):
         raise ValueError("scope or name is not a string")
@@ -1019,7 +1022,7 @@ def state_from_wire(wire: Any) -> GroupState:
         config,
         PMap(readers),
         assigned,
-        PMap.over(_position_column_map(streams, wire[7], "unassigned")),
+        PMap.over(unassigned),
         PMap(future),
         PSet(columns.keys_from_columns(streams, wire[9], "completed")),
         next_generation=next_generation,
@@ -1037,11 +1040,11 @@ def state_from_wire(wire: Any) -> GroupState:
 
 
 def _assigned_from(
-    streams: list[str], wire: list[Any]
+    keys: columns.KeyColumns, wire: list[Any]
 ) -> tuple[PMap[SegKey, Assignment], PMap[str, PMap[SegKey, Assignment]]]:
-    """``assigned`` and its owner index over the snapshot's columns: no ``Assignment`` is built
-    until one is read (decoding a 16k-segment group built 16k of them, most never read)."""
-    keys = columns.KeyColumns(streams, wire[:2], "assigned")
+    """``assigned`` and its owner index over the snapshot's columns (``keys``: its first two,
+    decoded): no ``Assignment`` is built until one is read (decoding a 16k-segment group built
+    16k of them, most never read)."""
     count = len(keys)
     owner_names = columns.strings(wire[6], "owner table")
     owner_indexes = columns.ints(wire[2], "owners", count)
