@@ -367,7 +367,7 @@ class EventStreamWriter(Generic[T]):
     def _wait_for_room(self, size: int) -> None:
         """Called with ``_accounting`` held."""
         deadline = time.monotonic() + self._config.max_block
-        while self._buffered + size > self._config.max_in_flight_bytes and self._buffered:
+        while self._buffered + size > self._max_in_flight and self._buffered:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WriteFailedError(
