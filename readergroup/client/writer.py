@@ -195,7 +195,8 @@ class WriteFuture:
             logger.warning("write callback %r raised: %s", callback, exc, exc_info=exc)
 
     def _complete(self, segment: int, offset: int, error: BaseException | None) -> None:
-        """Called by the sender only; waiters are woken by its notify at the end of a round."""
+        """Called by the sender only; waiters are woken by its notify at the end of a round. A
+        future without callbacks (the usual one) is completed without taking the lock."""
         self._segment, self._offset, self._error = segment, offset, error
         self.payload = b""  # acknowledged or failed: the writer keeps no copy
         if self._callbacks is None:
@@ -210,19 +211,13 @@ class WriteFuture:
     @staticmethod
     def _land(futures: list[WriteFuture], segment: int, first: int) -> int:
         """Acknowledge ``futures``, landed in ``segment`` at offsets ``first``, ``first + 1``...
-        (``first`` -1: offsets unknown); return their payload bytes. Called by the sender only:
-        the per-event part of a round's settling, so a future without callbacks is completed
-        in line."""
+        (``first`` -1: offsets unknown); return their payload bytes. Called by the sender only
+        (see :meth:`_complete`)."""
         size = 0
         offset = first
         for future in futures:
             size += future.size
-            if future._callbacks is None:
-                future._segment, future._offset = segment, offset
-                future.payload = b""
-                future._done = True
-            else:
-                future._complete(segment, offset, None)
+            future._complete(segment, offset, None)
             if first >= 0:
                 offset += 1
         return size
