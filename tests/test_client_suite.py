@@ -5,6 +5,7 @@ Redis (the run CI trusts). Small event counts, short sessions."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 from readergroup import (
     EventStreamClientFactory,
+    EventWriterConfig,
     ReaderGroupConfig,
     ReaderGroupManager,
     ScalingPolicy,
@@ -21,6 +23,7 @@ from readergroup import (
     UTF8StringSerializer,
 )
 from readergroup.storage.connection_api import Connection
+from statesync.system_clock import SYSTEM_CLOCK
 from tests.support.connections import new_scope, scoped_factory
 from tests.support.waiting import wait_until
 
@@ -175,3 +178,51 @@ def test_a_split_is_read_in_write_order_across_predecessor_and_successors(
     for key, seq in by_key.items():
         generations = [s[0] for s in seq]
         assert generations == sorted(generations), f"{key} read out of write order: {seq}"
+
+
+class HeldLinger:
+    """The real clock, except that a sleep (the writer's linger) first waits for ``release``:
+    every event written meanwhile is queued for the sender's next backlog."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self.released.wait(60)
+        SYSTEM_CLOCK.sleep(seconds)
+
+
+def test_a_long_backlog_drains_completely_and_in_write_order(
+    factory: EventStreamClientFactory,
+) -> None:
+    """3,000 events taken by the sender as one backlog, sent 160 a round (16 batches of 10):
+    every one lands, each segment's in write order at dense offsets. (The backlog is consumed
+    through an index, not sliced again every round; time is not asserted.)"""
+    clock = HeldLinger()
+    config = EventWriterConfig(max_batch_events=10, linger=0.001)
+    writer = factory.create_event_writer("orders", UTF8StringSerializer(), config, clock=clock)
+    futures = [writer.write_event(f"e{i}", routing_key=f"k{i % 8}") for i in range(3000)]
+    clock.released.set()
+    try:
+        writer.flush(timeout=60)  # an event never taken from the backlog: TimeoutError
+    finally:
+        writer.close(timeout=1)
+    by_segment: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for i, future in enumerate(futures):
+        pointer = future.result(0)
+        by_segment[pointer.segment].append((pointer.offset, f"e{i}"))
+    assert sum(map(len, by_segment.values())) == 3000 and len(by_segment) > 1
+    for landed in by_segment.values():
+        assert [offset for offset, _ in landed] == list(range(len(landed)))
+    stored = {
+        (e.segment, e.offset): e.payload
+        for e in factory.create_batch_client().read_events("orders")
+    }
+    assert stored == {
+        (segment, offset): name.encode()
+        for segment, landed in by_segment.items()
+        for offset, name in landed
+    }

@@ -266,7 +266,10 @@ class EventStreamWriter(Generic[T]):
         # whole by the sender (one swap, not one pop per event) into its own _backlog
         self._queue: list[WriteFuture] = []
         self._max_in_flight = self._config.max_in_flight_bytes
-        self._backlog: list[WriteFuture] = []  # sender thread only
+        # sender thread only: _backlog's events from _backlog_next on are not sent yet (an
+        # index, not a slice a round: a long backlog drains in linear time); [] once all are
+        self._backlog: list[WriteFuture] = []
+        self._backlog_next = 0
         self._wakeup = threading.Event()
         # _accounting guards _outstanding and _buffered; _idle/_room wait on it
         self._accounting = threading.Lock()
@@ -384,15 +387,17 @@ class EventStreamWriter(Generic[T]):
 
     def _drain(self) -> list[WriteFuture]:
         """The next round: the oldest events written, at most 16 full batches."""
-        if not self._backlog:
+        backlog, start = self._backlog, self._backlog_next
+        if not backlog:
             with self._accounting:
-                self._backlog, self._queue = self._queue, []
-        limit = self._config.max_batch_events * 16
-        if len(self._backlog) <= limit:
-            out, self._backlog = self._backlog, []
-        else:
-            out, self._backlog = self._backlog[:limit], self._backlog[limit:]
-        return out
+                backlog, self._queue = self._queue, []
+            start = 0
+        end = start + self._config.max_batch_events * 16
+        if end >= len(backlog):
+            self._backlog, self._backlog_next = [], 0
+            return backlog if start == 0 else backlog[start:]
+        self._backlog, self._backlog_next = backlog, end
+        return backlog[start:end]
 
     def _send_round(self) -> None:
         """Send one drained round until every event in it is acknowledged or failed."""
