@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import random
+from operator import itemgetter
 
 import pytest
 from hypothesis import given, settings
@@ -62,6 +63,24 @@ def test_exact_cover_rules() -> None:
 def test_range_map_routes_to_the_owning_segment() -> None:
     ranges = RangeMap([(10, 0.0, 0.25), (11, 0.25, 0.5), (12, 0.5, 1.0)])
     assert [ranges.segment_at(p) for p in (0.0, 0.2499, 0.25, 0.7, 0.99999)] == [10, 10, 11, 12, 12]
+
+
+def test_range_map_groups_items_by_segment_in_their_order() -> None:
+    ranges = RangeMap([(10, 0.0, 0.25), (11, 0.25, 0.5), (12, 0.5, 1.0)])
+    items = [(0.7, "a"), (0.1, "b"), (0.8, "c"), (0.3, "d"), (0.2, "e")]
+    grouped = ranges.group(items, itemgetter(0))
+    assert grouped == {12: [items[0], items[2]], 10: [items[1], items[4]], 11: [items[3]]}
+    assert ranges.group([], itemgetter(0)) == {}
+
+
+def test_range_map_of_one_segment_groups_without_looking_at_positions() -> None:
+    items = [(0.7, "a"), (0.1, "b")]
+
+    def never(item: tuple[float, str]) -> float:
+        raise AssertionError(f"position of {item} looked at")
+
+    grouped = RangeMap([(4, 0.0, 1.0)]).group(items, never)
+    assert grouped == {4: items} and grouped[4] is items  # handed over whole, not copied
 
 
 @pytest.mark.parametrize("name", ["", "a/b", "a:b", "-a", "a b", "x" * 65, "ü"])

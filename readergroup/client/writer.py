@@ -223,6 +223,9 @@ class WriteFuture:
         return size
 
 
+_POSITION: Callable[[WriteFuture], float] = attrgetter("position")
+
+
 @functools.lru_cache(maxsize=65536)
 def _cached_route(routing_key: str) -> tuple[float, str]:
     """A routing key's key-space position and its wire form (``"k" + key``)."""
@@ -467,19 +470,7 @@ class EventStreamWriter(Generic[T]):
     def _batches(
         self, state: StreamState, events: list[WriteFuture]
     ) -> tuple[list[AppendBatch], list[list[WriteFuture]]]:
-        routes = state.range_map()
-        groups: dict[int, list[WriteFuture]] = {}
-        if len(state.active_segments) == 1:
-            groups[routes.segment_at(0.0)] = events
-        else:
-            segment_at = routes.segment_at
-            for event in events:
-                segment = segment_at(event.position)
-                group = groups.get(segment)
-                if group is None:
-                    groups[segment] = [event]
-                else:
-                    group.append(event)
+        groups = state.range_map().group(events, _POSITION)
         batches: list[AppendBatch] = []
         members: list[list[WriteFuture]] = []
         size = self._config.max_batch_events

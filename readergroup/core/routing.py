@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise
+from typing import TypeVar
 
 from readergroup.core.errors import InvalidKeyRangesError, InvalidRoutingKeyError
 
 _TWO_POW_64 = float(2**64)
+V = TypeVar("V")
 _NUMBER_MASK = (1 << 32) - 1
 
 
@@ -152,6 +154,26 @@ class RangeMap:
 
     def segment_for_key(self, routing_key: str) -> int:
         return self.segment_at(key_position(routing_key))
+
+    def group(self, items: list[V], position: Callable[[V], float]) -> dict[int, list[V]]:
+        """``items`` by the segment of their ``position``, each segment's in their order. One
+        segment (the usual stream) gets ``items`` itself: no position is looked at.
+
+        >>> RangeMap([(7, 0.5, 1.0), (3, 0.0, 0.5)]).group([0.1, 0.7, 0.2], float)
+        {3: [0.1, 0.2], 7: [0.7]}
+        """
+        if len(self._segments) == 1:
+            return {self._segments[0]: items}
+        groups: dict[int, list[V]] = {}
+        segment_at = self.segment_at
+        for item in items:
+            segment = segment_at(position(item))
+            group = groups.get(segment)
+            if group is None:
+                groups[segment] = [item]
+            else:
+                group.append(item)
+        return groups
 
     @property
     def segments(self) -> list[int]:
