@@ -81,20 +81,24 @@ def committed_divergence(epoch: int, history: Epochs, tail: int, position: int) 
 def epoch_at(history: Epochs, offset: int) -> tuple[int, int]:
     """The log's epoch holding ``offset`` and where it begins: its last epoch beginning at or
     before ``offset``."""
-    found = history[0] if history else (0, 0)
-    for epoch, begin in history:
-        if begin > offset:
-            break
-        found = (epoch, begin)
-    return found
+    found = _begun_at(history, offset)
+    if found is not None:
+        return found
+    return history[0] if history else (0, 0)
 
 
 def read_epoch(read: Epochs, offset: int) -> int:
     """The epoch a reader read ``offset`` under (``read`` as for :func:`diverged_at`), or
     ``-1`` when it read nothing at or before it."""
-    epoch = -1
-    for number, first in read:
-        if first > offset:
+    found = _begun_at(read, offset)
+    return -1 if found is None else found[0]
+
+
+def _begun_at(epochs: Epochs, offset: int) -> tuple[int, int] | None:
+    """The last of ``epochs`` (oldest first) beginning at or before ``offset``, or ``None``."""
+    found = None
+    for pair in epochs:
+        if pair[1] > offset:
             break
-        epoch = number
-    return epoch
+        found = pair
+    return found
