@@ -325,15 +325,8 @@ def _following_pool_class() -> type:
             before = self.proxy.master_address
             if before is None or before == address:
                 return
-            logger.warning(
-                "Sentinels of %r name a new primary %s (was %s), another pool of this client "
-                "learned: closing every connection to the old one",
-                self.service_name,
-                address,
-                before,
-            )
             self.proxy.master_address = address
-            _leave(self)
+            self._switched(before, address, ", another pool of this client learned")
 
         def get_connection(self, *args: Any, **kwargs: Any) -> Any:
             self._ask(SENTINEL_CHECK_INTERVAL)
@@ -371,14 +364,20 @@ def _following_pool_class() -> type:
                 return
             self._unanswered = False
             if after != before:
-                logger.warning(
-                    "Sentinels of %r name a new primary %s (was %s): closing every connection "
-                    "to the old one",
-                    self.service_name,
-                    after,
-                    before,
-                )
-                _leave(self)
+                self._switched(before, after, "")
+
+        def _switched(self, before: Any, after: Any, learned: str) -> None:
+            """The Sentinels name the primary ``after``, no longer ``before``: leave the old
+            one (``learned``: how this pool learned it, for the log)."""
+            logger.warning(
+                "Sentinels of %r name a new primary %s (was %s)%s: closing every connection to "
+                "the old one",
+                self.service_name,
+                after,
+                before,
+                learned,
+            )
+            _leave(self)
 
     return FollowingSentinelPool
 
