@@ -119,13 +119,20 @@ class LogBackend(Protocol):
         history ``anchor_history`` at its revision ``anchor_revision`` are checked when given.
         ``wake``: the entry also signals the log's wake stream (``wait(..., wakes_only=True)``
         returns for it); a collection of follower names signals it only for them (see
-        :func:`woken_followers`; none at all if it is empty) when the entry lands right after
-        ``anchor_revision`` with ``anchor_history`` (the writer decided whom to wake on the
-        log's state), and for every follower otherwise. ``keys``: what the entry concerns
-        (``None``: the whole state); a
-        conditional append with keys lands past ``expected_revision`` too when every entry
-        since (at most :data:`MAX_DISJOINT_WINDOW`, none truncated) has keys, none of them
-        among these."""
+        :func:`woken_followers`; none at all if it is empty), decided on the writer's
+        replica: when the entry lands past entries that replica had not applied, the writer
+        names them again with :meth:`wake` once it has read them. ``keys``: what the entry
+        concerns (``None``: the whole state); a conditional append with keys lands past
+        ``expected_revision`` too when every entry since (at most :data:`MAX_DISJOINT_WINDOW`,
+        none truncated) has keys, none of them among these."""
+        ...
+
+    def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
+        """Wake ``followers`` (``None``: every follower) again for the log as of ``revision``:
+        a writer whose entry with named wake-ups landed past entries its replica had not
+        applied names them on the state it read since (see ``append``). ``False`` if nothing
+        was signalled: a wake-up at or past it exists already (decided on a state as new or
+        newer), or ``revision`` is past the head (the log lost entries)."""
         ...
 
     def read(
@@ -216,7 +223,8 @@ def wakes_follower(entries: Sequence[Any], follower: str) -> bool:
 
 
 def wake_revision(entry: Any) -> int:
-    """The log revision a wake-stream entry (``[id, fields]``, id ``<revision>-0``) is for."""
+    """The log revision a wake-stream entry (``[id, fields]``, id ``<revision>-0``, or
+    ``<revision>-1`` for a writer's second wake-up) is for."""
     entry_id = entry[0]
     text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
     return int(text.partition("-")[0])

@@ -153,13 +153,21 @@ class MemoryLogBackend:
             log.histories[log.revision] = history
             log.writers[writer] = (sequence, log.revision)
             log.keys[log.revision] = concerns
-            # named followers: decided on the writer's replica, which is the log's state only
-            # if the entry lands right on it; else (as for ``True``) every follower wakes
-            at_anchor = anchor_revision == log.revision - 1 and anchor_history == previous
-            if wake is True or (wake is not False and (wake or not at_anchor)):
+            # named followers (decided on the writer's replica; it names them again with
+            # ``wake`` if the entry landed past others): this backend wakes every follower
+            if wake is True or (wake is not False and wake):
                 log.woken = log.revision
             self._changed.notify_all()
             return AppendOutcome(status.OK, log.revision, now, history)
+
+    def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
+        with self._changed:
+            log = self._get(name)
+            if revision > log.revision or log.woken >= revision:
+                return False
+            log.woken = revision  # (every follower: see ``append``)
+            self._changed.notify_all()
+            return True
 
     def read(
         self,

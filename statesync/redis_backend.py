@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 #: Longest single ``XREAD BLOCK`` (ms); waits loop over chunks so a dead server is noticed.
 _MAX_BLOCK_MS = 5_000
+LAST_SEQUENCE = 2**64 - 1
+"""The largest sequence part of a stream entry id: waiting after ``<revision>-LAST_SEQUENCE``
+skips every wake-up of that revision."""
 _BLOCKING_SOCKET_MARGIN = 5.0
 
 
@@ -521,7 +524,9 @@ class RedisLogBackend:
         this pair to its XREAD instead of building the log's key and ids itself.
         ``wakes_only``: only entries appended with ``wake`` count (the log's wake stream)."""
         layout = self.keys(name)
-        return layout.wake if wakes_only else layout.log, f"{max(after_revision, 0)}-0"
+        if wakes_only:  # past every wake-up of that revision (wake.lua's second ones too)
+            return layout.wake, f"{max(after_revision, 0)}-{LAST_SEQUENCE}"
+        return layout.log, f"{max(after_revision, 0)}-0"
 
     def _run(self, script: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with translate_redis_errors(script, name):
@@ -578,6 +583,13 @@ class RedisLogBackend:
         if code == status.OK:
             return AppendOutcome(code, int(reply[1]), int(reply[2]), _text(reply[3]))
         return AppendOutcome(code, int(reply[1]))
+
+    def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
+        k = self.keys(name)
+        reply = self._run(
+            "wake", name, [k.meta, k.wake], [revision, "\n".join(sorted(followers or ()))]
+        )
+        return status.raise_for_status("wake", name, reply) == status.OK
 
     def _append_acknowledged(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run append.lua, then (unless acks=leader) the wait command on the same connection;

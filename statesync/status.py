@@ -34,9 +34,11 @@ NOT_FOUND = 2
 TOO_LARGE = 3
 """The payload exceeded the size limit passed to the script; nothing was written."""
 STALE = 4
-"""A compaction at or past the requested revision already exists; nothing was written."""
+"""A compaction (or a second wake-up) at or past the requested revision already exists;
+nothing was written."""
 AHEAD = 5
-"""A compaction asked for a revision past the head of the log; nothing was written."""
+"""A compaction (or a second wake-up) asked for a revision past the head of the log; nothing
+was written."""
 DUPLICATE = 6
 """This writer's sequence number already landed; the reply names its revision."""
 EXISTS = 7
@@ -58,6 +60,7 @@ _EXPECTED_BY_OPERATION: dict[str, frozenset[int]] = {
     "append": frozenset({OK, CONFLICT, DUPLICATE}),
     "read": frozenset({OK}),
     "compact": frozenset({OK, STALE}),
+    "wake": frozenset({OK, STALE, AHEAD}),
     "initialize": frozenset({OK, EXISTS}),
 }
 

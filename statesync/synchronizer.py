@@ -336,12 +336,13 @@ class StateSynchronizer(Generic[S]):
                     continue
                 new_state = self._check_apply(replica, updates)
                 payload = self._encode(updates)
+                wake = _wakes(updates, new_state)
                 outcome = self._append(
                     budget,
                     payload,
                     replica,
                     conditional=True,
-                    wake=_wakes(updates, new_state),
+                    wake=wake,
                     keys=_conflict_keys(updates),
                 )
                 if outcome.status == status.OK:
@@ -351,11 +352,13 @@ class StateSynchronizer(Generic[S]):
                     else:  # landed after entries about other keys: apply them, then ours
                         self._stats.disjoint_appends += 1
                         self._retrying(budget, self._fetch_locked)
+                        self._wake_again(updates, wake, outcome.revision)
                     self._maybe_compact(outcome.revision)
                     return result
                 if outcome.status == status.DUPLICATE:
                     # An earlier try of this very append landed; its reply was lost.
                     self._retrying(budget, self._fetch_locked)
+                    self._wake_again(updates, wake, outcome.revision)
                     return result
                 self._stats.conflicts += 1
                 delay = budget.next_delay()
@@ -390,12 +393,13 @@ class StateSynchronizer(Generic[S]):
             replica = self._loaded()
             update_list = split_generator_result(list(updates))[0]
             new_state = self._check_apply(replica, update_list)
+            wake = _wakes(update_list, new_state)
             outcome = self._append(
                 budget,
                 self._encode(update_list),
                 replica,
                 conditional=False,
-                wake=_wakes(update_list, new_state),
+                wake=wake,
                 keys=_conflict_keys(update_list),
             )
             if outcome.status == status.OK and outcome.revision == replica.revision + 1:
@@ -413,7 +417,38 @@ class StateSynchronizer(Generic[S]):
                     outcome.revision,
                     exc_info=exc,
                 )
+            else:
+                self._wake_again(update_list, wake, outcome.revision)
             return outcome.revision
+
+    def _wake_again(
+        self, updates: Sequence[Any], named: bool | frozenset[str], landed: int
+    ) -> None:
+        """After an entry of ``updates`` whose wake-ups named followers (``named``, decided on
+        a replica the log had moved past) landed at revision ``landed`` and this replica read
+        the log since: name
+        them again on the state read (the log's as of now, or newer than the entry's own).
+        Whoever the entry woke by its first naming has refreshed past it; whoever the entries
+        it landed after woke was named on their own writers' states. Those the combined state
+        gives something to do are woken here, unless a later wake-up (decided on a state as
+        new) already exists. Best effort: a wake-up is a hint (followers also refresh on their
+        own), so a failure is logged, never raised: the entry has landed."""
+        replica = self._loaded()
+        if isinstance(named, bool) or replica.revision < landed:
+            return
+        again = _wakes(updates, replica.state)
+        if again is False or again == frozenset():
+            return
+        try:
+            self._backend.wake(self._name, replica.revision, None if again is True else again)
+        except StateSyncError as exc:
+            logger.warning(
+                "synchronizer %r: the second wake-up at revision %d failed (followers wake on "
+                "their own refresh instead)",
+                self._name,
+                replica.revision,
+                exc_info=exc,
+            )
 
     def compact(self, snapshot_fn: Callable[[S], S] | None = None) -> CompactOutcome:
         """Snapshot the state at the current head and truncate the log behind the previous

@@ -49,8 +49,10 @@ class Update(ABC):
         (possibly empty) names the only followers that have something to do in ``state``, as
         identified to :func:`~statesync.backend.woken_followers` (others woken by the same
         wake-up skip it). An entry wakes the union of its waking updates' followers (every
-        follower if any of them says ``None``), and every follower whenever it lands past
-        entries its writer had not applied (``state`` is then not the log's)."""
+        follower if any of them says ``None``). When it lands past entries its writer had not
+        applied (``state`` is then not the log's), its writer, having read them, asks again
+        on the state it read and wakes those named there too (a second wake-up of the same
+        revision)."""
         return None
 
     def conflict_keys(self) -> tuple[str, ...] | None:

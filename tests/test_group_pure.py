@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -227,19 +228,41 @@ def test_a_checkpoint_never_completes_before_it_was_created() -> None:
     assert checkpoint is not None and checkpoint.completed_ms == 5_000
 
 
+def owning(counts: dict[str, int], unassigned: int, frozen: tuple[str, ...]) -> GroupState:
+    """A group whose readers own ``counts`` segments each, ``unassigned`` more free, and a
+    reset awaiting the ``frozen`` readers."""
+    state = with_readers(group(sum(counts.values()) + unassigned), list(counts))
+    free = sorted(state.unassigned)
+    for name, count in counts.items():
+        taken, free = tuple(free[:count]), free[count:]
+        if taken:
+            generation = state.readers[name].generation
+            state = AcquireSegments(name, generation, taken, 0).apply_to(state)
+    return replace(state, reset_pending=frozen)
+
+
 def test_the_readers_a_move_wakes_are_exactly_those_with_a_move_to_make() -> None:
-    """``readers_with_moves`` (O(R), run by whoever appends a join or move) against asking
-    every reader the rules themselves, for every group of up to 4 readers owning up to 5 each
-    with up to 5 unassigned: a reader left out would miss a move until its next refresh."""
+    """``readers_with_moves`` (O(R log R), run by whoever appends a join or move) against
+    asking every reader the balancing rules themselves (turns included; a frozen reader moves
+    nothing), for every group of up to 4 readers owning up to 3 each with up to 5 unassigned,
+    and every frozen reader among the first two: a reader left out would miss a move until its
+    next refresh; one named for nothing makes a refresh for nothing (a hundred of them, when
+    one reader of a hundred was short)."""
     for readers in range(1, 5):
         ids = [f"r{i}" for i in range(readers)]
-        for owned in itertools.product(range(6), repeat=readers):
+        for owned in itertools.product(range(4), repeat=readers):
             counts = dict(zip(ids, owned, strict=True))
-            for unassigned in range(6):
+            for unassigned, frozen in itertools.product(range(6), [(), ("r0",), ("r1",)]):
+                state = owning(counts, unassigned, frozen)
                 expected = {
                     r
-                    for r, c in counts.items()
-                    if acquire_count(c, counts, unassigned)
-                    or release_count(c, counts, unassigned, max_moves=1)
+                    for r in ids
+                    if r not in frozen
+                    and (segments_to_acquire(state, r) or segments_to_release(state, r, 1))
                 }
-                assert readers_with_moves(counts, unassigned) == expected, (counts, unassigned)
+                assert readers_with_moves(counts, unassigned, frozen) == expected, (
+                    counts,
+                    unassigned,
+                    frozen,
+                )
+                assert state.frozen_readers() == frozenset(frozen)

@@ -40,6 +40,7 @@ from tests.support.model import (
     Explode,
     FailIfNegative,
     Notify,
+    NotifyWatchers,
     Progress,
     Put,
 )
@@ -177,14 +178,25 @@ def test_an_entry_wakes_only_the_followers_it_names(backend: LogBackend, unique_
         assert [woken_followers(e) for e in woken] == [frozenset({"f"})]
         assert wakes_follower(woken, "f") and not wakes_follower(woken, "g")
     follower.fetch_updates()
-    # decided on a replica two entries behind, about another key: it lands past them, on a
-    # state its writer did not see, so it wakes every follower
-    late.update_state(lambda s: [Notify("j", 1, ())])
-    assert late.stats.disjoint_appends == 1
+    writer.update_state(lambda s: [Notify("watchers", ("f",), ())])  # wakes nobody
+    assert not follower.wait_for_updates(0.05, wakes_only=True)
+    # decided on a replica three entries behind, about another key: it lands past them, on a
+    # state its writer did not see. Its wake-up names whom it named there (nobody: no watchers
+    # yet); its writer, having read the log since, names them again on that state: "f"
+    late.update_state(lambda s: [NotifyWatchers("j", 1)])
+    assert late.stats.disjoint_appends == 1 and late.revision == 4
     assert follower.wait_for_updates(0.05, wakes_only=True)
     if isinstance(backend, RedisLogBackend):
         woken = backend.client.xrange(backend.keys(unique_name).wake)
-        assert woken_followers(woken[-1]) is None and wakes_follower(woken[-1:], "g")
+        assert woken[-1][0] == b"4-1" and woken_followers(woken[-1]) == frozenset({"f"})
+        assert not wakes_follower(woken[-1:], "g")
+    follower.fetch_updates()  # read past revision 4: neither of its wake-ups wakes it again
+    assert not follower.wait_for_updates(0.05, wakes_only=True)
+    # a second naming at or past one that exists, or past the head, signals nothing
+    assert not backend.wake(unique_name, 4, {"f"})
+    assert not backend.wake(unique_name, 9, {"f"})
+    with pytest.raises(SynchronizerNotFoundError):
+        backend.wake(unique_name + "-none", 1, {"f"})
 
 
 def test_wake_ups_trimmed_away_count_as_naming_everyone() -> None:

@@ -830,18 +830,24 @@ class GroupSession(Generic[T]):
             if name is not None and entries:
                 revision = wake_revision(entries[-1])
                 self._woken_to[name] = max(revision, self._woken_to.get(name, -1))
+        woken = False
         for log in outcome.woken:
             if log != self._group_log:
-                self._streams_dirty = True
+                self._streams_dirty = woken = True
                 continue
             # a move wakes only the readers with a move to make then (Update.wakes): the
-            # others skip it, and wait for the wake-ups after it
+            # others skip it, and wait for the wake-ups after it; so does a reader whose
+            # maintenance thread has refreshed past it meanwhile (it acted on that state:
+            # wake-ups coming one by one make one round, not one each)
             wakes = outcome.news.get(log)
-            if not wakes or wakes_follower(wakes, self.reader_id):
-                self.group_dirty = True
+            newest = max((wake_revision(e) for e in wakes), default=-1) if wakes else -1
+            if not wakes or (
+                newest > self._seen_revision and wakes_follower(wakes, self.reader_id)
+            ):
+                self.group_dirty = woken = True
             else:
-                self._wake_seen = max(self._wake_seen, *(wake_revision(e) for e in wakes))
-        if outcome.bad_logs or outcome.woken or self._fetcher.rewound:
+                self._wake_seen = max(self._wake_seen, newest)
+        if outcome.bad_logs or woken or self._fetcher.rewound:
             self.wake.set()  # (a rewind found by the fetch: the group's position moves back)
 
     def _note_bad_entry(self, exc: CoordinationError) -> None:

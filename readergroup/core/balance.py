@@ -42,7 +42,7 @@ import heapq
 import zlib
 from collections.abc import Callable, Mapping
 
-from readergroup.core.fair_share import acquire_count, fair_share, release_count
+from readergroup.core.fair_share import acquire_count, fair_share, in_turn, release_count
 from readergroup.core.group_state import GroupState, ReaderRecord, SegKey
 from readergroup.core.routing import epoch_of, number_of
 
@@ -51,6 +51,7 @@ __all__ = [  # the counting rules live in fair_share (the group state's updates 
     "acquisition_order",
     "expired_readers",
     "fair_share",
+    "in_turn",
     "next_expiry_ms",
     "release_count",
     "segment_age",
@@ -92,7 +93,7 @@ def segments_to_acquire(state: GroupState, reader_id: str) -> list[SegKey]:
         return [heapq.nsmallest(turn + 1, state.unassigned, key=segment_age)[turn]]
     starving = [r for r, c in counts.items() if c < floor and not state.frozen_for(r)]
     if sum(floor - counts[r] for r in starving) >= unassigned:  # none to spare: in turn
-        ordered = _in_turn(starving, lambda r: counts[r])
+        ordered = in_turn(starving, lambda r: counts[r])
         before = ordered[: ordered.index(reader_id)] if reader_id in ordered else ordered
         offset = sum(floor - counts[r] for r in before)
         if offset >= unassigned:
@@ -122,17 +123,8 @@ def segments_to_release(state: GroupState, reader_id: str, max_moves: int) -> li
 
 def _turn(reader_id: str, candidates: list[str], key: Callable[[str], int]) -> int:
     """``reader_id``'s place in :func:`_in_turn` order; ``len(candidates)`` if not among them."""
-    ordered = _in_turn(candidates, key)
+    ordered = in_turn(candidates, key)
     return ordered.index(reader_id) if reader_id in ordered else len(ordered)
-
-
-def _in_turn(candidates: list[str], key: Callable[[str], int]) -> list[str]:
-    """``candidates`` by ``key``, then a hash of the reader id: the same order for every reader
-    reading the same state. When several readers may make the same move but fewer are needed,
-    the first make it and the others wait, instead of all racing for it (a herd: one reader
-    joining a thousand made about half of them release at once; one leaving made all of them
-    go for its segments)."""
-    return sorted(candidates, key=lambda r: (key(r), zlib.crc32(r.encode()), r))
 
 
 def expired_readers(

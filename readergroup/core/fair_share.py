@@ -11,11 +11,14 @@ balancing on top of them (:mod:`readergroup.core.balance`, which re-exports thes
 ['c']
 >>> sorted(readers_with_moves({"a": 3, "b": 3, "c": 2}, unassigned=0))  # balanced
 []
+>>> sorted(readers_with_moves({"a": 3, "b": 3, "c": 1}, unassigned=0))  # one donor, in turn
+['b']
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import zlib
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 
 def fair_share(segments: int, readers: int) -> tuple[int, int]:
@@ -49,20 +52,51 @@ def release_count(owned: int, counts: Mapping[str, int], unassigned: int, max_mo
     return 0
 
 
-def readers_with_moves(counts: Mapping[str, int], unassigned: int) -> frozenset[str]:
-    """The readers (of ``counts``: reader -> segments owned) for which :func:`acquire_count`
-    or :func:`release_count` is not zero: those a change leaving the group in this state must
-    wake. The others would move nothing. O(R), where asking each reader is O(R^2)."""
+def in_turn(candidates: Iterable[str], key: Callable[[str], int]) -> list[str]:
+    """``candidates`` by ``key``, then a hash of the reader id: the same order for every reader
+    reading the same state. When several readers may make the same move but fewer are needed,
+    the first make it and the others wait, instead of all racing for it (a herd: one reader
+    joining a thousand made about half of them release at once; one leaving made all of them
+    go for its segments).
+
+    >>> in_turn(["a", "b", "c"], {"a": 2, "b": 1, "c": 2}.__getitem__)[0]
+    'b'
+    """
+    return sorted(candidates, key=lambda r: (key(r), zlib.crc32(r.encode()), r))
+
+
+def readers_with_moves(
+    counts: Mapping[str, int], unassigned: int, frozen: Collection[str] = ()
+) -> frozenset[str]:
+    """The readers (of ``counts``: reader -> segments owned) that would move a segment in this
+    state under the balancing rules, turns included
+    (:func:`~readergroup.core.balance.segments_to_acquire` and
+    :func:`~readergroup.core.balance.segments_to_release` non-empty), ``frozen`` readers (a
+    checkpoint or reset awaits them) excepted: those a change leaving the group in this state
+    must wake. The others would move nothing, so waking them costs a refresh for nothing: when
+    one reader of a hundred is short, only the donors whose turn it is release. O(R log R),
+    where asking each reader is O(R^2 log R)."""
     floor, ceil = fair_share(sum(counts.values()) + unassigned, len(counts))
-    starving = deficit = 0
-    for c in counts.values():
-        if c < floor:
-            starving += 1
-            deficit += floor - c
-    movers = []
-    for reader, owned in counts.items():
-        if owned > ceil or (owned > floor and unassigned == 0 and deficit):
-            movers.append(reader)  # releases
-        elif unassigned and (owned < floor or (not starving and owned < ceil)):
-            movers.append(reader)  # acquires
+    movable = [r for r in counts if r not in frozen]
+    movers: list[str] = []
+    if unassigned:
+        starving = [r for r in movable if counts[r] < floor]
+        wanted = sum(floor - counts[r] for r in starving)
+        if wanted >= unassigned:  # none to spare: the first in turn take it all
+            offset = 0
+            for reader in in_turn(starving, counts.__getitem__):
+                if offset >= unassigned:
+                    break
+                movers.append(reader)
+                offset += floor - counts[reader]
+        elif starving:
+            movers += starving
+        if not any(c < floor for c in counts.values()):  # one extra each, in turn, up to ceil
+            takers = in_turn((r for r in movable if counts[r] < ceil), counts.__getitem__)
+            movers += takers[:unassigned]
+    movers += (r for r in movable if counts[r] > ceil)
+    deficit = sum(floor - c for c in counts.values() if c < floor)
+    if deficit and not unassigned:  # one each for those below floor, from those above it
+        donors = in_turn((r for r in movable if counts[r] > floor), lambda r: -counts[r])
+        movers += donors[:deficit]
     return frozenset(movers)

@@ -178,6 +178,11 @@ class GroupState:
             return True
         return any(reader_id in c.pending for c in self.checkpoints if not c.done)
 
+    def frozen_readers(self) -> frozenset[str]:
+        """Every reader :meth:`frozen_for` holds still."""
+        pending = [c.pending for c in self.checkpoints if not c.done]
+        return frozenset(self.reset_pending).union(*pending)
+
     @property
     def end_of_data(self) -> bool:
         """Bounded group with every segment read to its end."""
@@ -324,10 +329,11 @@ MAX_NAMED_WAKES = 256
 def movers(state: GroupState) -> frozenset[str] | None:
     """Whom a join, acquisition or release leaving the group at ``state`` wakes
     (statesync's ``Update.wakes``): the readers with a move to make there
-    (:func:`~readergroup.core.fair_share.readers_with_moves`), as the others would move
-    nothing; ``None`` (every reader) past :data:`MAX_NAMED_WAKES`. Other updates (removals,
-    checkpoints, resets, completions) wake every reader."""
-    named = readers_with_moves(state.counts(), len(state.unassigned))
+    (:func:`~readergroup.core.fair_share.readers_with_moves`: in turn, frozen readers
+    excepted), as the others would move nothing; ``None`` (every reader) past
+    :data:`MAX_NAMED_WAKES`. Other updates (removals, checkpoints and their acknowledgements,
+    resets, completions) wake every reader: they may unfreeze one or change the turns."""
+    named = readers_with_moves(state.counts(), len(state.unassigned), state.frozen_readers())
     return named if len(named) <= MAX_NAMED_WAKES else None
 
 

@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
 
-SCRIPT_NAMES = ("initialize", "append", "read", "compact")
+SCRIPT_NAMES = ("initialize", "append", "read", "compact", "wake")
 PRELUDE_NAMES = ("time", "history")
 PRELUDES: dict[str, tuple[str, ...]] = {
     "initialize": ("time",),
     "append": ("time", "history"),
     "read": ("history",),
     "compact": ("history",),
+    "wake": ("history",),
 }
 """Script -> the preludes prepended to it, in order."""
 

@@ -19,10 +19,11 @@
 --          when the head moved past ARGV[1], provided every entry after ARGV[1] (at most 256,
 --          none truncated) has keys and none of them is one of ARGV[10]'s
 -- ARGV[11] '1': the wake-up is only for the followers named in ARGV[12] (newline-separated;
---          none: no wake-up), decided on the writer's replica: then entry `<revision>-0` of
---          KEYS[4] gets field `to` = ARGV[12]. Only when the entry lands right after that
---          replica (ARGV[7] is the head and ARGV[8] its history); otherwise, and for '0' or
---          absent, the wake-up is for every follower (no `to` field)
+--          none: no wake-up), decided on the writer's replica: entry `<revision>-0` of
+--          KEYS[4] gets field `to` = ARGV[12]. When the entry does not land right after that
+--          replica (ARGV[7] is not the head, or ARGV[8] not its history), the writer names
+--          them again on the state it reads next (wake.lua). '0' or absent: the wake-up is
+--          for every follower (no `to` field)
 --
 -- Returns:
 --   {0, revision, server_ms, history}   appended as entry `revision` stamped with server time
@@ -126,7 +127,7 @@ if KEYS[4] and ARGV[9] == '1' then
   -- pcall: a wake stream ahead of the log (left over, or written by hand) must not fail the
   -- append that already landed; followers then wake on their periodic refresh instead
   local wake_id = string.format('%d-0', revision)
-  if ARGV[11] == '1' and anchor == head and ARGV[8] ~= '' and ARGV[8] == meta.hash then
+  if ARGV[11] == '1' then
     if ARGV[12] ~= '' then
       redis.pcall('XADD', KEYS[4], 'MAXLEN', 16, wake_id, 'r', revision, 'to', ARGV[12])
     end

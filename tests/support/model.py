@@ -94,4 +94,22 @@ class Notify(Update):
         return {**state, self.key: self.value}
 
 
-ALL_TYPES = [Add, Put, FailIfNegative, Progress, Claim, Notify]
+@dataclass(frozen=True)
+class NotifyWatchers(Update):
+    """Set ``key`` to ``value`` (concerns only ``key``), waking the followers the state lists
+    under ``"watchers"`` (whom it wakes depends on the state it leaves)."""
+
+    key: str
+    value: Any
+
+    def conflict_keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def wakes(self, state: dict[str, Any]) -> frozenset[str]:
+        return frozenset(state.get("watchers", ()))
+
+    def apply_to(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, self.key: self.value}
+
+
+ALL_TYPES = [Add, Put, FailIfNegative, Progress, Claim, Notify, NotifyWatchers]
