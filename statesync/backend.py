@@ -150,10 +150,16 @@ class LogBackend(Protocol):
         ...
 
     def wait(
-        self, name: str, after_revision: int, timeout: float, *, wakes_only: bool = False
+        self,
+        name: str,
+        after_revision: int,
+        timeout: float,
+        *,
+        wakes_only: bool = False,
+        follower: str | None = None,
     ) -> bool:
         """Block until the log has an entry after ``after_revision`` (``wakes_only``: one
-        appended with ``wake``) or ``timeout`` passes."""
+        whose wake-up is for every follower, or names ``follower``) or ``timeout`` passes."""
         ...
 
     def compact(

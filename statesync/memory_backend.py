@@ -35,7 +35,9 @@ class _Log:
     histories: dict[int, str] = field(default_factory=dict)
     """Revision -> history, from the truncation point to the head (see history.lua)."""
     woken: int = 0
-    """Revision of the newest entry appended with ``wake``."""
+    """Revision of the newest entry whose wake-up is for every follower."""
+    followers_woken: dict[str, int] = field(default_factory=dict)
+    """Follower -> revision of the newest entry whose wake-up named it."""
     keys: dict[int, frozenset[str] | None] = field(default_factory=dict)
     """Revision -> the keys its entry concerns (``None``: the whole state)."""
 
@@ -153,19 +155,30 @@ class MemoryLogBackend:
             log.histories[log.revision] = history
             log.writers[writer] = (sequence, log.revision)
             log.keys[log.revision] = concerns
-            # named followers (decided on the writer's replica; it names them again with
-            # ``wake`` if the entry landed past others): this backend wakes every follower
-            if wake is True or (wake is not False and wake):
+            # named followers: decided on the writer's replica (it names them again with
+            # ``wake`` if the entry landed past others)
+            if wake is True:
                 log.woken = log.revision
+            elif wake is not False:
+                log.followers_woken.update(dict.fromkeys(wake, log.revision))
             self._changed.notify_all()
             return AppendOutcome(status.OK, log.revision, now, history)
 
     def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
         with self._changed:
             log = self._get(name)
-            if revision > log.revision or log.woken >= revision:
+            if revision > log.revision:
                 return False
-            log.woken = revision  # (every follower: see ``append``)
+            if followers is None:
+                if log.woken >= revision:
+                    return False
+                log.woken = revision
+            else:
+                named = log.followers_woken
+                behind = [f for f in followers if named.get(f, -1) < revision]
+                if not behind:
+                    return False
+                named.update(dict.fromkeys(behind, revision))
             self._changed.notify_all()
             return True
 
@@ -212,20 +225,30 @@ class MemoryLogBackend:
                 refused,
             )
 
-    def newest(self, name: str, *, wakes_only: bool = False) -> int:
-        """The revision of the newest entry of ``name`` (appended with ``wake`` if
-        ``wakes_only``); ``-1`` if there is no such log."""
+    def newest(self, name: str, *, wakes_only: bool = False, follower: str | None = None) -> int:
+        """The revision of the newest entry of ``name`` (if ``wakes_only``: whose wake-up is
+        for every follower, or names ``follower``); ``-1`` if there is no such log."""
         with self._changed:
             log = self._logs.get(name)
             if log is None:
                 return -1
-            return log.woken if wakes_only else log.revision
+            if not wakes_only:
+                return log.revision
+            if follower is None:
+                return log.woken
+            return max(log.woken, log.followers_woken.get(follower, -1))
 
     def wait(
-        self, name: str, after_revision: int, timeout: float, *, wakes_only: bool = False
+        self,
+        name: str,
+        after_revision: int,
+        timeout: float,
+        *,
+        wakes_only: bool = False,
+        follower: str | None = None,
     ) -> bool:
         def has_news() -> bool:
-            return self.newest(name, wakes_only=wakes_only) > after_revision
+            return self.newest(name, wakes_only=wakes_only, follower=follower) > after_revision
 
         with self._changed:
             return self._changed.wait_for(has_news, timeout=timeout)

@@ -37,7 +37,7 @@ class KeyLayout:
     'statesync:{orders}:log'
     """
 
-    __slots__ = ("log", "meta", "snapshots", "wake", "writers")
+    __slots__ = ("_base", "log", "meta", "snapshots", "wake", "wakers", "writers")
 
     def __init__(self, prefix: str, name: str) -> None:
         base = f"{validate_name(prefix, what='key prefix')}:{{{validate_name(name)}}}"
@@ -50,10 +50,27 @@ class KeyLayout:
         self.writers = f"{base}:writers"
         """Hash: writer id -> "<sequence> <revision>" of its last append (idempotence)."""
         self.wake = f"{base}:wake"
-        """Stream: entry ``<revision>-0`` for each log entry that wakes followers (see
+        """Stream: entry ``<revision>-0`` for each log entry that wakes every follower (see
         :attr:`~statesync.update.Update.wakes_followers`); only the newest few are kept. Block
-        on it from ``<your revision>-0`` to be woken by the changes after yours."""
+        on it (and on :meth:`follower_wake`) from ``<your revision>-<largest>`` to be woken by
+        the changes after yours."""
+        self.wakers = f"{base}:wakers"
+        """Sorted set: follower -> server time (ms) of its newest named wake-up; those older
+        than the wake-ups' time to live are dropped (their streams have expired)."""
+        self._base = base
+
+    def follower_wake(self, follower: str) -> str:
+        """Stream of the wake-ups that name ``follower`` (entry ``<revision>-0``, or ``-1``
+        for a writer's second naming); only the newest few are kept, and the stream expires
+        when nothing names the follower for a while. Entries that name some followers go to
+        theirs alone, so a change wakes the followers it concerns, not every one.
+
+        >>> KeyLayout("statesync", "orders").follower_wake("r1")
+        'statesync:{orders}:wake:r1'
+        """
+        return f"{self._base}:wake:{follower}"
 
     @property
-    def all(self) -> tuple[str, str, str, str, str]:
-        return (self.meta, self.log, self.snapshots, self.writers, self.wake)
+    def all(self) -> tuple[str, str, str, str, str, str]:
+        """The fixed keys (the followers' wake streams are listed in :attr:`wakers`)."""
+        return (self.meta, self.log, self.snapshots, self.writers, self.wake, self.wakers)

@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 #: Longest single ``XREAD BLOCK`` (ms); waits loop over chunks so a dead server is noticed.
 _MAX_BLOCK_MS = 5_000
+FOLLOWER_WAKE_TTL_MS = 600_000
+"""A follower's wake stream expires this long after the newest wake-up naming it (a follower
+reading it later misses nothing it needs: it refreshes on its own too)."""
 LAST_SEQUENCE = 2**64 - 1
 """The largest sequence part of a stream entry id: waiting after ``<revision>-LAST_SEQUENCE``
 skips every wake-up of that revision."""
@@ -528,6 +531,14 @@ class RedisLogBackend:
             return layout.wake, f"{max(after_revision, 0)}-{LAST_SEQUENCE}"
         return layout.log, f"{max(after_revision, 0)}-0"
 
+    def follower_wake_on(self, name: str, after_revision: int, follower: str) -> tuple[str, str]:
+        """The stream key and entry id an ``XREAD BLOCK`` waits on to wake when an entry of
+        synchronizer ``name`` after ``after_revision`` names ``follower`` in its wake-up (see
+        :meth:`~statesync.names.KeyLayout.follower_wake`); with :meth:`wake_on`'s
+        ``wakes_only`` pair, every wake-up that concerns the follower."""
+        key = self.keys(name).follower_wake(follower)
+        return key, f"{max(after_revision, 0)}-{LAST_SEQUENCE}"
+
     def _run(self, script: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with translate_redis_errors(script, name):
             return self._scripts[script](keys=list(keys), args=list(args))
@@ -560,10 +571,11 @@ class RedisLogBackend:
     ) -> AppendOutcome:
         k = self.keys(name)
         named = not isinstance(wake, bool)
+        followers = sorted(wake) if not isinstance(wake, bool) else []
         expected = -1 if expected_revision is None else expected_revision
         reply = self._append_acknowledged(
             name,
-            [k.meta, k.log, k.writers, k.wake],
+            [k.meta, k.log, k.writers, k.wake, k.wakers, *map(k.follower_wake, followers)],
             [
                 expected,
                 payload,
@@ -576,7 +588,8 @@ class RedisLogBackend:
                 1 if named or wake else 0,
                 "\n".join(keys or ()),
                 1 if named else 0,
-                "" if isinstance(wake, bool) else "\n".join(sorted(wake)),
+                "\n".join(followers),
+                FOLLOWER_WAKE_TTL_MS,
             ],
         )
         code = status.raise_for_status("append", name, reply)
@@ -586,8 +599,12 @@ class RedisLogBackend:
 
     def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
         k = self.keys(name)
+        named = sorted(followers or ())
         reply = self._run(
-            "wake", name, [k.meta, k.wake], [revision, "\n".join(sorted(followers or ()))]
+            "wake",
+            name,
+            [k.meta, k.wake, k.wakers, *map(k.follower_wake, named)],
+            [revision, "\n".join(named), FOLLOWER_WAKE_TTL_MS],
         )
         return status.raise_for_status("wake", name, reply) == status.OK
 
@@ -647,14 +664,23 @@ class RedisLogBackend:
             ) from exc
 
     def wait(
-        self, name: str, after_revision: int, timeout: float, *, wakes_only: bool = False
+        self,
+        name: str,
+        after_revision: int,
+        timeout: float,
+        *,
+        wakes_only: bool = False,
+        follower: str | None = None,
     ) -> bool:
         log, last_id = self.wake_on(name, after_revision, wakes_only=wakes_only)
+        streams: dict[Any, Any] = {log: last_id}
+        if wakes_only and follower is not None:
+            streams.update([self.follower_wake_on(name, after_revision, follower)])
         remaining_ms = max(1, math.ceil(timeout * 1000))
         while remaining_ms > 0:
             block = min(remaining_ms, _MAX_BLOCK_MS)
             with translate_redis_errors("wait", name):
-                reply = self._blocking.xread({log: last_id}, count=1, block=block)
+                reply = self._blocking.xread(streams, count=1, block=block)
             if reply:
                 return True
             remaining_ms -= block
@@ -682,8 +708,18 @@ class RedisLogBackend:
         return CompactOutcome(False, int(reply[1]), 0)
 
     def delete(self, name: str) -> bool:
-        with translate_redis_errors("delete", name):
-            return int(self._client.delete(*self.keys(name).all)) > 0
+        k = self.keys(name)
+
+        def delete_all(pipe: Any) -> None:  # (re-run if a wake-up named a follower meanwhile)
+            followers = [_text(f) for f in pipe.zrange(k.wakers, 0, -1)]
+            pipe.multi()
+            pipe.delete(*k.all, *map(k.follower_wake, followers))
+
+        with translate_redis_errors("delete", name):  # (one slot: the node holding it)
+            replies: Any = command_client_for(self._client, k.meta).transaction(
+                delete_all, k.wakers
+            )
+        return bool(replies) and int(replies[-1]) > 0
 
     def server_time_ms(self) -> int:
         with translate_redis_errors("time", "-"):

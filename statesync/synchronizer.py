@@ -479,16 +479,22 @@ class StateSynchronizer(Generic[S]):
                 self._replica = replace(replica, state=state)
             return outcome
 
-    def wait_for_updates(self, timeout: float, *, wakes_only: bool = False) -> bool:
+    def wait_for_updates(
+        self, timeout: float, *, wakes_only: bool = False, follower: str | None = None
+    ) -> bool:
         """Block until the log has an entry newer than :attr:`revision`, up to ``timeout``
         seconds; ``True`` if there is one. Blocks on the log itself (``XREAD BLOCK``), never
         sleep-polls. Does not apply anything: call :meth:`fetch_updates` next.
         ``wakes_only``: only an entry holding an update that wakes followers
-        (:attr:`Update.wakes_followers`) counts.
+        (:attr:`Update.wakes_followers`) counts: one whose wake-up is for every follower, or
+        names ``follower`` (:meth:`Update.wakes`; without a ``follower``, named wake-ups do
+        not count).
         """
         if timeout < 0:
             raise ValueError("timeout must be >= 0")
-        return self._backend.wait(self._name, self.revision, timeout, wakes_only=wakes_only)
+        return self._backend.wait(
+            self._name, self.revision, timeout, wakes_only=wakes_only, follower=follower
+        )
 
     def resync(self) -> int:
         """Drop the local copy and load the log's state from scratch (after

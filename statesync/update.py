@@ -46,9 +46,10 @@ class Update(ABC):
     def wakes(self, state: Any) -> Collection[str] | None:
         """The followers an entry holding this update must wake, decided on ``state``: the
         state right after the entry. ``None`` (the default) wakes every follower; a collection
-        (possibly empty) names the only followers that have something to do in ``state``, as
-        identified to :func:`~statesync.backend.woken_followers` (others woken by the same
-        wake-up skip it). An entry wakes the union of its waking updates' followers (every
+        (possibly empty) names the only followers that have something to do in ``state`` (as
+        they identify themselves to ``wait_for_updates(follower=...)``): the wake-up goes to
+        their own wake streams, and no other follower is woken. An entry wakes the union of
+        its waking updates' followers (every
         follower if any of them says ``None``). When it lands past entries its writer had not
         applied (``state`` is then not the log's), its writer, having read them, asks again
         on the state it read and wakes those named there too (a second wake-up of the same

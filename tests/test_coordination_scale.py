@@ -73,9 +73,9 @@ def test_commits_wake_no_follower_and_membership_changes_do(
     assert a.sync.revision == seen + 5
     backend = connection.log_backend
     assert backend.wait(a.sync.name, seen, 0.05)  # the log moved...
-    assert not backend.wait(a.sync.name, seen, 0.05, wakes_only=True)  # ...waking nobody
-    join_group(connection, scope, "g", "b")
-    assert backend.wait(a.sync.name, seen, 0.05, wakes_only=True)
+    assert not backend.wait(a.sync.name, seen, 0.05, wakes_only=True, follower="a")  # ...nobody
+    join_group(connection, scope, "g", "b")  # a must give b half: the join names a
+    assert backend.wait(a.sync.name, seen, 0.05, wakes_only=True, follower="a")
 
 
 def test_commits_do_not_wake_a_reader_with_nothing_to_do(redis_url: str, scope: str) -> None:

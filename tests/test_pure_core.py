@@ -100,7 +100,7 @@ def test_invalid_names(name: object) -> None:
 def test_every_key_of_a_synchronizer_shares_one_hash_tag() -> None:
     layout = KeyLayout("pfx", "shop/orders")
     assert all("{shop/orders}" in key and key.startswith("pfx:") for key in layout.all)
-    assert len(set(layout.all)) == 5
+    assert len(set(layout.all)) == 6 and "{shop/orders}" in layout.follower_wake("r1")
 
 
 def entry(revision: int, *updates: Update) -> DecodedEntry:

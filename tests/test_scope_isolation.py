@@ -420,6 +420,7 @@ RAW: dict[str, list[Any]] = {
     "hsetnx": ["HSETNX", "{k}", "f", "v"],
     "hstrlen": ["HSTRLEN", "{k}", "f"],
     "lrange": ["LRANGE", "{k}", 0, -1],
+    "pexpire": ["PEXPIRE", "{k}", 1000],
     "rpush": ["RPUSH", "{k}", "v"],
     "type": ["TYPE", "{k}"],
     "watch": ["WATCH", "{k}"],
@@ -427,6 +428,9 @@ RAW: dict[str, list[Any]] = {
     "xrange": ["XRANGE", "{k}", "-", "+"],
     "xread": ["XREAD", "STREAMS", "{k}", "0"],
     "xtrim": ["XTRIM", "{k}", "MAXLEN", 0],
+    "zadd": ["ZADD", "{k}", 1, "m"],
+    "zrange": ["ZRANGE", "{k}", 0, -1],
+    "zremrangebyscore": ["ZREMRANGEBYSCORE", "{k}", "-inf", "+inf"],
 }
 NO_KEY = {"hello", "client|setinfo", "time", "script|load", "script|exists", "info|memory"}
 NO_KEY |= {"info|server"}  # epoch.lua's run_id

@@ -29,7 +29,6 @@ from statesync.backend import (
     WAKE_STREAM_LENGTH,
     LogBackend,
     wakes_follower,
-    woken_followers,
 )
 from statesync.codec import Codec, TypeRegistry
 from statesync.redis_backend import RedisLogBackend
@@ -170,33 +169,41 @@ def test_an_entry_wakes_only_the_followers_it_names(backend: LogBackend, unique_
     late.fetch_updates()
     follower.fetch_updates()
     writer.update_state(lambda s: [Notify("k", 1, ())])  # nobody has anything to do
-    assert not follower.wait_for_updates(0.05, wakes_only=True)
+    assert not follower.wait_for_updates(0.05, wakes_only=True, follower="f")
     writer.update_state(lambda s: [Notify("k", 2, ("f",))])
-    assert follower.wait_for_updates(0.05, wakes_only=True)
-    if isinstance(backend, RedisLogBackend):  # the wake-up says whom it is for
-        woken = backend.client.xrange(backend.keys(unique_name).wake)
-        assert [woken_followers(e) for e in woken] == [frozenset({"f"})]
-        assert wakes_follower(woken, "f") and not wakes_follower(woken, "g")
+    assert follower.wait_for_updates(0.05, wakes_only=True, follower="f")
+    assert not follower.wait_for_updates(0.05, wakes_only=True, follower="g")  # not named
+    assert not follower.wait_for_updates(0.05, wakes_only=True)  # nor anyone unnamed
+    if isinstance(backend, RedisLogBackend):  # on the named follower's own wake stream only
+        layout = backend.keys(unique_name)
+        assert [e[0] for e in backend.client.xrange(layout.follower_wake("f"))] == [b"2-0"]
+        assert backend.client.xrange(layout.wake) == []
+        assert not backend.client.exists(layout.follower_wake("g"))
     follower.fetch_updates()
     writer.update_state(lambda s: [Notify("watchers", ("f",), ())])  # wakes nobody
-    assert not follower.wait_for_updates(0.05, wakes_only=True)
+    assert not follower.wait_for_updates(0.05, wakes_only=True, follower="f")
     # decided on a replica three entries behind, about another key: it lands past them, on a
     # state its writer did not see. Its wake-up names whom it named there (nobody: no watchers
     # yet); its writer, having read the log since, names them again on that state: "f"
     late.update_state(lambda s: [NotifyWatchers("j", 1)])
     assert late.stats.disjoint_appends == 1 and late.revision == 4
-    assert follower.wait_for_updates(0.05, wakes_only=True)
+    assert follower.wait_for_updates(0.05, wakes_only=True, follower="f")
+    assert not follower.wait_for_updates(0.05, wakes_only=True, follower="g")
     if isinstance(backend, RedisLogBackend):
-        woken = backend.client.xrange(backend.keys(unique_name).wake)
-        assert woken[-1][0] == b"4-1" and woken_followers(woken[-1]) == frozenset({"f"})
-        assert not wakes_follower(woken[-1:], "g")
+        woken = backend.client.xrange(backend.keys(unique_name).follower_wake("f"))
+        assert [e[0] for e in woken] == [b"2-0", b"4-1"]
     follower.fetch_updates()  # read past revision 4: neither of its wake-ups wakes it again
-    assert not follower.wait_for_updates(0.05, wakes_only=True)
+    assert not follower.wait_for_updates(0.05, wakes_only=True, follower="f")
     # a second naming at or past one that exists, or past the head, signals nothing
     assert not backend.wake(unique_name, 4, {"f"})
     assert not backend.wake(unique_name, 9, {"f"})
+    assert backend.wake(unique_name, 4, {"g"})  # g had not been woken at 4 yet
+    assert backend.wait(unique_name, 3, 0.05, wakes_only=True, follower="g")
     with pytest.raises(SynchronizerNotFoundError):
         backend.wake(unique_name + "-none", 1, {"f"})
+    assert backend.delete(unique_name)
+    if isinstance(backend, RedisLogBackend):  # the followers' wake streams went with the log
+        assert backend.client.keys(f"*{{{unique_name}}}*") == []
 
 
 def test_wake_ups_trimmed_away_count_as_naming_everyone() -> None:

@@ -45,7 +45,9 @@ _PIPELINED_SCRIPTS = {"script|exists"}  # redis-py checks a pipeline's scripts f
 _STATE_READ = {"hget", "hmget", "xrange", "hstrlen"}  # statesync read.lua
 _STATE_WAIT = {"xread"}  # wait_for_updates
 _STATE_APPEND = {"hget", "hset", "time", "xadd", "hdel", "hgetall", "hkeys", "hmget", "xtrim"}
+_STATE_APPEND |= {"pexpire", "zadd", "zremrangebyscore"}  # followers.lua (append, wake)
 _STATE_CREATE_DELETE = {"exists", "del", "hset", "time"}  # initialize.lua, delete
+_STATE_CREATE_DELETE |= {"watch", "unwatch", "zrange", "multi", "exec"}  # delete (wake streams)
 _SEGMENT_READ = {"hmget", "xrange", "xread", "multi", "exec", "type"}  # read_range: MULTI/EXEC;
 # TYPE only after a WRONGTYPE reply, to name the key a rogue write replaced
 _SEGMENT_APPEND = {"hget", "hmget", "hset", "time", "xadd", "info|server"}  # append_events.lua

@@ -106,10 +106,15 @@ class GroupSession(Generic[T]):
         self._session = group_config.session_timeout
         now = self._clock.monotonic()
         self._last_refresh = self._last_commit = self.last_poll = self._last_beat_ok = now
-        self._group_log, _ = connection.wake_on(member.sync.name, -1, wakes_only=True)
-        """The group log's wake stream: an entry per change a reader may have to act on
-        (commits wake nobody), so an idle reader is woken by membership and ownership changes
-        only, and reads the group log once per wake-up."""
+        self._group_logs = (
+            connection.wake_on(member.sync.name, -1, wakes_only=True)[0],
+            connection.follower_wake_on(member.sync.name, -1, self.reader_id)[0],
+        )
+        """The group log's wake streams: the shared one (an entry per change every reader may
+        have to act on; commits wake nobody) and this reader's own (an entry per change that
+        names it: a move that gives it a move to make; others' moves do not wake it). An idle
+        reader is woken by the membership and ownership changes that concern it only, and
+        reads the group log once per wake-up."""
         self._woken_to: dict[str, int] = {}
         """State log key -> revision up to which the reading thread's fetch saw news and passed
         it on to the maintenance thread (forgotten once a round has acted on it)."""
@@ -818,6 +823,11 @@ class GroupSession(Generic[T]):
             self._log_names[log] = name
             if log not in self._bad_logs:
                 logs[log] = after
+            if name == group:
+                own, after = self._connection.follower_wake_on(name, after_revision, self.reader_id)
+                self._log_names[own] = name
+                if own not in self._bad_logs:
+                    logs[own] = after
         return logs
 
     def absorb(self, outcome: FetchOutcome) -> None:
@@ -828,17 +838,18 @@ class GroupSession(Generic[T]):
         for log, entries in outcome.news.items():
             name = self._log_names.get(log)
             if name is not None and entries:
-                revision = wake_revision(entries[-1])
+                revision = max(wake_revision(e) for e in entries)
                 self._woken_to[name] = max(revision, self._woken_to.get(name, -1))
         woken = False
         for log in outcome.woken:
-            if log != self._group_log:
+            if log not in self._group_logs:
                 self._streams_dirty = woken = True
                 continue
-            # a move wakes only the readers with a move to make then (Update.wakes): the
-            # others skip it, and wait for the wake-ups after it; so does a reader whose
-            # maintenance thread has refreshed past it meanwhile (it acted on that state:
-            # wake-ups coming one by one make one round, not one each)
+            # a move wakes only the readers with a move to make then (Update.wakes, on their
+            # own wake streams; an old writer's may name them on the shared one): the others
+            # skip it, and wait for the wake-ups after it; so does a reader whose maintenance
+            # thread has refreshed past it meanwhile (it acted on that state: wake-ups coming
+            # one by one make one round, not one each)
             wakes = outcome.news.get(log)
             newest = max((wake_revision(e) for e in wakes), default=-1) if wakes else -1
             if not wakes or (

@@ -213,6 +213,14 @@ class RedisConnection(SynchronizerSource):
         :meth:`statesync.redis_backend.RedisLogBackend.wake_on`."""
         return self.log_backend.wake_on(sync_name, after_revision, wakes_only=wakes_only)
 
+    def follower_wake_on(
+        self, sync_name: str, after_revision: int, follower: str
+    ) -> tuple[str, str]:
+        """The key and entry id a :meth:`read_keys` waits on to wake when an entry of the
+        synchronizer ``sync_name`` after ``after_revision`` names ``follower`` in its wake-up;
+        see :meth:`statesync.redis_backend.RedisLogBackend.follower_wake_on`."""
+        return self.log_backend.follower_wake_on(sync_name, after_revision, follower)
+
     def read_ahead(
         self, positions: Mapping[str, str], limit: int, *, block: float | None = None
     ) -> ReadAhead:

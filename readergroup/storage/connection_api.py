@@ -120,6 +120,10 @@ class Connection(Protocol):
         self, sync_name: str, after_revision: int, *, wakes_only: bool = False
     ) -> tuple[str, str]: ...
 
+    def follower_wake_on(
+        self, sync_name: str, after_revision: int, follower: str
+    ) -> tuple[str, str]: ...
+
     def read_keys(
         self, positions: Mapping[str, str], timeout: float, limit: int
     ) -> dict[str, Any]: ...

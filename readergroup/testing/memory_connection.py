@@ -28,6 +28,7 @@ from statesync.memory_backend import MemoryLogBackend
 
 _LOG_KEY = "memory-log:"
 _WAKE_KEY = "memory-wake:"
+_FOLLOWER_WAKE_KEY = "memory-wake-for:"
 
 
 class MemoryHashes:
@@ -170,6 +171,11 @@ class MemoryConnection(SynchronizerSource):
     ) -> tuple[str, str]:
         return (_WAKE_KEY if wakes_only else _LOG_KEY) + sync_name, f"{max(after_revision, 0)}-0"
 
+    def follower_wake_on(
+        self, sync_name: str, after_revision: int, follower: str
+    ) -> tuple[str, str]:
+        return f"{_FOLLOWER_WAKE_KEY}{follower}\n{sync_name}", f"{max(after_revision, 0)}-0"
+
     def read_ahead(
         self, positions: Mapping[str, str], limit: int, *, block: float | None = None
     ) -> _DoneRead | _WaitingRead:
@@ -194,10 +200,11 @@ class MemoryConnection(SynchronizerSource):
         with self._changed:
             for key, after in positions.items():
                 position = int(after.partition("-")[0])
-                for prefix in (_LOG_KEY, _WAKE_KEY):
+                for prefix in (_LOG_KEY, _WAKE_KEY, _FOLLOWER_WAKE_KEY):
                     if key.startswith(prefix):
+                        follower, _, name = key[len(prefix) :].rpartition("\n")
                         newest = self.log_backend.newest(
-                            key[len(prefix) :], wakes_only=prefix == _WAKE_KEY
+                            name, wakes_only=prefix != _LOG_KEY, follower=follower or None
                         )
                         if newest > position:
                             found[key] = [[f"{newest}-0".encode(), []]]

@@ -14,13 +14,13 @@ from functools import cache
 from importlib.resources import files
 
 SCRIPT_NAMES = ("initialize", "append", "read", "compact", "wake")
-PRELUDE_NAMES = ("time", "history")
+PRELUDE_NAMES = ("time", "history", "followers")
 PRELUDES: dict[str, tuple[str, ...]] = {
     "initialize": ("time",),
-    "append": ("time", "history"),
+    "append": ("time", "history", "followers"),
     "read": ("history",),
     "compact": ("history",),
-    "wake": ("history",),
+    "wake": ("time", "history", "followers"),
 }
 """Script -> the preludes prepended to it, in order."""
 

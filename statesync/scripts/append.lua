@@ -1,9 +1,11 @@
 -- append.lua: append one entry to a synchronizer's log, conditionally and idempotently,
 -- only from a writer whose replica belongs to the log's incarnation and history.
--- Prelude: history.lua.
+-- Preludes: time.lua, history.lua, followers.lua.
 --
 -- KEYS[1]  meta hash        KEYS[2]  log stream        KEYS[3]  writer table hash
 -- KEYS[4]  wake stream (optional: absent, no wake-up is written)
+-- KEYS[5]  wakers sorted set (with named wake-ups: ARGV[11] '1')
+-- KEYS[6..] the wake streams of the followers named in ARGV[12], in that order
 -- ARGV[1]  expected head revision, or -1 for an unconditional append
 -- ARGV[2]  entry payload (opaque bytes)
 -- ARGV[3]  largest payload allowed, in bytes
@@ -19,11 +21,14 @@
 --          when the head moved past ARGV[1], provided every entry after ARGV[1] (at most 256,
 --          none truncated) has keys and none of them is one of ARGV[10]'s
 -- ARGV[11] '1': the wake-up is only for the followers named in ARGV[12] (newline-separated;
---          none: no wake-up), decided on the writer's replica: entry `<revision>-0` of
---          KEYS[4] gets field `to` = ARGV[12]. When the entry does not land right after that
+--          none: no wake-up), decided on the writer's replica: entry `<revision>-0` goes to
+--          each one's wake stream (KEYS[6..], trimmed to the newest 4, expiring ARGV[13] ms
+--          after), not to KEYS[4], and KEYS[5] records them (follower -> server ms; those
+--          older than ARGV[13] ms dropped). When the entry does not land right after that
 --          replica (ARGV[7] is not the head, or ARGV[8] not its history), the writer names
 --          them again on the state it reads next (wake.lua). '0' or absent: the wake-up is
---          for every follower (no `to` field)
+--          for every follower (KEYS[4])
+-- ARGV[13] time to live of the followers' wake streams, ms (with ARGV[11] '1')
 --
 -- Returns:
 --   {0, revision, server_ms, history}   appended as entry `revision` stamped with server time
@@ -128,9 +133,7 @@ if KEYS[4] and ARGV[9] == '1' then
   -- append that already landed; followers then wake on their periodic refresh instead
   local wake_id = string.format('%d-0', revision)
   if ARGV[11] == '1' then
-    if ARGV[12] ~= '' then
-      redis.pcall('XADD', KEYS[4], 'MAXLEN', 16, wake_id, 'r', revision, 'to', ARGV[12])
-    end
+    wake_followers(KEYS[5], 6, ARGV[12], wake_id, revision, ms, tonumber(ARGV[13]))
   else
     redis.pcall('XADD', KEYS[4], 'MAXLEN', 16, wake_id, 'r', revision)
   end

@@ -2,18 +2,21 @@
 -- not applied (a keyed append beside others, or an unconditional one): append.lua woke the
 -- followers the writer named on its older replica; having read the log since, the writer
 -- names them again on the state it read (see the synchronizer's `_wake_again`).
--- Prelude: history.lua.
+-- Preludes: time.lua, history.lua, followers.lua.
 --
--- KEYS[1]  meta hash        KEYS[2]  wake stream
+-- KEYS[1]  meta hash        KEYS[2]  wake stream (every follower's)
+-- KEYS[3]  wakers sorted set          KEYS[4..] the wake streams of the followers in ARGV[2]
 -- ARGV[1]  the revision the writer read the log up to (at or past its entry)
--- ARGV[2]  the followers to wake, newline-separated; '': every follower
+-- ARGV[2]  the followers to wake, newline-separated, in the order of KEYS[4..]; '': every
+--          follower (KEYS[2])
+-- ARGV[3]  time to live of the followers' wake streams, ms (as append.lua's ARGV[13])
 --
 -- Returns:
---   {0, revision}   wake-up entry `<ARGV[1]>-1` written, with field `to` = ARGV[2] unless
---                   that is '' (the stream trimmed to the newest 16, as append.lua does)
---   {4, top}        the wake stream already has an entry at or past `<ARGV[1]>-1` (a later
---                   entry's writer decided whom to wake on a newer state, or another writer
---                   woke them for this one); nothing written. `top`: that entry's revision
+--   {0, revision}   wake-up entry `<ARGV[1]>-1` added to the wake streams (each trimmed as
+--                   append.lua does) of the followers, or to KEYS[2]
+--   {4, revision}   every one of those streams already has an entry at or past
+--                   `<ARGV[1]>-1` (a later entry's writer decided whom to wake on a newer
+--                   state, or another writer woke them for this one); nothing written
 --   {5, head}       ARGV[1] is past the log's head (the log lost entries since the writer
 --                   read it); nothing written
 --   {2}             the synchronizer does not exist; nothing written
@@ -25,18 +28,15 @@ local revision = tonumber(ARGV[1])
 if revision > meta.head then
   return {5, meta.head}
 end
-local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-if top then
-  local top_revision, top_sequence = string.match(top[1], '^(%d+)-(%d+)$')
-  top_revision, top_sequence = tonumber(top_revision), tonumber(top_sequence)
-  if top_revision > revision or (top_revision == revision and top_sequence >= 1) then
-    return {4, top_revision}
-  end
-end
 local wake_id = string.format('%d-1', revision)
-if ARGV[2] ~= '' then
-  redis.call('XADD', KEYS[2], 'MAXLEN', 16, wake_id, 'r', revision, 'to', ARGV[2])
-else
-  redis.call('XADD', KEYS[2], 'MAXLEN', 16, wake_id, 'r', revision)
+if ARGV[2] == '' then
+  local added = redis.pcall('XADD', KEYS[2], 'MAXLEN', 16, wake_id, 'r', revision)
+  if type(added) == 'table' and added.err then
+    return {4, revision}
+  end
+  return {0, revision}
+end
+if wake_followers(KEYS[3], 4, ARGV[2], wake_id, revision, server_ms(), tonumber(ARGV[3])) == 0 then
+  return {4, revision}
 end
 return {0, revision}
