@@ -202,7 +202,7 @@ def test_invalid_group_configs(kwargs: dict[str, object]) -> None:
 
 @pytest.mark.parametrize(
     "seed",
-    [1, 2, pytest.param(3, marks=pytest.mark.long)],  # (`make test-long` runs seed 3)
+    [1, *(pytest.param(seed, marks=pytest.mark.long) for seed in (2, 3))],  # (test-long: 2, 3)
 )
 def test_many_reader_simulation_keeps_every_invariant(seed: int) -> None:
     sim = GroupSimulation(seed)
