@@ -118,10 +118,12 @@ class LogBackend(Protocol):
         """Append one entry (see the module contract). ``incarnation`` and the writer's
         history ``anchor_history`` at its revision ``anchor_revision`` are checked when given.
         ``wake``: the entry also signals the log's wake stream (``wait(..., wakes_only=True)``
-        returns for it); a collection of follower names signals it only for them (see
-        :func:`woken_followers`; none at all if it is empty), decided on the writer's
-        replica: when the entry lands past entries that replica had not applied, the writer
-        names them again with :meth:`wake` once it has read them. ``keys``: what the entry
+        returns for it); a collection of follower names signals it only for them, on their
+        own wake streams (``wait(..., wakes_only=True, follower=name)``; none at all if it is
+        empty), decided on the writer's replica: when the entry lands past entries that
+        replica had not applied, the writer names them again with :meth:`wake` once it has
+        read them. (:func:`woken_followers` reads the names older writers put on the shared
+        stream.) ``keys``: what the entry
         concerns (``None``: the whole state); a conditional append with keys lands past
         ``expected_revision`` too when every entry since (at most :data:`MAX_DISJOINT_WINDOW`,
         none truncated) has keys, none of them among these."""
@@ -131,8 +133,9 @@ class LogBackend(Protocol):
         """Wake ``followers`` (``None``: every follower) again for the log as of ``revision``:
         a writer whose entry with named wake-ups landed past entries its replica had not
         applied names them on the state it read since (see ``append``). ``False`` if nothing
-        was signalled: a wake-up at or past it exists already (decided on a state as new or
-        newer), or ``revision`` is past the head (the log lost entries)."""
+        was signalled: ``followers`` is empty, each of them (or, for ``None``, the shared
+        stream) has a wake-up at or past this second one already (decided on a state as new
+        or newer), or ``revision`` is past the head (the log lost entries)."""
         ...
 
     def read(
@@ -177,7 +180,8 @@ class LogBackend(Protocol):
         ...
 
     def delete(self, name: str) -> bool:
-        """Remove the log, snapshots and writer table; ``False`` if nothing existed."""
+        """Remove the log, snapshots, writer table and wake streams (the followers' too);
+        ``False`` if nothing existed."""
         ...
 
     def server_time_ms(self) -> int:

@@ -598,6 +598,8 @@ class RedisLogBackend:
         return AppendOutcome(code, int(reply[1]))
 
     def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
+        if followers is not None and not followers:
+            return False  # nobody to wake ('' would mean every follower to wake.lua)
         k = self.keys(name)
         named = sorted(followers or ())
         reply = self._run(

@@ -426,19 +426,21 @@ class StateSynchronizer(Generic[S]):
     ) -> None:
         """After an entry of ``updates`` whose wake-ups named followers (``named``, decided on
         a replica the log had moved past) landed at revision ``landed`` and this replica read
-        the log since: name
-        them again on the state read (the log's as of now, or newer than the entry's own).
-        Whoever the entry woke by its first naming has refreshed past it; whoever the entries
-        it landed after woke was named on their own writers' states. Those the combined state
-        gives something to do are woken here, unless a later wake-up (decided on a state as
-        new) already exists. Best effort: a wake-up is a hint (followers also refresh on their
-        own), so a failure is logged, never raised: the entry has landed."""
+        the log since: name them again on the state read (the log's as of now, or newer than
+        the entry's own). Whoever the entry woke by its first naming refreshes past it;
+        whoever the entries it landed after woke was named on their own writers' states. The
+        others the combined state gives something to do are woken here, unless a later
+        wake-up (decided on a state as new) already exists. Best effort: a wake-up is a hint
+        (followers also refresh on their own), so a failure is logged, never raised: the
+        entry has landed."""
         replica = self._loaded()
         if isinstance(named, bool) or replica.revision < landed:
             return
         again = _wakes(updates, replica.state)
-        if again is False or again == frozenset():
-            return
+        if again is not True:  # those named the first time have refreshed past the entry
+            again = again and again - named
+            if not again:
+                return
         try:
             self._backend.wake(self._name, replica.revision, None if again is True else again)
         except StateSyncError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 from urllib.parse import urlparse
 
@@ -174,3 +175,31 @@ def test_run_with_a_slow_handler_and_a_full_queue_still_gives_a_joining_reader_i
     assert not runner.is_alive()
     a.close()
     b.close()
+
+
+def test_a_reader_whose_own_move_gives_it_the_next_one_makes_that_too(
+    redis_url: str, scope: str, factory: EventStreamClientFactory
+) -> None:
+    """7 segments, 3 readers; one leaves. The one left below the floor (3) takes its floor
+    share, which can make it the first in turn for the last unassigned segment: its own entry
+    then names it. It used to skip that wake-up (its maintenance thread had read past it) and
+    the segment stayed unassigned until some other change. Every order of names is tried, as
+    the turn depends on them."""
+    setup(redis_url, scope, factory, segments=7, events=0)
+
+    def own_all(readers: dict[str, EventStreamReader[str]], names: str) -> bool:
+        for name in names:
+            readers[name].read_next_event(timeout=0.02)
+        return sum(len(readers[name].owned_segments()) for name in names) == 7
+
+    for n, names in enumerate(["abc", "bac", "xyz", "yxz", "pqr", "qpr"]):
+        group = f"g{n}"
+        with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+            rgm.create_reader_group(group, ReaderGroupConfig(streams=[f"{scope}/s"], **FAST))
+        readers = {r: factory.create_reader(r, group, UTF8StringSerializer()) for r in names}
+        wait_until(partial(own_all, readers, names), 20, f"{names}: all 7 segments owned")
+        readers[names[2]].close()
+        left = names[:2]
+        wait_until(partial(own_all, readers, left), 10, f"{names}: {left} own all 7 once one left")
+        for r in left:
+            readers[r].close()

@@ -197,6 +197,8 @@ def test_an_entry_wakes_only_the_followers_it_names(backend: LogBackend, unique_
     # a second naming at or past one that exists, or past the head, signals nothing
     assert not backend.wake(unique_name, 4, {"f"})
     assert not backend.wake(unique_name, 9, {"f"})
+    assert not backend.wake(unique_name, 4, set())  # nobody named: nobody woken
+    assert not follower.wait_for_updates(0.05, wakes_only=True)
     assert backend.wake(unique_name, 4, {"g"})  # g had not been woken at 4 yet
     assert backend.wait(unique_name, 3, 0.05, wakes_only=True, follower="g")
     with pytest.raises(SynchronizerNotFoundError):

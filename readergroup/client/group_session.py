@@ -42,6 +42,7 @@ from readergroup.core.errors import (
     SegmentNotOwnedError,
     TruncatedDataError,
 )
+from readergroup.core.fair_share import readers_with_moves
 from readergroup.core.group_config import AUTO, ReaderGroupConfig
 from readergroup.core.group_state import STATE_TYPES as GROUP_STATE_TYPES
 from readergroup.core.group_state import UPDATE_TYPES as GROUP_UPDATE_TYPES
@@ -504,18 +505,27 @@ class GroupSession(Generic[T]):
                 self.group_dirty = True
                 self._notify(released=sorted(frozen))
             raise
-        if sync.revision - looked_at != sync.stats.appends - appended:
+        seen = sync.revision  # (before the check: the heartbeat thread may fetch meanwhile)
+        if seen - looked_at != sync.stats.appends - appended:
             # others' changes came in meanwhile (a conflict's re-read, a move that landed
             # past them, the heartbeat's fetch): their wake-ups count as seen below, so look
             # at them (resets, checkpoints) at the next maintenance
             self.group_dirty = True
         state = self.member.state
-        self._seen_revision = self._wake_seen = self.member.sync.revision
+        self._seen_revision = self._wake_seen = seen
         self.end_of_data = state.end_of_data
         self._reconcile(state, released, frozen)  # adopts what was acquired, as owned in ``state``
         if acquired:
             logger.debug("reader %r acquired %s", self.reader_id, sorted(acquired))
             self._notify(acquired=list(acquired))
+        if (acquired or released) and self.reader_id in readers_with_moves(
+            state.counts(), len(state.unassigned), state.frozen_readers()
+        ):
+            # a move of its own gave it the next one (say its floor share, then the first
+            # turn for the extra segment): its entry named it, but it has read past that
+            # wake-up, so go again now (each round moves a segment: bounded)
+            self.group_dirty = True
+            self.wake.set()
 
     def _freeze_releases(self, state: GroupState) -> dict[SegKey, OwnedSegment]:
         """Take the segments the group wants back (above this reader's share in ``state``) out
