@@ -67,6 +67,7 @@ def run_cli_on_cluster(cluster: LocalRedisCluster, scope: str) -> None:
     assert sum(s["tail"] for s in info["segments"]) == 30
 
 
+@pytest.mark.long  # about 22 s: a SparkSession and 3 Sentinels (clients: in make test)
 def test_the_spark_source_takes_a_sentinel_url(
     spark: Any, sentinels: LocalSentinelGroup, unique_name: str
 ) -> None:

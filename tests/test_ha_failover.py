@@ -55,6 +55,7 @@ def assert_nothing_skipped(figures: HaFigures) -> None:
 
 
 @pytest.mark.redis
+@pytest.mark.long  # about 24 s: a group through a forced failover (make test-long; CI runs both)
 def test_a_reader_group_rides_out_a_sentinel_failover(sentinels: LocalSentinelGroup) -> None:
     run = HaRun(
         sentinels.url,
