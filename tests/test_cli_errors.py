@@ -15,6 +15,7 @@ import sys
 import threading
 from typing import Any
 
+import pytest
 import redis
 
 from readergroup import ReaderGroupConfig, ReaderGroupManager, StreamManager
@@ -61,6 +62,7 @@ def test_tables_are_printed_in_full_when_stdout_is_not_a_terminal(
     assert "…" not in listed + described.stdout
 
 
+@pytest.mark.long  # about 14 s: rediss:// to a plain server waits out two connect timeouts
 def test_connection_mistakes_get_a_hint(private_redis: LocalRedisServer) -> None:
     url = private_redis.url
     line = refused(url.replace("redis://", "rediss://"), "scope", "list")
