@@ -42,11 +42,10 @@ from readergroup.core.errors import (
     SegmentNotOwnedError,
     TruncatedDataError,
 )
-from readergroup.core.fair_share import readers_with_moves
 from readergroup.core.group_config import AUTO, ReaderGroupConfig
 from readergroup.core.group_state import STATE_TYPES as GROUP_STATE_TYPES
 from readergroup.core.group_state import UPDATE_TYPES as GROUP_UPDATE_TYPES
-from readergroup.core.group_state import Assignment, GroupState, SegKey
+from readergroup.core.group_state import Assignment, GroupState, SegKey, readers_to_move
 from readergroup.core.names import split_scoped_stream, stream_sync_name
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
 from readergroup.storage.connection_api import Connection
@@ -518,9 +517,7 @@ class GroupSession(Generic[T]):
         if acquired:
             logger.debug("reader %r acquired %s", self.reader_id, sorted(acquired))
             self._notify(acquired=list(acquired))
-        if (acquired or released) and self.reader_id in readers_with_moves(
-            state.counts(), len(state.unassigned), state.frozen_readers()
-        ):
+        if (acquired or released) and self.reader_id in readers_to_move(state):
             # a move of its own gave it the next one (say its floor share, then the first
             # turn for the extra segment): its entry named it, but it has read past that
             # wake-up, so go again now (each round moves a segment: bounded)
@@ -821,7 +818,8 @@ class GroupSession(Generic[T]):
 
     def wake_logs(self) -> dict[str, str]:
         """Key -> entry id after which news should wake a blocked fetch: the group log's wake
-        stream, and the metadata log of every stream read."""
+        streams (the shared one and this reader's own), and the metadata log of every stream
+        read."""
         logs: dict[str, str] = {}
         group = self.member.sync.name
         synchronizers = [(group, max(self._seen_revision, self._wake_seen))]
@@ -829,15 +827,15 @@ class GroupSession(Generic[T]):
         woken_to = self._woken_to
         for name, revision in synchronizers:
             after_revision = max(revision, self._stuck_at.get(name, 0), woken_to.get(name, -1))
-            log, after = self._connection.wake_on(name, after_revision, wakes_only=name == group)
-            self._log_names[log] = name
-            if log not in self._bad_logs:
-                logs[log] = after
+            waits = [self._connection.wake_on(name, after_revision, wakes_only=name == group)]
             if name == group:
-                own, after = self._connection.follower_wake_on(name, after_revision, self.reader_id)
-                self._log_names[own] = name
-                if own not in self._bad_logs:
-                    logs[own] = after
+                waits.append(
+                    self._connection.follower_wake_on(name, after_revision, self.reader_id)
+                )
+            for log, after in waits:
+                self._log_names[log] = name
+                if log not in self._bad_logs:
+                    logs[log] = after
         return logs
 
     def absorb(self, outcome: FetchOutcome) -> None:
@@ -845,10 +843,10 @@ class GroupSession(Generic[T]):
         if outcome.bad_logs:
             self._bad_logs |= outcome.bad_logs
             self.group_dirty = self._streams_dirty = True
-        for log, entries in outcome.news.items():
+        newest = {log: max(map(wake_revision, e)) for log, e in outcome.news.items() if e}
+        for log, revision in newest.items():
             name = self._log_names.get(log)
-            if name is not None and entries:
-                revision = max(wake_revision(e) for e in entries)
+            if name is not None:
                 self._woken_to[name] = max(revision, self._woken_to.get(name, -1))
         woken = False
         for log in outcome.woken:
@@ -861,13 +859,12 @@ class GroupSession(Generic[T]):
             # thread has refreshed past it meanwhile (it acted on that state: wake-ups coming
             # one by one make one round, not one each)
             wakes = outcome.news.get(log)
-            newest = max((wake_revision(e) for e in wakes), default=-1) if wakes else -1
             if not wakes or (
-                newest > self._seen_revision and wakes_follower(wakes, self.reader_id)
+                newest[log] > self._seen_revision and wakes_follower(wakes, self.reader_id)
             ):
                 self.group_dirty = woken = True
             else:
-                self._wake_seen = max(self._wake_seen, newest)
+                self._wake_seen = max(self._wake_seen, newest[log])
         if outcome.bad_logs or woken or self._fetcher.rewound:
             self.wake.set()  # (a rewind found by the fetch: the group's position moves back)
 

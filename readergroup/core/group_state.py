@@ -326,6 +326,12 @@ MAX_NAMED_WAKES = 256
 """Most readers a join, acquisition or release names in its wake-up; past that it wakes all."""
 
 
+def readers_to_move(state: GroupState) -> frozenset[str]:
+    """The readers the balancing rules (turns included) give a move in ``state``, frozen
+    readers excepted (:func:`~readergroup.core.fair_share.readers_with_moves` on its counts)."""
+    return readers_with_moves(state.counts(), len(state.unassigned), state.frozen_readers())
+
+
 def movers(state: GroupState) -> frozenset[str] | None:
     """Whom a join, acquisition or release leaving the group at ``state`` wakes
     (statesync's ``Update.wakes``): the readers with a move to make there
@@ -333,7 +339,7 @@ def movers(state: GroupState) -> frozenset[str] | None:
     excepted), as the others would move nothing; ``None`` (every reader) past
     :data:`MAX_NAMED_WAKES`. Other updates (removals, checkpoints and their acknowledgements,
     resets, completions) wake every reader: they may unfreeze one or change the turns."""
-    named = readers_with_moves(state.counts(), len(state.unassigned), state.frozen_readers())
+    named = readers_to_move(state)
     return named if len(named) <= MAX_NAMED_WAKES else None
 
 
