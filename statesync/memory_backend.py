@@ -41,6 +41,19 @@ class _Log:
     keys: dict[int, frozenset[str] | None] = field(default_factory=dict)
     """Revision -> the keys its entry concerns (``None``: the whole state)."""
 
+    def signal(self, revision: int, followers: Collection[str] | None) -> bool:
+        """Wake ``followers`` (``None``: every follower) for ``revision``, each only if not
+        woken for it or later yet; whether anyone was."""
+        if followers is None:
+            if self.woken >= revision:
+                return False
+            self.woken = revision
+            return True
+        named = self.followers_woken
+        behind = [f for f in followers if named.get(f, -1) < revision]
+        named.update(dict.fromkeys(behind, revision))
+        return bool(behind)
+
     def disjoint_since(self, expected: int, keys: frozenset[str] | None) -> bool:
         """Whether every entry after ``expected`` concerns only keys other than ``keys``."""
         if not keys or expected < self.trunc or self.revision - expected > MAX_DISJOINT_WINDOW:
@@ -157,28 +170,16 @@ class MemoryLogBackend:
             log.keys[log.revision] = concerns
             # named followers: decided on the writer's replica (it names them again with
             # ``wake`` if the entry landed past others)
-            if wake is True:
-                log.woken = log.revision
-            elif wake is not False:
-                log.followers_woken.update(dict.fromkeys(wake, log.revision))
+            if wake is not False:
+                log.signal(log.revision, None if wake is True else wake)
             self._changed.notify_all()
             return AppendOutcome(status.OK, log.revision, now, history)
 
     def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
         with self._changed:
             log = self._get(name)
-            if revision > log.revision:
+            if revision > log.revision or not log.signal(revision, followers):
                 return False
-            if followers is None:
-                if log.woken >= revision:
-                    return False
-                log.woken = revision
-            else:
-                named = log.followers_woken
-                behind = [f for f in followers if named.get(f, -1) < revision]
-                if not behind:
-                    return False
-                named.update(dict.fromkeys(behind, revision))
             self._changed.notify_all()
             return True
 

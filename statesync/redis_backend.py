@@ -527,8 +527,8 @@ class RedisLogBackend:
         this pair to its XREAD instead of building the log's key and ids itself.
         ``wakes_only``: only entries appended with ``wake`` count (the log's wake stream)."""
         layout = self.keys(name)
-        if wakes_only:  # past every wake-up of that revision (wake.lua's second ones too)
-            return layout.wake, f"{max(after_revision, 0)}-{LAST_SEQUENCE}"
+        if wakes_only:
+            return layout.wake, _past_wakes_of(after_revision)
         return layout.log, f"{max(after_revision, 0)}-0"
 
     def follower_wake_on(self, name: str, after_revision: int, follower: str) -> tuple[str, str]:
@@ -536,8 +536,7 @@ class RedisLogBackend:
         synchronizer ``name`` after ``after_revision`` names ``follower`` in its wake-up (see
         :meth:`~statesync.names.KeyLayout.follower_wake`); with :meth:`wake_on`'s
         ``wakes_only`` pair, every wake-up that concerns the follower."""
-        key = self.keys(name).follower_wake(follower)
-        return key, f"{max(after_revision, 0)}-{LAST_SEQUENCE}"
+        return self.keys(name).follower_wake(follower), _past_wakes_of(after_revision)
 
     def _run(self, script: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with translate_redis_errors(script, name):
@@ -731,6 +730,11 @@ class RedisLogBackend:
     def close(self) -> None:
         self._blocking.close()
         self._client.close()
+
+
+def _past_wakes_of(revision: int) -> str:
+    """The wake-stream id past every wake-up of ``revision`` (wake.lua's second ones too)."""
+    return f"{max(revision, 0)}-{LAST_SEQUENCE}"
 
 
 def _text(value: Any) -> str:
