@@ -20,7 +20,7 @@ import time
 import weakref
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from redis.backoff import NoBackoff
@@ -229,15 +229,84 @@ def recheck_primary(client: Any) -> None:
         follow_now()
 
 
+class PrimarySwitches(Protocol):
+    """How often a client has seen its primary change (see :func:`primary_switches`)."""
+
+    @property
+    def count(self) -> int: ...
+
+
+def primary_switches(client: Any) -> PrimarySwitches | None:
+    """The count of primary switches ``client`` has seen, or ``None`` for a plain client (a
+    failover behind one address breaks its connections, which its user sees as an outage).
+
+    A Sentinel client counts the switches its pools learn (its blocking-read twin shares the
+    count); a cluster client counts ``MOVED`` replies and slot-table refreshes that changed
+    the set of primaries. A switch a client took in its stride (idle connections closed, a
+    command redirected) shows nowhere else: a user holding positions on the old primary (a
+    reader) compares the count between two reads to learn that it should check them."""
+    pool = getattr(client, "connection_pool", None)
+    siblings = getattr(pool, "siblings", None)
+    if isinstance(siblings, _SiblingPools):
+        return siblings
+    nodes = getattr(client, "nodes_manager", None)
+    if nodes is None:
+        return None
+    with _COUNTING:
+        counted = getattr(nodes, _CLUSTER_SWITCHES, None)
+        if not isinstance(counted, _ClusterSwitches):
+            counted = _ClusterSwitches(nodes)
+            setattr(nodes, _CLUSTER_SWITCHES, counted)
+    return counted
+
+
+_COUNTING = threading.Lock()
+_CLUSTER_SWITCHES = "_statesync_primary_switches"
+"""Attribute of a cluster client's nodes manager holding its :class:`_ClusterSwitches`."""
+
+
+class _ClusterSwitches:
+    """Counts a cluster client's primary switches: wraps its nodes manager's ``move_slot`` (a
+    ``MOVED`` or ``ASK`` reply: a slot is served elsewhere) and ``initialize`` (a slot-table
+    refresh, counted when the set of primaries changed, as a failover changes it)."""
+
+    def __init__(self, nodes: Any) -> None:
+        self.count = 0
+        move_slot, initialize = nodes.move_slot, nodes.initialize
+
+        def counting_move_slot(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return move_slot(*args, **kwargs)
+
+        def counting_initialize(*args: Any, **kwargs: Any) -> Any:
+            before = _primaries(nodes)
+            try:
+                return initialize(*args, **kwargs)
+            finally:
+                if _primaries(nodes) != before:
+                    self.count += 1
+
+        nodes.move_slot, nodes.initialize = counting_move_slot, counting_initialize
+
+
+def _primaries(nodes: Any) -> frozenset[str]:
+    from redis.cluster import PRIMARY
+
+    return frozenset(
+        name for name, node in dict(nodes.nodes_cache).items() if node.server_type == PRIMARY
+    )
+
+
 class _SiblingPools:
     """The Sentinel pools of one client pair (commands, blocking reads): a switch one of them
     learns is followed by the others at once, not at their own next question to the Sentinels
     (a blocking read in flight on the old primary would otherwise wait there up to its block
-    time, or until the Sentinels demote that server)."""
+    time, or until the Sentinels demote that server). ``count``: the switches learned."""
 
     def __init__(self) -> None:
         self._pools: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
+        self.count = 0
 
     def add(self, pool: Any) -> None:
         with self._lock:
@@ -246,6 +315,7 @@ class _SiblingPools:
     def learned(self, learner: Any, address: Any) -> None:
         """``learner`` found that the Sentinels name the primary ``address``."""
         with self._lock:
+            self.count += 1
             others = [pool for pool in self._pools if pool is not learner]
         for pool in others:
             pool.follow_sibling(address)
@@ -323,6 +393,7 @@ def _following_pool_class() -> type:
             # redis-py's connections ask the pool's proxy where the primary is when they
             # connect: the proxy's answers are watched too, so no switch goes untold
             self.proxy.get_master_address = _telling(self, siblings)  # type: ignore[method-assign]
+            self.siblings = siblings
             siblings.add(self)
 
         def follow_sibling(self, address: Any) -> None:

@@ -66,9 +66,12 @@ def test_a_durable_synchronizer_follows_its_slot_to_the_promoted_replica(
     sync = connection.synchronizer("counter-ha", ALL_TYPES)
     sync.initialize({"total": 0})
     sync.update_state(lambda s: [Add(1)])
+    switches = connection.primary_switches()
     cluster.failover(cluster.primary_for("{counter-ha}"))
     sync.update_state(lambda s: [Add(1)])  # MOVED on the old primary: retried on the new one
     assert sync.state == {"total": 2}
+    # the client took the switch in its stride; readers compare this count to look at their logs
+    assert connection.primary_switches() > switches
     connection.close()
 
 

@@ -39,7 +39,12 @@ from readergroup.core.group_state import (
 )
 from readergroup.spark.options import SourceOptions
 from readergroup.spark.source import BASE_SCHEMA, SegmentPartition, read_partition
-from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
+from readergroup.testing.embedded_redis import (
+    LocalRedisServer,
+    LocalSentinelGroup,
+    local_redis_server,
+    local_sentinel_group,
+)
 from tests.support.proxy import ReplyDroppingProxy
 from tests.support.waiting import wait_until
 from tests.test_hostile_reads import collect
@@ -543,3 +548,78 @@ def test_a_shorter_log_no_retry_fills_is_reported_lost_after_the_grace(
     finally:
         follower.close()
         front.close()
+
+
+def collect_unparked(reader: Any, until: Any, timeout: float = 30.0) -> list[Any]:
+    """As :func:`collect`, with reads that wait as long as a fetch may block (so no ``XREAD``
+    stays parked on a connection between two reads)."""
+    results: list[Any] = []
+
+    def step() -> bool:
+        try:
+            results.extend(e.event for e in reader.read_batch(100, timeout=1.0))
+        except DataLostError as exc:
+            results.append(exc)
+        return bool(until(results))
+
+    wait_until(step, timeout, "reading")
+    return results
+
+
+def named_by_all(sentinels: LocalSentinelGroup) -> set[int]:
+    """The ports of the primaries the Sentinels name (one once they all know of a switch)."""
+    named = set()
+    for port in sentinels.sentinel_ports:
+        with redis.Redis(port=port, decode_responses=True) as sentinel:
+            named.add(int(sentinel.sentinel_get_master_addr_by_name(sentinels.service)[1]))
+    return named
+
+
+@pytest.mark.long  # about 15 s: a Sentinel group and a forced failover (make test-long)
+@pytest.mark.redis
+def test_a_reader_that_lost_no_connection_notices_a_lossy_sentinel_failover() -> None:
+    """Item 4, when the failover breaks no connection of the reader: it read up to 150 and
+    had no read in flight when the Sentinels promoted a replica 50 events behind, so its pool
+    only closed idle connections and its next read went to the new primary without an error
+    (no outage to end). A fresh writer then appends 100..129 there, below the reader's position.
+    The reader reports 100..149 lost and delivers the new events within its session (before:
+    only at the idle check, 3 session timeouts = 90 s here, or when the log reached 150)."""
+    links: list[ReplyDroppingProxy] = []
+
+    def relay(port: int) -> int:
+        links.append(ReplyDroppingProxy("127.0.0.1", port))
+        return links[-1].port
+
+    try:
+        with local_sentinel_group(replicas=1, relay=relay) as sentinels:
+            url = sentinels.url
+            stream_and_group(
+                url, session_timeout=30.0, heartbeat_interval=0.5, commit_mode="manual"
+            )  # (no commit: the group log loses nothing, which a reader would notice too)
+            config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+            with (
+                EventStreamClientFactory.from_url("ha", url) as factory,
+                factory.create_reader("r1", "g", BytesSerializer()) as reader,
+            ):
+                events_key = factory.connection.keys.segment("ha", "s", 0).events
+                replica = redis.Redis(port=sentinels.replicas[0].port)
+                with factory.create_event_writer("s", BytesSerializer(), config) as writer:
+                    for i in range(100):
+                        writer.write_event(b"a%d" % i, "k")
+                    writer.flush()
+                    collect_unparked(reader, lambda got: len(got) >= 100)
+                    wait_until(lambda: replica.xlen(events_key) == 100, 30, "the replica")
+                    links[0].blackhole()  # the replica falls behind
+                    for i in range(50):
+                        writer.write_event(b"b%d" % i, "k")
+                    writer.flush()
+                collect_unparked(reader, lambda got: len(got) >= 50)
+                promoted = sentinels.failover()  # nothing of the reader's is in flight
+                wait_until(lambda: named_by_all(sentinels) == {promoted}, 30, "the Sentinels")
+                assert fresh_writes(url, b"c", 30) == list(range(100, 130))
+                results = collect_unparked(reader, lambda got: len(got) >= 31)
+                replica.close()
+            assert_one_loss_then(results, [b"c%d" % i for i in range(30)])
+    finally:
+        for link in links:
+            link.close()

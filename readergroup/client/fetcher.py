@@ -299,7 +299,10 @@ class Fetcher(Generic[T]):
         self._idle_due = 0.0
         """When (monotonic) :meth:`check_idle` next looks for idle segments."""
         self._check_all = False
-        """An outage ended: :meth:`check_idle` looks at every segment's log."""
+        """An outage ended or the primary switched: :meth:`check_idle` looks at every
+        segment's log."""
+        self._switches = connection.primary_switches()
+        """The connection's primary switches when last looked at (see :meth:`_after_failover`)."""
         self.rewound: set[SegKey] = set()
         """Segments whose ``rewind`` is set: the group's position must move back (the
         session sends it and clears this)."""
@@ -528,6 +531,7 @@ class Fetcher(Generic[T]):
             if self.collect(0.0) or self._ahead:
                 return NO_NEWS
             block = max(0.0, block - (self._clock.monotonic() - began))
+        self._after_failover()
         try:
             if any(owned.unchecked for owned in self.owned.values()):
                 self._check_positions()
@@ -572,9 +576,31 @@ class Fetcher(Generic[T]):
             return FetchOutcome(bad_logs=frozenset(bad))
         if reply is None:
             return NO_NEWS  # the parked XREAD waits on
-        if self._outage.back():  # a failover may be why: look at every log on the next fetch
-            self._idle_due, self._check_all = 0.0, True
+        self._answered()
         return self._apply(reply, by_key, asked, limit)
+
+    def _answered(self) -> None:
+        """Redis answered a read: if that ends an outage, a failover may be why, so every
+        segment's log is looked at on the next fetch."""
+        if self._outage.back():
+            self._look_at_every_log()
+
+    def _after_failover(self) -> None:
+        """If the connection learned of a primary switch since the last fetch (one that broke
+        no connection of this reader: idle connections closed, a cluster slot redirected), look
+        at every segment's log now: the new primary's may end below a reader's position, and
+        events going there would not reach the reader before its log did."""
+        switches = self._connection.primary_switches()
+        if switches != self._switches:
+            self._switches = switches
+            logger.warning(
+                "reader %r: the primary switched; checking every owned segment's log",
+                self._outage.reader_id,
+            )
+            self._look_at_every_log()
+
+    def _look_at_every_log(self) -> None:
+        self._idle_due, self._check_all = 0.0, True
 
     def _apply(
         self,
@@ -903,7 +929,7 @@ class Fetcher(Generic[T]):
         if reply is None:  # (ready, yet no reply: give it up)
             head.read.cancel()
             return False
-        self._outage.back()
+        self._answered()
         buffered = False
         full: set[str] = set()
         for key, (owned, position) in targets.items():

@@ -35,7 +35,12 @@ from readergroup.storage.translate import translate_errors
 from statesync import SyncConfig
 from statesync.endpoints import is_sentinel_url, split_seeds
 from statesync.errors import EndpointURLError
-from statesync.redis_backend import RedisLogBackend, sentinel_clients
+from statesync.redis_backend import (
+    PrimarySwitches,
+    RedisLogBackend,
+    primary_switches,
+    sentinel_clients,
+)
 
 if TYPE_CHECKING:
     from readergroup.storage.connection_api import Connection
@@ -125,6 +130,12 @@ class RedisConnection(SynchronizerSource):
             compact_every=1000,
             acks=acks,
         )
+        switches = {
+            id(counted): counted
+            for counted in map(primary_switches, (client, self.log_backend.blocking_client))
+            if counted is not None
+        }  # (a Sentinel pair shares one count)
+        self._switches: tuple[PrimarySwitches, ...] = tuple(switches.values())
         self._reads = MultiKeyReader(client, self.log_backend.blocking_client, self.cluster)
         self.segments = SegmentStore(
             client, self._scripts, self.keys, acks, self.cluster, self._reads
@@ -197,6 +208,11 @@ class RedisConnection(SynchronizerSource):
     def server_time_ms(self) -> int:
         with translate_errors("TIME"):
             return self.log_backend.server_time_ms()
+
+    def primary_switches(self) -> int:
+        """The switches the command and blocking clients have seen (see
+        :func:`statesync.redis_backend.primary_switches`; a plain client's are always 0)."""
+        return sum(switches.count for switches in self._switches)
 
     def close(self) -> None:
         self.log_backend.close()

@@ -112,6 +112,13 @@ class Connection(Protocol):
 
     def server_time_ms(self) -> int: ...
 
+    def primary_switches(self) -> int:
+        """A number that changes whenever the connection's clients learn that the primary they
+        use changed (a Sentinel switch, a cluster slot moved) without an error reaching their
+        user: positions held on the old primary may then be gone. Constant where no switch can
+        go unnoticed."""
+        ...
+
     def close(self) -> None: ...
 
     def heartbeat_store(self, sync_name: str) -> GroupHeartbeats: ...

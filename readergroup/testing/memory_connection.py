@@ -159,6 +159,10 @@ class MemoryConnection(SynchronizerSource):
     def server_time_ms(self) -> int:
         return self._now_ms()
 
+    def primary_switches(self) -> int:
+        """Always 0: one "server", which never fails over."""
+        return 0
+
     def heartbeat_store(self, sync_name: str) -> MemoryHeartbeatStore:
         with self._changed:
             store = self._heartbeats.get(sync_name)
