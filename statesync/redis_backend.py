@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import PRIMARY as CLUSTER_PRIMARY
 from redis.commands.core import Script
 from redis.retry import Retry
 
@@ -267,34 +268,54 @@ _CLUSTER_SWITCHES = "_statesync_primary_switches"
 
 class _ClusterSwitches:
     """Counts a cluster client's primary switches: wraps its nodes manager's ``move_slot`` (a
-    ``MOVED`` or ``ASK`` reply: a slot is served elsewhere) and ``initialize`` (a slot-table
-    refresh, counted when the set of primaries changed, as a failover changes it)."""
+    ``MOVED`` reply, counted when the slot's primary changed by it; an ``ASK`` is a migration
+    under way, not counted) and ``initialize`` (a slot-table refresh, counted when the set of
+    primaries changed, as a failover changes it). Counted once the manager has taken the
+    change in, so a reader that sees the count checks its logs on the new primary. The
+    manager's own lock is not taken here: the wrapped methods take it themselves."""
 
     def __init__(self, nodes: Any) -> None:
         self.count = 0
+        self._lock = threading.Lock()
         move_slot, initialize = nodes.move_slot, nodes.initialize
 
-        def counting_move_slot(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return move_slot(*args, **kwargs)
+        def counting_move_slot(error: Any) -> Any:
+            before = _slot_primary(nodes, error)
+            moved = move_slot(error)
+            if not isinstance(error, redis.exceptions.AskError) and (
+                _slot_primary(nodes, error) != before
+            ):
+                self._counted()
+            return moved
 
         def counting_initialize(*args: Any, **kwargs: Any) -> Any:
             before = _primaries(nodes)
-            try:
-                return initialize(*args, **kwargs)
-            finally:
-                if _primaries(nodes) != before:
-                    self.count += 1
+            done = initialize(*args, **kwargs)
+            if _primaries(nodes) != before:
+                self._counted()
+            return done
 
         nodes.move_slot, nodes.initialize = counting_move_slot, counting_initialize
 
+    def _counted(self) -> None:
+        with self._lock:
+            self.count += 1
+
 
 def _primaries(nodes: Any) -> frozenset[str]:
-    from redis.cluster import PRIMARY
-
+    """The names of the primaries in a cluster nodes manager's table."""
     return frozenset(
-        name for name, node in dict(nodes.nodes_cache).items() if node.server_type == PRIMARY
+        name
+        for name, node in dict(nodes.nodes_cache).items()
+        if node.server_type == CLUSTER_PRIMARY
     )
+
+
+def _slot_primary(nodes: Any, error: Any) -> str | None:
+    """The name of the node a cluster nodes manager's table gives for the slot of a ``MOVED``
+    or ``ASK`` reply (``None``: none yet)."""
+    serving = nodes.slots_cache.get(getattr(error, "slot_id", None))
+    return serving[0].name if serving else None
 
 
 class _SiblingPools:
@@ -313,12 +334,15 @@ class _SiblingPools:
             self._pools.add(pool)
 
     def learned(self, learner: Any, address: Any) -> None:
-        """``learner`` found that the Sentinels name the primary ``address``."""
+        """``learner`` found that the Sentinels name the primary ``address``: the others
+        follow, then the switch is counted (a reader seeing the count checks its logs on the
+        new primary)."""
         with self._lock:
-            self.count += 1
             others = [pool for pool in self._pools if pool is not learner]
         for pool in others:
             pool.follow_sibling(address)
+        with self._lock:
+            self.count += 1
 
 
 def _leave(pool: Any) -> None:

@@ -3,7 +3,9 @@ it had the last appends must not make offsets that readers already passed name n
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +24,7 @@ from readergroup import (
     ReaderGroupManager,
     StreamManager,
 )
+from readergroup.client.fetcher import PARK_MIN_BLOCK
 from readergroup.core.epochs import committed_divergence, diverged_at
 from readergroup.core.errors import SegmentNotOwnedError
 from readergroup.core.group_state import (
@@ -551,13 +554,13 @@ def test_a_shorter_log_no_retry_fills_is_reported_lost_after_the_grace(
 
 
 def collect_unparked(reader: Any, until: Any, timeout: float = 30.0) -> list[Any]:
-    """As :func:`collect`, with reads that wait as long as a fetch may block (so no ``XREAD``
-    stays parked on a connection between two reads)."""
+    """As :func:`collect`, with reads too short to park an ``XREAD`` (below
+    ``PARK_MIN_BLOCK``): none stays in flight on a connection between two reads."""
     results: list[Any] = []
 
     def step() -> bool:
         try:
-            results.extend(e.event for e in reader.read_batch(100, timeout=1.0))
+            results.extend(e.event for e in reader.read_batch(100, timeout=PARK_MIN_BLOCK * 0.8))
         except DataLostError as exc:
             results.append(exc)
         return bool(until(results))
@@ -577,7 +580,9 @@ def named_by_all(sentinels: LocalSentinelGroup) -> set[int]:
 
 @pytest.mark.long  # about 15 s: a Sentinel group and a forced failover (make test-long)
 @pytest.mark.redis
-def test_a_reader_that_lost_no_connection_notices_a_lossy_sentinel_failover() -> None:
+def test_a_reader_that_lost_no_connection_notices_a_lossy_sentinel_failover(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Item 4, when the failover breaks no connection of the reader: it read up to 150 and
     had no read in flight when the Sentinels promoted a replica 50 events behind, so its pool
     only closed idle connections and its next read went to the new primary without an error
@@ -590,6 +595,7 @@ def test_a_reader_that_lost_no_connection_notices_a_lossy_sentinel_failover() ->
         links.append(ReplyDroppingProxy("127.0.0.1", port))
         return links[-1].port
 
+    caplog.set_level(logging.INFO, logger="readergroup.client.fetcher")
     try:
         with local_sentinel_group(replicas=1, relay=relay) as sentinels:
             url = sentinels.url
@@ -598,11 +604,12 @@ def test_a_reader_that_lost_no_connection_notices_a_lossy_sentinel_failover() ->
             )  # (no commit: the group log loses nothing, which a reader would notice too)
             config = EventWriterConfig(delivery_timeout=60, linger=0.02)
             with (
+                contextlib.ExitStack() as stack,
                 EventStreamClientFactory.from_url("ha", url) as factory,
                 factory.create_reader("r1", "g", BytesSerializer()) as reader,
             ):
                 events_key = factory.connection.keys.segment("ha", "s", 0).events
-                replica = redis.Redis(port=sentinels.replicas[0].port)
+                replica = stack.enter_context(redis.Redis(port=sentinels.replicas[0].port))
                 with factory.create_event_writer("s", BytesSerializer(), config) as writer:
                     for i in range(100):
                         writer.write_event(b"a%d" % i, "k")
@@ -618,8 +625,10 @@ def test_a_reader_that_lost_no_connection_notices_a_lossy_sentinel_failover() ->
                 wait_until(lambda: named_by_all(sentinels) == {promoted}, 30, "the Sentinels")
                 assert fresh_writes(url, b"c", 30) == list(range(100, 130))
                 results = collect_unparked(reader, lambda got: len(got) >= 31)
-                replica.close()
             assert_one_loss_then(results, [b"c%d" % i for i in range(30)])
+        fetcher_said = [r.getMessage() for r in caplog.records if r.name.endswith("fetcher")]
+        assert any("learned of a primary switch" in said for said in fetcher_said)
+        assert not any("Redis unreachable" in said for said in fetcher_said), fetcher_said
     finally:
         for link in links:
             link.close()

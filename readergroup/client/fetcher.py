@@ -524,6 +524,7 @@ class Fetcher(Generic[T]):
 
         ``hold`` (s, longer than ``block``): how long that ``XREAD`` may block on the server;
         it then outlives this call when nothing comes within ``block`` (see :meth:`_read`)."""
+        self._note_primary_switch()
         if self._ahead:
             began = self._clock.monotonic()
             with self.unlocked():
@@ -531,7 +532,6 @@ class Fetcher(Generic[T]):
             if self.collect(0.0) or self._ahead:
                 return NO_NEWS
             block = max(0.0, block - (self._clock.monotonic() - began))
-        self._after_failover()
         try:
             if any(owned.unchecked for owned in self.owned.values()):
                 self._check_positions()
@@ -585,21 +585,25 @@ class Fetcher(Generic[T]):
         if self._outage.back():
             self._look_at_every_log()
 
-    def _after_failover(self) -> None:
+    def _note_primary_switch(self) -> None:
         """If the connection learned of a primary switch since the last fetch (one that broke
-        no connection of this reader: idle connections closed, a cluster slot redirected), look
-        at every segment's log now: the new primary's may end below a reader's position, and
-        events going there would not reach the reader before its log did."""
+        no connection of this reader: idle connections closed, a cluster slot redirected),
+        give up the reads ahead and look at every segment's log in this fetch: the new
+        primary's may end below a reader's position, and events going there would not reach
+        the reader before its log did."""
         switches = self._connection.primary_switches()
         if switches != self._switches:
             self._switches = switches
-            logger.warning(
-                "reader %r: the primary switched; checking every owned segment's log",
+            logger.info(
+                "reader %r: its client learned of a primary switch; checking every owned "
+                "segment's log",
                 self._outage.reader_id,
             )
+            self._drop_ahead()
             self._look_at_every_log()
 
     def _look_at_every_log(self) -> None:
+        """Have the next :meth:`check_idle` (due now) look at every owned segment's log."""
         self._idle_due, self._check_all = 0.0, True
 
     def _apply(
