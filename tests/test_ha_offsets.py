@@ -75,6 +75,8 @@ def pair() -> Iterator[tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingPr
 def test_a_lossy_failover_never_reuses_offsets_a_writer_saw(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
 ) -> None:
+    """A writer that keeps nothing to put back (``replay_window=0``) records the range the
+    failover lost and appends after it."""
     primary, replica, link = pair
     front = ReplyDroppingProxy("127.0.0.1", primary.port)  # the clients' stable address
     follower = redis.Redis(port=replica.port)
@@ -84,7 +86,7 @@ def test_a_lossy_failover_never_reuses_offsets_a_writer_saw(
             sm.create_stream("ha", "s")
         with EventStreamClientFactory.from_url("ha", front.url) as factory:
             events_key = factory.connection.keys.segment("ha", "s", 0).events
-            config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+            config = EventWriterConfig(delivery_timeout=60, linger=0.02, replay_window=0)
             writer = factory.create_event_writer("s", BytesSerializer(), config)
             for i in range(100):
                 writer.write_event(b"a%d" % i, "k")
@@ -348,6 +350,66 @@ def lossy_failover(
     primary.kill()
     follower.replicaof("no", "one")
     front.retarget("127.0.0.1", pair[1].port)
+
+
+def test_a_writer_puts_back_what_a_lossy_failover_lost_and_readers_see_the_same_log(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> None:
+    """The writer's last 50 acknowledged events (``acks=leader``) are only on the primary
+    when it dies, and a reader has read them. At its next append the writer finds the tail
+    went back and appends the 50 again where they were, unchanged (entry ids and fields):
+    nothing acknowledged is lost and no loss is recorded; the reader reports nothing and reads
+    on with the new events; a reader from the head reads all 160 once. (Before: offsets
+    100..149 recorded lost, reported to both readers, the 50 events gone.)"""
+    primary, replica, link = pair
+    front = ReplyDroppingProxy("127.0.0.1", primary.port)
+    follower = redis.Redis(port=replica.port)
+    try:
+        stream_and_group(front.url)
+        config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+        with (
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_reader("r1", "g", BytesSerializer()) as reader,
+            factory.create_event_writer("s", BytesSerializer(), config) as writer,
+        ):
+            keys = factory.connection.keys.segment("ha", "s", 0)
+            for i in range(100):
+                writer.write_event(b"a%d" % i, "k")
+            writer.flush()
+            assert len(collect(reader, lambda got: len(got) >= 100)) == 100
+            wait_until(lambda: follower.xlen(keys.events) == 100, 30, "the replica to sync")
+            link.blackhole()  # the replica falls behind
+            acked = [writer.write_event(b"b%d" % i, "k") for i in range(50)]
+            writer.flush()
+            assert [f.result().offset for f in acked] == list(range(100, 150))
+            assert collect(reader, lambda got: len(got) >= 50) == [b"b%d" % i for i in range(50)]
+            with redis.Redis(port=primary.port) as old:
+                lost_entries = old.xrange(keys.events, "101-0", "+")
+            primary.kill()  # the replica, 50 events behind, takes over
+            follower.replicaof("no", "one")
+            front.retarget("127.0.0.1", replica.port)
+            after = [writer.write_event(b"c%d" % i, "k") for i in range(10)]
+            writer.flush()
+            assert [f.result().offset for f in after] == list(range(150, 160))
+            results = collect(reader, lambda got: len(got) >= 10)
+            assert results == [b"c%d" % i for i in range(10)]  # no loss reported, none twice
+            assert follower.xrange(keys.events, "101-0", "151-0")[:50] == lost_entries
+            assert follower.hget(keys.meta, "lost") is None
+        with ReaderGroupManager.from_url("ha", front.url) as rgm:
+            rgm.create_reader_group("g2", ReaderGroupConfig(streams=["ha/s"]))
+        with (
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_reader("r", "g2", BytesSerializer()) as second,
+        ):
+            everything = collect(second, lambda got: len(got) >= 160)
+        assert everything == [
+            *(b"a%d" % i for i in range(100)),
+            *(b"b%d" % i for i in range(50)),
+            *(b"c%d" % i for i in range(10)),
+        ]
+    finally:
+        follower.close()
+        front.close()
 
 
 def fresh_writes(url: str, prefix: bytes, count: int) -> list[int]:

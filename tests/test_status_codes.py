@@ -35,7 +35,15 @@ STATESYNC_CODES = {
 }
 SEGMENT_CODES = {
     name: getattr(segment_status, name)
-    for name in ("OK", "NOT_FOUND", "TOO_LARGE", "DUPLICATE", "SEALED", "PAST_TAIL")
+    for name in (
+        "OK",
+        "NOT_FOUND",
+        "TOO_LARGE",
+        "DUPLICATE",
+        "REGRESSED",
+        "SEALED",
+        "PAST_TAIL",
+    )
 }
 
 

@@ -29,6 +29,7 @@ Who may call what: any thread may call ``write_event``, ``flush`` and ``close``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -37,12 +38,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 from readergroup.client.metadata_cache import StreamMetadataCache
+from readergroup.client.replay import AcknowledgedBatches
 from readergroup.client.serializers import Serializer
 from readergroup.core.errors import (
     EventTooLargeError,
@@ -83,6 +85,10 @@ class EventWriterConfig:
             (default 120.0; > 0), like Kafka's ``delivery.timeout.ms``.
         linger: seconds the sender waits for more events before sending a non-full round
             (default 0.0: send at once; events arriving meanwhile form the next round).
+        replay_window: seconds the writer keeps each acknowledged batch, to append it again,
+            unchanged, where a failover lost it (default 30.0; 0 keeps none: the loss is only
+            recorded, see :mod:`readergroup.client.replay`).
+        replay_bytes: most payload bytes kept for that (default 16 MiB; oldest dropped first).
     """
 
     max_batch_events: int = 1000
@@ -90,6 +96,8 @@ class EventWriterConfig:
     max_block: float = 60.0
     delivery_timeout: float = 120.0
     linger: float = 0.0
+    replay_window: float = 30.0
+    replay_bytes: int = 16 * MiB
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_batch_events <= 10_000:
@@ -100,6 +108,8 @@ class EventWriterConfig:
             raise InvalidConfigError("max_in_flight_bytes must be at least 1 MiB")
         if not self.max_block >= 0 or not self.delivery_timeout > 0 or not self.linger >= 0:
             raise InvalidConfigError("max_block and linger must be >= 0, delivery_timeout > 0")
+        if not self.replay_window >= 0 or self.replay_bytes < 0:
+            raise InvalidConfigError("replay_window and replay_bytes must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +274,12 @@ class EventStreamWriter(Generic[T]):
         # segment -> (created_ms, highest tail acknowledged): a stored tail found behind it
         # (a lossy failover) is never reused (append_events.lua); sender thread only
         self._seen: dict[int, tuple[str, int]] = {}
+        # batches acknowledged lately, put back where a lossy failover lost them; sender only
+        self._acked = AcknowledgedBatches(
+            window=self._config.replay_window,
+            max_bytes=self._config.replay_bytes,
+            clock=self._clock.monotonic,
+        )
         self._order = itertools.count()
         # events written and not yet taken by the sender; appended under _accounting, taken
         # whole by the sender (one swap, not one pop per event) into its own _backlog
@@ -432,8 +448,70 @@ class EventStreamWriter(Generic[T]):
                 continue
             left = self._settle(*pending, replies)
             route, pending, refresh = left.reroute, left.resend, bool(left.reroute)
+            if left.regressed:
+                pending, cause = self._put_back(left.regressed, pending)
+                left.cause = left.cause or cause
+                if not (route or left.cause):
+                    continue  # put back: send the refused batches again at once
             if route or pending[0]:
                 self._backoff(budget, left.cause)
+
+    def _put_back(self, regressed: dict[int, int], pending: _Sent) -> tuple[_Sent, Any]:
+        """A failover lost appends of segments ``regressed`` (segment -> the stored tail,
+        behind what this writer saw acknowledged): append again, unchanged and in order, the
+        batches this writer still holds that chain from that tail (see
+        :mod:`readergroup.client.replay`), one at a time. Then the batches refused for it
+        (in ``pending``) go again without ``report_regression``: what was not put back is
+        recorded lost by the script. A retriable error leaves a segment to the next round
+        (returned as the cause to back off for)."""
+        finished: set[int] = set()
+        cause: ReaderGroupError | None = None
+        for segment, tail in regressed.items():
+            seen = self._seen.get(segment, ("", 0))[1]
+            put_back = tail
+            try:
+                for batch in self._acked.replays(segment, tail=tail, seen=seen):
+                    reply = self._connection.segments.append([batch])[0]
+                    if reply.error is not None and reply.error.retriable:
+                        raise reply.error
+                    if reply.status not in (segment_status.OK, segment_status.DUPLICATE):
+                        break  # it cannot go back where it was (another writer's are there)
+                    put_back += batch.count
+            except ReaderGroupError as exc:
+                if not exc.retriable:
+                    raise
+                cause = exc
+                logger.warning(
+                    "writer of %s/%s: putting back acknowledged events a failover lost in "
+                    "segment %d failed; trying again",
+                    self._scope,
+                    self._stream,
+                    segment,
+                    exc_info=exc,
+                )
+                continue
+            finished.add(segment)
+            logger.warning(
+                "writer of %s/%s: a failover lost offsets %d..%d of segment %d; put back "
+                "%d acknowledged events of this writer there, unchanged%s",
+                self._scope,
+                self._stream,
+                tail,
+                seen - 1,
+                segment,
+                put_back - tail,
+                ""
+                if put_back >= seen
+                else f"; offsets {put_back}..{seen - 1} are recorded lost (not held any more, "
+                "or another writer's)",
+            )
+        batches = [
+            dataclasses.replace(batch, report_regression=False)
+            if batch.segment in finished
+            else batch
+            for batch in pending[0]
+        ]
+        return (batches, pending[1]), cause
 
     def _backoff(self, budget: RetryBudget, cause: BaseException | None) -> None:
         delay = budget.next_delay()
@@ -491,6 +569,7 @@ class EventStreamWriter(Generic[T]):
                         self._max_event_size,
                         seen,
                         created,
+                        report_regression=self._acked.enabled,
                     )
                 )
                 members.append(chunk)
@@ -507,8 +586,12 @@ class EventStreamWriter(Generic[T]):
             if reply.status == segment_status.SEALED or isinstance(error, SegmentNotFoundError):
                 left.reroute.extend(group)  # stale metadata (a scale, or a re-created stream)
                 left.cause = error or left.cause
+            elif reply.status == segment_status.REGRESSED:
+                left.regressed[batch.segment] = reply.tail  # nothing written: put back first
+                left.resend[0].append(batch)
+                left.resend[1].append(group)
             elif error is None:
-                self._acknowledge(batch.segment, group, reply)
+                self._acknowledge(batch, group, reply)
             elif error.retriable:  # a server-wide condition, so later batches got it too
                 left.resend[0].append(batch)
                 left.resend[1].append(group)
@@ -520,7 +603,10 @@ class EventStreamWriter(Generic[T]):
         left.reroute.sort(key=lambda event: event.order)
         return left
 
-    def _acknowledge(self, segment: int, group: list[WriteFuture], reply: AppendReply) -> None:
+    def _acknowledge(
+        self, batch: AppendBatch, group: list[WriteFuture], reply: AppendReply
+    ) -> None:
+        segment = batch.segment
         if reply.status == segment_status.OK:
             first = reply.first_offset
             tail = first + len(group)
@@ -528,6 +614,9 @@ class EventStreamWriter(Generic[T]):
             if reply.created and (reply.created != created or tail > seen):
                 self._seen[segment] = (reply.created, tail)
             size = WriteFuture._land(group, segment, first)
+            self._acked.keep(
+                batch, first_offset=first, epoch=reply.epoch, server_ms=reply.server_ms, size=size
+            )
         else:  # DUPLICATE: an earlier try landed; its offsets are not known here
             size = WriteFuture._land(group, segment, -1)
         self._release(len(group), size)
@@ -566,8 +655,9 @@ class _Left:
     """What a round's replies leave to do."""
 
     reroute: list[WriteFuture]  # sealed or missing segments: route again on fresh metadata
-    resend: _Sent  # refused with a retriable error: send again as they are
-    cause: BaseException | None  # why (None: sealed segments only)
+    resend: _Sent  # refused with a retriable error (or REGRESSED): send again
+    cause: BaseException | None  # why (None: sealed or regressed segments only)
+    regressed: dict[int, int] = field(default_factory=dict)  # segment -> stored tail
 
 
 def _worth_retrying(error: ReaderGroupError) -> bool:

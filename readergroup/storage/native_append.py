@@ -77,11 +77,11 @@ def append_natively(
     layout: KeyLayout,
     batches: Sequence[AppendBatch],
     wait: Sequence[Any] | None,
-) -> tuple[list[tuple[int, int, bytes]], Any] | None:
-    """Append ``batches`` natively; return each batch's first offset, server ms and the
-    segment's ``created_ms``, and the
-    reply of ``wait`` (``None`` without one); or ``None`` when the round must go through the
-    script (nothing of it was written then). Connection errors propagate (redis-py's)."""
+) -> tuple[list[tuple[int, int, bytes, int]], Any] | None:
+    """Append ``batches`` natively; return each batch's first offset, server ms, the
+    segment's ``created_ms`` and the epoch it went under, and the reply of ``wait`` (``None``
+    without one); or ``None`` when the round must go through the script (nothing of it was
+    written then: a replay always does). Connection errors propagate (redis-py's)."""
     if sum(batch.count for batch in batches) < MIN_EVENTS or len(batches) > MAX_BATCHES:
         return None
     pool = client.connection_pool
@@ -102,11 +102,11 @@ def _append(
     layout: KeyLayout,
     batches: Sequence[AppendBatch],
     wait: Sequence[Any] | None,
-) -> tuple[list[tuple[int, int, bytes]], Any]:
+) -> tuple[list[tuple[int, int, bytes, int]], Any]:
     keys = [layout.segment(b.scope, b.stream, b.segment) for b in batches]
     replies, now_ms, server = _first_round(connection, batches, keys)
     commands = [b"*1\r\n$5\r\nMULTI\r\n"]
-    outcomes: list[tuple[int, int, bytes]] = []  # (first offset, server ms, created) per batch
+    outcomes: list[tuple[int, int, bytes, int]] = []  # (first offset, server ms, created, epoch)
     # meta key -> tail, bytes, ms, epoch of this round
     tails: dict[str, tuple[int, int, int, int]] = {}
     for index, (batch, (meta, events, writers)) in enumerate(zip(batches, keys, strict=True)):
@@ -119,6 +119,7 @@ def _append(
             or sealed in (b"1", "1")
             or (last is not None and int(last) >= batch.sequence)
             or server is None
+            or batch.replay is not None
         ):
             _unwatch(connection)
         if meta in tails:
@@ -151,7 +152,7 @@ def _append(
             )
         )
         commands.append(_pack((b"HSET", writers, batch.writer, b"%d" % batch.sequence)))
-        outcomes.append((tail, ms, created))
+        outcomes.append((tail, ms, created, epoch))
         tails[meta] = (tail + count, size_after, ms, epoch)
     # MULTI, each new epoch's HSET, per batch its XADDs (one packed part) and two HSETs
     queued = len(commands) + sum(batch.count - 1 for batch in batches)

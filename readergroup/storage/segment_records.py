@@ -145,6 +145,11 @@ class AppendBatch:
     a stored tail behind it was lost in a failover and is not reused)."""
     seen_created: str = ""
     """The segment's ``created_ms`` when the writer saw ``seen_tail`` (its incarnation)."""
+    report_regression: bool = False
+    """Refuse the batch (``REGRESSED``, the stored tail) instead of recording the offsets up
+    to ``seen_tail`` as lost, so the writer may first :attr:`replay` its own there."""
+    replay: Replay | None = None
+    """Set on a batch appended again where a failover lost it (see :class:`Replay`)."""
 
     @classmethod
     def of(
@@ -164,7 +169,7 @@ class AppendBatch:
         return cls(scope, stream, segment, writer, sequence, len(events), args, max_event_size)
 
     def script_args(self) -> list[Any]:
-        return [
+        args = [
             self.writer,
             self.sequence,
             self.max_event_size,
@@ -173,6 +178,23 @@ class AppendBatch:
             self.seen_tail,
             self.seen_created,
         ]
+        replay = self.replay
+        if replay is not None:
+            args += ("replay", replay.first_offset, replay.epoch, replay.server_ms)
+        elif self.report_regression:
+            args.append("report")
+        return args
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Where and how an acknowledged batch had landed, to append it again exactly so (same
+    entry ids and fields) after a failover lost it: ``append_events.lua`` puts it back only
+    at ``first_offset`` and under ``epoch``, the segment's current epoch."""
+
+    first_offset: int
+    epoch: int
+    server_ms: int
 
 
 def wire_key(routing_key: str | None) -> str:
@@ -194,6 +216,8 @@ class AppendReply:
     created: str = ""
     """The segment's ``created_ms`` (its incarnation), for :attr:`AppendBatch.seen_created`."""
     error: ReaderGroupError | None = None
+    epoch: int = 0
+    """The epoch the batch was appended under (``OK``), or the segment's (``REGRESSED``)."""
 
 
 REFUSED = -1

@@ -18,7 +18,14 @@ from readergroup.core.errors import (
     SegmentNotFoundError,
     StreamSealedError,
 )
-from statesync.status import DUPLICATE, FIRST_APPLICATION_CODE, NOT_FOUND, OK, TOO_LARGE
+from statesync.status import (
+    DUPLICATE,
+    FIRST_APPLICATION_CODE,
+    NOT_FOUND,
+    OK,
+    REGRESSED,
+    TOO_LARGE,
+)
 
 __all__ = [
     "DUPLICATE",
@@ -26,6 +33,7 @@ __all__ = [
     "NOT_FOUND",
     "OK",
     "PAST_TAIL",
+    "REGRESSED",
     "SEALED",
     "TOO_LARGE",
     "check",
@@ -54,11 +62,13 @@ ERRORS: dict[int, tuple[type[ReaderGroupError], Callable[[str, Reply], str]]] = 
     ),
 }
 """Status code -> the exception it raises when the script's caller does not expect it, and
-that exception's message from the segment's name and the reply. ``OK`` and ``DUPLICATE`` are
-outcomes only: unexpected, they are a protocol error (:class:`ReaderGroupError`)."""
+that exception's message from the segment's name and the reply. ``OK``, ``DUPLICATE`` and
+``REGRESSED`` (an append found the segment's tail behind what its writer saw, statesync's
+meaning of the code) are outcomes only: unexpected, they are a protocol error
+(:class:`ReaderGroupError`)."""
 
 _EXPECTED: dict[str, frozenset[int]] = {
-    "append_events": frozenset({OK, SEALED, DUPLICATE}),
+    "append_events": frozenset({OK, SEALED, DUPLICATE, REGRESSED}),
     "seal_segment": frozenset({OK}),
     "truncate_segment": frozenset({OK}),
     "offset_at_time": frozenset({OK}),

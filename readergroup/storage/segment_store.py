@@ -53,9 +53,12 @@ def append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
         created = reply[4] if len(reply) > 4 else b""
         if isinstance(created, bytes):
             created = created.decode()
-        return AppendReply(code, int(reply[1]), int(reply[3]), created=str(created))
+        epoch = int(reply[5]) if len(reply) > 5 else 0
+        return AppendReply(code, int(reply[1]), int(reply[3]), created=str(created), epoch=epoch)
     if code == segment_status.SEALED:
         return AppendReply(code, tail=int(reply[1]))
+    if code == segment_status.REGRESSED:
+        return AppendReply(code, tail=int(reply[1]), epoch=int(reply[2]))
     return AppendReply(code)
 
 
@@ -207,8 +210,8 @@ class SegmentStore:
             elif (native := append_natively(self._client, self._keys, batches, wait)) is not None:
                 appended, acknowledged = native
                 replies = [
-                    [segment_status.OK, first, batch.count, ms, created]
-                    for batch, (first, ms, created) in zip(batches, appended, strict=True)
+                    [segment_status.OK, first, batch.count, ms, created, epoch]
+                    for batch, (first, ms, created, epoch) in zip(batches, appended, strict=True)
                 ]
                 if wait is not None:
                     waits.append(acknowledged)

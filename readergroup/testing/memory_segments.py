@@ -147,6 +147,11 @@ class MemorySegmentStore:
             if size > batch.max_event_size:
                 return [segment_status.TOO_LARGE, index + 1, size]
         ms = self._server_ms()
+        replay = batch.replay
+        if replay is not None:  # where it was, under the one epoch there is (0)
+            if found.tail != replay.first_offset or replay.epoch != 0:
+                return [segment_status.REGRESSED, found.tail, 0]
+            ms = replay.server_ms
         first = found.tail
         for index in range(batch.count):
             key, payload, writer_ms = args[3 * index : 3 * index + 3]
@@ -157,7 +162,7 @@ class MemorySegmentStore:
             found.entries.append([b"%d-0" % (found.tail + 1), fields])
             found.bytes += len(data)
         found.writers[batch.writer] = batch.sequence
-        return [segment_status.OK, first, batch.count, ms]
+        return [segment_status.OK, first, batch.count, ms, "", 0]
 
     # -- truncation ----------------------------------------------------------------------------
     def truncate(self, scope: str, stream: str, segment: int, offset: int) -> int:

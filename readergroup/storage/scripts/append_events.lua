@@ -14,12 +14,25 @@
 --                    writer timestamp (ms)
 -- ARGV[5 + 3n]  the highest tail this writer saw acknowledged in this segment (0: none)
 -- ARGV[6 + 3n]  the segment's created_ms when it did ("": none)
+-- ARGV[7 + 3n]  what to do about a stored tail behind it: "" record the loss, "report" return
+--               REGRESSED; "replay": this batch is one the writer had acknowledged before at
+--               ARGV[8 + 3n] (first offset) under the epoch ARGV[9 + 3n] at server ms
+--               ARGV[10 + 3n], appended again after a failover lost it (see below)
 --
 -- A stored tail behind what the writer saw acknowledged in the same incarnation of the
--- segment means Redis lost appends (a replica promoted before it had them): the offsets in
--- between are never used again. The tail moves up to what was seen, and the range is
--- recorded in the meta field `lost` ("<from>-<to>," per loss), so readers report it as lost
--- data instead of reading new events under offsets they already passed.
+-- segment means Redis lost appends (a replica promoted before it had them). By default the
+-- offsets in between are never used again: the tail moves up to what was seen, and the range
+-- is recorded in the meta field `lost` ("<from>-<to>," per loss), so readers report it as lost
+-- data instead of reading new events under offsets they already passed. With "report" the
+-- script writes nothing and returns REGRESSED: the writer first appends again what it still
+-- holds of its own acknowledged batches there ("replay"), then sends this batch with "".
+--
+-- A replay restores a lost batch exactly as it was: same entry ids (offsets and epoch), same
+-- fields (t included), so a reader that had read it finds the log unchanged. It is appended
+-- only where it was (the stored tail is its first offset) and only if the segment's current
+-- epoch (meta `ep`) is the one it was appended under; it begins no epoch (the next ordinary
+-- append on this server does, at the tail). Otherwise it writes nothing and returns
+-- REGRESSED.
 --
 -- Each event is stored with fields k (routing key, only if any), p (payload), w (writer ms),
 -- t (server ms: server_ms() of the time.lua prelude, or the last append's if TIME went back,
@@ -34,6 +47,10 @@
 --   {2}                              the segment does not exist; nothing written
 --   {3, index, size}                 event `index` (1-based) is too large; nothing written
 --   {6, last_sequence}               this batch already landed (a retry); nothing written
+--   {8, tail, epoch}                 "report": the stored tail is behind what the writer saw;
+--                                    "replay": the batch cannot go back where it was; nothing
+--                                    written either way
+-- The OK reply also carries, sixth, the epoch the batch was appended under.
 local meta = redis.call('HMGET', KEYS[1], 'created_ms', 'sealed', 'events', 'bytes', 't',
   'ep', 'srv')
 if not meta[1] then
@@ -57,14 +74,28 @@ for i = 1, n do
     return {3, i, size}
   end
 end
-local seen = tonumber(ARGV[5 + 3 * n] or 0) or 0
-if seen > events and meta[1] == ARGV[6 + 3 * n] then
-  local lost = redis.call('HGET', KEYS[1], 'lost') or ''
-  redis.call('HSET', KEYS[1], 'lost', lost .. events .. '-' .. seen .. ',')
-  events = seen
+local mode = ARGV[7 + 3 * n] or ''
+local epoch
+local ms
+if mode == 'replay' then
+  epoch = tonumber(ARGV[9 + 3 * n])
+  if events ~= tonumber(ARGV[8 + 3 * n]) or tonumber(meta[6] or 0) ~= epoch then
+    return {8, events, tonumber(meta[6] or 0)}
+  end
+  ms = tonumber(ARGV[10 + 3 * n])
+else
+  local seen = tonumber(ARGV[5 + 3 * n] or 0) or 0
+  if seen > events and meta[1] == ARGV[6 + 3 * n] then
+    if mode == 'report' then
+      return {8, events, tonumber(meta[6] or 0)}
+    end
+    local lost = redis.call('HGET', KEYS[1], 'lost') or ''
+    redis.call('HSET', KEYS[1], 'lost', lost .. events .. '-' .. seen .. ',')
+    events = seen
+  end
+  epoch = segment_epoch(KEYS[1], meta[6], meta[7], events)
+  ms = math.max(server_ms(), tonumber(meta[5] or 0))
 end
-local epoch = segment_epoch(KEYS[1], meta[6], meta[7], events)
-local ms = math.max(server_ms(), tonumber(meta[5] or 0))
 local bytes = tonumber(meta[4] or 0)
 for i = 1, n do
   local base = 1 + 3 * i
@@ -79,6 +110,7 @@ for i = 1, n do
   end
   bytes = bytes + string.len(payload)
 end
-redis.call('HSET', KEYS[1], 'events', events + n, 'bytes', bytes, 't', ms)
+redis.call('HSET', KEYS[1], 'events', events + n, 'bytes', bytes, 't',
+  math.max(ms, tonumber(meta[5] or 0)))
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-return {0, events, n, ms, meta[1]}
+return {0, events, n, ms, meta[1], epoch}
