@@ -412,6 +412,59 @@ def test_a_writer_puts_back_what_a_lossy_failover_lost_and_readers_see_the_same_
         front.close()
 
 
+def test_a_put_back_stops_at_another_writers_events_and_the_rest_is_recorded_lost(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> None:
+    """Two writers' events were in the range a failover lost: 100..119 of the first, 120..129
+    of the second, 130..149 of the first. The first writer appends next: it puts back
+    100..119 (its own, chaining from the stored tail) and stops where the second writer's
+    were; 120..149 are recorded lost and its new event goes after them. A reader from the head
+    reads 0..119, one report of 120..149, then the new events."""
+    primary, replica, link = pair
+    front = ReplyDroppingProxy("127.0.0.1", primary.port)
+    follower = redis.Redis(port=replica.port)
+    try:
+        stream_and_group(front.url)
+        config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+        with (
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_event_writer("s", BytesSerializer(), config) as first,
+            factory.create_event_writer("s", BytesSerializer(), config) as second,
+        ):
+            keys = factory.connection.keys.segment("ha", "s", 0)
+            for i in range(100):
+                first.write_event(b"a%d" % i, "k")
+            first.flush()
+            wait_until(lambda: follower.xlen(keys.events) == 100, 30, "the replica to sync")
+            link.blackhole()
+            for writer, prefix, count in ((first, b"b", 20), (second, b"x", 10), (first, b"c", 20)):
+                for i in range(count):
+                    writer.write_event(prefix + b"%d" % i, "k")
+                writer.flush()
+            primary.kill()
+            follower.replicaof("no", "one")
+            front.retarget("127.0.0.1", replica.port)
+            assert first.write_event(b"d0", "k").result(60).offset == 150
+            assert second.write_event(b"y0", "k").result(60).offset == 151
+            assert follower.hget(keys.meta, "lost") == b"120-150,"
+        with (
+            EventStreamClientFactory.from_url("ha", front.url) as factory,
+            factory.create_reader("r", "g", BytesSerializer()) as reader,
+        ):
+            results = collect(reader, lambda got: len(got) >= 123)
+        errors = [r for r in results if not isinstance(r, bytes)]
+        assert [r for r in results if isinstance(r, bytes)] == [
+            *(b"a%d" % i for i in range(100)),
+            *(b"b%d" % i for i in range(20)),
+            b"d0",
+            b"y0",
+        ]
+        assert len(errors) == 1 and "offsets 120..149 were lost" in str(errors[0]), errors
+    finally:
+        follower.close()
+        front.close()
+
+
 def fresh_writes(url: str, prefix: bytes, count: int) -> list[int]:
     """A writer that never saw the lost tail appends ``count`` events; their offsets."""
     config = EventWriterConfig(delivery_timeout=60, linger=0.02)

@@ -11,7 +11,19 @@ unchanged (:class:`~readergroup.storage.segment_records.Replay`), so readers tha
 see the same log; the rest, if any, is recorded lost as before.
 
 Kept: each batch acknowledged in the last ``window`` seconds, within ``max_bytes`` of payload
-(oldest dropped first). Pure apart from the clock; the sender thread is its only user.
+(oldest dropped first; the batches' own lists roughly double that in memory, and they are let
+go at the next acknowledgement or put-back, not while the writer is idle). Pure apart from the
+clock; the sender thread is its only user.
+
+When it works, and when it does not (the README states the same):
+
+* the put-back happens at the writer's next append to the segment: readers wait
+  ``ReaderConfig.shrunk_log_grace`` (10 s) for a shorter log to fill before they report the
+  loss, so a writer silent on that segment for longer has its events reported lost to readers
+  that had read them, and delivered to them a second time after the report;
+* the chain stops at another writer's events: the first writer of the segment to append after
+  the failover records the rest of its own range lost, and with it other writers' events
+  there, even if those writers still hold them.
 """
 
 from __future__ import annotations
@@ -41,15 +53,16 @@ class AcknowledgedBatches:
     >>> kept = AcknowledgedBatches(window=10.0, max_bytes=100, clock=lambda: now[0])
     >>> def batch(sequence: int, count: int) -> AppendBatch:
     ...     return AppendBatch("s", "t", 0, "w", sequence, count, [], 10)
-    >>> kept.keep(batch(1, 5), first_offset=100, epoch=7, server_ms=1, size=10)
-    >>> kept.keep(batch(2, 5), first_offset=105, epoch=7, server_ms=2, size=10)
-    >>> kept.keep(batch(3, 5), first_offset=115, epoch=7, server_ms=3, size=10)  # a gap before
+    >>> kept.keep(batch(1, 5), first_offset=100, epoch=7, server_ms=1, created="1", size=10)
+    >>> kept.keep(batch(2, 5), first_offset=105, epoch=7, server_ms=2, created="1", size=10)
+    >>> # a gap before the third: another writer's events were at 110..114
+    >>> kept.keep(batch(3, 5), first_offset=115, epoch=7, server_ms=3, created="1", size=10)
     >>> [(b.sequence, b.replay.first_offset) for b in kept.replays(0, tail=100, seen=120)]
     [(1, 100), (2, 105)]
     >>> kept.replays(0, tail=101, seen=120)  # nothing of its own begins at the stored tail
     []
     >>> now[0] = 11.0
-    >>> kept.keep(batch(4, 5), first_offset=120, epoch=7, server_ms=4, size=10)
+    >>> kept.keep(batch(4, 5), first_offset=120, epoch=7, server_ms=4, created="1", size=10)
     >>> kept.replays(0, tail=100, seen=125)  # the first three are past the window
     []
     """
@@ -66,14 +79,22 @@ class AcknowledgedBatches:
         return self._window > 0 and self._max_bytes > 0
 
     def keep(
-        self, batch: AppendBatch, *, first_offset: int, epoch: int, server_ms: int, size: int
+        self,
+        batch: AppendBatch,
+        *,
+        first_offset: int,
+        epoch: int,
+        server_ms: int,
+        created: str,
+        size: int,
     ) -> None:
         """``batch`` was acknowledged at ``first_offset`` under ``epoch`` (server ms
-        ``server_ms``), ``size`` bytes of payload."""
+        ``server_ms``) in the segment created at ``created``, ``size`` bytes of payload."""
         if not self.enabled:
             return
         now = self._clock()
-        self._kept.append(_Kept(batch, Replay(first_offset, epoch, server_ms), size, now))
+        replay = Replay(first_offset, epoch, server_ms, created)
+        self._kept.append(_Kept(batch, replay, size, now))
         self._bytes += size
         self._forget(now)
 

@@ -29,7 +29,6 @@ Who may call what: any thread may call ``write_event``, ``flush`` and ``close``.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import logging
@@ -38,7 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from operator import attrgetter
 from typing import Any, Generic, TypeVar
@@ -432,7 +431,10 @@ class EventStreamWriter(Generic[T]):
     def _deliver(self, route: list[WriteFuture], budget: RetryBudget) -> None:
         """Route, send and settle until nothing is left. Every step that can fail for a while,
         the metadata refresh included, is retried within ``delivery_timeout``; a batch that
-        may have landed is re-sent as it was (same sequence number), never re-batched."""
+        may have landed is re-sent as it was (same sequence number), never re-batched. A
+        batch refused because a failover lost the segment's last appends (``REGRESSED``)
+        waits for :meth:`_put_back`, then goes again at once (no backoff unless something
+        else failed)."""
         pending: _Sent = ([], [])
         refresh = False
         while route or pending[0]:
@@ -456,29 +458,33 @@ class EventStreamWriter(Generic[T]):
             if route or pending[0]:
                 self._backoff(budget, left.cause)
 
-    def _put_back(self, regressed: dict[int, int], pending: _Sent) -> tuple[_Sent, Any]:
+    def _put_back(
+        self, regressed: dict[int, int], pending: _Sent
+    ) -> tuple[_Sent, ReaderGroupError | None]:
         """A failover lost appends of segments ``regressed`` (segment -> the stored tail,
         behind what this writer saw acknowledged): append again, unchanged and in order, the
         batches this writer still holds that chain from that tail (see
-        :mod:`readergroup.client.replay`), one at a time. Then the batches refused for it
-        (in ``pending``) go again without ``report_regression``: what was not put back is
-        recorded lost by the script. A retriable error leaves a segment to the next round
-        (returned as the cause to back off for)."""
+        :mod:`readergroup.client.replay`), each segment's in one pipelined round: once one is
+        refused (not where it was any more) the later ones are too, since each must begin
+        where the one before ends and under the epoch no other append has changed. Then the
+        batches refused for it (in ``pending``) go again without ``report_regression``: what
+        was not put back is recorded lost by the script. A retriable error leaves a segment to
+        the next round (returned as the cause to back off for)."""
         finished: set[int] = set()
         cause: ReaderGroupError | None = None
         for segment, tail in regressed.items():
             seen = self._seen.get(segment, ("", 0))[1]
             put_back = tail
             try:
-                for batch in self._acked.replays(segment, tail=tail, seen=seen):
-                    reply = self._connection.segments.append([batch])[0]
-                    if reply.error is not None and reply.error.retriable:
+                chain = self._acked.replays(segment, tail=tail, seen=seen)
+                replies = self._connection.segments.append(chain) if chain else []
+                for batch, reply in zip(chain, replies, strict=True):
+                    if reply.error is not None and _worth_retrying(reply.error):
                         raise reply.error
-                    if reply.status not in (segment_status.OK, segment_status.DUPLICATE):
-                        break  # it cannot go back where it was (another writer's are there)
-                    put_back += batch.count
+                    if reply.status == segment_status.OK:
+                        put_back = max(put_back, reply.first_offset + batch.count)
             except ReaderGroupError as exc:
-                if not exc.retriable:
+                if not _worth_retrying(exc):
                     raise
                 cause = exc
                 logger.warning(
@@ -506,9 +512,7 @@ class EventStreamWriter(Generic[T]):
                 "or another writer's)",
             )
         batches = [
-            dataclasses.replace(batch, report_regression=False)
-            if batch.segment in finished
-            else batch
+            replace(batch, report_regression=False) if batch.segment in finished else batch
             for batch in pending[0]
         ]
         return (batches, pending[1]), cause
@@ -615,7 +619,12 @@ class EventStreamWriter(Generic[T]):
                 self._seen[segment] = (reply.created, tail)
             size = WriteFuture._land(group, segment, first)
             self._acked.keep(
-                batch, first_offset=first, epoch=reply.epoch, server_ms=reply.server_ms, size=size
+                batch,
+                first_offset=first,
+                epoch=reply.epoch,
+                server_ms=reply.server_ms,
+                created=reply.created,
+                size=size,
             )
         else:  # DUPLICATE: an earlier try landed; its offsets are not known here
             size = WriteFuture._land(group, segment, -1)

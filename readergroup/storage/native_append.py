@@ -82,7 +82,11 @@ def append_natively(
     segment's ``created_ms`` and the epoch it went under, and the reply of ``wait`` (``None``
     without one); or ``None`` when the round must go through the script (nothing of it was
     written then: a replay always does). Connection errors propagate (redis-py's)."""
-    if sum(batch.count for batch in batches) < MIN_EVENTS or len(batches) > MAX_BATCHES:
+    if (
+        sum(batch.count for batch in batches) < MIN_EVENTS
+        or len(batches) > MAX_BATCHES
+        or any(batch.replay is not None for batch in batches)
+    ):
         return None
     pool = client.connection_pool
     connection = pool.get_connection()
@@ -119,7 +123,6 @@ def _append(
             or sealed in (b"1", "1")
             or (last is not None and int(last) >= batch.sequence)
             or server is None
-            or batch.replay is not None
         ):
             _unwatch(connection)
         if meta in tails:

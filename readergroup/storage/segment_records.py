@@ -180,7 +180,7 @@ class AppendBatch:
         ]
         replay = self.replay
         if replay is not None:
-            args += ("replay", replay.first_offset, replay.epoch, replay.server_ms)
+            args += ("replay", replay.first_offset, replay.epoch, replay.server_ms, replay.created)
         elif self.report_regression:
             args.append("report")
         return args
@@ -190,11 +190,13 @@ class AppendBatch:
 class Replay:
     """Where and how an acknowledged batch had landed, to append it again exactly so (same
     entry ids and fields) after a failover lost it: ``append_events.lua`` puts it back only
-    at ``first_offset`` and under ``epoch``, the segment's current epoch."""
+    at ``first_offset``, under ``epoch`` (the segment's current epoch) and in the same
+    incarnation of the segment (``created``, its ``created_ms``)."""
 
     first_offset: int
     epoch: int
     server_ms: int
+    created: str
 
 
 def wire_key(routing_key: str | None) -> str:

@@ -230,7 +230,8 @@ class SegmentStore:
         results = [
             append_reply(batch, reply) for batch, reply in zip(batches, replies, strict=True)
         ]
-        if any(r.status not in (segment_status.SEALED, REFUSED) for r in results):
+        wrote_nothing = (segment_status.SEALED, segment_status.REGRESSED, REFUSED)
+        if any(r.status not in wrote_nothing for r in results):
             with translate_errors("append"):
                 for acknowledged in waits:
                     where = f"stream {batches[0].scope}/{batches[0].stream}"

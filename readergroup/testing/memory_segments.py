@@ -149,7 +149,11 @@ class MemorySegmentStore:
         ms = self._server_ms()
         replay = batch.replay
         if replay is not None:  # where it was, under the one epoch there is (0)
-            if found.tail != replay.first_offset or replay.epoch != 0:
+            if (
+                found.tail != replay.first_offset
+                or replay.epoch != 0
+                or replay.created != str(found.created_ms)
+            ):
                 return [segment_status.REGRESSED, found.tail, 0]
             ms = replay.server_ms
         first = found.tail
@@ -162,7 +166,7 @@ class MemorySegmentStore:
             found.entries.append([b"%d-0" % (found.tail + 1), fields])
             found.bytes += len(data)
         found.writers[batch.writer] = batch.sequence
-        return [segment_status.OK, first, batch.count, ms, "", 0]
+        return [segment_status.OK, first, batch.count, ms, str(found.created_ms), 0]
 
     # -- truncation ----------------------------------------------------------------------------
     def truncate(self, scope: str, stream: str, segment: int, offset: int) -> int:

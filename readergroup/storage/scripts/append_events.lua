@@ -17,7 +17,8 @@
 -- ARGV[7 + 3n]  what to do about a stored tail behind it: "" record the loss, "report" return
 --               REGRESSED; "replay": this batch is one the writer had acknowledged before at
 --               ARGV[8 + 3n] (first offset) under the epoch ARGV[9 + 3n] at server ms
---               ARGV[10 + 3n], appended again after a failover lost it (see below)
+--               ARGV[10 + 3n] in the segment created at ARGV[11 + 3n], appended again after
+--               a failover lost it (see below)
 --
 -- A stored tail behind what the writer saw acknowledged in the same incarnation of the
 -- segment means Redis lost appends (a replica promoted before it had them). By default the
@@ -29,8 +30,10 @@
 --
 -- A replay restores a lost batch exactly as it was: same entry ids (offsets and epoch), same
 -- fields (t included), so a reader that had read it finds the log unchanged. It is appended
--- only where it was (the stored tail is its first offset) and only if the segment's current
--- epoch (meta `ep`) is the one it was appended under; it begins no epoch (the next ordinary
+-- only where it was (the stored tail is its first offset), only in the same incarnation of the
+-- segment (`created_ms`) and only if the segment's current epoch (meta `ep`) is the one it
+-- was appended under: any ordinary append since began a new epoch, so no replay lands after
+-- one. It begins no epoch (the next ordinary
 -- append on this server does, at the tail). Otherwise it writes nothing and returns
 -- REGRESSED.
 --
@@ -79,7 +82,8 @@ local epoch
 local ms
 if mode == 'replay' then
   epoch = tonumber(ARGV[9 + 3 * n])
-  if events ~= tonumber(ARGV[8 + 3 * n]) or tonumber(meta[6] or 0) ~= epoch then
+  if events ~= tonumber(ARGV[8 + 3 * n]) or tonumber(meta[6] or 0) ~= epoch
+      or meta[1] ~= ARGV[11 + 3 * n] then
     return {8, events, tonumber(meta[6] or 0)}
   end
   ms = tonumber(ARGV[10 + 3 * n])
