@@ -38,6 +38,7 @@ def test_bad_input_gives_clear_errors(redis_url: str, scope: str) -> None:
     assert "exactly one" in done.stderr
 
 
+@pytest.mark.long  # about 12 s of CLI processes (make test-long; CI runs both)
 def test_group_describe_reset_history_watch(redis_url: str, scope: str) -> None:
     name = f"{scope}/orders"
     cli(redis_url, "stream", "create", name, "--segments", "2")

@@ -10,6 +10,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from readergroup import EventStreamClientFactory, UTF8StringSerializer
 from readergroup.spark.options import SourceOptions
 from tests.support.cli import as_json, cli, refused, setup_group
@@ -75,6 +77,7 @@ def test_reset_to_datetime_reads_a_naive_time_as_utc_and_by_duration(
     assert "PT30M" in line
 
 
+@pytest.mark.long  # about 16 s of CLI processes (make test-long; CI runs both)
 def test_describe_members_state_and_group_and_scope_lists(redis_url: str, scope: str) -> None:
     group = setup_group(redis_url, scope)
     assert as_json(redis_url, "group", "describe", group, "--state")["state"] == "empty"

@@ -567,6 +567,7 @@ def test_a_commit_the_log_no_longer_holds_is_refused(
         front.close()
 
 
+@pytest.mark.long  # about 12 s: waits out a shrunk-log grace (make test-long; CI runs both)
 def test_a_retry_appending_the_lost_tail_again_is_neither_reported_lost_nor_read_twice(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
 ) -> None:

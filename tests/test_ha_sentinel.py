@@ -97,6 +97,7 @@ def test_clients_follow_a_sentinel_failover(
         assert sync.state["total"] == 2
 
 
+@pytest.mark.long  # about 24 s: waits for the Sentinels to demote the old primary (test-long)
 def test_clients_leave_the_old_primary_as_soon_as_the_sentinels_switch(
     sentinels: LocalSentinelGroup, unique_name: str
 ) -> None:

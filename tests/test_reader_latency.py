@@ -6,6 +6,8 @@ import threading
 import time
 from urllib.parse import urlparse
 
+import pytest
+
 from readergroup import (
     EventStreamClientFactory,
     ReaderGroupConfig,
@@ -21,6 +23,7 @@ CATCH_UP = 6.0
 """Seconds after the window within which the reader must have delivered 90% of them."""
 
 
+@pytest.mark.long  # about 12 s on a slow link (make test-long; CI runs both)
 def test_with_200ms_per_reply_and_default_settings_data_keeps_flowing(
     redis_url: str, scope: str, factory: EventStreamClientFactory
 ) -> None:
