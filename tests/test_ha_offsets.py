@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -53,6 +54,28 @@ from tests.support.waiting import wait_until
 from tests.test_hostile_reads import collect
 
 
+@dataclass(frozen=True)
+class Cutover:
+    """The clients' stable address in front of a :func:`pair` (``front``, retargeted to the
+    replica by a failover) and a client of the replica (``follower``)."""
+
+    front: ReplyDroppingProxy
+    follower: redis.Redis
+
+
+@pytest.fixture
+def cutover(
+    pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+) -> Iterator[Cutover]:
+    front = ReplyDroppingProxy("127.0.0.1", pair[0].port)
+    follower = redis.Redis(port=pair[1].port)
+    try:
+        yield Cutover(front, follower)
+    finally:
+        follower.close()
+        front.close()
+
+
 @pytest.fixture
 def pair() -> Iterator[tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy]]:
     """A primary and a replica whose replication link runs through a proxy (to partition it)."""
@@ -74,83 +97,108 @@ def pair() -> Iterator[tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingPr
 
 def test_a_lossy_failover_never_reuses_offsets_a_writer_saw(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+    cutover: Cutover,
 ) -> None:
     """A writer that keeps nothing to put back (``replay_window=0``) records the range the
     failover lost and appends after it."""
     primary, replica, link = pair
-    front = ReplyDroppingProxy("127.0.0.1", primary.port)  # the clients' stable address
-    follower = redis.Redis(port=replica.port)
-    try:
-        with StreamManager.from_url(front.url) as sm:
-            sm.create_scope("ha")
-            sm.create_stream("ha", "s")
-        with EventStreamClientFactory.from_url("ha", front.url) as factory:
-            events_key = factory.connection.keys.segment("ha", "s", 0).events
-            config = EventWriterConfig(delivery_timeout=60, linger=0.02, replay_window=0)
-            writer = factory.create_event_writer("s", BytesSerializer(), config)
-            for i in range(100):
-                writer.write_event(b"a%d" % i, "k")
-            writer.flush()
-            wait_until(lambda: follower.xlen(events_key) == 100, 30, "the replica to have 100")
-            link.blackhole()  # the replica falls behind
-            acked = [writer.write_event(b"b%d" % i, "k") for i in range(50)]
-            writer.flush()
-            assert [f.result().offset for f in acked] == list(range(100, 150))
-            position = 150  # a reader read everything acknowledged so far
-            primary.kill()  # the primary dies; the replica, 50 events behind, takes over
-            follower.replicaof("no", "one")
-            front.retarget("127.0.0.1", replica.port)
-            after = [writer.write_event(b"c%d" % i, "k") for i in range(200)]
-            writer.flush()  # a bulk round: the native path finds the tail went back
-            after += [writer.write_event(b"c%d" % i, "k") for i in range(200, 230)]
-            writer.flush()
-            writer.close()
-            offsets = [f.result().offset for f in after]
-            # no acknowledged offset names two events: the lost ones are never reused
-            assert offsets == list(range(150, 380))
-            batch = factory.create_batch_client()
-            read = [e.payload for events in batch.read_segment("s", 0, position) for e in events]
-            assert read == [b"c%d" % i for i in range(230)]  # the reader skips nothing
-            # from the head: the lost range is a typed error after the events before it
-            strict_batches = batch.read_segment("s", 0, 0, batch_size=64)
-            assert sum(len(events) for events in itertools.islice(strict_batches, 2)) == 100
-            with pytest.raises(DataLostError, match=r"offsets 100\.\.149 were lost"):
-                next(strict_batches)
-            skipping = batch.read_segment("s", 0, 0, fail_on_data_loss=False)
-            assert [e.offset for events in skipping for e in events] == [
-                *range(100),
-                *range(150, 380),
-            ]
-            assert follower.hget(factory.connection.keys.segment("ha", "s", 0).meta, "lost") == (
-                b"100-150,"
-            )
-        # reading across the lost range is a typed error, or skips it when asked to
-        options = {"redis_url": front.url, "scope": "ha", "stream": "s"}
-        strict = read_partition(
-            SourceOptions.parse(options), BASE_SCHEMA, SegmentPartition(0, 0, 380)
-        )
-        assert next(strict).num_rows == 100
+    front, follower = cutover.front, cutover.follower  # the clients' stable address
+    with StreamManager.from_url(front.url) as sm:
+        sm.create_scope("ha")
+        sm.create_stream("ha", "s")
+    with EventStreamClientFactory.from_url("ha", front.url) as factory:
+        events_key = factory.connection.keys.segment("ha", "s", 0).events
+        config = EventWriterConfig(delivery_timeout=60, linger=0.02, replay_window=0)
+        writer = factory.create_event_writer("s", BytesSerializer(), config)
+        replicated_then_cut_off(writer, follower, events_key, link)
+        primary_only(writer)
+        position = 150  # a reader read everything acknowledged so far
+        primary.kill()  # the primary dies; the replica, 50 events behind, takes over
+        follower.replicaof("no", "one")
+        front.retarget("127.0.0.1", replica.port)
+        after = [writer.write_event(b"c%d" % i, "k") for i in range(200)]
+        writer.flush()  # a bulk round: the native path finds the tail went back
+        after += [writer.write_event(b"c%d" % i, "k") for i in range(200, 230)]
+        writer.flush()
+        writer.close()
+        offsets = [f.result().offset for f in after]
+        # no acknowledged offset names two events: the lost ones are never reused
+        assert offsets == list(range(150, 380))
+        batch = factory.create_batch_client()
+        read = [e.payload for events in batch.read_segment("s", 0, position) for e in events]
+        assert read == [b"c%d" % i for i in range(230)]  # the reader skips nothing
+        # from the head: the lost range is a typed error after the events before it
+        strict_batches = batch.read_segment("s", 0, 0, batch_size=64)
+        assert sum(len(events) for events in itertools.islice(strict_batches, 2)) == 100
         with pytest.raises(DataLostError, match=r"offsets 100\.\.149 were lost"):
-            next(strict)
-        lenient = SourceOptions.parse({**options, "fail_on_data_loss": "false"})
-        rows = sum(
-            b.num_rows for b in read_partition(lenient, BASE_SCHEMA, SegmentPartition(0, 0, 380))
+            next(strict_batches)
+        skipping = batch.read_segment("s", 0, 0, fail_on_data_loss=False)
+        assert [e.offset for events in skipping for e in events] == [
+            *range(100),
+            *range(150, 380),
+        ]
+        assert follower.hget(factory.connection.keys.segment("ha", "s", 0).meta, "lost") == (
+            b"100-150,"
         )
-        assert rows == 330
-        # a reader group from the head: every event that exists, the loss reported once
-        with ReaderGroupManager.from_url("ha", front.url) as rgm:
-            rgm.create_reader_group("g", ReaderGroupConfig(streams=["ha/s"]))
-        with (
-            EventStreamClientFactory.from_url("ha", front.url) as factory,
-            factory.create_reader("r", "g", BytesSerializer()) as reader,
-        ):
-            results = collect(reader, lambda got: len(got) >= 331)
-        assert_one_loss_then(
-            results, [b"a%d" % i for i in range(100)] + [b"c%d" % i for i in range(230)]
-        )
-    finally:
-        follower.close()
-        front.close()
+    # reading across the lost range is a typed error, or skips it when asked to
+    options = {"redis_url": front.url, "scope": "ha", "stream": "s"}
+    strict = read_partition(SourceOptions.parse(options), BASE_SCHEMA, SegmentPartition(0, 0, 380))
+    assert next(strict).num_rows == 100
+    with pytest.raises(DataLostError, match=r"offsets 100\.\.149 were lost"):
+        next(strict)
+    lenient = SourceOptions.parse({**options, "fail_on_data_loss": "false"})
+    rows = sum(
+        b.num_rows for b in read_partition(lenient, BASE_SCHEMA, SegmentPartition(0, 0, 380))
+    )
+    assert rows == 330
+    # a reader group from the head: every event that exists, the loss reported once
+    results = read_from_the_head(front.url, "g", 331)
+    assert_one_loss_then(
+        results, [b"a%d" % i for i in range(100)] + [b"c%d" % i for i in range(230)]
+    )
+
+
+def reached(count: int) -> Callable[[list[Any]], bool]:
+    """Whether ``count`` results (events and errors) were collected."""
+    return lambda got: len(got) >= count
+
+
+def replicated_then_cut_off(
+    writer: Any,
+    replica: redis.Redis,
+    events_key: str,
+    link: ReplyDroppingProxy,
+    read: Callable[[], Any] = lambda: None,
+) -> Any:
+    """Write ``a0..a99`` and wait until the replica has them (``read()`` runs once they are
+    acknowledged, e.g. a reader collecting them; its result is returned); then cut the
+    replica's link (``link``): what is written next reaches the primary only."""
+    for i in range(100):
+        writer.write_event(b"a%d" % i, "k")
+    writer.flush()
+    result = read()
+    wait_until(lambda: replica.xlen(events_key) == 100, 30, "the replica to sync")
+    link.blackhole()
+    return result
+
+
+def primary_only(writer: Any) -> None:
+    """Write ``b0..b49`` (on the primary only, its replica cut off): offsets 100..149."""
+    acked = [writer.write_event(b"b%d" % i, "k") for i in range(50)]
+    writer.flush()
+    assert [f.result().offset for f in acked] == list(range(100, 150))
+
+
+def read_from_the_head(url: str, group: str, count: int) -> list[Any]:
+    """What one reader of a new reader group ``group`` of ``ha/s`` collects from the head, up
+    to ``count`` results (events and errors)."""
+    with ReaderGroupManager.from_url("ha", url) as rgm:
+        rgm.create_reader_group(group, ReaderGroupConfig(streams=["ha/s"]))
+    with (
+        EventStreamClientFactory.from_url("ha", url) as factory,
+        factory.create_reader("r", group, BytesSerializer()) as reader,
+    ):
+        return collect(reader, reached(count))
 
 
 def stream_and_group(url: str, **config: Any) -> None:
@@ -178,49 +226,40 @@ def assert_one_loss_then(results: list[Any], values: list[bytes]) -> None:
 
 def test_a_fresh_writer_after_a_lossy_failover_skips_nothing_a_live_reader_passed(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+    cutover: Cutover,
 ) -> None:
     """A writer that never saw the lost tail (a new process after the failover) appends at the
     offsets the promoted replica has free; a reader that had read past them finds the log
     diverged (another epoch there), reports what it had read and is gone, and reads the new
     events: none acknowledged and present is skipped."""
     primary, replica, link = pair
-    front = ReplyDroppingProxy("127.0.0.1", primary.port)
-    follower = redis.Redis(port=replica.port)
-    try:
-        stream_and_group(front.url)
-        config = EventWriterConfig(delivery_timeout=60, linger=0.02)
-        with (
-            EventStreamClientFactory.from_url("ha", front.url) as factory,
-            factory.create_reader("r", "g", BytesSerializer()) as reader,
-        ):
-            events_key = factory.connection.keys.segment("ha", "s", 0).events
-            with factory.create_event_writer("s", BytesSerializer(), config) as writer:
-                for i in range(100):
-                    writer.write_event(b"a%d" % i, "k")
+    front, follower = cutover.front, cutover.follower
+    stream_and_group(front.url)
+    config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+    with (
+        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        factory.create_reader("r", "g", BytesSerializer()) as reader,
+    ):
+        events_key = factory.connection.keys.segment("ha", "s", 0).events
+        with factory.create_event_writer("s", BytesSerializer(), config) as writer:
+            before = replicated_then_cut_off(
+                writer, follower, events_key, link, lambda: collect(reader, reached(100))
+            )
+            primary_only(writer)
+            before += collect(reader, lambda got: len(got) >= 50)  # read past 150
+        primary.kill()  # the replica, 50 events behind, takes over
+        follower.replicaof("no", "one")
+        front.retarget("127.0.0.1", replica.port)
+        with EventStreamClientFactory.from_url("ha", front.url) as fresh:
+            with fresh.create_event_writer("s", BytesSerializer(), config) as writer:
+                after = [writer.write_event(b"c%d" % i, "k") for i in range(80)]
                 writer.flush()
-                before = collect(reader, lambda got: len(got) >= 100)
-                wait_until(lambda: follower.xlen(events_key) == 100, 30, "the replica to sync")
-                link.blackhole()  # the replica falls behind
-                acked = [writer.write_event(b"b%d" % i, "k") for i in range(50)]
-                writer.flush()
-                assert [f.result().offset for f in acked] == list(range(100, 150))
-                before += collect(reader, lambda got: len(got) >= 50)  # read past 150
-            primary.kill()  # the replica, 50 events behind, takes over
-            follower.replicaof("no", "one")
-            front.retarget("127.0.0.1", replica.port)
-            with EventStreamClientFactory.from_url("ha", front.url) as fresh:
-                with fresh.create_event_writer("s", BytesSerializer(), config) as writer:
-                    after = [writer.write_event(b"c%d" % i, "k") for i in range(80)]
-                    writer.flush()
-                assert [f.result().offset for f in after] == list(range(100, 180))
-            results = collect(reader, lambda got: len(got) >= 81)
-        assert before == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(50)]
-        assert_one_loss_then(
-            results, [b"c%d" % i for i in range(80)]
-        )  # every acknowledged event present
-    finally:
-        follower.close()
-        front.close()
+            assert [f.result().offset for f in after] == list(range(100, 180))
+        results = collect(reader, lambda got: len(got) >= 81)
+    assert before == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(50)]
+    assert_one_loss_then(
+        results, [b"c%d" % i for i in range(80)]
+    )  # every acknowledged event present
 
 
 def test_divergence_is_where_the_log_left_what_a_reader_read() -> None:
@@ -234,49 +273,40 @@ def test_divergence_is_where_the_log_left_what_a_reader_read() -> None:
 
 def test_a_position_committed_past_the_tail_reports_the_loss_and_skips_no_new_event(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+    cutover: Cutover,
 ) -> None:
     """A reader commits a position on the promoted replica that its log does not reach (the
     offsets below it were lost); the next owner of the segment reports those offsets lost and
     reads from the tail, so the events a fresh writer appends there next are not skipped."""
     primary, replica, link = pair
-    front = ReplyDroppingProxy("127.0.0.1", primary.port)
-    follower = redis.Redis(port=replica.port)
-    try:
-        stream_and_group(front.url)
-        config = EventWriterConfig(delivery_timeout=60, linger=0.02)
-        with EventStreamClientFactory.from_url("ha", front.url) as factory:
-            events_key = factory.connection.keys.segment("ha", "s", 0).events
-            with factory.create_reader("r1", "g", BytesSerializer()) as first:
-                with factory.create_event_writer("s", BytesSerializer(), config) as writer:
-                    for i in range(100):
-                        writer.write_event(b"a%d" % i, "k")
+    front, follower = cutover.front, cutover.follower
+    stream_and_group(front.url)
+    config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+    with EventStreamClientFactory.from_url("ha", front.url) as factory:
+        events_key = factory.connection.keys.segment("ha", "s", 0).events
+        with factory.create_reader("r1", "g", BytesSerializer()) as first:
+            with factory.create_event_writer("s", BytesSerializer(), config) as writer:
+                replicated_then_cut_off(
+                    writer, follower, events_key, link, lambda: collect(first, reached(100))
+                )
+                primary_only(writer)
+                collect(first, lambda got: len(got) >= 50)  # read up to 150
+            primary.kill()  # the replica, 50 events behind, takes over
+            follower.replicaof("no", "one")
+            front.retarget("127.0.0.1", replica.port)
+            # leaving gives the segment back at 150 on the promoted replica: past its tail
+        with ReaderGroupManager.from_url("ha", front.url) as rgm:
+            positions = rgm.get_reader_group("g").refresh().positions()
+        assert positions[("ha/s", 0)] == 150
+        with factory.create_reader("r2", "g", BytesSerializer()) as second:
+            results = collect(second, lambda got: len(got) >= 1)  # acquired past the tail
+            with EventStreamClientFactory.from_url("ha", front.url) as fresh:
+                with fresh.create_event_writer("s", BytesSerializer(), config) as writer:
+                    after = [writer.write_event(b"c%d" % i, "k") for i in range(30)]
                     writer.flush()
-                    collect(first, lambda got: len(got) >= 100)
-                    wait_until(lambda: follower.xlen(events_key) == 100, 30, "the replica")
-                    link.blackhole()  # the replica falls behind
-                    for i in range(50):
-                        writer.write_event(b"b%d" % i, "k")
-                    writer.flush()
-                    collect(first, lambda got: len(got) >= 50)  # read up to 150
-                primary.kill()  # the replica, 50 events behind, takes over
-                follower.replicaof("no", "one")
-                front.retarget("127.0.0.1", replica.port)
-                # leaving gives the segment back at 150 on the promoted replica: past its tail
-            with ReaderGroupManager.from_url("ha", front.url) as rgm:
-                positions = rgm.get_reader_group("g").refresh().positions()
-            assert positions[("ha/s", 0)] == 150
-            with factory.create_reader("r2", "g", BytesSerializer()) as second:
-                results = collect(second, lambda got: len(got) >= 1)  # acquired past the tail
-                with EventStreamClientFactory.from_url("ha", front.url) as fresh:
-                    with fresh.create_event_writer("s", BytesSerializer(), config) as writer:
-                        after = [writer.write_event(b"c%d" % i, "k") for i in range(30)]
-                        writer.flush()
-                    assert [f.result().offset for f in after] == list(range(100, 130))
-                results += collect(second, lambda got: len(got) >= 30)
-        assert_one_loss_then(results, [b"c%d" % i for i in range(30)])
-    finally:
-        follower.close()
-        front.close()
+                assert [f.result().offset for f in after] == list(range(100, 130))
+            results += collect(second, lambda got: len(got) >= 30)
+    assert_one_loss_then(results, [b"c%d" % i for i in range(30)])
 
 
 def test_a_committed_position_keeps_the_epoch_it_was_read_under() -> None:
@@ -335,16 +365,14 @@ def lossy_failover(
     with EventStreamClientFactory.from_url("ha", front.url) as factory:
         events_key = factory.connection.keys.segment("ha", "s", 0).events
         with factory.create_event_writer("s", BytesSerializer(), config) as writer:
-            for i in range(100):
-                writer.write_event(b"a%d" % i, "k")
-            writer.flush()
-            for reader in readers:
-                collect(reader, lambda got: len(got) >= 100)
-            wait_until(lambda: follower.xlen(events_key) == 100, 30, "the replica to sync")
-            link.blackhole()
-            for i in range(50):
-                writer.write_event(b"b%d" % i, "k")
-            writer.flush()
+            replicated_then_cut_off(
+                writer,
+                follower,
+                events_key,
+                link,
+                lambda: [collect(reader, reached(100)) for reader in readers],
+            )
+            primary_only(writer)
             for reader in readers:
                 collect(reader, lambda got: len(got) >= 50)
     primary.kill()
@@ -354,6 +382,7 @@ def lossy_failover(
 
 def test_a_writer_puts_back_what_a_lossy_failover_lost_and_readers_see_the_same_log(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+    cutover: Cutover,
 ) -> None:
     """The writer's last 50 acknowledged events (``acks=leader``) are only on the primary
     when it dies, and a reader has read them. At its next append the writer finds the tail
@@ -362,58 +391,43 @@ def test_a_writer_puts_back_what_a_lossy_failover_lost_and_readers_see_the_same_
     on with the new events; a reader from the head reads all 160 once. (Before: offsets
     100..149 recorded lost, reported to both readers, the 50 events gone.)"""
     primary, replica, link = pair
-    front = ReplyDroppingProxy("127.0.0.1", primary.port)
-    follower = redis.Redis(port=replica.port)
-    try:
-        stream_and_group(front.url)
-        config = EventWriterConfig(delivery_timeout=60, linger=0.02)
-        with (
-            EventStreamClientFactory.from_url("ha", front.url) as factory,
-            factory.create_reader("r1", "g", BytesSerializer()) as reader,
-            factory.create_event_writer("s", BytesSerializer(), config) as writer,
-        ):
-            keys = factory.connection.keys.segment("ha", "s", 0)
-            for i in range(100):
-                writer.write_event(b"a%d" % i, "k")
-            writer.flush()
-            assert len(collect(reader, lambda got: len(got) >= 100)) == 100
-            wait_until(lambda: follower.xlen(keys.events) == 100, 30, "the replica to sync")
-            link.blackhole()  # the replica falls behind
-            acked = [writer.write_event(b"b%d" % i, "k") for i in range(50)]
-            writer.flush()
-            assert [f.result().offset for f in acked] == list(range(100, 150))
-            assert collect(reader, lambda got: len(got) >= 50) == [b"b%d" % i for i in range(50)]
-            with redis.Redis(port=primary.port) as old:
-                lost_entries = old.xrange(keys.events, "101-0", "+")
-            primary.kill()  # the replica, 50 events behind, takes over
-            follower.replicaof("no", "one")
-            front.retarget("127.0.0.1", replica.port)
-            after = [writer.write_event(b"c%d" % i, "k") for i in range(10)]
-            writer.flush()
-            assert [f.result().offset for f in after] == list(range(150, 160))
-            results = collect(reader, lambda got: len(got) >= 10)
-            assert results == [b"c%d" % i for i in range(10)]  # no loss reported, none twice
-            assert follower.xrange(keys.events, "101-0", "151-0")[:50] == lost_entries
-            assert follower.hget(keys.meta, "lost") is None
-        with ReaderGroupManager.from_url("ha", front.url) as rgm:
-            rgm.create_reader_group("g2", ReaderGroupConfig(streams=["ha/s"]))
-        with (
-            EventStreamClientFactory.from_url("ha", front.url) as factory,
-            factory.create_reader("r", "g2", BytesSerializer()) as second,
-        ):
-            everything = collect(second, lambda got: len(got) >= 160)
-        assert everything == [
-            *(b"a%d" % i for i in range(100)),
-            *(b"b%d" % i for i in range(50)),
-            *(b"c%d" % i for i in range(10)),
-        ]
-    finally:
-        follower.close()
-        front.close()
+    front, follower = cutover.front, cutover.follower
+    stream_and_group(front.url)
+    config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+    with (
+        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        factory.create_reader("r1", "g", BytesSerializer()) as reader,
+        factory.create_event_writer("s", BytesSerializer(), config) as writer,
+    ):
+        keys = factory.connection.keys.segment("ha", "s", 0)
+        replicated_then_cut_off(
+            writer, follower, keys.events, link, lambda: collect(reader, reached(100))
+        )
+        primary_only(writer)
+        assert collect(reader, lambda got: len(got) >= 50) == [b"b%d" % i for i in range(50)]
+        with redis.Redis(port=primary.port) as old:
+            lost_entries = old.xrange(keys.events, "101-0", "+")
+        primary.kill()  # the replica, 50 events behind, takes over
+        follower.replicaof("no", "one")
+        front.retarget("127.0.0.1", replica.port)
+        after = [writer.write_event(b"c%d" % i, "k") for i in range(10)]
+        writer.flush()
+        assert [f.result().offset for f in after] == list(range(150, 160))
+        results = collect(reader, lambda got: len(got) >= 10)
+        assert results == [b"c%d" % i for i in range(10)]  # no loss reported, none twice
+        assert follower.xrange(keys.events, "101-0", "151-0")[:50] == lost_entries
+        assert follower.hget(keys.meta, "lost") is None
+    everything = read_from_the_head(front.url, "g2", 160)
+    assert everything == [
+        *(b"a%d" % i for i in range(100)),
+        *(b"b%d" % i for i in range(50)),
+        *(b"c%d" % i for i in range(10)),
+    ]
 
 
 def test_a_put_back_stops_at_another_writers_events_and_the_rest_is_recorded_lost(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+    cutover: Cutover,
 ) -> None:
     """Two writers' events were in the range a failover lost: 100..119 of the first, 120..129
     of the second, 130..149 of the first. The first writer appends next: it puts back
@@ -421,48 +435,39 @@ def test_a_put_back_stops_at_another_writers_events_and_the_rest_is_recorded_los
     were; 120..149 are recorded lost and its new event goes after them. A reader from the head
     reads 0..119, one report of 120..149, then the new events."""
     primary, replica, link = pair
-    front = ReplyDroppingProxy("127.0.0.1", primary.port)
-    follower = redis.Redis(port=replica.port)
-    try:
-        stream_and_group(front.url)
-        config = EventWriterConfig(delivery_timeout=60, linger=0.02)
-        with (
-            EventStreamClientFactory.from_url("ha", front.url) as factory,
-            factory.create_event_writer("s", BytesSerializer(), config) as first,
-            factory.create_event_writer("s", BytesSerializer(), config) as second,
-        ):
-            keys = factory.connection.keys.segment("ha", "s", 0)
-            for i in range(100):
-                first.write_event(b"a%d" % i, "k")
-            first.flush()
-            wait_until(lambda: follower.xlen(keys.events) == 100, 30, "the replica to sync")
-            link.blackhole()
-            for writer, prefix, count in ((first, b"b", 20), (second, b"x", 10), (first, b"c", 20)):
-                for i in range(count):
-                    writer.write_event(prefix + b"%d" % i, "k")
-                writer.flush()
-            primary.kill()
-            follower.replicaof("no", "one")
-            front.retarget("127.0.0.1", replica.port)
-            assert first.write_event(b"d0", "k").result(60).offset == 150
-            assert second.write_event(b"y0", "k").result(60).offset == 151
-            assert follower.hget(keys.meta, "lost") == b"120-150,"
-        with (
-            EventStreamClientFactory.from_url("ha", front.url) as factory,
-            factory.create_reader("r", "g", BytesSerializer()) as reader,
-        ):
-            results = collect(reader, lambda got: len(got) >= 123)
-        errors = [r for r in results if not isinstance(r, bytes)]
-        assert [r for r in results if isinstance(r, bytes)] == [
-            *(b"a%d" % i for i in range(100)),
-            *(b"b%d" % i for i in range(20)),
-            b"d0",
-            b"y0",
-        ]
-        assert len(errors) == 1 and "offsets 120..149 were lost" in str(errors[0]), errors
-    finally:
-        follower.close()
-        front.close()
+    front, follower = cutover.front, cutover.follower
+    stream_and_group(front.url)
+    config = EventWriterConfig(delivery_timeout=60, linger=0.02)
+    with (
+        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        factory.create_event_writer("s", BytesSerializer(), config) as first,
+        factory.create_event_writer("s", BytesSerializer(), config) as second,
+    ):
+        keys = factory.connection.keys.segment("ha", "s", 0)
+        replicated_then_cut_off(first, follower, keys.events, link)
+        for writer, prefix, count in ((first, b"b", 20), (second, b"x", 10), (first, b"c", 20)):
+            for i in range(count):
+                writer.write_event(prefix + b"%d" % i, "k")
+            writer.flush()
+        primary.kill()
+        follower.replicaof("no", "one")
+        front.retarget("127.0.0.1", replica.port)
+        assert first.write_event(b"d0", "k").result(60).offset == 150
+        assert second.write_event(b"y0", "k").result(60).offset == 151
+        assert follower.hget(keys.meta, "lost") == b"120-150,"
+    with (
+        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        factory.create_reader("r", "g", BytesSerializer()) as reader,
+    ):
+        results = collect(reader, lambda got: len(got) >= 123)
+    errors = [r for r in results if not isinstance(r, bytes)]
+    assert [r for r in results if isinstance(r, bytes)] == [
+        *(b"a%d" % i for i in range(100)),
+        *(b"b%d" % i for i in range(20)),
+        b"d0",
+        b"y0",
+    ]
+    assert len(errors) == 1 and "offsets 120..149 were lost" in str(errors[0]), errors
 
 
 def fresh_writes(url: str, prefix: bytes, count: int) -> list[int]:
@@ -479,92 +484,78 @@ def fresh_writes(url: str, prefix: bytes, count: int) -> list[int]:
 
 def test_a_writer_past_a_position_committed_past_the_tail_before_any_reader_is_detected(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+    cutover: Cutover,
 ) -> None:
     """Item 5: the group's position (150) is past the promoted replica's tail (100), and a
     fresh writer appends 80 events (offsets 100..179) before any reader acquires the
     segment: the tail is past the position again, but the position was read under an epoch
     that ends at 100 in the log, so the next owner reports 100..149 lost and delivers all
     80 new events (before: the first 50 were skipped, unreported)."""
-    front = ReplyDroppingProxy("127.0.0.1", pair[0].port)
-    follower = redis.Redis(port=pair[1].port)
-    try:
-        stream_and_group(front.url)
-        with EventStreamClientFactory.from_url("ha", front.url) as factory:
-            with factory.create_reader("r1", "g", BytesSerializer()) as first:
-                lossy_failover(pair, front, follower, [first])
-            # r1 gave the segment back at 150 (read under the lost epoch)
-            assert group_positions(front.url)[("ha/s", 0)] == 150
-            assert fresh_writes(front.url, b"c", 80) == list(range(100, 180))
-            with factory.create_reader("r2", "g", BytesSerializer()) as second:
-                results = collect(second, lambda got: len(got) >= 81)
-        assert_one_loss_then(results, [b"c%d" % i for i in range(80)])
-    finally:
-        follower.close()
-        front.close()
+    front, follower = cutover.front, cutover.follower
+    stream_and_group(front.url)
+    with EventStreamClientFactory.from_url("ha", front.url) as factory:
+        with factory.create_reader("r1", "g", BytesSerializer()) as first:
+            lossy_failover(pair, front, follower, [first])
+        # r1 gave the segment back at 150 (read under the lost epoch)
+        assert group_positions(front.url)[("ha/s", 0)] == 150
+        assert fresh_writes(front.url, b"c", 80) == list(range(100, 180))
+        with factory.create_reader("r2", "g", BytesSerializer()) as second:
+            results = collect(second, lambda got: len(got) >= 81)
+    assert_one_loss_then(results, [b"c%d" % i for i in range(80)])
 
 
 def test_a_live_reader_notices_a_shrunken_tail_before_the_log_reaches_its_position(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+    cutover: Cutover,
 ) -> None:
     """Item 4: the reader read up to 150; after the failover new events go to 100..129, and
     the log never reaches 150. The reader reports 100..149 lost and delivers the 30 new
     events (before: nothing until the log reached 150). Its group position, committed at
     150, moves back to the divergence and on from there (item 3): a reader taking over
     afterwards resumes after the new events, not at 150."""
-    front = ReplyDroppingProxy("127.0.0.1", pair[0].port)
-    follower = redis.Redis(port=pair[1].port)
-    try:
-        stream_and_group(front.url, session_timeout=2.0, heartbeat_interval=0.5)
-        with (
-            EventStreamClientFactory.from_url("ha", front.url) as factory,
-            factory.create_reader("r1", "g", BytesSerializer()) as reader,
-        ):
-            lossy_failover(pair, front, follower, [reader])
-            assert fresh_writes(front.url, b"c", 30) == list(range(100, 130))
-            results = collect(reader, lambda got: len(got) >= 31)
-            assert_one_loss_then(results, [b"c%d" % i for i in range(30)])
-            reader.commit()
-            assert group_positions(front.url)[("ha/s", 0)] == 130
-        assert fresh_writes(front.url, b"d", 5) == list(range(130, 135))
-        with (
-            EventStreamClientFactory.from_url("ha", front.url) as factory,
-            factory.create_reader("r2", "g", BytesSerializer()) as second,
-        ):
-            after = collect(second, lambda got: len(got) >= 5)
-        assert after == [b"d%d" % i for i in range(5)]
-    finally:
-        follower.close()
-        front.close()
+    front, follower = cutover.front, cutover.follower
+    stream_and_group(front.url, session_timeout=2.0, heartbeat_interval=0.5)
+    with (
+        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        factory.create_reader("r1", "g", BytesSerializer()) as reader,
+    ):
+        lossy_failover(pair, front, follower, [reader])
+        assert fresh_writes(front.url, b"c", 30) == list(range(100, 130))
+        results = collect(reader, lambda got: len(got) >= 31)
+        assert_one_loss_then(results, [b"c%d" % i for i in range(30)])
+        reader.commit()
+        assert group_positions(front.url)[("ha/s", 0)] == 130
+    assert fresh_writes(front.url, b"d", 5) == list(range(130, 135))
+    with (
+        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        factory.create_reader("r2", "g", BytesSerializer()) as second,
+    ):
+        after = collect(second, lambda got: len(got) >= 5)
+    assert after == [b"d%d" % i for i in range(5)]
 
 
 def test_a_commit_the_log_no_longer_holds_is_refused(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+    cutover: Cutover,
 ) -> None:
     """Item 1: after the failover the reader commits (manually) the 150 events it read;
     the log holds 100: the commit is refused (typed, retriable; the group's position is not
     moved past the log), the next read reports 100..149 lost, and reading goes on at 100."""
-    front = ReplyDroppingProxy("127.0.0.1", pair[0].port)
-    follower = redis.Redis(port=pair[1].port)
-    try:
-        stream_and_group(front.url, commit_mode="manual")
-        with (
-            EventStreamClientFactory.from_url("ha", front.url) as factory,
-            factory.create_reader("r1", "g", BytesSerializer()) as reader,
-        ):
-            lossy_failover(pair, front, follower, [reader])
-            with pytest.raises(
-                CommitRefusedError, match=r"ha/s/0 at 150 \(its log diverged at 100"
-            ):
-                reader.commit()
-            assert group_positions(front.url)[("ha/s", 0)] <= 100
-            assert fresh_writes(front.url, b"c", 3) == [100, 101, 102]
-            results = collect(reader, lambda got: len(got) >= 4)
-        assert isinstance(results[0], DataLostError), results
-        assert "offsets 100..149 were lost" in str(results[0])
-        assert results[1:] == [b"c0", b"c1", b"c2"]
-    finally:
-        follower.close()
-        front.close()
+    front, follower = cutover.front, cutover.follower
+    stream_and_group(front.url, commit_mode="manual")
+    with (
+        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        factory.create_reader("r1", "g", BytesSerializer()) as reader,
+    ):
+        lossy_failover(pair, front, follower, [reader])
+        with pytest.raises(CommitRefusedError, match=r"ha/s/0 at 150 \(its log diverged at 100"):
+            reader.commit()
+        assert group_positions(front.url)[("ha/s", 0)] <= 100
+        assert fresh_writes(front.url, b"c", 3) == [100, 101, 102]
+        results = collect(reader, lambda got: len(got) >= 4)
+    assert isinstance(results[0], DataLostError), results
+    assert "offsets 100..149 were lost" in str(results[0])
+    assert results[1:] == [b"c0", b"c1", b"c2"]
 
 
 @pytest.mark.long  # about 12 s: waits out a shrunk-log grace (make test-long; CI runs both)
@@ -639,34 +630,30 @@ def test_a_retry_appending_the_lost_tail_again_is_neither_reported_lost_nor_read
 
 def test_a_shorter_log_no_retry_fills_is_reported_lost_after_the_grace(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
+    cutover: Cutover,
 ) -> None:
     """The log stays only shorter (no writer appends after the failover): once
     ``shrunk_log_grace`` has passed, the reader reports 100..149 lost, moves the group's
     position back to 100 and reads the events appended there later."""
-    front = ReplyDroppingProxy("127.0.0.1", pair[0].port)
-    follower = redis.Redis(port=pair[1].port)
-    try:
-        stream_and_group(front.url, commit_mode="manual")
-        with (
-            EventStreamClientFactory.from_url("ha", front.url) as factory,
-            factory.create_reader(
-                "r1", "g", BytesSerializer(), ReaderConfig(shrunk_log_grace=0.5)
-            ) as reader,
-        ):
-            lossy_failover(pair, front, follower, [reader])
-            with pytest.raises(CommitRefusedError):
-                reader.commit()  # (and the reading thread looks at the log at once)
-            results = collect(reader, lambda got: len(got) >= 1)
-            assert len(results) == 1 and isinstance(results[0], DataLostError), results
-            assert "offsets 100..149 were lost" in str(results[0])
-            assert fresh_writes(front.url, b"c", 3) == [100, 101, 102]
-            results = collect(reader, lambda got: len(got) >= 3)
-            reader.commit()
-            assert results == [b"c0", b"c1", b"c2"]
-            assert group_positions(front.url)[("ha/s", 0)] == 103
-    finally:
-        follower.close()
-        front.close()
+    front, follower = cutover.front, cutover.follower
+    stream_and_group(front.url, commit_mode="manual")
+    with (
+        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        factory.create_reader(
+            "r1", "g", BytesSerializer(), ReaderConfig(shrunk_log_grace=0.5)
+        ) as reader,
+    ):
+        lossy_failover(pair, front, follower, [reader])
+        with pytest.raises(CommitRefusedError):
+            reader.commit()  # (and the reading thread looks at the log at once)
+        results = collect(reader, lambda got: len(got) >= 1)
+        assert len(results) == 1 and isinstance(results[0], DataLostError), results
+        assert "offsets 100..149 were lost" in str(results[0])
+        assert fresh_writes(front.url, b"c", 3) == [100, 101, 102]
+        results = collect(reader, lambda got: len(got) >= 3)
+        reader.commit()
+        assert results == [b"c0", b"c1", b"c2"]
+        assert group_positions(front.url)[("ha/s", 0)] == 103
 
 
 def collect_unparked(reader: Any, until: Any, timeout: float = 30.0) -> list[Any]:
@@ -727,15 +714,14 @@ def test_a_reader_that_lost_no_connection_notices_a_lossy_sentinel_failover(
                 events_key = factory.connection.keys.segment("ha", "s", 0).events
                 replica = stack.enter_context(redis.Redis(port=sentinels.replicas[0].port))
                 with factory.create_event_writer("s", BytesSerializer(), config) as writer:
-                    for i in range(100):
-                        writer.write_event(b"a%d" % i, "k")
-                    writer.flush()
-                    collect_unparked(reader, lambda got: len(got) >= 100)
-                    wait_until(lambda: replica.xlen(events_key) == 100, 30, "the replica")
-                    links[0].blackhole()  # the replica falls behind
-                    for i in range(50):
-                        writer.write_event(b"b%d" % i, "k")
-                    writer.flush()
+                    replicated_then_cut_off(
+                        writer,
+                        replica,
+                        events_key,
+                        links[0],
+                        lambda: collect_unparked(reader, reached(100)),
+                    )
+                    primary_only(writer)
                 collect_unparked(reader, lambda got: len(got) >= 50)
                 promoted = sentinels.failover()  # nothing of the reader's is in flight
                 wait_until(lambda: named_by_all(sentinels) == {promoted}, 30, "the Sentinels")
