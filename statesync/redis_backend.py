@@ -242,10 +242,11 @@ def primary_switches(client: Any) -> PrimarySwitches | None:
     failover behind one address breaks its connections, which its user sees as an outage).
 
     A Sentinel client counts the switches its pools learn (its blocking-read twin shares the
-    count); a cluster client counts ``MOVED`` replies and slot-table refreshes that changed
-    the set of primaries. A switch a client took in its stride (idle connections closed, a
-    command redirected) shows nowhere else: a user holding positions on the old primary (a
-    reader) compares the count between two reads to learn that it should check them."""
+    count); a cluster client counts ``MOVED`` replies that changed a slot's primary and
+    slot-table refreshes that changed the set of primaries. A switch a client took in its
+    stride (idle connections closed, a command redirected) shows nowhere else: a user holding
+    positions on the old primary (a reader) compares the count between two reads to learn
+    that it should check them."""
     pool = getattr(client, "connection_pool", None)
     siblings = getattr(pool, "siblings", None)
     if isinstance(siblings, _SiblingPools):

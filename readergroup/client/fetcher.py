@@ -302,7 +302,8 @@ class Fetcher(Generic[T]):
         """An outage ended or the primary switched: :meth:`check_idle` looks at every
         segment's log."""
         self._switches = connection.primary_switches()
-        """The connection's primary switches when last looked at (see :meth:`_after_failover`)."""
+        """The connection's primary switches when last looked at (see
+        :meth:`_note_primary_switch`)."""
         self.rewound: set[SegKey] = set()
         """Segments whose ``rewind`` is set: the group's position must move back (the
         session sends it and clears this)."""

@@ -28,10 +28,9 @@ When it works, and when it does not (the README states the same):
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from readergroup.storage.segment_records import AppendBatch, Replay
 
@@ -112,7 +111,7 @@ class AcknowledgedBatches:
         at = tail
         while (kept := by_first.get(at)) is not None:
             out.append(
-                dataclasses.replace(
+                replace(
                     kept.batch,
                     seen_tail=0,
                     seen_created="",

@@ -33,9 +33,8 @@
 -- only where it was (the stored tail is its first offset), only in the same incarnation of the
 -- segment (`created_ms`) and only if the segment's current epoch (meta `ep`) is the one it
 -- was appended under: any ordinary append since began a new epoch, so no replay lands after
--- one. It begins no epoch (the next ordinary
--- append on this server does, at the tail). Otherwise it writes nothing and returns
--- REGRESSED.
+-- one. It begins no epoch (the next ordinary append on this server does, at the tail).
+-- Otherwise it writes nothing and returns REGRESSED.
 --
 -- Each event is stored with fields k (routing key, only if any), p (payload), w (writer ms),
 -- t (server ms: server_ms() of the time.lua prelude, or the last append's if TIME went back,
@@ -78,20 +77,21 @@ for i = 1, n do
   end
 end
 local mode = ARGV[7 + 3 * n] or ''
+local current = tonumber(meta[6] or 0)
 local epoch
 local ms
 if mode == 'replay' then
   epoch = tonumber(ARGV[9 + 3 * n])
-  if events ~= tonumber(ARGV[8 + 3 * n]) or tonumber(meta[6] or 0) ~= epoch
+  if events ~= tonumber(ARGV[8 + 3 * n]) or current ~= epoch
       or meta[1] ~= ARGV[11 + 3 * n] then
-    return {8, events, tonumber(meta[6] or 0)}
+    return {8, events, current}
   end
   ms = tonumber(ARGV[10 + 3 * n])
 else
   local seen = tonumber(ARGV[5 + 3 * n] or 0) or 0
   if seen > events and meta[1] == ARGV[6 + 3 * n] then
     if mode == 'report' then
-      return {8, events, tonumber(meta[6] or 0)}
+      return {8, events, current}
     end
     local lost = redis.call('HGET', KEYS[1], 'lost') or ''
     redis.call('HSET', KEYS[1], 'lost', lost .. events .. '-' .. seen .. ',')
