@@ -1,14 +1,22 @@
-"""The embedded-default helper: choice order, a real private server, clear failures."""
+"""The embedded-default helper: choice order, a real private server, clear failures; the server
+kinds of the test matrix (``READERGROUP_TEST_SERVER``, the ``each_server`` fixture)."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 import redis
 
 from readergroup.core.errors import EmbeddedRedisError
 from readergroup.testing.embedded_redis import (
+    SERVER_KIND_VARIABLE,
+    LocalRedisServer,
+    binary_version,
     find_server_binary,
     local_redis_server,
+    matrix_server_binary,
     redis_server,
 )
 
@@ -56,3 +64,55 @@ def test_a_missing_binary_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
         local_redis_server(),
     ):
         pass
+
+
+def product_of(url: str) -> str:
+    """``valkey`` or ``redis``: what the server at ``url`` says it is."""
+    with redis.Redis.from_url(url) as client:
+        info = client.info("server")
+    return "valkey" if "valkey_version" in info or info.get("server_name") == "valkey" else "redis"
+
+
+def test_the_suite_runs_on_the_server_kind_it_names(redis_url: str, server_kind: str) -> None:
+    """The matrix is real: READERGROUP_TEST_SERVER=redis runs Redis, =valkey Valkey."""
+    if os.environ.get("REDIS_URL"):
+        pytest.fail("REDIS_URL is set: this run uses that server, whatever kind it is")
+    assert product_of(redis_url) == server_kind
+
+
+def test_each_server_gives_every_kind_whatever_the_environment(
+    each_server: LocalRedisServer, request: pytest.FixtureRequest
+) -> None:
+    kind = request.node.callspec.params["each_server"]
+    assert product_of(each_server.url) == kind
+    assert binary_version(each_server.binary).lower().startswith(kind)
+
+
+def test_an_unknown_server_kind_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SERVER_KIND_VARIABLE, "keydb")
+    with pytest.raises(EmbeddedRedisError, match=r"'keydb'.*valkey, redis"), local_redis_server():
+        pass
+
+
+def test_a_missing_kind_is_an_error_naming_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server anywhere: no fallback to Valkey
+    monkeypatch.delenv("READERGROUP_REDIS7_SERVER", raising=False)
+    with pytest.raises(EmbeddedRedisError, match="apt-get install redis-server"):
+        matrix_server_binary("redis")
+    monkeypatch.setenv(SERVER_KIND_VARIABLE, "redis")
+    monkeypatch.delenv("READERGROUP_REDIS_SERVER", raising=False)
+    with pytest.raises(EmbeddedRedisError, match="no Redis server binary"), local_redis_server():
+        pass
+
+
+def test_a_binary_of_another_kind_under_the_name_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A ``redis-server`` that is Valkey (a distribution's compatibility link) is not Redis."""
+    (tmp_path / "redis-server").symlink_to(matrix_server_binary("valkey"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("READERGROUP_REDIS7_SERVER", raising=False)
+    with pytest.raises(EmbeddedRedisError, match="Valkey server v="):
+        matrix_server_binary("redis")

