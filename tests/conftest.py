@@ -44,6 +44,10 @@ from tests.support.worker_groups import SPARK_GROUP, shared_group
 
 os.environ.setdefault(SERVER_KIND_VARIABLE, "valkey")
 
+CLI_TESTS = "tests/test_cli"
+"""Node ids of the CLI's own tests (tests/test_cli*.py): processes of the CLI, left out of the
+``core`` set."""
+
 # Hypothesis's per-example deadline (200 ms) and its "data generation too slow" check time the
 # wall clock: on a loaded machine (parallel workers, other jobs) they failed correct code.
 settings.register_profile(
@@ -159,7 +163,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses a Redis fixture, so CI can prove none of them was skipped
-    (``redis``; ``each_server`` for those that run on every server kind themselves). Refuse a
+    (``redis``; ``each_server`` for those that run on every server kind themselves), and the
+    core suite that ``make test`` runs on the second server (``core``: the client and protocol
+    tests with a Redis fixture, less the CLI's processes and the SparkSession's, which drive the
+    same library at many times the cost; see the Makefile). Refuse a
     test outside ``tests/test_spark*.py`` that uses the session's SparkSession: a parallel run
     keeps those files on one worker, so that it starts one JVM (tests/support/worker_groups.py).
     """
@@ -175,6 +182,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.redis)
         if "each_server" in names:
             item.add_marker(pytest.mark.each_server)
+        elif uses_redis and "spark" not in names and not item.nodeid.startswith(CLI_TESTS):
+            item.add_marker(pytest.mark.core)
         if "spark" in names and shared_group(item.nodeid) != SPARK_GROUP:
             strays.append(item.nodeid)
     if strays:
