@@ -6,9 +6,11 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 # The suite mostly waits (on servers, subprocesses and deadlines), so it runs in more pytest-xdist
 # workers than cores, each with its own Redis; the Spark tests share one worker (one JVM; see
-# tests/support/worker_groups.py). TEST_WORKERS=0 runs it in this one process.
+# tests/support/worker_groups.py). TEST_WORKERS=0 (TEST_LONG_WORKERS=0) runs it in one process.
 TEST_WORKERS ?= 8
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+# test-long's failovers, chaos runs and example processes are CPU-hungry and timed: fewer workers.
+TEST_LONG_WORKERS ?= 4
+xdist = $(if $(filter 0,$(1)),,-n $(1) --dist loadgroup)
 
 .PHONY: demo test test-long lint bench chaos chaos-ha explore sim-scale clean venv redis-server
 
@@ -33,9 +35,9 @@ demo: $(STAMP)
 test: $(STAMP) redis-server
 	mkdir -p .artifacts
 	status=0; \
-	READERGROUP_TEST_SERVER=valkey $(PY) -m pytest -m "not long" $(XDIST) \
+	READERGROUP_TEST_SERVER=valkey $(PY) -m pytest -m "not long" $(call xdist,$(TEST_WORKERS)) \
 		--junitxml=.artifacts/junit.xml $(PYTEST_ARGS) || status=$$?; \
-	READERGROUP_TEST_SERVER=redis $(PY) -m pytest -m "core and not long" $(XDIST) \
+	READERGROUP_TEST_SERVER=redis $(PY) -m pytest -m "core and not long" $(call xdist,$(TEST_WORKERS)) \
 		--junitxml=.artifacts/junit-redis.xml $(PYTEST_ARGS) || status=$$?; \
 	exit $$status
 
@@ -50,7 +52,7 @@ redis-server:
 # query killed and restarted): their own target so `make test` stays well under 10 minutes.
 test-long: $(STAMP)
 	mkdir -p .artifacts
-	READERGROUP_TEST_SERVER=valkey $(PY) -m pytest -m long $(XDIST) \
+	READERGROUP_TEST_SERVER=valkey $(PY) -m pytest -m long $(call xdist,$(TEST_LONG_WORKERS)) \
 		--junitxml=.artifacts/junit-long.xml $(PYTEST_ARGS)
 
 lint: $(STAMP)
