@@ -4,8 +4,6 @@ of segments completed by a reader group in a bounded number of group-log entries
 from __future__ import annotations
 
 import itertools
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -46,6 +44,7 @@ from readergroup.core.stream_metadata import (
 )
 from readergroup.testing.embedded_redis import LocalRedisServer
 from tests.support.waiting import wait_until
+from tests.test_client_suite import HeldLinger
 
 SEGMENTS = 2_000
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 3.0, "group_refresh_time": 0.1}
@@ -86,15 +85,18 @@ def test_a_stream_of_more_than_1024_segments_is_created_split_and_merged(
     keys = one_key_per_segment(ranges)  # one event to every segment, in one writer round
     client = redis.Redis.from_url(redis_url)
     watches = _calls(client, "watch")
+    # the sender's linger lasts until every event is queued: with none, it took whatever was
+    # queued, and on a loaded machine (a slow test thread) rounds of 64 to 256 segments went
+    # natively, WATCH and all
     held = HeldLinger()
     with (
         EventStreamClientFactory.from_url(scope, redis_url) as factory,
         factory.create_event_writer(
-            "big", UTF8StringSerializer(), EventWriterConfig(linger=1.0), clock=held
+            "big", UTF8StringSerializer(), EventWriterConfig(linger=0.001), clock=held
         ) as writer,
     ):
         futures = [writer.write_event(f"e{i}", routing_key=key) for i, key in enumerate(keys)]
-        held.release()  # every event is queued: the sender's one round takes them all
+        held.released.set()  # the sender's one round takes them all
         writer.flush()
         assert {f.result(0).segment for f in futures} == set(split)
     # a native round WATCHes three keys per segment and Redis's WATCH is O(watched) per key:
@@ -103,25 +105,6 @@ def test_a_stream_of_more_than_1024_segments_is_created_split_and_merged(
     with StreamManager.from_url(redis_url) as sm:
         assert sm.get_stream_info(scope, "big").events == SEGMENTS
     client.close()
-
-
-class HeldLinger:
-    """A writer's clock whose sleep (the sender's linger before a round) lasts until
-    :meth:`release` (at most a minute): the events written before then form one round, however
-    slowly a loaded machine writes them (with no linger the sender took whatever was queued,
-    and rounds of 64 to 256 segments went natively, WATCH and all)."""
-
-    def __init__(self) -> None:
-        self._released = threading.Event()
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        self._released.wait(60)
-
-    def release(self) -> None:
-        self._released.set()
 
 
 def _calls(client: redis.Redis, command: str) -> int:
