@@ -152,6 +152,7 @@ def _fresh_snapshot_cache() -> None:
     snapshot_cache.clear()
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which -p no:xdist leaves out
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadgroup``: the Spark tests on one worker (see tests/support/worker_groups.py)."""
     if config.getvalue("dist") != "loadgroup":
