@@ -64,7 +64,9 @@ chaos-ha: $(STAMP)
 sim-scale: $(STAMP)
 	$(PY) -m tests.support.group_sim --segments 10000 --readers 1000
 
-# Deeper exhaustive exploration of the reader-group protocol than the test suite's (minutes).
+# Deeper exhaustive exploration of the reader-group protocol and of the reader's hand-out state
+# machine than the test suite's (minutes).
 explore: $(STAMP)
 	$(PY) -m tests.support.explorer --depth 8 --readers 2
 	$(PY) -m tests.support.explorer --depth 7 --readers 3
+	$(PY) -m tests.support.reader_explorer --depth 12

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from readergroup.core.group_state import SegKey
@@ -118,11 +118,23 @@ NOTHING: EventRead[Any] = EventRead(None)
 
 
 class RebalanceListener(Protocol):
-    """Called from the reading thread when this reader's segments change.
+    """Hears of this reader's segment changes. Every call comes from the **reading thread**,
+    inside a read call (``read_next_event``, ``read_batch``, iteration, ``run``'s reading
+    thread), before that call hands out anything; ``close()`` calls it on the closing thread.
 
-    A listener may also define ``on_segments_lost(reader_id, segments)``: called instead of
-    ``on_segments_released`` when the reader was fenced (session expired, e.g. during a Redis
-    outage) and the segments may already be read by others; nothing can be committed for them.
+    * ``on_segments_released(reader_id, segments)``: the segments are about to be given up
+      (a rebalance, or ``close``). They are still this reader's: a ``commit()`` made here
+      lands, and the next owner starts there. Every event of them handed out before was
+      processed (the application called again); nothing more of them is handed out. Also
+      called, after the fact, for segments read to their end and completed.
+    * ``on_segments_acquired(reader_id, segments)``: the segments are this reader's now; no
+      event of them is handed out before this returns.
+    * ``on_segments_lost(reader_id, segments)`` (optional; else ``on_segments_released``):
+      the segments were taken away (the reader was removed or fenced, or the group reset);
+      others may read them already, and nothing can be committed for them.
+
+    A listener that raises does not stop the change: the read call raises
+    :class:`~readergroup.core.errors.RebalanceListenerError` after carrying it out.
     """
 
     def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None: ...
@@ -137,6 +149,12 @@ class EventSource(Protocol[T]):
     def add_rebalance_listener(self, listener: RebalanceListener) -> None: ...
 
     def owned_segments(self) -> dict[SegKey, int]: ...
+
+    def pause(self, segments: Iterable[SegKey]) -> None: ...
+
+    def resume(self, segments: Iterable[SegKey]) -> None: ...
+
+    def paused(self) -> set[SegKey]: ...
 
     def read_batch(
         self, max_events: int = 1000, timeout: float | None = None

@@ -17,8 +17,10 @@ Group maintenance (refresh, rebalance, commits, completion, checkpoint acknowled
 on the session's maintenance thread, started by the first read call, never on the reading
 thread: a read call with buffered events returns them without any group round trip, and the
 group is maintained while the application holds events without reading (see
-:mod:`~readergroup.client.maintenance` for the transitions and the locking). Rebalance
-listeners are called on that thread.
+:mod:`~readergroup.client.maintenance` for the locking, and
+:mod:`~readergroup.core.reader_machine` for every transition of what may be handed out).
+Rebalance listeners are called on the reading thread, inside a read call, before it hands out
+anything.
 
 Fast path: while the session's window is open (see ``GroupSession.quiet_until``: nothing
 awaits the reading thread) and events are buffered, ``read_next_event`` does O(1) work: one
@@ -45,7 +47,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from readergroup.admin.group_member import GroupMember
@@ -54,7 +56,7 @@ from readergroup.client.fetcher import Fetcher, Outage
 from readergroup.client.group_session import REJOIN_MAX_DELAY, GroupSession
 from readergroup.client.runner import RunStats, run
 from readergroup.client.serializers import Serializer
-from readergroup.core.errors import ReaderNotInGroupError
+from readergroup.core.errors import ReaderClosedError, ReaderNotInGroupError
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.group_state import SegKey
 from readergroup.storage.connection_api import Connection
@@ -123,12 +125,31 @@ class EventStreamReader(Generic[T]):
         return self._member.generation
 
     def add_rebalance_listener(self, listener: RebalanceListener) -> None:
-        self._session.listeners.append(listener)
+        """Hear of this reader's segment changes (see :class:`RebalanceListener`: called on the
+        reading thread, inside a read call, before it hands out anything)."""
+        self._session.add_listener(listener)
 
     def owned_segments(self) -> dict[SegKey, int]:
         """Owned segment -> fencing token."""
         owned_now = self._fetcher.owned.copy()  # (the maintenance thread may change it)
         return {key: owned.token for key, owned in owned_now.items()}
+
+    def pause(self, segments: Iterable[SegKey]) -> None:
+        """Hand out nothing of ``segments`` (owned ones; Kafka's ``pause``) until
+        :meth:`resume`: they stay owned (heartbeats and the group go on), their reads stop
+        once their buffers are full, and a read call still runs the group's work (listeners,
+        releases, checkpoints). A paused segment given up by a rebalance is no longer
+        paused."""
+        self._session.pause(list(segments))
+
+    def resume(self, segments: Iterable[SegKey]) -> None:
+        """Hand out ``segments`` again (see :meth:`pause`)."""
+        self._session.resume(list(segments))
+
+    def paused(self) -> set[SegKey]:
+        """The segments paused now."""
+        with self._gate.lock:
+            return set(self._session.machine.paused)
 
     def fencing_token(self, stream: str, segment: int) -> int | None:
         owned = self._fetcher.owned.get((stream, segment))
@@ -202,6 +223,8 @@ class EventStreamReader(Generic[T]):
         while not session.closed:
             try:
                 event = self.read_next_event()
+            except ReaderClosedError:
+                return  # closed by another thread: iteration ends
             except ReaderNotInGroupError:
                 if session.closed:
                     return
@@ -251,18 +274,22 @@ class EventStreamReader(Generic[T]):
 
     def _serve(self, max_events: int, timeout: float, now: float) -> list[EventRead[T]]:
         session, fetcher = self._session, self._fetcher
-        session.check_usable()
+        if session.closed:
+            raise ReaderClosedError(f"reader {self.reader_id!r} is closed")
+        session.check_lease()
         session.last_poll = now
-        fetcher.consume_returned()
+        fetcher.consume_returned()  # the application moved past every event handed out
         session.consumed_recorded()
-        session.moved_on()
-        if fetcher.errors:
-            raise fetcher.errors.popleft()
         deadline = now + max(0.0, timeout)
         fetched = False
         while True:
-            if session.checkpoint_due is not None:
-                return [session.hand_out_checkpoint()]
+            # what the reader's machine says comes first: listeners, a removal, a checkpoint
+            # (again before each fetch: nothing was handed out since the call began)
+            checkpoint = session.begin_read()
+            if checkpoint is not None:
+                return [checkpoint]
+            if fetcher.errors:
+                raise fetcher.errors.popleft()
             events = fetcher.take(max_events, refill=True)
             if events:
                 return events
@@ -277,4 +304,4 @@ class EventStreamReader(Generic[T]):
             block = max(0.0, min(remaining, hold))
             session.absorb(fetcher.fetch(block, session.wake_logs(), hold=hold))
             fetched = True
-            session.check_usable()
+            session.check_lease()

@@ -77,11 +77,28 @@ class _Runner(Generic[T]):
         self.failure: list[BaseException] = []
         self.queued = 0
 
-    # rebalance listener: drop the lanes of segments this reader lost
+    # rebalance listener (called on the reading thread, inside its read call): drop the lanes
+    # of segments this reader gives up, committing first what was handled of them
     def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None:
         return None
 
     def on_segments_released(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        self._drop(segments)
+        with self.lock:
+            handled = {k: self.processed[k] for k in segments if k in self.processed}
+        self.commit(handled)  # they are still this reader's: the commit lands
+        with self.lock:
+            for key in segments:
+                self.processed.pop(key, None)
+
+    def on_segments_lost(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        self._drop(segments)
+        with self.lock:
+            for key in segments:
+                self.processed.pop(key, None)
+
+    def _drop(self, segments: Sequence[SegKey]) -> None:
+        """Drop the queued events of ``segments`` (a run under way finishes, uncommitted)."""
         with self.lock:
             for key in segments:
                 lane = self.lanes.get(key)
@@ -89,11 +106,7 @@ class _Runner(Generic[T]):
                     self.queued -= sum(len(run) for run in lane.runs)
                     lane.runs.clear()
                     lane.generation += 1
-                self.processed.pop(key, None)
             self.lock.notify_all()
-
-    def on_segments_lost(self, reader_id: str, segments: Sequence[SegKey]) -> None:
-        self.on_segments_released(reader_id, segments)
 
     def dispatch(self, pool: ThreadPoolExecutor, events: list[EventRead[T]]) -> None:
         """Hand ``events`` to their segments' lanes, one run of a segment's events at a time
@@ -161,19 +174,36 @@ class _Runner(Generic[T]):
             self.failure.append(inner)
             return False
 
-    def wait_for_room(self, stop: threading.Event) -> None:
+    def full(self) -> bool:
         with self.lock:
-            while self.queued >= self.max_queued and not self.failure and not stop.is_set():
-                self.lock.wait(0.1)
+            return self.queued >= self.max_queued and not self.failure
+
+    def wait_for_room(self, pool: ThreadPoolExecutor, stop: threading.Event) -> None:
+        """While the lanes are full, the owned segments are paused and read calls go on (they
+        hand out nothing of them, but run the group's work: a rebalance, a checkpoint); events
+        of segments acquired meanwhile are queued. Then the segments are resumed."""
+        if not self.full():
+            return
+        paused = [k for k in self.reader.owned_segments() if k not in self.reader.paused()]
+        self.reader.pause(paused)
+        try:
+            while self.full() and not stop.is_set():
+                try:
+                    self.dispatch(pool, self.reader.read_batch(1000, timeout=0.1))
+                except ReaderNotInGroupError:
+                    return  # the main loop's read raises it again and rejoins
+        finally:
+            self.reader.resume(paused)
 
     def wait_idle(self) -> None:
         with self.lock:
             while any(lane.running for lane in self.lanes.values()):
                 self.lock.wait(0.1)
 
-    def commit(self) -> None:
+    def commit(self, handled: dict[SegKey, int] | None = None) -> None:
+        """Commit what was handled (of every segment, or ``handled``)."""
         with self.lock:
-            chosen = dict(self.processed)
+            chosen = dict(self.processed) if handled is None else handled
         owned = self.reader.owned_segments()
         chosen = {k: p for k, p in chosen.items() if k in owned}
         if not chosen:
@@ -217,7 +247,7 @@ def run(
         with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rg-worker") as pool:
             rounds = 0
             while not stop.is_set() and not runner.failure:
-                runner.wait_for_room(stop)
+                runner.wait_for_room(pool, stop)
                 try:
                     events = reader.read_batch(1000)
                 except ReaderNotInGroupError:

@@ -192,6 +192,17 @@ class ReaderNotInGroupError(ReaderGroupError):
     ``max_poll_interval``, or left. Create a reader with the same id to rejoin."""
 
 
+class ReaderClosedError(ReaderGroupError):
+    """The reader was closed (perhaps by another thread): it reads no more. Iteration over a
+    reader ends cleanly instead."""
+
+
+class RebalanceListenerError(ReaderGroupError):
+    """A rebalance listener raised (its exception is the ``__cause__``). Raised by the read
+    call that called it, after the change it was told of was carried out (segments released
+    or handed out all the same); the reader stays usable."""
+
+
 class ReaderAlreadyOnlineError(ReaderGroupError):
     """Another live reader with this id is online in the group."""
 

@@ -1,0 +1,400 @@
+"""The reader's own rules (issue 28), on both connections (in memory and a real Redis):
+
+* no event of a segment is handed out once the reader decided or learned that it releases or
+  loses that segment: graceful rebalances deliver every event once and in key order;
+* a pending checkpoint is handed out at the first read call after the reader's state shows it,
+  before any further buffered event, and the state shows it within ``group_refresh_time``;
+* a reader removed from the group raises ``ReaderNotInGroupError`` at its first read after its
+  state shows the removal, and hands out nothing more;
+* ``on_segments_released`` runs before the segments are given up (a commit in it lands) and
+  ``on_segments_acquired`` returns before any event of those segments is handed out; both run
+  on the reading thread, inside a read call.
+
+Ported from Pravega's ``ReaderGroupStateManagerTest`` (``testReleaseWhenReadersAdded``,
+``testSegmentsAssigned``, ``testReaderOffline``), ``CheckpointTest``
+(``testMoreReadersThanSegments``) and ``initiateCheckpointFailure``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from readergroup import (
+    EventStreamClientFactory,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ReaderNotInGroupError,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+    UTF8StringSerializer,
+)
+from readergroup.core.errors import CheckpointError
+from readergroup.storage.connection_api import Connection
+from tests.support.connections import new_scope, scoped_factory
+from tests.support.waiting import wait_until
+
+FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.1}
+SLOW_HEARTBEAT = {"heartbeat_interval": 20.0, "session_timeout": 60.0, "group_refresh_time": 0.1}
+"""Heartbeats too rare to notice anything within a test: only the group state can."""
+
+
+@pytest.fixture
+def scope(connection: Connection) -> str:
+    return new_scope(connection)
+
+
+@pytest.fixture
+def factory(connection: Connection, scope: str) -> Iterator[EventStreamClientFactory]:
+    yield from scoped_factory(connection, scope)
+
+
+def make_stream(connection: Connection, scope: str, segments: int) -> None:
+    with StreamManager(connection) as sm:
+        sm.create_stream(
+            scope, "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
+        )
+
+
+def make_group(connection: Connection, scope: str, **config: Any) -> Any:
+    rgm = ReaderGroupManager(scope, connection)
+    rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/orders"], **config))
+    return rgm.get_reader_group("g")
+
+
+def write(factory: EventStreamClientFactory, count: int, keys: int = 16) -> None:
+    with factory.create_event_writer("orders", UTF8StringSerializer()) as writer:
+        for i in range(count):
+            writer.write_event(f"k{i % keys}:{i // keys}", routing_key=f"k{i % keys}")
+
+
+class Processed:
+    """What every reader's application processed, in one global order (under a lock)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.order: list[tuple[str, int, str]] = []  # (key, index within key, reader)
+
+    def add(self, event: str, reader: str) -> None:
+        key, index = event.split(":")
+        with self.lock:
+            self.order.append((key, int(index), reader))
+
+    def violations(self) -> list[str]:
+        """Every event processed twice, and every key whose events were processed out of
+        order (an event processed after a later one of its key)."""
+        found: list[str] = []
+        seen: set[tuple[str, int]] = set()
+        last: dict[str, tuple[int, str]] = {}
+        for key, index, reader in self.order:
+            if (key, index) in seen:
+                found.append(f"{key}:{index} processed twice (again by {reader})")
+            seen.add((key, index))
+            before = last.get(key)
+            if before is not None and index != before[0] + 1:
+                found.append(f"{key}:{index} by {reader} after {key}:{before[0]} by {before[1]}")
+            last[key] = (index, reader)
+        return found
+
+
+def _graceful_rebalance_run(
+    connection: Connection, scope: str, factory: EventStreamClientFactory, seed: int
+) -> Processed:
+    """Six segments; readers join one by one and one closes (no crash, no timeout) while a
+    writer writes; each application processes each batch with a random delay."""
+    rng = random.Random(seed)
+    make_stream(connection, scope, 6)
+    make_group(connection, scope, **FAST)
+    keys, per_key = 24, 40
+    total = keys * per_key
+    processed = Processed()
+    stop_all = threading.Event()
+    errors: list[BaseException] = []
+
+    def consume(name: str, leave: threading.Event) -> None:
+        reader = factory.create_reader(name, "g", UTF8StringSerializer())
+        try:
+            while not leave.is_set() and not stop_all.is_set():
+                for event in reader.read_batch(rng.choice((1, 7, 50)), timeout=0.05):
+                    if event.event is not None:
+                        processed.add(event.event, name)
+                time.sleep(rng.choice((0.0, 0.001, 0.01)))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            reader.close()
+
+    leaves = {name: threading.Event() for name in ("a", "b", "c")}
+    threads = {n: threading.Thread(target=consume, args=(n, leaves[n])) for n in leaves}
+
+    def produce() -> None:
+        with factory.create_event_writer("orders", UTF8StringSerializer()) as writer:
+            for i in range(per_key):
+                for k in range(keys):
+                    writer.write_event(f"k{k}:{i}", routing_key=f"k{k}")
+                writer.flush()
+                time.sleep(0.01)
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    try:
+        for name in ("a", "b", "c"):
+            threads[name].start()
+            time.sleep(rng.uniform(0.1, 0.3))
+        leaves["b"].set()  # a graceful leave
+        threads["b"].join(20)
+        writer.join(60)
+        wait_until(lambda: len({(k, i) for k, i, _ in processed.order}) >= total, 60, "all read")
+    finally:
+        stop_all.set()
+        for thread in threads.values():
+            if thread.is_alive():
+                thread.join(20)
+        writer.join(10)
+    assert not errors, errors
+    return processed
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_graceful_rebalance_delivers_every_event_once_and_in_key_order(
+    connection: Connection, scope: str, factory: EventStreamClientFactory, seed: int
+) -> None:
+    processed = _graceful_rebalance_run(connection, scope, factory, seed)
+    assert processed.violations() == []
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("seed", range(3, 20))
+def test_graceful_rebalances_of_twenty_seeds_deliver_every_event_once_and_in_key_order(
+    connection: Connection, scope: str, factory: EventStreamClientFactory, seed: int
+) -> None:
+    processed = _graceful_rebalance_run(connection, scope, factory, seed)
+    assert processed.violations() == []
+
+
+def test_a_checkpoint_is_handed_out_before_the_read_ahead_backlog(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    """A reader processing 1 ms per event with a large backlog: the checkpoint comes within
+    ``group_refresh_time`` of its initiation (about 100 events here), not after the backlog."""
+    make_stream(connection, scope, 1)
+    write(factory, 6000)
+    group = make_group(connection, scope, **SLOW_HEARTBEAT)
+    reader = factory.create_reader("r", "g", UTF8StringSerializer())
+    handed: list[str] = []
+    initiated = threading.Event()
+    after_initiation = [0]
+    result: list[Any] = []
+
+    def checkpoint() -> None:
+        initiated.set()
+        result.append(group.initiate_checkpoint("cp", timeout=20))
+
+    try:
+        while len(handed) < 50:
+            event = reader.read_next_event(timeout=1)
+            handed.append(event.event)
+        initiator = threading.Thread(target=checkpoint)
+        initiator.start()
+        wait_until(initiated.is_set)
+        while True:
+            event = reader.read_next_event(timeout=1)
+            if event.is_checkpoint:
+                break
+            assert event.event is not None, "the backlog ran dry before the checkpoint"
+            after_initiation[0] += 1
+            time.sleep(0.001)
+        reader.read_next_event(timeout=1)  # moves past it: acknowledged
+        initiator.join(30)
+        assert result and result[0].name == "cp"
+        # 0.1 s of 1 ms events is ~100; the backlog is 5,950
+        assert after_initiation[0] < 1500, after_initiation[0]
+    finally:
+        reader.close()
+
+
+def test_checkpoints_complete_with_more_readers_than_segments(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    """Pravega's CheckpointTest.testMoreReadersThanSegments: 2 readers, 1 segment, events
+    written throughout; each of 3 checkpoints completes."""
+    make_stream(connection, scope, 1)
+    write(factory, 3000)
+    group = make_group(connection, scope, **SLOW_HEARTBEAT)
+    stop = threading.Event()
+    seen: dict[str, list[str]] = defaultdict(list)
+    errors: list[BaseException] = []
+
+    def consume(name: str) -> None:
+        try:
+            with factory.create_reader(name, "g", UTF8StringSerializer()) as reader:
+                while not stop.is_set():
+                    event = reader.read_next_event(timeout=0.05)
+                    if event.is_checkpoint:
+                        seen[name].append(event.checkpoint_name or "")
+                    elif event.event is not None:
+                        time.sleep(0.001)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=consume, args=(n,)) for n in ("one", "two")]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: len(group.get_online_readers()) == 2)
+        for i in range(3):
+            result = group.initiate_checkpoint(f"cp{i}", timeout=10)
+            assert result.name == f"cp{i}"
+            assert len(result.positions) == 1
+    except CheckpointError as exc:
+        pytest.fail(f"a checkpoint failed: {exc}")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(20)
+    assert not errors, errors
+    assert seen["one"] == seen["two"] == ["cp0", "cp1", "cp2"]
+
+
+def test_a_reader_declared_offline_raises_at_its_next_read_and_hands_out_nothing_more(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    """Pravega's testReaderOffline: heartbeats are too rare to notice here; the group state,
+    refreshed every ``group_refresh_time``, does."""
+    make_stream(connection, scope, 2)
+    write(factory, 4000)
+    group = make_group(connection, scope, **SLOW_HEARTBEAT)
+    reader = factory.create_reader("victim", "g", UTF8StringSerializer())
+    try:
+        for _ in range(20):
+            assert reader.read_next_event(timeout=1).event is not None
+        assert group.reader_offline("victim") is True
+        handed_after = 0
+        deadline = time.monotonic() + 10
+        with pytest.raises(ReaderNotInGroupError):
+            while time.monotonic() < deadline:
+                if reader.read_next_event(timeout=0.05).event is not None:
+                    handed_after += 1
+                time.sleep(0.001)
+        with pytest.raises(ReaderNotInGroupError):  # and stays removed
+            reader.read_next_event(timeout=0.05)
+        assert handed_after < 1500, handed_after
+    finally:
+        reader.close()
+
+
+def test_a_reader_that_failed_a_checkpoint_and_was_declared_offline_raises(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    """Pravega's initiateCheckpointFailure: a checkpoint times out (the reader does not read),
+    the reader is declared offline; its next reads raise."""
+    make_stream(connection, scope, 2)
+    write(factory, 200)
+    group = make_group(connection, scope, **SLOW_HEARTBEAT)
+    reader = factory.create_reader("sleepy", "g", UTF8StringSerializer())
+    try:
+        assert reader.read_next_event(timeout=1).event is not None
+        with pytest.raises(CheckpointError):
+            group.initiate_checkpoint("never", timeout=0.5)
+        assert group.reader_offline("sleepy") is True
+        deadline = time.monotonic() + 10
+        with pytest.raises(ReaderNotInGroupError):
+            while time.monotonic() < deadline:
+                reader.read_next_event(timeout=0.05)
+    finally:
+        reader.close()
+
+
+def test_a_commit_in_on_segments_released_lands_before_the_segments_move(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    """Manual commits: the application commits what it processed when told its segments go;
+    the next owner starts exactly there (nothing processed twice)."""
+    make_stream(connection, scope, 4)
+    write(factory, 800)
+    make_group(connection, scope, commit_mode="manual", **FAST)
+    processed = Processed()
+    threads_seen: set[str] = set()
+    failures: list[BaseException] = []
+    a = factory.create_reader("a", "g", UTF8StringSerializer())
+
+    class CommitOnRelease:
+        def on_segments_acquired(self, reader_id: str, segments: Any) -> None:
+            threads_seen.add(threading.current_thread().name)
+
+        def on_segments_released(self, reader_id: str, segments: Any) -> None:
+            threads_seen.add(threading.current_thread().name)
+            try:
+                a.commit()  # everything returned has been processed
+            except BaseException as exc:
+                failures.append(exc)
+                raise
+
+    a.add_rebalance_listener(CommitOnRelease())
+    b = None
+    try:
+        for _ in range(30):
+            for event in a.read_batch(5, timeout=1):
+                processed.add(event.event, "a")
+        b = factory.create_reader("b", "g", UTF8StringSerializer())
+        total = 800
+        deadline = time.monotonic() + 30
+        while len(processed.order) < total and time.monotonic() < deadline:
+            for event in a.read_batch(5, timeout=0.02):
+                processed.add(event.event, "a")
+            for event in b.read_batch(5, timeout=0.02):
+                processed.add(event.event, "b")
+            if b.owned_segments():
+                b.commit()
+        assert not failures, failures
+
+        def balanced() -> bool:
+            for name, reader in (("a", a), ("b", b)):
+                for event in reader.read_batch(5, timeout=0.02):
+                    processed.add(event.event, name)
+            return len(b.owned_segments()) == 2
+
+        wait_until(balanced, 30, "b owns its share")
+        assert threads_seen == {threading.current_thread().name}  # the reading thread
+        assert processed.violations() == []
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def test_on_segments_acquired_returns_before_any_event_of_them_is_handed_out(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    make_stream(connection, scope, 4)
+    write(factory, 400)
+    make_group(connection, scope, **FAST)
+    ready: set[Any] = set()
+    early: list[Any] = []
+
+    class SlowAcquire:
+        def on_segments_acquired(self, reader_id: str, segments: Any) -> None:
+            time.sleep(0.3)  # say, loading positions from the application's database
+            ready.update(segments)
+
+        def on_segments_released(self, reader_id: str, segments: Any) -> None:
+            ready.difference_update(segments)
+
+    with factory.create_reader("a", "g", UTF8StringSerializer()) as reader:
+        reader.add_rebalance_listener(SlowAcquire())
+        got = 0
+        deadline = time.monotonic() + 20
+        while got < 400 and time.monotonic() < deadline:
+            for event in reader.read_batch(10, timeout=0.05):
+                got += 1
+                if (event.stream, event.segment) not in ready:
+                    early.append((event.segment, event.offset))
+        assert got == 400
+    assert early == []
