@@ -409,6 +409,8 @@ def explore(depth: int, *, deadline_s: float = 120.0) -> Report:
 
 
 def main() -> None:
+    from tests.support.reader_mutants import MUTANTS, mutated
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--depth", type=int, default=10)
     args = parser.parse_args()
@@ -418,6 +420,16 @@ def main() -> None:
         f"transitions, phases reached {sorted(report.phases)}, per depth {report.per_depth}, "
         f"{report.seconds:.1f}s: every rule held"
     )
+    for name, rule, replacements in MUTANTS:
+        try:
+            with mutated(replacements):
+                explore(args.depth, deadline_s=3600)
+        except RuleViolation as exc:
+            caught = str(exc).split(":")[0]
+            verdict = "caught" if caught == rule else f"caught as {caught}, expected {rule}"
+            print(f"mutant {name!r}: {verdict}: {str(exc)[:160]}")
+        else:
+            raise SystemExit(f"mutant {name!r}: NOT caught at depth {args.depth}")
 
 
 if __name__ == "__main__":
