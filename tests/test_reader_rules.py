@@ -31,6 +31,7 @@ from readergroup import (
     ReaderGroupConfig,
     ReaderGroupManager,
     ReaderNotInGroupError,
+    ReaderReplacedError,
     ScalingPolicy,
     StreamConfiguration,
     StreamManager,
@@ -398,3 +399,177 @@ def test_on_segments_acquired_returns_before_any_event_of_them_is_handed_out(
                     early.append((event.segment, event.offset))
         assert got == 400
     assert early == []
+
+
+# -- static membership (issue 30 item 1) ---------------------------------------------------------
+def _owned_by_both(a: Any, b: Any, seen: list[tuple[Any, int]] | None = None) -> bool:
+    for reader in (a, b):
+        got = reader.read_batch(50, timeout=0.02)
+        if seen is not None:
+            seen.extend((e.segment, e.offset) for e in got)
+    return len(a.owned_segments()) == len(b.owned_segments()) == 2
+
+
+def test_a_worker_restarted_under_its_id_gets_its_segments_back_and_nobody_else_moves(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    """Kafka's static membership: a supervisor restarts a crashed worker within the session;
+    the new incarnation joins at once (no ReaderAlreadyOnlineError), takes exactly the old
+    one's segments at their committed positions, and the other reader's segments never move."""
+    make_stream(connection, scope, 4)
+    write(factory, 400)
+    make_group(connection, scope, commit_mode="manual", **SLOW_HEARTBEAT)
+    a = factory.create_reader("a", "g", UTF8StringSerializer())
+    b = factory.create_reader("b", "g", UTF8StringSerializer())
+    wait_until(lambda: _owned_by_both(a, b), 30, "balanced")
+    a.commit()
+    b_before = b.owned_segments()
+    a_segments = set(a.owned_segments())
+    committed = {k: v for k, v in a._member.state.assigned.items() if k in a_segments}
+    # the worker hangs (a zombie: it still runs, say behind a partition) and is restarted
+    restarted = factory.create_reader("a", "g", UTF8StringSerializer())
+    assert restarted.generation > a.generation
+    state = restarted._member.refresh()
+    assert set(state.owned_by("a")) == a_segments
+    assert {k: v.position for k, v in state.owned_by("a").items()} == {
+        k: v.position for k, v in committed.items()
+    }
+    assert {k: v.token for k, v in state.owned_by("b").items()} == b_before  # nobody else moved
+    # the old incarnation, if it still runs, is told it was replaced: final, no rejoin
+    with pytest.raises(ReaderReplacedError):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            a.read_next_event(timeout=0.05)
+    with pytest.raises(ReaderReplacedError):
+        a.rejoin()
+    got = restarted.read_batch(50, timeout=2)
+    assert got and {(e.stream, e.segment) for e in got} <= a_segments
+    for reader in (a, restarted, b):
+        reader.close()
+
+
+def test_a_static_leave_keeps_the_segments_for_a_restart_and_a_rolling_restart_moves_nothing(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    make_stream(connection, scope, 4)
+    write(factory, 400)
+    make_group(connection, scope, **SLOW_HEARTBEAT)
+    readers = {n: factory.create_reader(n, "g", UTF8StringSerializer()) for n in ("a", "b")}
+    seen: list[tuple[Any, int]] = []
+    wait_until(lambda: _owned_by_both(readers["a"], readers["b"], seen), 30, "balanced")
+    assignment = {n: set(r.owned_segments()) for n, r in readers.items()}
+    for name in ("a", "b", "a", "b"):  # a rolling restart, twice
+        for reader in readers.values():
+            seen.extend((e.segment, e.offset) for e in reader.read_batch(20, timeout=0.1))
+        readers[name].close(leave=False)
+        state = readers[name]._member.refresh()
+        assert set(state.owned_by(name)) == assignment[name]  # still its own
+        readers[name] = factory.create_reader(name, "g", UTF8StringSerializer())
+        assert set(readers[name]._member.refresh().owned_by(name)) == assignment[name]
+    deadline = time.monotonic() + 30
+    while len(seen) < 400 and time.monotonic() < deadline:
+        for name, reader in readers.items():
+            got = reader.read_batch(50, timeout=0.05)
+            assert {e.segment for e in got} <= {s for _, s in assignment[name]}
+            seen.extend((e.segment, e.offset) for e in got)
+    twice = sorted({x for x in seen if seen.count(x) > 1})
+    assert twice == [], (len(twice), twice[:5], twice[-5:])  # auto commits at each close
+    assert len(seen) == 400
+    for reader in readers.values():
+        reader.close()
+
+
+# -- consumer controls (issue 30 item 3) ---------------------------------------------------------
+def test_seek_in_on_segments_acquired_resumes_from_the_applications_own_positions(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    make_stream(connection, scope, 2)
+    write(factory, 200)
+    make_group(connection, scope, commit_mode="manual", **FAST)
+    kept = {}  # the application's own store: segment -> next offset
+    with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
+        probe = reader.read_batch(1, timeout=2)
+        segments = sorted(reader.assignment())
+        assert len(segments) == 2 and probe
+    kept = {segments[0]: 30, segments[1]: 70}
+    seen_in_listener: dict[Any, int] = {}
+
+    class ResumeFromStore:
+        def on_segments_acquired(self, reader_id: str, acquired: Any) -> None:
+            for key in acquired:
+                reader.seek(key, kept[key])
+                seen_in_listener[key] = reader.position(key)
+
+        def on_segments_released(self, reader_id: str, released: Any) -> None:
+            return None
+
+    reader = factory.create_reader("r", "g", UTF8StringSerializer())
+    reader.add_rebalance_listener(ResumeFromStore())
+    try:
+        first: dict[Any, int] = {}
+        deadline = time.monotonic() + 20
+        while len(first) < 2 and time.monotonic() < deadline:
+            for event in reader.read_batch(10, timeout=0.1):
+                first.setdefault((event.stream, event.segment), event.offset)
+        assert first == kept == seen_in_listener
+        assert reader.assignment() == set(kept)
+        committed = reader.committed()
+        assert set(committed) == set(kept)
+        with pytest.raises(ValueError):
+            reader.seek(segments[0], -1)
+    finally:
+        reader.close()
+
+
+def test_paused_segments_stay_owned_and_deliver_nothing_until_resumed(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    make_stream(connection, scope, 2)
+    write(factory, 200)
+    make_group(connection, scope, **FAST)
+    with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
+        wait_until(lambda: reader.read_batch(1, timeout=0.05) is not None and reader.assignment())
+        paused, other = sorted(reader.assignment())
+        reader.pause([paused])
+        assert reader.paused() == {paused}
+        got = []
+        for _ in range(30):
+            got += reader.read_batch(50, timeout=0.05)
+        assert got and all((e.stream, e.segment) == other for e in got)
+        assert paused in reader.assignment()  # still owned
+        reader.resume([paused])
+        assert reader.paused() == set()
+        got = []
+        deadline = time.monotonic() + 10
+        while not any((e.stream, e.segment) == paused for e in got):
+            assert time.monotonic() < deadline
+            got += reader.read_batch(50, timeout=0.05)
+
+
+# -- end of a sealed stream (issue 30 item 5) ----------------------------------------------------
+def test_a_group_that_read_a_sealed_stream_to_its_end_reports_end_of_data(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    """Without an end cut: once every segment is sealed and read (a split included), the
+    reader and the group say so (Pravega: the read is completed)."""
+    make_stream(connection, scope, 2)
+    write(factory, 100)
+    group = make_group(connection, scope, **FAST)
+    with StreamManager(connection) as sm:
+        sm.scale_stream(scope, "orders", [0], [(0.0, 0.25), (0.25, 0.5)])
+    write(factory, 100)
+    with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
+        got: list[Any] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 200 and time.monotonic() < deadline:
+            got += reader.read_batch(100, timeout=0.1)
+        assert len(got) == 200
+        assert not reader.is_end_of_data() and not group.is_end_of_data()  # not sealed yet
+        with StreamManager(connection) as sm:
+            sm.seal_stream(scope, "orders")
+        wait_until(
+            lambda: reader.read_batch(10, timeout=0.05) == [] and reader.is_end_of_data(),
+            20,
+            "end of data",
+        )
+        assert group.is_end_of_data()

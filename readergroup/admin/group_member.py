@@ -176,32 +176,50 @@ class GroupMember:
     def join(self, *, takeover: bool = False) -> int:
         """Become an online member; return the new generation.
 
-        A previous incarnation with this id that stopped beating is removed first (its
-        segments return at their committed positions); a live one is an error, unless
-        ``takeover``: then it is removed all the same, in the same conditional update, which
-        fences its generation (its commits and moves fail from then on). For a retried task
-        that replaces a dead incarnation whose heartbeat has not expired yet.
+        A previous incarnation with this id is replaced, in the same conditional update, when
+        it stopped beating, when ``takeover`` (static membership: a restart under the same
+        id), or when it is this member's own earlier generation (a rejoin after being
+        fenced): that fences its generation (its commits and moves fail from then on) and
+        its segments go to the new generation at their committed positions, so nobody else
+        moves. Without ``takeover`` a live other incarnation is refused
+        (ReaderAlreadyOnlineError); a newer one than this member's own raises
+        ReaderReplacedError (another process took the id over: this one stops).
         """
-        if takeover:
-            logger.info("reader %r joins taking over any incarnation online", self.reader_id)
+        own = self.generation if self._joined else None
         try:
-            return self._join(replace_own=takeover)
+            return self._join(replace_own=takeover, own_generation=own)
         except LogRegressedError:
             self.sync.resync()
-            return self._join(replace_own=takeover)
+            return self._join(replace_own=takeover, own_generation=own)
 
-    def _join(self, *, replace_own: bool) -> int:
-        """Join; ``replace_own``: a record under this id is this member's own, left behind by a
-        regressed log, and is replaced whatever its heartbeat says."""
+    def _join(self, *, replace_own: bool, own_generation: int | None = None) -> int:
+        """Join; ``replace_own``: a record under this id is replaced whatever its heartbeat
+        says; ``own_generation``: this member's earlier generation (see :meth:`join`)."""
         now, beats = self.heartbeats.beat("", 0)
         self.server_ms = now
         me = self.reader_id
         self.sync.fetch_updates()
+        before = self.sync.state.readers.get(me)
+        taken = sorted(self.sync.state.owned_by(me)) if before is not None else []
         self.sync.update_state(
-            plan_join(me, beats, now, self._session_timeout_ms, replace_own=replace_own)
+            plan_join(
+                me,
+                beats,
+                now,
+                self._session_timeout_ms,
+                replace_own=replace_own,
+                own_generation=own_generation,
+            )
         )
         self.generation = self.sync.state.readers[me].generation
         self._joined = True
+        if before is not None:
+            logger.info(
+                "reader %r replaced its incarnation of generation %d, taking over %s",
+                me,
+                before.generation,
+                segments_text(taken) or "no segments",
+            )
         # the join was decided on fresh state, so whatever heartbeat is stored under this id is
         # stale (even of a higher generation, should a regressed log have reused numbers)
         self.heartbeats.beat(me, self.generation, claim=True)

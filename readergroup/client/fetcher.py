@@ -330,6 +330,24 @@ class Fetcher(Generic[T]):
             self._rotating.add(key)
             self._rotation.append(key)
 
+    def seek(self, key: SegKey, offset: int) -> None:
+        """Read owned segment ``key`` from ``offset`` on: what was buffered or read ahead is
+        dropped, nothing pending of the old position is raised. (A position past the log's
+        tail waits for events there; below its head, reading reports the truncation.)"""
+        owned = self.owned[key]
+        self._drop_ahead()
+        parked, self._parked = self._parked, None
+        if parked is not None:
+            parked.cancel()
+        owned.buffer.clear()
+        owned.recent.clear()
+        owned.epochs.clear()
+        owned.fetch = owned.returned = owned.consumed = offset
+        owned.pending, owned.faulted, owned.jumped, owned.behind = None, False, False, False
+        owned.unchecked, owned.rewind, owned.short_since, owned.recheck_at = False, None, None, None
+        owned.idle_mark = offset
+        self.rewound.discard(key)
+
     def hold(self, key: SegKey) -> None:
         """Hand out nothing more of ``key`` (it stays owned: read, committed, its positions
         kept) until :meth:`serve`."""

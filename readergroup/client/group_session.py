@@ -39,6 +39,7 @@ from readergroup.core.errors import (
     ReaderGroupError,
     ReaderGroupNotFoundError,
     ReaderNotInGroupError,
+    ReaderReplacedError,
     RebalanceListenerError,
     RedisUnavailableError,
     SegmentNotOwnedError,
@@ -155,6 +156,34 @@ class GroupSession(Generic[T]):
             self.listeners.append(listener)
             self.machine.listeners = True
 
+    def seek(self, key: SegKey, offset: int) -> None:
+        """See :meth:`EventStreamReader.seek`."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0: {offset}")
+        with self.gate.closed():
+            if key not in self._fetcher.owned:
+                raise SegmentNotOwnedError(f"reader {self.reader_id!r} does not own {key}")
+            self._fetcher.seek(key, offset)
+        logger.info("reader %r: %s/%d seeks to offset %d", self.reader_id, *key, offset)
+
+    def committed(self) -> dict[SegKey, int]:
+        """The group's committed position of every segment this reader owns."""
+        with self.gate.lock:
+            owned = {k: o.committed for k, o in self._fetcher.owned.items()}
+        state = self.member.state
+        return {
+            k: max(p, state.assigned[k].position) if k in state.assigned else p
+            for k, p in owned.items()
+        }
+
+    def position(self, key: SegKey) -> int:
+        """The offset of the next event of ``key`` to hand out."""
+        with self.gate.lock:
+            owned = self._fetcher.owned.get(key)
+            if owned is None:
+                raise SegmentNotOwnedError(f"reader {self.reader_id!r} does not own {key}")
+            return owned.returned
+
     def pause(self, keys: Sequence[SegKey]) -> None:
         """Hand out nothing of ``keys`` (owned ones) until :meth:`resume`; they stay owned."""
         with self.gate.closed():
@@ -187,7 +216,20 @@ class GroupSession(Generic[T]):
         self.check_lease()
         if self.fenced is not None:
             self.fence(self.fenced)  # the heartbeat thread may have set it: drop segments
-            raise ReaderNotInGroupError(self.fenced)
+            raise self.removal_error(self.fenced)
+
+    def removal_error(self, reason: str) -> ReaderGroupError:
+        """The error a read call of a removed reader raises: the group was deleted, a newer
+        incarnation of this id replaced it (final), or it is no longer a member."""
+        if self.gone:
+            return self.group_gone()
+        record = self.member.sync.state.readers.get(self.reader_id)
+        if record is not None and record.generation > self.member.generation:
+            return ReaderReplacedError(
+                f"reader {self.reader_id!r} (generation {self.member.generation}) was replaced "
+                f"by a newer incarnation (generation {record.generation}); this one stops"
+            )
+        return ReaderNotInGroupError(reason)
 
     def check_lease(self) -> None:
         """Fence the reader if no heartbeat was renewed within the session timeout (its read
@@ -248,7 +290,7 @@ class GroupSession(Generic[T]):
         if step.removed is not None:
             with self.gate.closed():
                 fetcher.clear()
-            raise self.group_gone() if self.gone else ReaderNotInGroupError(step.removed)
+            raise self.removal_error(step.removed)
         if step.checkpoint is not None:
             name = machine.hand_out_checkpoint({k: o.returned for k, o in fetcher.owned.items()})
             self.quiet_until = 0.0  # acknowledged on the next read
@@ -1030,8 +1072,9 @@ class GroupSession(Generic[T]):
             )
 
     # -- leaving and rejoining ---------------------------------------------------------------
-    def close(self) -> None:
-        """Graceful leave (see :meth:`EventStreamReader.close`)."""
+    def close(self, *, leave: bool = True) -> None:
+        """Graceful leave, or (``leave=False``) a static leave (see
+        :meth:`EventStreamReader.close`)."""
         if self.closed:
             return
         self.closed = True
@@ -1053,8 +1096,33 @@ class GroupSession(Generic[T]):
             with self.gate.closed():
                 owned_now = dict(self._fetcher.owned)
                 self._fetcher.clear()
-            if removed is None:
+            if removed is None and leave:
                 self._leave(owned_now)
+            elif removed is None:
+                self._stay(owned_now)
+
+    def _stay(self, owned_now: dict[SegKey, OwnedSegment]) -> None:
+        """A static leave: commit what was consumed (auto mode) and acknowledge a checkpoint
+        handed out, but stay a member: the segments wait for a restart under this id (which
+        takes them over at once) or for the session to expire."""
+        for owned in owned_now.values():
+            owned.consumed = owned.returned
+        try:
+            with translate_errors("leave"):
+                self._acknowledge_checkpoint(leaving=True)
+                if self._group.commit_mode == AUTO and not self._absorb_reset():
+                    self._commit(self._auto_positions(owned_now), table=owned_now)
+            logger.info(
+                "reader %r closed keeping its segments for a restart within the session",
+                self.reader_id,
+            )
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %r: could not commit as it closed; a restart resumes at the last "
+                "committed positions",
+                self.reader_id,
+                exc_info=exc,
+            )
 
     def _notify_quietly(self, lost: Sequence[SegKey], released: Sequence[SegKey]) -> None:
         """Tell the listeners as a reader closes (a listener's exception is logged: the

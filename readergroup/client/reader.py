@@ -56,7 +56,7 @@ from readergroup.client.fetcher import Fetcher, Outage
 from readergroup.client.group_session import REJOIN_MAX_DELAY, GroupSession
 from readergroup.client.runner import RunStats, run
 from readergroup.client.serializers import Serializer
-from readergroup.core.errors import ReaderClosedError, ReaderNotInGroupError
+from readergroup.core.errors import ReaderClosedError, ReaderNotInGroupError, ReaderReplacedError
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.group_state import SegKey
 from readergroup.storage.connection_api import Connection
@@ -134,6 +134,28 @@ class EventStreamReader(Generic[T]):
         owned_now = self._fetcher.owned.copy()  # (the maintenance thread may change it)
         return {key: owned.token for key, owned in owned_now.items()}
 
+    def assignment(self) -> set[SegKey]:
+        """The segments this reader owns now (Kafka's ``assignment``)."""
+        return set(self.owned_segments())
+
+    def seek(self, segment: SegKey, offset: int) -> None:
+        """Hand out ``segment``'s events from ``offset`` on (Kafka's ``seek``): the next event
+        of it handed out is the one at ``offset``. For an owned segment
+        (SegmentNotOwnedError otherwise); the typical place is ``on_segments_acquired``,
+        resuming from positions the application keeps in its own database (with the
+        segment's fencing token, see :meth:`fencing_token`). Commits go on from there as
+        usual (auto mode commits it at the next interval). Reading thread, or a listener."""
+        self._session.seek(segment, offset)
+
+    def position(self, segment: SegKey) -> int:
+        """The offset of the next event of owned ``segment`` to be handed out."""
+        return self._session.position(segment)
+
+    def committed(self) -> dict[SegKey, int]:
+        """The group's committed position of each owned segment (where a new owner would
+        start)."""
+        return self._session.committed()
+
     def pause(self, segments: Iterable[SegKey]) -> None:
         """Hand out nothing of ``segments`` (owned ones; Kafka's ``pause``) until
         :meth:`resume`: they stay owned (heartbeats and the group go on), their reads stop
@@ -202,12 +224,18 @@ class EventStreamReader(Generic[T]):
         See :func:`readergroup.client.runner.run`."""
         return run(self, handler, max_workers=max_workers, **options)
 
-    def close(self) -> None:
-        """Graceful leave: acknowledge a checkpoint handed out (at the positions it was handed
-        out at, as the next read would); in auto mode commit everything returned and give
-        segments back there; in manual mode give them back at the last committed positions.
-        Then stop."""
-        self._session.close()
+    def close(self, *, leave: bool = True) -> None:
+        """Graceful leave: tell the listeners the segments are released (on this thread: a
+        commit there lands); acknowledge a checkpoint handed out (at the positions it was
+        handed out at, as the next read would); in auto mode commit everything returned and
+        give segments back there; in manual mode give them back at the last committed
+        positions. Then stop.
+
+        ``leave=False`` is Kafka's static leave: the same, but the reader stays a member and
+        keeps its segments until its session expires, so a restart under the same id within
+        the session takes them over at once and no other reader moves (a rolling restart
+        moves nothing)."""
+        self._session.close(leave=leave)
         self._fetcher.close()
 
     def __enter__(self) -> EventStreamReader[T]:
@@ -225,6 +253,8 @@ class EventStreamReader(Generic[T]):
                 event = self.read_next_event()
             except ReaderClosedError:
                 return  # closed by another thread: iteration ends
+            except ReaderReplacedError:
+                raise  # a newer incarnation of this id runs: this one must stop
             except ReaderNotInGroupError:
                 if session.closed:
                     return

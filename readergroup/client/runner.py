@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from readergroup.client.event_read import EventRead, EventSource, by_segment
-from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError, SegmentNotOwnedError
+from readergroup.core.errors import (
+    ReaderGroupError,
+    ReaderNotInGroupError,
+    ReaderReplacedError,
+    SegmentNotOwnedError,
+)
 from readergroup.core.group_state import SegKey
 from statesync import StateSyncError
 
@@ -250,6 +255,8 @@ def run(
                 runner.wait_for_room(pool, stop)
                 try:
                     events = reader.read_batch(1000)
+                except ReaderReplacedError:
+                    raise  # a newer incarnation of this id runs: this run must stop
                 except ReaderNotInGroupError:
                     reader.rejoin(stop)  # fenced (lanes dropped): back as a new generation
                     continue

@@ -192,6 +192,12 @@ class ReaderNotInGroupError(ReaderGroupError):
     ``max_poll_interval``, or left. Create a reader with the same id to rejoin."""
 
 
+class ReaderReplacedError(ReaderNotInGroupError):
+    """A newer incarnation of this reader id joined the group and took its segments over
+    (static membership: the same id restarted elsewhere). Final: this incarnation must stop;
+    it does not rejoin by itself (two processes with one id would fence each other)."""
+
+
 class ReaderClosedError(ReaderGroupError):
     """The reader was closed (perhaps by another thread): it reads no more. Iteration over a
     reader ends cleanly instead."""

@@ -185,8 +185,13 @@ class GroupState:
 
     @property
     def end_of_data(self) -> bool:
-        """Bounded group with every segment read to its end."""
-        return self.end is not None and not (self.assigned or self.unassigned or self.future)
+        """Every segment the group may read was read to its end: a bounded group at its end
+        cut, or (with or without an end cut) every stream it reads sealed and read to the
+        end (nothing owned, unassigned or waiting, and segments were completed). Pravega's
+        reader reports this as the read being completed."""
+        if self.assigned or self.unassigned or self.future:
+            return False
+        return self.end is not None or bool(self.completed)
 
     def owned_by(self, reader_id: str) -> dict[SegKey, Assignment]:
         return dict(self.owners().get(reader_id, {}))
