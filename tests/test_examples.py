@@ -63,6 +63,7 @@ def test_the_demo_main_job_in_short_mode(redis_url: str) -> None:
         ("multiprocess_consumer.py", ["--consumers", "2", "--events", "600"], "VERIFIED"),
         ("spark_batch.py", [], "VERIFIED"),
         ("cli_tour.py", [], "VERIFIED"),
+        ("exactly_once_sqlite.py", ["--events", "3000"], "EXACTLY ONCE"),
     ],
 )
 def test_every_example_runs(redis_url: str, script: str, args: list[str], expect: str) -> None:
