@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from tests.support.markdown_docs import (
     DOCS,
@@ -29,6 +28,7 @@ from tests.support.markdown_docs import (
     CodeBlock,
     anchors,
     code_blocks,
+    empty_database,
     links,
     markdown_pages,
 )
@@ -52,20 +52,12 @@ def runnable_pages(*, long: bool) -> list[Path]:
     ]
 
 
-def url_in_database(url: str, db: int) -> str:
-    parts = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit(parts._replace(path=f"/{db}"))
-
-
 def run_page(
     page: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, *, long: bool = False
 ) -> None:
     """Run the page's blocks in order in one namespace, as a reader would, against an empty
     database (``long`` blocks only if ``long``); a failure names the page and the block's line."""
-    url = url_in_database(redis_url, DOCS_DB)
-    with redis.Redis.from_url(url) as client:
-        client.flushdb()
-    monkeypatch.setenv("REDIS_URL", url)
+    monkeypatch.setenv("REDIS_URL", empty_database(redis_url, DOCS_DB))
     threads_before = set(threading.enumerate())
     # A module of its own (dataclasses, pickling and the codec's registry look classes up there).
     module = types.ModuleType("docs_page_" + re.sub(r"\W", "_", page_id(page)))

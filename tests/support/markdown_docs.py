@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+
+import redis
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -127,3 +130,12 @@ def anchors(page: Path) -> set[str]:
             unique = f"{slug}_{n}"
         seen.add(unique)
     return seen
+
+
+def empty_database(redis_url: str, db: int) -> str:
+    """The URL of database ``db`` on ``redis_url``'s server, emptied: examples run there with
+    the names a reader would use, away from other tests' data."""
+    url = urllib.parse.urlunsplit(urllib.parse.urlsplit(redis_url)._replace(path=f"/{db}"))
+    with redis.Redis.from_url(url) as client:
+        client.flushdb()
+    return url
