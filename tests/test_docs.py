@@ -139,9 +139,12 @@ def link_problem(page: Path, target: str) -> str | None:
 
 def test_the_link_check_finds_broken_links(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("# A title\n\n## `Code` in a heading\n", encoding="utf-8")
+    page.write_text(
+        "# A title\n\n## `Code` in a heading\n\n## `ack_timeout=...`\n", encoding="utf-8"
+    )
     assert link_problem(page, "#a-title") is None
     assert link_problem(page, "#code-in-a-heading") is None
+    assert link_problem(page, "#ack_timeout") is None
     assert link_problem(page, "#missing") is not None
     assert link_problem(page, "other.md") == "no such file"
     assert link_problem(page, "page.md#a-title") is None

@@ -107,7 +107,7 @@ def links(page: Path) -> list[tuple[int, str]]:
 def slugify(text: str) -> str:
     """The id Python-Markdown's ``toc`` extension (MkDocs) gives a heading."""
     text = re.sub(r"<[^>]+>", "", text)
-    text = re.sub(r"[`*_]", "", text)
+    text = re.sub(r"[`*]", "", text)  # code and emphasis marks (underscores stay: code has them)
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
     text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
     text = re.sub(r"[^\w\s-]", "", text).strip().lower()
