@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from readergroup.cli import main as cli_main
 from tests.support.markdown_docs import (
     DOCS,
     ROOT,
@@ -72,6 +75,9 @@ def run_page(
 
 def run_block(block: CodeBlock, namespace: dict[str, Any]) -> None:
     where = f"{page_id(block.page)}:{block.line}"
+    if block.language == "console":
+        run_commands(block, where)
+        return
     # Line numbers in a traceback are the page's own (the block's source shifted to its place).
     code = compile("\n" * (block.line - 1) + block.source, where, "exec")
     try:
@@ -80,9 +86,21 @@ def run_block(block: CodeBlock, namespace: dict[str, Any]) -> None:
         raise AssertionError(f"the python block at {where} failed: {error!r}") from error
 
 
+def run_commands(block: CodeBlock, where: str) -> None:
+    """Each ``$ readergroup ...`` line of a console block, in process (click's runner, the
+    environment's ``REDIS_URL``); any other command is refused."""
+    for offset, line in enumerate(block.source.splitlines()):
+        if not line.startswith("$ "):
+            continue
+        argv = shlex.split(line[2:], comments=True)
+        assert argv[0] == "readergroup", f"{where}: only readergroup commands run: {line}"
+        done = CliRunner().invoke(cli_main, argv[1:], catch_exceptions=False)
+        assert done.exit_code == 0, f"{where}+{offset}: {line}\n{done.output}"
+
+
 @pytest.mark.redis
 @pytest.mark.parametrize("page", runnable_pages(long=False), ids=page_id)
-def test_every_python_block_of_the_page_runs(
+def test_every_example_of_the_page_runs(
     page: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_page(page, redis_url, monkeypatch)
@@ -91,10 +109,20 @@ def test_every_python_block_of_the_page_runs(
 @pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.parametrize("page", runnable_pages(long=True), ids=page_id)
-def test_every_python_block_of_a_page_with_slow_blocks_runs(
+def test_every_example_of_a_page_with_slow_ones_runs(
     page: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_page(page, redis_url, monkeypatch, long=True)
+
+
+def test_a_failing_command_or_block_fails_its_page(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("```console\n$ readergroup group reset --no-such-option\n```\n")
+    with pytest.raises(AssertionError, match="no-such-option"):
+        run_block(code_blocks(page)[0], {})
+    page.write_text("```python\nassert 1 == 2\n```\n")
+    with pytest.raises(AssertionError, match="page.md:2"):
+        run_block(code_blocks(page)[0], {})
 
 
 def test_blocks_left_out_say_why_and_are_few() -> None:

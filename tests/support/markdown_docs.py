@@ -9,7 +9,9 @@ Markers: an HTML comment on the last non-blank line before a fence.
   without it, ``make test-long`` runs the whole page with it.
 
 Every other ``python`` block runs, in page order, in one namespace per page, so a later block
-may use what an earlier one defined (as a reader reading the page would).
+may use what an earlier one defined (as a reader reading the page would). ``console`` blocks run
+too, in the same order: each ``$ readergroup ...`` line is a CLI command that must succeed (the
+lines without ``$`` are output, not compared).
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ EXPLICIT_ID = re.compile(r"\{\s*#([\w-]+)[^}]*\}\s*$")
 
 @dataclass(frozen=True)
 class CodeBlock:
-    """One fenced python block: where it is, its source, and its marker (if any)."""
+    """One fenced python or console block: where it is, its source, and its marker (if any)."""
 
     page: Path
     line: int  # 1-based line of the first source line
+    language: str  # "python" or "console"
     source: str
     marker: str | None  # "not-run", "long" or None
     reason: str | None
@@ -50,7 +53,7 @@ def markdown_pages() -> list[Path]:
 
 
 def code_blocks(page: Path) -> list[CodeBlock]:
-    """The fenced ``python`` blocks of ``page`` with the marker before each."""
+    """The fenced ``python`` and ``console`` blocks of ``page`` with the marker before each."""
     lines = page.read_text(encoding="utf-8").splitlines()
     blocks: list[CodeBlock] = []
     i = 0
@@ -63,7 +66,7 @@ def code_blocks(page: Path) -> list[CodeBlock]:
         end = i + 1
         while end < len(lines) and not lines[end].strip().startswith(fence):
             end += 1
-        if language in ("python", "py"):
+        if language in ("python", "py", "console"):
             marker = reason = None
             before = i - 1
             while before >= 0 and not lines[before].strip():
@@ -72,7 +75,8 @@ def code_blocks(page: Path) -> list[CodeBlock]:
                 marker, reason = found.group(1), found.group(2)
             indent = len(opened.group(1))
             source = "\n".join(line[indent:] for line in lines[i + 1 : end])
-            blocks.append(CodeBlock(page, i + 2, source + "\n", marker, reason))
+            kind = "console" if language == "console" else "python"
+            blocks.append(CodeBlock(page, i + 2, kind, source + "\n", marker, reason))
         i = end + 1
     return blocks
 
