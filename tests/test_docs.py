@@ -121,7 +121,7 @@ def test_a_failing_command_or_block_fails_its_page(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match="no-such-option"):
         run_block(code_blocks(page)[0], {})
     page.write_text("```python\nassert 1 == 2\n```\n")
-    with pytest.raises(AssertionError, match="page.md:2"):
+    with pytest.raises(AssertionError, match=re.escape("page.md:2")):
         run_block(code_blocks(page)[0], {})
 
 

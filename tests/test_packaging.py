@@ -141,17 +141,26 @@ def page_script(page: Path, *, long: bool) -> str:
         f"assert readergroup.__version__ == {VERSION!r}, readergroup.__version__\n"
     )
     blocks = [
-        b.source for b in code_blocks(page) if b.marker is None or (long and b.marker == "long")
+        b.source
+        for b in code_blocks(page)
+        if b.language == "python" and (b.marker is None or (long and b.marker == "long"))
     ]
     return where + "\n".join(blocks) + "\nprint('DONE')\n"
+
+
+def run_getting_started(venv: FreshVenv, redis_url: str, *, long: bool) -> str:
+    """The getting-started page's examples (its Spark one if ``long``) in the fresh venv."""
+    script = page_script(DOCS / "getting-started.md", long=long)
+    out = run_in_venv(venv, script, redis_url)
+    assert out.rstrip().endswith("DONE")
+    return out
 
 
 @pytest.mark.redis
 def test_the_wheel_in_a_fresh_venv_runs_the_getting_started_producer_and_consumer(
     fresh_venv: FreshVenv, redis_url: str
 ) -> None:
-    out = run_in_venv(fresh_venv, page_script(DOCS / "getting-started.md", long=False), redis_url)
-    assert out.rstrip().endswith("DONE")
+    out = run_getting_started(fresh_venv, redis_url, long=False)
     assert "shop/orders" in out  # the consumer printed what it read
     cli = run([str(fresh_venv.root / "bin" / "readergroup"), "--version"], cwd=fresh_venv.work)
     assert cli.stdout.strip() == f"readergroup, version {VERSION}"
@@ -162,8 +171,8 @@ def test_the_wheel_in_a_fresh_venv_runs_the_getting_started_producer_and_consume
 def test_the_wheel_in_a_fresh_venv_runs_the_spark_data_source(
     fresh_venv: FreshVenv, redis_url: str
 ) -> None:
-    out = run_in_venv(fresh_venv, page_script(DOCS / "getting-started.md", long=True), redis_url)
-    assert out.rstrip().endswith("DONE")
+    out = run_getting_started(fresh_venv, redis_url, long=True)
+    assert "shop/orders" in out  # the producer and consumer ran before the Spark job
 
 
 @pytest.mark.long
