@@ -189,6 +189,7 @@ def test_the_readme_is_a_landing_page_with_the_two_commands() -> None:
     assert "\nmake test\n" in ci  # CI runs the README's test command
 
 
+@pytest.mark.long  # 3 s of CPU, 6-14 s on a loaded machine; CI also runs `make docs`
 def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     mkdocs = Path(sys.executable).parent / "mkdocs"
     done = subprocess.run(
