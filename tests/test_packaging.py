@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from tests.support.markdown_docs import DOCS, ROOT, code_blocks, empty_database
+from tests.support.markdown_docs import DOCS, ROOT, code_blocks, empty_database, markdown_pages
 
 EXTRAS = ("spark",)
 OWN = ("readergroup", "statesync", "pyspark_readergroup")
@@ -195,3 +195,7 @@ def test_the_version_has_one_source() -> None:
     import readergroup
 
     assert readergroup.__version__ == VERSION == importlib.metadata.version("readergroup")
+    # The install commands of README.md and docs/ name the current wheel.
+    for page in markdown_pages():
+        for named in re.findall(r"readergroup-(\d+\.\d+\.\d+\S*?)-py3", page.read_text()):
+            assert named == VERSION, f"{page} names readergroup-{named}, pyproject says {VERSION}"
