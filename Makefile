@@ -5,13 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long lint bench chaos chaos-ha explore sim-scale clean venv
+.PHONY: demo test test-long lint docs dist bench chaos chaos-ha explore sim-scale clean venv
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,embedded,spark]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,docs,embedded,spark]'
 	touch $@
 
 venv: $(STAMP)
@@ -34,6 +34,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# The documentation site (mkdocs.yml, docs/) into site/; warnings are errors; builds offline.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# A wheel and an sdist into dist/. --no-isolation builds with the setuptools of .venv (the dev
+# extra pins the version pyproject's build-system asks for), so it needs no index.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+
 bench: $(STAMP)
 	$(PY) bench/statesync_bench.py
 	$(PY) bench/group_state_bench.py
@@ -47,7 +57,7 @@ bench: $(STAMP)
 	$(PY) bench/acks_bench.py
 
 clean:
-	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist site *.egg-info
 
 chaos: $(STAMP)
 	$(PY) -m tools.chaos --seconds 60 --readers 8 --segments 16

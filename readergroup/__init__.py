@@ -1,5 +1,7 @@
 """readergroup: Pravega-style streams and reader groups on Redis, built on :mod:`statesync`."""
 
+from importlib.metadata import PackageNotFoundError, version
+
 from readergroup.admin.autoscale import AutoScaler, ScaleAction, plan_scaling
 from readergroup.admin.group_manager import (
     CheckpointResult,
@@ -78,7 +80,11 @@ from readergroup.core.stream_config import RetentionPolicy, ScalingPolicy, Strea
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage.segment_records import SegmentEvent
 
-__version__ = "0.1.0"
+try:
+    # One source for the version: pyproject.toml's, as installed (a wheel or an editable install).
+    __version__ = version("readergroup")
+except PackageNotFoundError:  # pragma: no cover - the source tree on sys.path, never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "AccessDeniedError",

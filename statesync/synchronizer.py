@@ -127,7 +127,8 @@ class StateSynchronizer(Generic[S]):
         update_types: the :class:`Update` dataclasses that may appear in the log.
         state_types: other dataclasses that may appear inside the state or updates.
         config: :class:`SyncConfig` (defaults documented there).
-        clock, rng: injected time and randomness (backoff only); defaults are the real ones.
+        clock: injected time (backoff only); the default is the real clock.
+        rng: injected randomness (backoff jitter only); the default is the real one.
         writer_label: a readable prefix for this client's writer id (audit trails).
         close_backend: close ``backend`` when this synchronizer is closed.
     """

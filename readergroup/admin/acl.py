@@ -215,7 +215,7 @@ def default_user(role: str, scope: str | None) -> str:
 
 
 def markdown_table(scope: str = "S", prefix: str = "rg") -> str:
-    """The README's table of roles: keys, commands, what each can and cannot do."""
+    """The roles table of docs/guides/security.md: keys, commands, what each can and cannot do."""
     lines = ["| role | keys | commands | can | cannot |", "|---|---|---|---|---|"]
     for role in ROLES:
         r = rules(role, None if role == "operator" else scope, prefix)

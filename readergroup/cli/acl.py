@@ -62,7 +62,7 @@ def rules(
 @click.option("--scope", default="S", show_default=True)
 @click.option("--key-prefix", default="rg", show_default=True)
 def table(scope: str, key_prefix: str) -> None:
-    """Print the Markdown table of every role (the one in the README)."""
+    """Print the Markdown table of every role (the one in docs/guides/security.md)."""
     click.echo(rules_of.markdown_table(scope, key_prefix), nl=False)
 
 

@@ -27,7 +27,7 @@ class ClientConfig:
             (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``), ``username``/``password``
             for ACL users, and so on (default none).
         cluster: the URL names one node of a Redis Cluster (default False). Every script runs
-            in one hash slot; readers then read each slot separately (see the README).
+            in one hash slot; readers then read each slot separately (docs/reference/limits.md).
         acks: when a writer's events and a state-log append count as acknowledged, like
             Kafka's ``acks``: ``"leader"`` (default: the primary has them), ``"replicas=N"``
             (``WAIT N``: N replicas have them) or ``"fsync"`` (``WAITAOF``: the primary's

@@ -145,15 +145,15 @@ class AccessDeniedError(ReaderGroupError, PermissionError):
 
 class UnsafeServerConfigError(ReaderGroupError):
     """The Redis server may delete this library's keys on its own: its ``maxmemory-policy``
-    evicts keys that have no TTL (``allkeys-*``). Set ``noeviction`` (see the README's
-    production settings), or opt out with ``ClientConfig(allow_key_eviction=True)``."""
+    evicts keys that have no TTL (``allkeys-*``). Set ``noeviction`` (see
+    docs/guides/production-redis.md), or opt out with ``ClientConfig(allow_key_eviction=True)``."""
 
 
 class DataLostError(ReaderGroupError):
     """Redis lost keys this library wrote: a catalog, stream or reader group that was created
     is gone (eviction, a failover to a replica that had not caught up, a restart without
-    persistence, a ``DEL``). It is never created again silently, empty; see the README's
-    production Redis settings for what to do."""
+    persistence, a ``DEL``). It is never created again silently, empty; see
+    docs/guides/production-redis.md for what to do."""
 
 
 class StreamLostError(DataLostError, StreamNotFoundError):

@@ -52,7 +52,7 @@ def _int(value: str | None, default: int | None, name: str, minimum: int) -> int
 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
-    """Validated options of ``spark.read.format("readergroup")`` (see the README table)."""
+    """Validated options of ``spark.read.format("readergroup")`` (see docs/guides/spark.md)."""
 
     redis_url: str
     scope: str
