@@ -282,8 +282,8 @@ class GroupSession(Generic[T]):
                         fetcher.serve(key)
             if failure is not None:
                 raise failure
-        elif machine.in_phase(SegmentPhase.RELEASABLE):
-            self.group_dirty = True  # (made releasable by this call: no listener to wait for)
+        if step.freed:  # made releasable by this call: the maintenance thread sends them
+            self.group_dirty = True
             self.wake.set()
         if step.closed or self.closed:
             raise ReaderClosedError(f"reader {self.reader_id!r} is closed")

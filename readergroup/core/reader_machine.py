@@ -102,6 +102,8 @@ class ReadStep:
     acquired: tuple[SegKey, ...] = ()
     checkpoint: str | None = None
     ack: bool = False
+    freed: tuple[SegKey, ...] = ()
+    """Segments this call made releasable (no listener to tell): their releases may be sent."""
 
 
 class ReaderMachine:
@@ -306,13 +308,14 @@ class ReaderMachine:
         if ack:
             self.checkpoint_phase = CheckpointPhase.ACK_DUE
         released = tuple(self.in_phase(SegmentPhase.RELEASING))
+        freed: tuple[SegKey, ...] = ()
         if not self.listeners:
             for key in released:
                 self.segments[key] = SegmentPhase.RELEASABLE
-            released = ()
+            released, freed = (), released
         acquired = tuple(self.in_phase(SegmentPhase.ACQUIRED))
         due = self.checkpoint if self.checkpoint_phase is CheckpointPhase.DUE else None
-        return ReadStep(lost, completed, None, False, released, acquired, due, ack)
+        return ReadStep(lost, completed, None, False, released, acquired, due, ack, freed)
 
     def released_heard(self, keys: Iterable[SegKey]) -> list[SegKey]:
         """``on_segments_released`` returned (or raised) for ``keys``: their releases may be

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from readergroup.core.group_state import SegKey
@@ -35,7 +36,7 @@ def _hasty_release(
 def _checkpoint_behind_the_data(self: ReaderMachine) -> ReadStep:
     step = _read_call(self)
     if step.checkpoint is not None and self.in_phase(SegmentPhase.SERVING):
-        return ReadStep(step.lost, step.completed, None, False, step.released, step.acquired)
+        return replace(step, checkpoint=None)
     return step
 
 
@@ -64,10 +65,7 @@ def _release_unheard(self: ReaderMachine) -> ReadStep:
     step = _read_call(self)
     for key in step.released:
         self.segments[key] = SegmentPhase.RELEASABLE
-    return ReadStep(
-        step.lost, step.completed, step.removed, step.closed, (), step.acquired,
-        step.checkpoint, step.ack,
-    )  # fmt: skip
+    return replace(step, released=(), freed=step.released)
 
 
 MUTANTS: list[tuple[str, str, list[tuple[str, Callable[..., Any]]]]] = [
