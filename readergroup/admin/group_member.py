@@ -30,9 +30,10 @@ from readergroup.core.balance import (
     expired_readers,
     next_expiry_ms,
 )
-from readergroup.core.errors import ReaderNotInGroupError
+from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError
 from readergroup.core.group_state import Assignment, GroupState, SegKey
 from readergroup.core.liveness import ExpiryGuard
+from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.core.membership import (
     HeartbeatStore,
     plan_ack_checkpoint,
@@ -206,7 +207,23 @@ class GroupMember:
         # stale (even of a higher generation, should a regressed log have reused numbers)
         self.heartbeats.beat(me, self.generation, claim=True)
         logger.info("reader %r joined %s as generation %d", me, self.sync.name, self.generation)
+        self._announce_format()
         return self.generation
+
+    def _announce_format(self) -> None:
+        """Announce the newest log format this version reads (see
+        :mod:`~readergroup.core.log_format`); until it is, the group keeps writing the older
+        format, which this version reads too."""
+        try:
+            self.heartbeats.announce(self.reader_id, self.generation, NEWEST_FORMAT)
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %r could not announce its log format; the group's log stays in the "
+                "older format while it is a member: %s",
+                self.reader_id,
+                exc,
+                exc_info=exc,
+            )
 
     @_recovers
     def heartbeat(self, *, judge: bool = False) -> Liveness:
@@ -287,7 +304,18 @@ class GroupMember:
         )
         if removed is not None:
             self.heartbeats.forget(reader_id, generation)
+            self._withdraw_format(reader_id, generation)
         return removed is not None
+
+    def _withdraw_format(self, reader_id: str, generation: int) -> None:
+        """Drop a removed member's announcement (best effort: a stale one is ignored anyway,
+        being of an older generation)."""
+        try:
+            self.heartbeats.withdraw(reader_id, generation)
+        except ReaderGroupError as exc:
+            logger.warning(
+                "could not drop reader %r's announced log format: %s", reader_id, exc, exc_info=exc
+            )
 
     @_recovers
     def leave(

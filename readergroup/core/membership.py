@@ -86,6 +86,19 @@ class HeartbeatStore(Protocol):
         """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
         ...
 
+    def announce(self, reader_id: str, generation: int, log_format: int) -> None:
+        """Record the newest group log format ``reader_id`` of ``generation`` reads (see
+        :mod:`~readergroup.core.log_format`)."""
+        ...
+
+    def announcements(self) -> dict[str, tuple[int, int]]:
+        """reader id -> (generation, newest log format it reads), as announced."""
+        ...
+
+    def withdraw(self, reader_id: str, generation: int) -> None:
+        """Delete ``reader_id``'s announcement if it is of ``generation`` or older."""
+        ...
+
 
 # -- the generators passed to update_state ------------------------------------------------------
 # Pure functions of the state: a conditional append re-runs them on the newest state after a

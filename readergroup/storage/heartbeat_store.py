@@ -12,6 +12,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from readergroup.core.log_format import announcement_text, parse_announcements
 from readergroup.core.membership import Renewal
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
@@ -33,6 +34,7 @@ class RedisHeartbeatStore:
         self._script = scripts["heartbeat"]
         self.key = keys.heartbeats(sync_name)
         self.clients_key = keys.reader_clients(sync_name)
+        self.formats_key = keys.reader_formats(sync_name)
 
     def beat(
         self, reader_id: str, generation: int, *, claim: bool = False
@@ -84,10 +86,34 @@ class RedisHeartbeatStore:
             raw: Mapping[Any, Any] = self._client.hgetall(self.clients_key)
         return {as_text(k): as_text(v) for k, v in raw.items()}
 
+    def announce(self, reader_id: str, generation: int, log_format: int) -> None:
+        """Record that ``reader_id`` (of ``generation``) reads group log formats up to
+        ``log_format`` (see :mod:`readergroup.core.log_format`)."""
+        with translate_errors("announce the reader's log format"):
+            self._client.hset(
+                self.formats_key, reader_id, announcement_text(generation, log_format)
+            )
+
+    def announcements(self) -> dict[str, tuple[int, int]]:
+        """Every reader's announcement: reader id -> (generation, newest format it reads)."""
+        with translate_errors("read the readers' log formats"):
+            raw: Mapping[Any, Any] = self._client.hgetall(self.formats_key)
+        return parse_announcements({as_text(k): as_text(v) for k, v in raw.items()})
+
+    def withdraw(self, reader_id: str, generation: int) -> None:
+        """Delete ``reader_id``'s announcement if it is of ``generation`` or older. (Read, then
+        deleted: a newer incarnation announcing in between loses its announcement, which only
+        keeps the group on the older format until its next join.)"""
+        with translate_errors("withdraw the reader's log format"):
+            stored = self.announcements().get(reader_id)
+            if stored is not None and stored[0] <= generation:
+                self._client.hdel(self.formats_key, reader_id)
+
     def delete(self) -> None:
-        """Delete the heartbeats and the registered clients (the group is being deleted)."""
+        """Delete the heartbeats, the registered clients and the announced formats (the group
+        is being deleted)."""
         with translate_errors("delete reader group"):
-            self._client.delete(self.key, self.clients_key)
+            self._client.delete(self.key, self.clients_key, self.formats_key)
 
 
 def _entry(value: bytes) -> tuple[int, int] | None:

@@ -16,6 +16,7 @@ class MemoryHeartbeatStore:
         self._now_ms = now_ms
         self._beats: dict[str, tuple[int, int]] = {}
         self._clients: dict[str, str] = {}
+        self._formats: dict[str, tuple[int, int]] = {}
         self._due = 0
         """When (store ms) the next renewal judges expiries (see :meth:`renew`)."""
 
@@ -62,8 +63,21 @@ class MemoryHeartbeatStore:
     def clients(self) -> dict[str, str]:
         return dict(self._clients)
 
+    def announce(self, reader_id: str, generation: int, log_format: int) -> None:
+        self._formats[reader_id] = (generation, log_format)
+
+    def announcements(self) -> dict[str, tuple[int, int]]:
+        return dict(self._formats)
+
+    def withdraw(self, reader_id: str, generation: int) -> None:
+        stored = self._formats.get(reader_id)
+        if stored is not None and stored[0] <= generation:
+            del self._formats[reader_id]
+
     def delete(self) -> None:
-        """Forget every heartbeat and registered client (the group is being deleted)."""
+        """Forget every heartbeat, registered client and announced format (the group is being
+        deleted)."""
         self._beats.clear()
         self._clients.clear()
+        self._formats.clear()
         self._due = 0
