@@ -64,6 +64,17 @@ def test_registered_clients_are_kept_until_the_group_is_deleted(beats: Any) -> N
     assert beats.clients() == {} and beats.beat("", 0)[1] == {}
 
 
+def test_announced_formats_are_withdrawn_by_generation(beats: Any) -> None:
+    beats.announce("r1", 2, 3)
+    beats.announce("r2", 1, 3)
+    assert beats.announcements() == {"r1": (2, 3), "r2": (1, 3)}
+    beats.withdraw("r1", 1)  # an older incarnation's removal keeps the newer one's
+    beats.withdraw("r2", 1)
+    assert beats.announcements() == {"r1": (2, 3)}
+    beats.delete()
+    assert beats.announcements() == {}
+
+
 def test_one_renewal_per_interval_lists_every_heartbeat(beats: HeartbeatStore) -> None:
     """A member's periodic beat is O(1): its own entry as stored before, and every heartbeat
     only for the one member whose turn it is to judge expiries (at most once per interval)."""

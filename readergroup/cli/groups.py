@@ -210,7 +210,15 @@ DESCRIBE_COLUMNS = [
     "lag ms",
     "heartbeat age s",
 ]
-MEMBER_COLUMNS = ["reader", "host/pid", "segments", "heartbeat age s", "generation", "status"]
+MEMBER_COLUMNS = [
+    "reader",
+    "host/pid",
+    "segments",
+    "heartbeat age s",
+    "generation",
+    "status",
+    "log format",
+]
 
 
 def describe_title(data: dict[str, Any]) -> str:
@@ -253,6 +261,7 @@ def describe(ctx: Context, name: str, members: bool, state_only: bool) -> None:
                     None if m.heartbeat_age_ms is None else round(m.heartbeat_age_ms / 1000, 1),
                     m.generation,
                     "stale" if m.stale else "online",
+                    m.log_format,
                 ]
                 for m in views
             ]
@@ -266,6 +275,7 @@ def describe(ctx: Context, name: str, members: bool, state_only: bool) -> None:
                         "heartbeat_age_ms": m.heartbeat_age_ms,
                         "generation": m.generation,
                         "stale": m.stale,
+                        "log_format": m.log_format,
                     }
                     for m in views
                 ],

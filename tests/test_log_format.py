@@ -1,0 +1,121 @@
+"""Log format negotiation in a group whose readers run different versions (see
+:mod:`readergroup.core.log_format`); the rolling upgrade across processes of the previous
+version is in ``tests/test_rolling_upgrade.py``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import replace
+
+import msgpack
+import pytest
+
+from readergroup import (
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+)
+from readergroup.admin.group_manager import join_group
+from readergroup.core.errors import RedisUnavailableError
+from readergroup.core.group_state import GroupState, ReaderRecord, new_group
+from readergroup.core.log_format import NEWEST_FORMAT, UNANNOUNCED_FORMAT
+from readergroup.core.names import group_sync_name
+from readergroup.storage.connection_api import Connection
+from readergroup.storage.format_negotiation import NegotiatedFormat
+from readergroup.testing.memory_heartbeats import MemoryHeartbeatStore
+from tests.support.connections import new_scope
+
+
+class CountingStore(MemoryHeartbeatStore):
+    """Counts reads of the announcements; ``down`` makes them fail."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda: 0)
+        self.reads = 0
+        self.down = False
+
+    def announcements(self) -> dict[str, tuple[int, int]]:
+        self.reads += 1
+        if self.down:
+            raise RedisUnavailableError("announcements: connection refused")
+        return super().announcements()
+
+
+def group_with(*readers: tuple[str, int]) -> GroupState:
+    """A group state whose members are ``(reader id, generation)``."""
+    state = new_group("s", "g", ReaderGroupConfig(streams=["s/t"]), {}, 0)
+    return replace(state, readers={r: ReaderRecord(r, gen, 0) for r, gen in readers})
+
+
+def test_the_format_is_the_lowest_any_member_reads() -> None:
+    store, now = CountingStore(), [0.0]
+    negotiate = NegotiatedFormat(store, clock=lambda: now[0])
+    assert negotiate(group_with()) == UNANNOUNCED_FORMAT and store.reads == 0  # no members
+    store.announce("a", 1, NEWEST_FORMAT)
+    assert negotiate(group_with(("a", 1))) == NEWEST_FORMAT
+    assert negotiate(group_with(("a", 1))) == NEWEST_FORMAT and store.reads == 1  # known: no read
+    both = group_with(("a", 1), ("b", 2))  # b announced nothing (an older version), or not yet
+    assert negotiate(both) == UNANNOUNCED_FORMAT and store.reads == 2
+    store.announce("b", 2, NEWEST_FORMAT)
+    assert negotiate(both) == UNANNOUNCED_FORMAT and store.reads == 2  # read again after 1 s
+    now[0] += 1.0
+    assert negotiate(both) == NEWEST_FORMAT and store.reads == 3
+    assert negotiate(group_with(("a", 1), ("b", 3))) == UNANNOUNCED_FORMAT  # b rejoined
+
+
+def test_unreadable_announcements_keep_the_older_format(caplog: pytest.LogCaptureFixture) -> None:
+    store = CountingStore()
+    store.announce("a", 1, NEWEST_FORMAT)
+    store.down = True
+    with caplog.at_level(logging.WARNING):
+        assert NegotiatedFormat(store)(group_with(("a", 1))) == UNANNOUNCED_FORMAT
+    assert "could not read the readers' log formats" in caplog.text
+
+
+@pytest.fixture
+def members(connection: Connection) -> Iterator[tuple[Connection, str]]:
+    scope = new_scope(connection)
+    StreamManager(connection).create_stream(
+        scope, "t", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4))
+    )
+    ReaderGroupManager(scope, connection).create_reader_group(
+        "g", ReaderGroupConfig(streams=[f"{scope}/t"])
+    )
+    yield connection, scope
+
+
+def formats_since(connection: Connection, scope: str, revision: int) -> list[int]:
+    page = connection.log_backend.read(group_sync_name(scope, "g"), revision, 1000)
+    return [msgpack.unpackb(raw.payload, raw=False)["v"] for raw in page.entries]
+
+
+def test_entries_stay_readable_while_an_older_reader_is_a_member(
+    members: tuple[Connection, str],
+) -> None:
+    """A member that announced nothing (a reader of the previous version) holds every entry
+    at a format it reads, whoever writes it; once it has left, the newest format is back."""
+    connection, scope = members
+    new, _ = join_group(connection, scope, "g", "new")
+    old, _ = join_group(connection, scope, "g", "old")
+    old.heartbeats.withdraw("old", old.generation)  # what a previous-version member leaves
+    new.refresh()
+    mark = new.sync.revision
+    new.rebalance({})
+    old.rebalance({})
+    new.commit({s: (a.token, a.position + 1) for s, a in new.refresh().owned_by("new").items()})
+    assert len(new.state.owned_by("new")) == 2
+    assert formats_since(connection, scope, mark) and set(
+        formats_since(connection, scope, mark)
+    ) <= {1, 2}
+    old.leave()
+    new.refresh()
+    mark = new.sync.revision
+    new.rebalance({})
+    assert len(new.state.owned_by("new")) == 4
+    assert formats_since(connection, scope, mark) == [NEWEST_FORMAT]
+    assert [
+        m.log_format for m in ReaderGroupManager(scope, connection).get_reader_group("g").members()
+    ] == [NEWEST_FORMAT]
