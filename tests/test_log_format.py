@@ -119,3 +119,29 @@ def test_entries_stay_readable_while_an_older_reader_is_a_member(
     assert [
         m.log_format for m in ReaderGroupManager(scope, connection).get_reader_group("g").members()
     ] == [NEWEST_FORMAT]
+
+
+def fresh_read_formats(connection: Connection, scope: str) -> list[int]:
+    """The formats of the entries a reader joining now reads (after the newest snapshot)."""
+    page = connection.log_backend.read(group_sync_name(scope, "g"), -1, 1000)
+    return [msgpack.unpackb(raw.payload, raw=False)["v"] for raw in page.entries]
+
+
+def test_a_group_left_empty_is_readable_to_the_previous_version_again(
+    members: tuple[Connection, str],
+) -> None:
+    """Entries of format 3 stay behind the newest snapshot once the group is empty: the last
+    reader to leave compacts the log; for readers that crashed, compact_log() does."""
+    connection, scope = members
+    first, _ = join_group(connection, scope, "g", "first")
+    first.rebalance({})
+    assert NEWEST_FORMAT in fresh_read_formats(connection, scope)
+    first.leave()
+    assert fresh_read_formats(connection, scope) == []
+    crashed, _ = join_group(connection, scope, "g", "crashed")
+    crashed.rebalance({})
+    group = ReaderGroupManager(scope, connection).get_reader_group("g")
+    assert group.reader_offline("crashed")
+    assert NEWEST_FORMAT in fresh_read_formats(connection, scope)
+    group.compact_log()
+    assert fresh_read_formats(connection, scope) == []

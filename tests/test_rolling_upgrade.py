@@ -141,7 +141,8 @@ class Fleet:
 class Writer:
     """Writes events in a background thread until stopped; ``acknowledged``: flushed ones."""
 
-    def __init__(self, url: str, scope: str) -> None:
+    def __init__(self, url: str, scope: str, prefix: str = "") -> None:
+        self.prefix = prefix
         self.factory = EventStreamClientFactory.from_url(scope, url)
         self.writer = self.factory.create_event_writer("s", UTF8StringSerializer())
         self.acknowledged: list[str] = []
@@ -151,7 +152,7 @@ class Writer:
     def run(self) -> None:
         seq = 0
         while not self.stop.is_set():
-            batch = [f"k{key}:{seq}" for key in range(16)]
+            batch = [f"{self.prefix}k{key}:{seq}" for key in range(16)]
             for key, event in enumerate(batch):
                 self.writer.write_event(event, routing_key=f"k{key}")
             self.writer.flush()
@@ -171,11 +172,11 @@ def log_entries(url: str, scope: str) -> list[tuple[int, int, str, list[Any]]]:
     """``(revision, frame version, writer id, updates)`` of every entry of the group's log."""
     codec = Codec(TypeRegistry([*UPDATE_TYPES, *STATE_TYPES]))
     backend = RedisLogBackend.from_url(url, key_prefix=ClientConfig().key_prefix)
-    entries, after = [], -1
+    entries, after = [], 0  # every entry since the group's creation (kept: one compaction)
     try:
         while True:
             page = backend.read(group_sync_name(scope, "g"), after, 500)
-            assert page.snapshot is None or (after == -1 and page.snapshot_revision == 0)
+            assert page.snapshot is None
             for raw in page.entries:
                 version = msgpack.unpackb(raw.payload, raw=False, strict_map_key=False)["v"]
                 decoded = codec.decode_entry(raw.revision, raw.server_time_ms, raw.payload)
@@ -229,14 +230,16 @@ def test_rolling_upgrade_of_two_readers_under_a_writer(fleet: Fleet) -> None:
     delivered, every previous-version reader exits 0 having left the group on close (its
     segments move at once, not after its session), each replacement rebalances within one
     rebalance, and the group writes entries the previous version applies until its last reader
-    is gone, then the newest format."""
+    is gone, then the newest format. Then a rollback: with every reader stopped, a reader of
+    the previous version joins (the last reader to leave compacted the log) and reads on."""
     old, new = fleet.previous, ROOT
     group = ReaderGroupManager.from_url(fleet.scope, fleet.url).get_reader_group("g")
 
     def balanced(readers: set[str]) -> bool:
         dist = group.get_segment_distribution()
         sizes = {r: len(s) for r, s in dist.assigned.items()}
-        return fleet.alive() and set(sizes) == readers and sorted(sizes.values()) == [2, 2]
+        share = [4 // len(readers)] * len(readers)
+        return fleet.alive() and set(sizes) == readers and sorted(sizes.values()) == share
 
     def delivers(reader_id: str, more_than: int) -> bool:
         return fleet.alive() and len(fleet.delivered(reader_id)) > more_than
@@ -291,3 +294,19 @@ def test_rolling_upgrade_of_two_readers_under_a_writer(fleet: Fleet) -> None:
     assert not newer, f"entries an old reader cannot read while one was a member: {newer}"
     after = [version for revision, version, _, _ in entries if revision > boundary]
     assert after and after[-1] == NEWEST_FORMAT, f"formats after the upgrade: {set(after)}"
+
+    fleet.start(old, "r1")
+    rollback = Writer(fleet.url, fleet.scope, prefix="after-rollback-")
+    try:
+        rollback.thread.start()
+        wait_until(lambda: balanced({"r1"}), REBALANCE, "the rolled-back reader owns all")
+        wait_until(lambda: delivers("r1", 0), REBALANCE, "the rolled-back reader reads")
+    finally:
+        rollback.close()
+    written = set(rollback.acknowledged)
+    wait_until(
+        lambda: fleet.alive() and written <= set(fleet.delivered()),
+        60,
+        "every event written after the rollback delivered",
+    )
+    fleet.stop("r1")

@@ -187,6 +187,17 @@ class ReaderGroup:
             m.reader for m in self.members() if not m.stale and m.log_format < NEWEST_FORMAT
         )
 
+    def compact_log(self) -> int:
+        """Snapshot the group's log at its head; return that revision. A reader joining reads
+        the log from its newest snapshot, which every supported version reads: stop every
+        reader of the group, compact, and readers of the previous version can join although
+        entries of a newer log format were written (the last reader to leave does this itself;
+        this is for readers that crashed)."""
+        self.refresh()
+        with translate_errors("compact the group log"):
+            self.sync.compact()
+        return self.sync.revision
+
     def missing_streams(self) -> list[str]:
         """The streams the group reads that no longer exist."""
         missing = []

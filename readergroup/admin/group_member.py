@@ -46,6 +46,7 @@ from readergroup.core.membership import (
     plan_remove,
     plan_rewind,
 )
+from readergroup.storage.translate import translate_errors
 from statesync import LogRegressedError, StateSynchronizer
 
 logger = logging.getLogger(__name__)
@@ -337,7 +338,27 @@ class GroupMember:
             logger.info(
                 "reader %r (generation %d) left %s", self.reader_id, self.generation, self.sync.name
             )
+            if not self.sync.state.readers:
+                self._compact_emptied_group()
         return left
+
+    def _compact_emptied_group(self) -> None:
+        """Snapshot the log of a group this reader left empty: a reader joining reads the log
+        from its newest snapshot, which every version reads (see
+        :mod:`~readergroup.core.log_format`), so stopping every reader of a group then starting
+        readers of the previous version works even after entries of a newer format. Best
+        effort: on failure such readers are refused (typed) until the next compaction."""
+        try:
+            with translate_errors("compact the group log"):
+                self.sync.compact()
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %r left %s empty but could not compact its log: %s",
+                self.reader_id,
+                self.sync.name,
+                exc,
+                exc_info=exc,
+            )
 
     @_recovers
     def rebalance(

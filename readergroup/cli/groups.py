@@ -366,6 +366,24 @@ def reader_offline(ctx: Context, name: str, reader: str) -> None:
     ctx.out.emit({"reader": reader, "removed": removed}, "removed" if removed else "was not online")
 
 
+@group.command("compact")
+@click.argument("name")
+@command
+def compact(ctx: Context, name: str) -> None:
+    """Snapshot the log of SCOPE/GROUP at its head (stop its readers first to roll back to the
+    previous version: readers joining read from the snapshot, which every version reads)."""
+    scope, group_name = scoped(name)
+    with manager(ctx, scope) as rgm:
+        g = rgm.get_reader_group(group_name)
+        revision = g.compact_log()
+        online = [m.reader for m in g.members() if not m.stale]
+    note = f"; readers still online write on: {', '.join(online)}" if online else ""
+    ctx.out.emit(
+        {"group": f"{scope}/{group_name}", "revision": revision, "online_readers": online},
+        f"compacted {scope}/{group_name} at revision {revision}{note}",
+    )
+
+
 @group.command("delete")
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Delete even with online readers (they then fail).")
