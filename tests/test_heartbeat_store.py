@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from readergroup.core.group_state import ReaderRecord
 from readergroup.core.membership import HeartbeatStore
 from readergroup.core.names import group_sync_name
 from readergroup.storage.connection import RedisConnection
@@ -65,12 +66,12 @@ def test_registered_clients_are_kept_until_the_group_is_deleted(beats: Any) -> N
 
 
 def test_announced_formats_are_withdrawn_by_generation(beats: Any) -> None:
-    beats.announce("r1", 2, 3)
-    beats.announce("r2", 1, 3)
-    assert beats.announcements() == {"r1": (2, 3), "r2": (1, 3)}
+    beats.announce(ReaderRecord("r1", 2, 100), 3)
+    beats.announce(ReaderRecord("r2", 1, 200), 3)
+    assert beats.announcements() == {"r1": (2, 100, 3), "r2": (1, 200, 3)}
     beats.withdraw("r1", 1)  # an older incarnation's removal keeps the newer one's
     beats.withdraw("r2", 1)
-    assert beats.announcements() == {"r1": (2, 3)}
+    assert beats.announcements() == {"r1": (2, 100, 3)}
     beats.delete()
     assert beats.announcements() == {}
 

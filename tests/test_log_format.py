@@ -37,41 +37,48 @@ class CountingStore(MemoryHeartbeatStore):
         self.reads = 0
         self.down = False
 
-    def announcements(self) -> dict[str, tuple[int, int]]:
+    def announcements(self) -> dict[str, tuple[int, int, int]]:
         self.reads += 1
         if self.down:
             raise RedisUnavailableError("announcements: connection refused")
         return super().announcements()
 
 
-def group_with(*readers: tuple[str, int]) -> GroupState:
-    """A group state whose members are ``(reader id, generation)``."""
+def record(reader_id: str, generation: int, joined_ms: int = 0) -> ReaderRecord:
+    return ReaderRecord(reader_id, generation, joined_ms)
+
+
+def group_with(*records: ReaderRecord) -> GroupState:
+    """A group state whose members are ``records``."""
     state = new_group("s", "g", ReaderGroupConfig(streams=["s/t"]), {}, 0)
-    return replace(state, readers={r: ReaderRecord(r, gen, 0) for r, gen in readers})
+    return replace(state, readers={r.reader_id: r for r in records})
 
 
 def test_the_format_is_the_lowest_any_member_reads() -> None:
     store, now = CountingStore(), [0.0]
     negotiate = NegotiatedFormat(store, clock=lambda: now[0])
     assert negotiate(group_with()) == UNANNOUNCED_FORMAT and store.reads == 0  # no members
-    store.announce("a", 1, NEWEST_FORMAT)
-    assert negotiate(group_with(("a", 1))) == NEWEST_FORMAT
-    assert negotiate(group_with(("a", 1))) == NEWEST_FORMAT and store.reads == 1  # known: no read
-    both = group_with(("a", 1), ("b", 2))  # b announced nothing (an older version), or not yet
+    store.announce(record("a", 1), NEWEST_FORMAT)
+    assert negotiate(group_with(record("a", 1))) == NEWEST_FORMAT
+    assert negotiate(group_with(record("a", 1))) == NEWEST_FORMAT
+    assert store.reads == 1  # every member known to read the newest: no read
+    both = group_with(record("a", 1), record("b", 2))  # b announced nothing (an older version)
     assert negotiate(both) == UNANNOUNCED_FORMAT and store.reads == 2
-    store.announce("b", 2, NEWEST_FORMAT)
+    store.announce(record("b", 2), NEWEST_FORMAT)
     assert negotiate(both) == UNANNOUNCED_FORMAT and store.reads == 2  # read again after 1 s
     now[0] += 1.0
     assert negotiate(both) == NEWEST_FORMAT and store.reads == 3
-    assert negotiate(group_with(("a", 1), ("b", 3))) == UNANNOUNCED_FORMAT  # b rejoined
+    assert negotiate(group_with(record("a", 1), record("b", 3))) == UNANNOUNCED_FORMAT  # rejoined
+    # a member of a deleted group of the same name announced under the same generation
+    assert negotiate(group_with(record("a", 1, joined_ms=5))) == UNANNOUNCED_FORMAT
 
 
 def test_unreadable_announcements_keep_the_older_format(caplog: pytest.LogCaptureFixture) -> None:
     store = CountingStore()
-    store.announce("a", 1, NEWEST_FORMAT)
+    store.announce(record("a", 1), NEWEST_FORMAT)
     store.down = True
     with caplog.at_level(logging.WARNING):
-        assert NegotiatedFormat(store)(group_with(("a", 1))) == UNANNOUNCED_FORMAT
+        assert NegotiatedFormat(store)(group_with(record("a", 1))) == UNANNOUNCED_FORMAT
     assert "could not read the readers' log formats" in caplog.text
 
 

@@ -31,7 +31,7 @@ from readergroup.core.balance import (
     next_expiry_ms,
 )
 from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError
-from readergroup.core.group_state import Assignment, GroupState, SegKey
+from readergroup.core.group_state import Assignment, GroupState, ReaderRecord, SegKey
 from readergroup.core.liveness import ExpiryGuard
 from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.core.membership import (
@@ -202,21 +202,22 @@ class GroupMember:
         self.sync.update_state(
             plan_join(me, beats, now, self._session_timeout_ms, replace_own=replace_own)
         )
-        self.generation = self.sync.state.readers[me].generation
+        record = self.sync.state.readers[me]
+        self.generation = record.generation
         self._joined = True
         # the join was decided on fresh state, so whatever heartbeat is stored under this id is
         # stale (even of a higher generation, should a regressed log have reused numbers)
         self.heartbeats.beat(me, self.generation, claim=True)
         logger.info("reader %r joined %s as generation %d", me, self.sync.name, self.generation)
-        self._announce_format()
+        self._announce_format(record)
         return self.generation
 
-    def _announce_format(self) -> None:
+    def _announce_format(self, record: ReaderRecord) -> None:
         """Announce the newest log format this version reads (see
         :mod:`~readergroup.core.log_format`); until it is, the group keeps writing the older
         format, which this version reads too."""
         try:
-            self.heartbeats.announce(self.reader_id, self.generation, NEWEST_FORMAT)
+            self.heartbeats.announce(record, NEWEST_FORMAT)
         except ReaderGroupError as exc:
             logger.warning(
                 "reader %r could not announce its log format; the group's log stays in the "

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from readergroup.core.errors import ReaderGroupError
-from readergroup.core.group_state import GroupState
+from readergroup.core.group_state import GroupState, ReaderRecord
 from readergroup.core.log_format import NEWEST_FORMAT, UNANNOUNCED_FORMAT, negotiated_format
 from readergroup.core.membership import HeartbeatStore
 
@@ -40,16 +40,16 @@ class NegotiatedFormat:
         self._store = store
         self._refresh = refresh_seconds
         self._clock = clock
-        self._announced: dict[str, tuple[int, int]] = {}
+        self._announced: dict[str, tuple[int, int, int]] = {}
         self._read_at: float | None = None
-        self._read_for: frozenset[tuple[str, int]] = frozenset()
+        self._read_for: frozenset[ReaderRecord] = frozenset()
 
     def __call__(self, state: GroupState) -> int:
         readers = state.readers
         found = negotiated_format(readers, self._announced)
         if not readers or found == NEWEST_FORMAT:
             return found
-        members = frozenset((r, record.generation) for r, record in readers.items())
+        members = frozenset(readers.values())
         now = self._clock()
         due = self._read_at is None or now - self._read_at >= self._refresh
         if not due and members == self._read_for:

@@ -12,7 +12,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from readergroup.core.log_format import announcement_text, parse_announcements
+from readergroup.core.group_state import ReaderRecord
+from readergroup.core.log_format import Announcement, announcement_text, parse_announcements
 from readergroup.core.membership import Renewal
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
@@ -86,16 +87,15 @@ class RedisHeartbeatStore:
             raw: Mapping[Any, Any] = self._client.hgetall(self.clients_key)
         return {as_text(k): as_text(v) for k, v in raw.items()}
 
-    def announce(self, reader_id: str, generation: int, log_format: int) -> None:
-        """Record that ``reader_id`` (of ``generation``) reads group log formats up to
-        ``log_format`` (see :mod:`readergroup.core.log_format`)."""
+    def announce(self, record: ReaderRecord, log_format: int) -> None:
+        """Record that the member of ``record`` reads group log formats up to ``log_format``
+        (see :mod:`readergroup.core.log_format`)."""
         with translate_errors("announce the reader's log format"):
-            self._client.hset(
-                self.formats_key, reader_id, announcement_text(generation, log_format)
-            )
+            text = announcement_text(record, log_format)
+            self._client.hset(self.formats_key, record.reader_id, text)
 
-    def announcements(self) -> dict[str, tuple[int, int]]:
-        """Every reader's announcement: reader id -> (generation, newest format it reads)."""
+    def announcements(self) -> dict[str, Announcement]:
+        """Every reader's announcement: reader id -> (generation, joined ms, newest format)."""
         with translate_errors("read the readers' log formats"):
             raw: Mapping[Any, Any] = self._client.hgetall(self.formats_key)
         return parse_announcements({as_text(k): as_text(v) for k, v in raw.items()})
