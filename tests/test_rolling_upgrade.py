@@ -127,6 +127,14 @@ class Fleet:
         paths = self.out.glob(f"{reader_id or '*'}.events")
         return [line for path in paths for line in path.read_text().splitlines() if line]
 
+    def wait_delivered(self, events: set[str]) -> None:
+        """Wait until every one of ``events`` was delivered (at least once)."""
+        wait_until(
+            lambda: self.alive() and events <= set(self.delivered()),
+            60,
+            f"every one of {len(events)} acknowledged events delivered",
+        )
+
     def alive(self) -> bool:
         for reader_id in list(self.procs):
             assert not self.exited(reader_id), self.failure(reader_id)
@@ -276,11 +284,7 @@ def test_rolling_upgrade_of_two_readers_under_a_writer(fleet: Fleet) -> None:
     finally:
         writer.close()
     acknowledged = set(writer.acknowledged)
-    wait_until(
-        lambda: fleet.alive() and acknowledged <= set(fleet.delivered()),
-        60,
-        "every acknowledged event delivered",
-    )
+    fleet.wait_delivered(acknowledged)
     for reader_id in ("r1", "r2"):
         fleet.stop(reader_id)
     lost = acknowledged - set(fleet.delivered())
@@ -303,10 +307,5 @@ def test_rolling_upgrade_of_two_readers_under_a_writer(fleet: Fleet) -> None:
         wait_until(lambda: delivers("r1", 0), REBALANCE, "the rolled-back reader reads")
     finally:
         rollback.close()
-    written = set(rollback.acknowledged)
-    wait_until(
-        lambda: fleet.alive() and written <= set(fleet.delivered()),
-        60,
-        "every event written after the rollback delivered",
-    )
+    fleet.wait_delivered(set(rollback.acknowledged))
     fleet.stop("r1")
