@@ -4,12 +4,15 @@ version is in ``tests/test_rolling_upgrade.py``."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import replace
 
 import msgpack
 import pytest
+from click.testing import CliRunner
 
 from readergroup import (
     ReaderGroupConfig,
@@ -19,10 +22,12 @@ from readergroup import (
     StreamManager,
 )
 from readergroup.admin.group_manager import join_group
+from readergroup.cli import main
 from readergroup.core.errors import RedisUnavailableError
 from readergroup.core.group_state import GroupState, ReaderRecord, new_group
 from readergroup.core.log_format import NEWEST_FORMAT, UNANNOUNCED_FORMAT
 from readergroup.core.names import group_sync_name
+from readergroup.storage.connection import RedisConnection
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.format_negotiation import NegotiatedFormat
 from readergroup.testing.memory_heartbeats import MemoryHeartbeatStore
@@ -152,3 +157,19 @@ def test_a_group_left_empty_is_readable_to_the_previous_version_again(
     assert NEWEST_FORMAT in fresh_read_formats(connection, scope)
     group.compact_log()
     assert fresh_read_formats(connection, scope) == []
+
+
+def test_group_compact_on_the_command_line(redis_url: str, scope: str) -> None:
+    with closing(RedisConnection.from_url(redis_url)) as connection:
+        StreamManager(connection).create_stream(scope, "t")
+        ReaderGroupManager(scope, connection).create_reader_group(
+            "g", ReaderGroupConfig(streams=[f"{scope}/t"])
+        )
+        member, _ = join_group(connection, scope, "g", "r")
+        member.rebalance({})
+        done = CliRunner().invoke(
+            main, ["group", "compact", f"{scope}/g", "--json", "--redis-url", redis_url]
+        )
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.output)["online_readers"] == ["r"]  # they write on
+        assert fresh_read_formats(connection, scope) == []

@@ -43,10 +43,17 @@ class NegotiatedFormat:
         self._announced: dict[str, tuple[int, int, int]] = {}
         self._read_at: float | None = None
         self._read_for: frozenset[ReaderRecord] = frozenset()
+        self._newest_for: object = None
+        """The members map last found to read the newest format (states share it until the
+        members change: a commit then costs no pass over the members)."""
 
     def __call__(self, state: GroupState) -> int:
         readers = state.readers
+        if readers is self._newest_for:
+            return NEWEST_FORMAT
         found = negotiated_format(readers, self._announced)
+        if found == NEWEST_FORMAT:
+            self._newest_for = readers
         if not readers or found == NEWEST_FORMAT:
             return found
         members = frozenset(readers.values())
