@@ -46,6 +46,7 @@ this library is refused on read.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, MutableMapping, MutableSet, Set
 from dataclasses import dataclass
 from typing import Any
@@ -167,6 +168,12 @@ class _Written:
         if self.tagged:
             return FORMAT_VERSION
         return COMPACT_VERSION if self.compact else _GENERIC_VERSION
+
+
+@functools.cache
+def _init_fields(cls: type) -> frozenset[str]:
+    """The names of ``cls``'s ``__init__`` fields (a registered dataclass)."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
 
 
 class _Tagged:
@@ -334,14 +341,14 @@ class Codec:
                 f"{name} of type version {version}, newer than this version's {known}: "
                 "written by a newer version of the library (upgrade this process)"
             )
-        names = {f.name for f in dataclasses.fields(cls) if f.init}
-        unknown = sorted(map(str, fields.keys() - names))
-        if unknown:
+        names = _init_fields(cls)
+        if not fields.keys() <= names:
+            unknown = sorted(map(str, fields.keys() - names))
             raise DecodeError(
                 f"{name} holds fields {unknown} this version does not know and may not skip: "
                 "written by a newer version of the library (upgrade this process)"
             )
-        known_tagged = {key: value for key, value in tagged.items() if key in names}
+        known_tagged = {k: v for k, v in tagged.items() if k in names} if tagged else tagged
         try:
             return cls(**fields, **known_tagged)
         except Exception as exc:  # missing or repeated fields, or the class's own validation
