@@ -48,7 +48,7 @@ from typing import Any, Generic, TypeVar, overload
 from statesync import snapshot_cache, status
 from statesync.backend import AppendOutcome, CompactOutcome, LogBackend, RawEntry, ReadResult
 from statesync.clock import Clock
-from statesync.codec import FORMAT_VERSION, Codec, TypeRegistry
+from statesync.codec import COMPACT_VERSION, Codec, TypeRegistry
 from statesync.config import SyncConfig
 from statesync.errors import (
     ApplyError,
@@ -132,9 +132,10 @@ class StateSynchronizer(Generic[S]):
         close_backend: close ``backend`` when this synchronizer is closed.
         entry_version: the newest entry format (:data:`statesync.codec.FORMAT_VERSION` or an
             older one) every reader of the log reads, given the state an append's updates were
-            decided on; entries are written in no newer format (default: the newest, for logs
-            only this version reads). A log shared with processes of an older version says
-            here when they are gone.
+            decided on; entries are written in no newer format. Default: always
+            :data:`~statesync.codec.COMPACT_VERSION` (2), which the versions before format 3
+            read too, so a log shared with them stays readable; pass a function saying when
+            every reader reads the newest (as reader groups negotiate it).
     """
 
     def __init__(
@@ -649,7 +650,7 @@ class StateSynchronizer(Generic[S]):
             raise UpdateRejectedError(self._name, replica.revision, exc.update) from exc.__cause__
 
     def _encode(self, updates: Sequence[Update], state: S) -> bytes:
-        version = FORMAT_VERSION if self._entry_version is None else self._entry_version(state)
+        version = COMPACT_VERSION if self._entry_version is None else self._entry_version(state)
         payload = self._codec.encode_entry(self._writer_id, updates, version=version)
         if len(payload) > self._config.max_entry_bytes:
             raise EntryTooLargeError(self._name, len(payload), self._config.max_entry_bytes)

@@ -26,7 +26,7 @@ from readergroup.cli import main
 from readergroup.core.errors import RedisUnavailableError
 from readergroup.core.group_state import GroupState, ReaderRecord, new_group
 from readergroup.core.log_format import NEWEST_FORMAT, UNANNOUNCED_FORMAT
-from readergroup.core.names import group_sync_name
+from readergroup.core.names import catalog_sync_name, group_sync_name, stream_sync_name
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.format_negotiation import NegotiatedFormat
@@ -99,9 +99,15 @@ def members(connection: Connection) -> Iterator[tuple[Connection, str]]:
     yield connection, scope
 
 
+def frame_version(payload: bytes) -> int:
+    """The format version an entry is labelled with."""
+    version: int = msgpack.unpackb(payload, raw=False)["v"]
+    return version
+
+
 def formats_since(connection: Connection, scope: str, revision: int) -> list[int]:
     page = connection.log_backend.read(group_sync_name(scope, "g"), revision, 1000)
-    return [msgpack.unpackb(raw.payload, raw=False)["v"] for raw in page.entries]
+    return [frame_version(raw.payload) for raw in page.entries]
 
 
 def test_entries_stay_readable_while_an_older_reader_is_a_member(
@@ -136,7 +142,7 @@ def test_entries_stay_readable_while_an_older_reader_is_a_member(
 def fresh_read_formats(connection: Connection, scope: str) -> list[int]:
     """The formats of the entries a reader joining now reads (after the newest snapshot)."""
     page = connection.log_backend.read(group_sync_name(scope, "g"), -1, 1000)
-    return [msgpack.unpackb(raw.payload, raw=False)["v"] for raw in page.entries]
+    return [frame_version(raw.payload) for raw in page.entries]
 
 
 def test_a_group_left_empty_is_readable_to_the_previous_version_again(
@@ -173,3 +179,15 @@ def test_group_compact_on_the_command_line(redis_url: str, scope: str) -> None:
         assert done.exit_code == 0, done.output
         assert json.loads(done.output)["online_readers"] == ["r"]  # they write on
         assert fresh_read_formats(connection, scope) == []
+
+
+def test_logs_nobody_negotiates_are_written_as_every_version_reads(
+    members: tuple[Connection, str],
+) -> None:
+    """Stream metadata and catalogs are read by every process of every version (writers
+    too) and announce nothing: their entries stay in format 2, which the previous version reads."""
+    connection, scope = members
+    StreamManager(connection).scale_stream(scope, "t", [0], [(0.0, 0.125), (0.125, 0.25)])
+    for name in (stream_sync_name(scope, "t"), catalog_sync_name(scope)):
+        page = connection.log_backend.read(name, 0, 1000)
+        assert page.entries and {frame_version(raw.payload) for raw in page.entries} <= {1, 2}

@@ -25,7 +25,12 @@ from typing import Any
 import msgpack
 import pytest
 
-from readergroup import EventStreamClientFactory, ReaderGroupManager, UTF8StringSerializer
+from readergroup import (
+    EventStreamClientFactory,
+    ReaderGroupManager,
+    StreamManager,
+    UTF8StringSerializer,
+)
 from readergroup.core.config import ClientConfig
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, CommitPositions
 from readergroup.core.log_format import NEWEST_FORMAT
@@ -237,22 +242,28 @@ def test_rolling_upgrade_of_two_readers_under_a_writer(fleet: Fleet) -> None:
     (the same ids, as a StatefulSet does) while a writer writes: every acknowledged event is
     delivered, every previous-version reader exits 0 having left the group on close (its
     segments move at once, not after its session), each replacement rebalances within one
-    rebalance, and the group writes entries the previous version applies until its last reader
-    is gone, then the newest format. Then a rollback: with every reader stopped, a reader of
+    rebalance (one while this version splits a segment under the old reader), and the group
+    writes entries the previous version applies until its last reader is gone, then the newest
+    format. Then a rollback: with every reader stopped, a reader of
     the previous version joins (the last reader to leave compacted the log) and reads on."""
     old, new = fleet.previous, ROOT
     group = ReaderGroupManager.from_url(fleet.scope, fleet.url).get_reader_group("g")
 
-    def balanced(readers: set[str]) -> bool:
+    def balanced(readers: set[str], segments: int = 4) -> bool:
         dist = group.get_segment_distribution()
         sizes = {r: len(s) for r, s in dist.assigned.items()}
-        share = [4 // len(readers)] * len(readers)
-        return fleet.alive() and set(sizes) == readers and sorted(sizes.values()) == share
+        return (
+            fleet.alive()
+            and set(sizes) == readers
+            and sum(sizes.values()) == segments
+            and max(sizes.values()) - min(sizes.values()) <= 1
+        )
 
     def delivers(reader_id: str, more_than: int) -> bool:
         return fleet.alive() and len(fleet.delivered(reader_id)) > more_than
 
     left: dict[str, int] = {}
+    segments = 4
     writer = Writer(fleet.url, fleet.scope)
     try:
         fleet.start(old, "r1")
@@ -269,7 +280,11 @@ def test_rolling_upgrade_of_two_readers_under_a_writer(fleet: Fleet) -> None:
             left[reader_id] = group.sync.revision
             before = len(fleet.delivered())
             fleet.start(new, reader_id)
-            wait_until(lambda r=reader_id, o=other: balanced({r, o}), REBALANCE, "rebalanced")
+            wait_until(
+                lambda r=reader_id, o=other, n=segments: balanced({r, o}, n),
+                REBALANCE,
+                "rebalanced",
+            )
             # the other one applies the new one's commits (it writes past them) and reads on
             wait_until(
                 lambda r=reader_id, o=other: (
@@ -281,6 +296,11 @@ def test_rolling_upgrade_of_two_readers_under_a_writer(fleet: Fleet) -> None:
             seen = len(fleet.delivered(other))
             wait_until(lambda o=other, n=seen: delivers(o, n), REBALANCE, f"{other} reads on")
             assert len(fleet.delivered()) > before
+            if reader_id == "r1":  # this version splits a segment while the old r2 reads
+                with StreamManager.from_url(fleet.url) as streams:
+                    streams.scale_stream(fleet.scope, "s", [0], [(0.0, 0.125), (0.125, 0.25)])
+                wait_until(lambda: balanced({"r1", "r2"}, 5), REBALANCE, "successors read")
+                segments = 5
     finally:
         writer.close()
     acknowledged = set(writer.acknowledged)
@@ -303,7 +323,7 @@ def test_rolling_upgrade_of_two_readers_under_a_writer(fleet: Fleet) -> None:
     rollback = Writer(fleet.url, fleet.scope, prefix="after-rollback-")
     try:
         rollback.thread.start()
-        wait_until(lambda: balanced({"r1"}), REBALANCE, "the rolled-back reader owns all")
+        wait_until(lambda: balanced({"r1"}, 5), REBALANCE, "the rolled-back reader owns all")
         wait_until(lambda: delivers("r1", 0), REBALANCE, "the rolled-back reader reads")
     finally:
         rollback.close()
