@@ -42,9 +42,9 @@ from tests.support.waiting import wait_until
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "support" / "upgrade_reader.py"
 
-PREVIOUS_VERSION = "26dd67a"
-"""The version readers are upgraded from (main when rolling upgrades were first supported;
-later the previous release tag)."""
+PREVIOUS_VERSION = "26dd67a30e0ec8a5096f3ac84dd5f96816abed81"
+"""The version readers are upgraded from: 26dd67a, main when rolling upgrades were first
+supported (later the previous release tag)."""
 
 REBALANCE = 20.0
 """Deadline for one rebalance; the group's session timeout is 60 s, so a reader that left
