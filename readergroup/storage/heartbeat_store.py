@@ -1,6 +1,7 @@
 """Reader heartbeats on Redis: :class:`RedisHeartbeatStore`, one group's heartbeat hash beside
-its state (same hash tag), stamped by the server's clock inside ``heartbeat.lua``, and the
-``host/pid`` each reader registered when it joined. The in-memory twin for simulations is
+its state (same hash tag), stamped by the server's clock inside ``heartbeat.lua``, the
+``host/pid`` each reader registered when it joined, and the log format each announced (see
+:mod:`readergroup.core.log_format`). The in-memory twin for simulations is
 :class:`~readergroup.testing.memory_heartbeats.MemoryHeartbeatStore`; both implement
 :class:`~readergroup.core.membership.HeartbeatStore`."""
 
