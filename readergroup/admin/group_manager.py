@@ -42,6 +42,7 @@ from readergroup.core.group_state import (
     new_group,
 )
 from readergroup.core.group_view import MemberView, group_state_word, members_of
+from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.core.membership import Plan, plan_remove
 from readergroup.core.names import group_sync_name, validate_name
 from readergroup.core.stream_cut import StreamCut
@@ -171,11 +172,31 @@ class ReaderGroup:
         return sorted(self.refresh().readers)
 
     def members(self) -> list[MemberView]:
-        """Every member with its segments, ``host/pid`` and heartbeat age (server clock);
-        ``stale`` marks those whose heartbeat is older than the session timeout."""
+        """Every member with its segments, ``host/pid``, heartbeat age (server clock) and the
+        log format it announced (an older version's is lower); ``stale`` marks those whose
+        heartbeat is older than the session timeout."""
         state = self.refresh()
         now, beats = self.heartbeats.beat("", 0)
-        return members_of(state, beats, self.heartbeats.clients(), now)
+        clients, announced = self.heartbeats.clients(), self.heartbeats.announcements()
+        return members_of(state, beats, clients, now, announced)
+
+    def older_readers_online(self) -> list[str]:
+        """The online members running a version older than this one (they announced an older
+        log format, or none), sorted."""
+        return sorted(
+            m.reader for m in self.members() if not m.stale and m.log_format < NEWEST_FORMAT
+        )
+
+    def compact_log(self) -> int:
+        """Snapshot the group's log at its head; return that revision. A reader joining reads
+        the log from its newest snapshot, which every supported version reads: stop every
+        reader of the group, compact, and readers of the previous version can join although
+        entries of a newer log format were written (the last reader to leave does this itself;
+        this is for readers that crashed)."""
+        self.refresh()
+        with translate_errors("compact the group log"):
+            self.sync.compact()
+        return self.sync.revision
 
     def missing_streams(self) -> list[str]:
         """The streams the group reads that no longer exist."""

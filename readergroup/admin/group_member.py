@@ -30,9 +30,10 @@ from readergroup.core.balance import (
     expired_readers,
     next_expiry_ms,
 )
-from readergroup.core.errors import ReaderNotInGroupError
-from readergroup.core.group_state import Assignment, GroupState, SegKey
+from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError
+from readergroup.core.group_state import Assignment, GroupState, ReaderRecord, SegKey
 from readergroup.core.liveness import ExpiryGuard
+from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.core.membership import (
     HeartbeatStore,
     plan_ack_checkpoint,
@@ -45,6 +46,7 @@ from readergroup.core.membership import (
     plan_remove,
     plan_rewind,
 )
+from readergroup.storage.translate import translate_errors
 from statesync import LogRegressedError, StateSynchronizer
 
 logger = logging.getLogger(__name__)
@@ -211,7 +213,8 @@ class GroupMember:
                 own_generation=own_generation,
             )
         )
-        self.generation = self.sync.state.readers[me].generation
+        record = self.sync.state.readers[me]
+        self.generation = record.generation
         self._joined = True
         if before is not None:
             logger.info(
@@ -224,7 +227,23 @@ class GroupMember:
         # stale (even of a higher generation, should a regressed log have reused numbers)
         self.heartbeats.beat(me, self.generation, claim=True)
         logger.info("reader %r joined %s as generation %d", me, self.sync.name, self.generation)
+        self._announce_format(record)
         return self.generation
+
+    def _announce_format(self, record: ReaderRecord) -> None:
+        """Announce the newest log format this version reads (see
+        :mod:`~readergroup.core.log_format`); until it is, the group keeps writing the older
+        format, which this version reads too."""
+        try:
+            self.heartbeats.announce(record, NEWEST_FORMAT)
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %r could not announce its log format; the group's log stays in the "
+                "older format while it is a member: %s",
+                self.reader_id,
+                exc,
+                exc_info=exc,
+            )
 
     @_recovers
     def heartbeat(self, *, judge: bool = False) -> Liveness:
@@ -305,7 +324,18 @@ class GroupMember:
         )
         if removed is not None:
             self.heartbeats.forget(reader_id, generation)
+            self._withdraw_format(reader_id, generation)
         return removed is not None
+
+    def _withdraw_format(self, reader_id: str, generation: int) -> None:
+        """Drop a removed member's announcement (best effort: a stale one is ignored anyway,
+        being of an older generation)."""
+        try:
+            self.heartbeats.withdraw(reader_id, generation)
+        except ReaderGroupError as exc:
+            logger.warning(
+                "could not drop reader %r's announced log format: %s", reader_id, exc, exc_info=exc
+            )
 
     @_recovers
     def leave(
@@ -327,7 +357,27 @@ class GroupMember:
             logger.info(
                 "reader %r (generation %d) left %s", self.reader_id, self.generation, self.sync.name
             )
+            if not self.sync.state.readers:
+                self._compact_emptied_group()
         return left
+
+    def _compact_emptied_group(self) -> None:
+        """Snapshot the log of a group this reader left empty: a reader joining reads the log
+        from its newest snapshot, which every version reads (see
+        :mod:`~readergroup.core.log_format`), so stopping every reader of a group then starting
+        readers of the previous version works even after entries of a newer format. Best
+        effort: on failure such readers are refused (typed) until the next compaction."""
+        try:
+            with translate_errors("compact the group log"):
+                self.sync.compact()
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %r left %s empty but could not compact its log: %s",
+                self.reader_id,
+                self.sync.name,
+                exc,
+                exc_info=exc,
+            )
 
     @_recovers
     def rebalance(

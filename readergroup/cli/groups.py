@@ -210,7 +210,15 @@ DESCRIBE_COLUMNS = [
     "lag ms",
     "heartbeat age s",
 ]
-MEMBER_COLUMNS = ["reader", "host/pid", "segments", "heartbeat age s", "generation", "status"]
+MEMBER_COLUMNS = [
+    "reader",
+    "host/pid",
+    "segments",
+    "heartbeat age s",
+    "generation",
+    "status",
+    "log format",
+]
 
 
 def describe_title(data: dict[str, Any]) -> str:
@@ -253,6 +261,7 @@ def describe(ctx: Context, name: str, members: bool, state_only: bool) -> None:
                     None if m.heartbeat_age_ms is None else round(m.heartbeat_age_ms / 1000, 1),
                     m.generation,
                     "stale" if m.stale else "online",
+                    m.log_format,
                 ]
                 for m in views
             ]
@@ -266,6 +275,7 @@ def describe(ctx: Context, name: str, members: bool, state_only: bool) -> None:
                         "heartbeat_age_ms": m.heartbeat_age_ms,
                         "generation": m.generation,
                         "stale": m.stale,
+                        "log_format": m.log_format,
                     }
                     for m in views
                 ],
@@ -354,6 +364,24 @@ def reader_offline(ctx: Context, name: str, reader: str) -> None:
     with manager(ctx, scope) as rgm:
         removed = rgm.get_reader_group(group_name).reader_offline(reader)
     ctx.out.emit({"reader": reader, "removed": removed}, "removed" if removed else "was not online")
+
+
+@group.command("compact")
+@click.argument("name")
+@command
+def compact(ctx: Context, name: str) -> None:
+    """Snapshot the log of SCOPE/GROUP at its head (stop its readers first to roll back to the
+    previous version: readers joining read from the snapshot, which every version reads)."""
+    scope, group_name = scoped(name)
+    with manager(ctx, scope) as rgm:
+        g = rgm.get_reader_group(group_name)
+        revision = g.compact_log()
+        online = [m.reader for m in g.members() if not m.stale]
+    note = f"; readers still online write on: {', '.join(online)}" if online else ""
+    ctx.out.emit(
+        {"group": f"{scope}/{group_name}", "revision": revision, "online_readers": online},
+        f"compacted {scope}/{group_name} at revision {revision}{note}",
+    )
 
 
 @group.command("delete")

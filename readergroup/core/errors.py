@@ -69,6 +69,12 @@ class ReaderGroupInUseError(ReaderGroupError):
     (``delete_reader_group`` without ``force``)."""
 
 
+class OlderReadersOnlineError(ReaderGroupError):
+    """An operation that readers of an older version cannot follow was refused while such
+    readers are online (``readergroup admin migrate`` without ``force``); the message names
+    them by group. Upgrade or stop them first."""
+
+
 class StreamSealedError(ReaderGroupError):
     """The stream is sealed: no more events can be written to it."""
 

@@ -370,6 +370,11 @@ def _moved_epochs(
     return epochs.evolve(put, drop) if put or drop else epochs
 
 
+_EPOCHS_TAGGED = frozenset({"epochs"})
+"""Position epochs are tagged fields (see ``statesync.codec``): a reader that does not know them
+moves the positions without epochs, which only skips the divergence check there."""
+
+
 @dataclass(frozen=True)
 class AddReader(Update):
     reader_id: str
@@ -396,6 +401,8 @@ class AddReader(Update):
 class RemoveReader(Update):
     """Remove a reader; its segments become unassigned at ``positions`` where given (a graceful
     leave), else at their last committed positions (a crash or a fenced reader)."""
+
+    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED
 
     reader_id: str
     generation: int
@@ -470,6 +477,8 @@ class AcquireSegments(Update):
 class ReleaseSegments(Update):
     """Give segments back at the given positions: ``(segment, token, position)``."""
 
+    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED
+
     reader_id: str
     generation: int
     releases: tuple[tuple[SegKey, int, int], ...]
@@ -510,6 +519,7 @@ class CommitPositions(Update):
     wake stream, so commits cost them nothing)."""
 
     wakes_followers: ClassVar[bool] = False
+    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED
 
     reader_id: str
     generation: int

@@ -28,6 +28,7 @@ from readergroup.core.group_state import (
     CommitPositions,
     CompleteSegments,
     GroupState,
+    ReaderRecord,
     ReleaseSegments,
     RemoveReader,
     RewindPositions,
@@ -84,6 +85,19 @@ class HeartbeatStore(Protocol):
 
     def forget(self, reader_id: str, generation: int) -> None:
         """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
+        ...
+
+    def announce(self, record: ReaderRecord, log_format: int) -> None:
+        """Record the newest group log format the member of ``record`` reads (see
+        :mod:`~readergroup.core.log_format`)."""
+        ...
+
+    def announcements(self) -> dict[str, tuple[int, int, int]]:
+        """reader id -> (generation, joined ms, newest log format it reads), as announced."""
+        ...
+
+    def withdraw(self, reader_id: str, generation: int) -> None:
+        """Delete ``reader_id``'s announcement if it is of ``generation`` or older."""
         ...
 
 
