@@ -66,6 +66,7 @@ from readergroup.core.errors import (
     UnsafeServerConfigError,
     WriteFailedError,
     WriterClosedError,
+    WriterForkedError,
     WrongKeyTypeError,
 )
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
@@ -150,6 +151,7 @@ __all__ = [
     "WriteFailedError",
     "WriteFuture",
     "WriterClosedError",
+    "WriterForkedError",
     "WrongKeyTypeError",
     "__version__",
     "key_position",
