@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from readergroup import (
     EventStreamClientFactory,
@@ -115,7 +116,7 @@ def test_a_writer_used_after_fork_raises_in_the_child_and_a_new_one_works(
 
     write, flush, close, fresh_write, fresh_close = _in_child(child)
     for refused in (write, flush):
-        assert refused.startswith("WriterForkedError") and "in the child" in refused, refused
+        assert refused.startswith(WriterForkedError.__name__) and "in the child" in refused, refused
     assert (close, fresh_write, fresh_close) == ("ok", "ok", "ok")
     writer.write_event("parent 2", routing_key="k").result(10)
     writer.close()
@@ -267,3 +268,64 @@ def _flush_error(writer: EventStreamWriter[str]) -> BaseException:
     except BaseException as exc:  # what flush raised is what the test checks
         return exc
     return AssertionError("flush() raised nothing")
+
+
+# -- item 4: the server work of each append --------------------------------------------------
+def _command_calls(client: redis.Redis) -> dict[str, int]:
+    stats: dict[str, Any] = client.info("commandstats")  # type: ignore[assignment]
+    return {name.removeprefix("cmdstat_"): int(stat["calls"]) for name, stat in stats.items()}
+
+
+def _epochs(client: redis.Redis, factory: EventStreamClientFactory) -> list[list[int]]:
+    """The epochs of the entries of each segment of stream ``s``."""
+    found = []
+    for segment in range(4):
+        _, key, _ = factory.connection.keys.segment(factory.scope, "s", segment)
+        found.append(sorted({int(entry_id.split(b"-")[1]) for entry_id, _ in client.xrange(key)}))
+    return found
+
+
+def test_a_small_append_sends_the_append_only(private_redis: Any) -> None:
+    """Item 4: 200 appends of one event each cost the server one ``EVALSHA`` each and the
+    commands the script runs for it: no ``INFO`` (the server's run_id is passed in, learnt once
+    per connection) and no ``SCRIPT EXISTS`` (run by SHA). A server without the script
+    (``SCRIPT FLUSH``) has it loaded once; a restart (a new server process) is asked again and
+    begins a new epoch."""
+    with StreamManager.from_url(private_redis.url) as manager:
+        manager.create_scope("x")
+        manager.create_stream("x", "s", FOUR)
+    client = redis.Redis.from_url(private_redis.url)
+    with EventStreamClientFactory.from_url("x", private_redis.url) as factory:
+        writer = factory.create_event_writer("s", UTF8StringSerializer())
+        writer.write_event("warm", routing_key="k0").result(10)  # connects, learns the server
+        client.config_resetstat()
+        for i in range(200):
+            writer.write_event(f"e{i}", routing_key=f"k{i}").result(10)
+        counted = _command_calls(client)
+        assert counted.get("info", 0) == 0 and counted.get("script|exists", 0) == 0, counted
+        assert counted["evalsha"] == 200 and counted["xadd"] == 200, counted
+        # the script's own commands: HMGET, HGET, TIME, XADD, 2 HSET (and a few of others)
+        assert sum(counted.values()) <= 7 * 200 + 20, counted
+
+        client.script_flush()
+        client.config_resetstat()
+        for i in range(10):
+            writer.write_event(f"f{i}", routing_key=f"k{i}").result(10)
+        counted = _command_calls(client)
+        assert counted["script|load"] == 1 and counted["evalsha"] == 11, counted
+        assert counted.get("info", 0) == 0, counted
+
+        before = _epochs(client, factory)
+        assert all(len(epochs) == 1 for epochs in before), before
+        private_redis.restart()
+        client = redis.Redis.from_url(private_redis.url)
+        factory.connection.client.connection_pool.disconnect()  # its sockets died with it
+        for i in range(20):  # (keys k0..k19 reach all four segments)
+            writer.write_event(f"g{i}", routing_key=f"k{i}").result(30)
+        counted = _command_calls(client)
+        assert counted["info"] == 2, counted  # the eviction-policy check, the run_id: once each
+        after = _epochs(client, factory)
+        for old, new in zip(before, after, strict=True):  # the restart began a new epoch
+            assert len(new) == 2 and new[0] == old[0], (before, after)
+        writer.close()
+        assert len(_payloads(factory)) == 231
