@@ -286,6 +286,8 @@ class EventStreamWriter(Generic[T]):
         self._serializer = serializer
         self._config = config or EventWriterConfig()
         self._clock = clock or SYSTEM_CLOCK
+        self._monotonic = self._clock.monotonic
+        self._delivery_timeout = self._config.delivery_timeout
         self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
         self._wall_ms = wall_clock_ms or _wall_clock_ms
         self.writer_id = writer_id or f"w-{uuid.uuid4().hex[:16]}"
@@ -369,7 +371,7 @@ class EventStreamWriter(Generic[T]):
             payload,
             self._wall_ms(),
             position,
-            self._clock.monotonic() + self._config.delivery_timeout,
+            self._monotonic() + self._delivery_timeout,
         )
         with self._accounting:
             if self._buffered + size > self._max_in_flight and self._buffered:

@@ -50,6 +50,7 @@ from readergroup.core.errors import NativeAppendConflictError
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.raw_connection import known_server as _known_server
 from readergroup.storage.raw_connection import pack as _pack
+from readergroup.storage.raw_connection import pooled_connection
 from readergroup.storage.raw_connection import read as _read
 from readergroup.storage.raw_connection import remember_server as _remember_server
 from readergroup.storage.raw_connection import round_trip as _round_trip
@@ -94,17 +95,11 @@ def append_natively(
         or any(batch.replay is not None for batch in batches)
     ):
         return None
-    pool = client.connection_pool
-    connection = pool.get_connection()
-    try:
-        return _append(connection, layout, batches, wait)
-    except NativeAppendConflictError:
-        return None
-    except BaseException:
-        connection.disconnect()  # type: ignore[no-untyped-call]  # never hand a connection in an unknown state back
-        raise
-    finally:
-        pool.release(connection)
+    with pooled_connection(client) as connection:
+        try:
+            return _append(connection, layout, batches, wait)
+        except NativeAppendConflictError:  # nothing written; the connection is in a clean state
+            return None
 
 
 def _append(

@@ -13,11 +13,28 @@ for it (``INFO server``) once per connection, not once per append."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
 
 _SERVER_ATTRIBUTE = "_readergroup_server"  # (socket, run_id) remembered on a redis-py connection
+
+
+@contextmanager
+def pooled_connection(client: redis.Redis) -> Iterator[Any]:
+    """A connection of ``client``'s pool for the caller's own commands, released afterwards;
+    disconnected first if an exception escapes (never handed back in an unknown state)."""
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        yield connection
+    except BaseException:
+        connection.disconnect()  # type: ignore[no-untyped-call]
+        raise
+    finally:
+        pool.release(connection)
 
 
 def known_server(connection: Any) -> str | None:

@@ -27,7 +27,13 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from readergroup.storage.keys import KeyLayout
-from readergroup.storage.raw_connection import known_server, remember_server, round_trip, text
+from readergroup.storage.raw_connection import (
+    known_server,
+    pooled_connection,
+    remember_server,
+    round_trip,
+    text,
+)
 from readergroup.storage.segment_records import AppendBatch
 
 
@@ -42,15 +48,8 @@ def append_by_script(
     in one round trip on one connection; return the scripts' replies, error replies as values
     (one per batch, in order), and the reply of ``wait`` (``None`` without one). Connection
     errors propagate (redis-py's)."""
-    pool = client.connection_pool
-    connection = pool.get_connection()
-    try:
+    with pooled_connection(client) as connection:
         return _append(connection, layout, script, batches, wait)
-    except BaseException:
-        connection.disconnect()  # type: ignore[no-untyped-call]  # never hand a connection in an unknown state back
-        raise
-    finally:
-        pool.release(connection)
 
 
 def _append(
