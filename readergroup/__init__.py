@@ -72,6 +72,7 @@ from readergroup.core.errors import (
     UnsafeServerConfigError,
     WriteFailedError,
     WriterClosedError,
+    WriterForkedError,
     WrongKeyTypeError,
 )
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
@@ -164,6 +165,7 @@ __all__ = [
     "WriteFailedError",
     "WriteFuture",
     "WriterClosedError",
+    "WriterForkedError",
     "WrongKeyTypeError",
     "__version__",
     "key_position",

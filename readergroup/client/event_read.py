@@ -14,7 +14,10 @@ T = TypeVar("T")
 
 
 class EventRead(Generic[T]):
-    """What ``read_next_event`` returns. ``event`` is ``None`` when nothing came in time.
+    """What ``read_next_event`` returns: an event read from a segment (``is_event``), a
+    checkpoint (``is_checkpoint``), or :data:`NOTHING` when nothing came in time. ``event`` is
+    the deserialized value: ``None`` for a checkpoint and for nothing, and for an event whose
+    deserializer returned ``None`` (so test ``is_event``, not ``event is None``).
 
     Attributes: ``event``, ``routing_key``, ``stream`` (``"scope/stream"``), ``segment``,
     ``offset``, ``position`` (``(stream, segment, offset + 1)``: where the reader stands in that
@@ -48,6 +51,12 @@ class EventRead(Generic[T]):
     @property
     def is_checkpoint(self) -> bool:
         return self.checkpoint_name is not None
+
+    @property
+    def is_event(self) -> bool:
+        """Whether this is an event read from a segment (whatever its value, ``None``
+        included); false for :data:`NOTHING` and for a checkpoint."""
+        return self._entry is not None
 
     @property
     def stream(self) -> str | None:

@@ -260,7 +260,7 @@ class EventStreamReader(Generic[T]):
                     return
                 self.rejoin()
                 continue
-            if event.event is not None or event.is_checkpoint:
+            if event.is_event or event.is_checkpoint:  # not NOTHING; a value may be None
                 yield event
 
     def rejoin(self, stop: threading.Event | None = None) -> int:

@@ -108,14 +108,28 @@ class WriterClosedError(ReaderGroupError):
     """The writer was closed; it accepts no more events."""
 
 
+class WriterForkedError(WriterClosedError):
+    """The writer was created in another process and copied into this one by ``fork()``
+    (``os.fork``, ``multiprocessing`` with the ``fork`` start method): its sender thread was not
+    copied, so nothing given to it here would ever be sent. Create the writer in the child
+    (after the fork), from a factory of the child's own or the inherited one; the parent's
+    writer keeps working in the parent."""
+
+
 class WriteFailedError(ReaderGroupError):
     """An event could not be written within the writer's delivery timeout.
 
     Retriable: the cause (``__cause__``) was transient, typically Redis being unreachable.
-    The event was not acknowledged; it may or may not be in the stream.
+    The event was not acknowledged; it may or may not be in the stream. ``deadline``: when the
+    event's delivery timeout ran out (its write time + ``delivery_timeout``, on the writer's
+    monotonic clock), if the failure is that.
     """
 
     retriable = True
+
+    def __init__(self, message: str, *, deadline: float | None = None) -> None:
+        super().__init__(message)
+        self.deadline = deadline
 
 
 class RedisUnavailableError(ReaderGroupError, ConnectionError):
