@@ -132,7 +132,7 @@ def worker(url: str, scope: str, group: str, reader_id: str, path: str) -> int:
         reader.add_rebalance_listener(ResumeFromDatabase(db, reader))
         try:
             while not stop["now"]:
-                events = [e for e in reader.read_batch(200, timeout=0.2) if e.event is not None]
+                events = [e for e in reader.read_batch(200, timeout=0.2) if e.is_event]
                 if events:
                     apply(db, events)
                     reader.commit()
