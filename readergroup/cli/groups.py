@@ -28,7 +28,7 @@ from readergroup.core.errors import (
     RedisUnavailableError,
 )
 from readergroup.core.group_config import ReaderGroupConfig, StartPosition, start_word
-from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES
+from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState, SegKey
 from readergroup.core.group_view import group_state_word
 from readergroup.core.names import group_sync_name
 from readergroup.core.stream_cut import StreamCut
@@ -152,6 +152,14 @@ def create(ctx: Context, name: str, streams: tuple[str, ...], start: str) -> Non
     )
 
 
+def owner_word(state: GroupState, segment: SegKey) -> str:
+    """What ``describe`` shows for a segment no reader owns: waiting for a reader, read to its
+    end, or waiting for its predecessors (a successor the group has yet to reach)."""
+    if segment in state.unassigned:
+        return "(unassigned)"
+    return "(completed)" if segment in state.completed else "(waiting)"
+
+
 def describe_rows(g: ReaderGroup) -> tuple[dict[str, Any], list[list[Any]]]:
     """The group as data (for ``--json``) and as rows of :data:`DESCRIBE_COLUMNS`. Readers whose
     heartbeat is older than the session timeout are marked ``(stale)``; streams that no longer
@@ -167,7 +175,7 @@ def describe_rows(g: ReaderGroup) -> tuple[dict[str, Any], list[list[Any]]]:
         if member is not None and member.heartbeat_age_ms is not None:
             age = round(member.heartbeat_age_ms / 1000, 1)
         if lag.reader is None:
-            owner = "(waiting)" if (lag.stream, lag.segment) in state.future else "(unassigned)"
+            owner = owner_word(state, (lag.stream, lag.segment))
         else:
             owner = lag.reader + (" (stale)" if member is None or member.stale else "")
         stream = lag.stream + (" (deleted)" if lag.stream in missing else "")
