@@ -25,7 +25,7 @@ Order of effects, chosen so that a crash at any point leaves a state the next ca
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -500,7 +500,10 @@ class StreamManager(Closing):
             return [SealStream(now)], True
 
         changed = self._update(scope, stream, seal)
-        self._complete_seals(self.stream_state(scope, stream))
+        state = self.stream_state(scope, stream)
+        # the segments this seal just took out of service are sealed in Redis as its own work
+        # (no repair warning); anything an interrupted scale or seal left is completed too
+        complete_scale_seals(self._connection, state, state.epochs[-1].segments if changed else ())
         if changed:
             log.info("sealed stream %s/%s", scope, stream)
         return changed
@@ -607,9 +610,15 @@ def _lost_stream(scope: str, stream: str) -> vanished.Missing:
     )
 
 
-def complete_scale_seals(connection: Connection, state: StreamState) -> None:
+def complete_scale_seals(
+    connection: Connection, state: StreamState, sealing: Collection[int] = ()
+) -> None:
     """Seal in Redis every segment the metadata says is sealed, then open the successors
     left closed (repairs interrupted scales, see the module docstring). Idempotent.
+
+    ``sealing``: segments the caller is sealing itself right now (``seal_stream``), sealed
+    without a warning; every other segment found unsealed is a repair, logged at WARNING with
+    what left it so (a scale, or an interrupted ``seal_stream``).
 
     Reads the states of only the segments the newest epoch changed (O(that change), not the
     stream's history): every ``scale_stream`` completes the seals of the state it plans
@@ -624,8 +633,12 @@ def complete_scale_seals(connection: Connection, state: StreamState) -> None:
     states = connection.segments.segment_states(scope, stream, inactive + closed)
     unsealed = [s for s in inactive if states[s].exists and not states[s].sealed]
     if unsealed:
-        named = segments_text([(f"{scope}/{stream}", s) for s in unsealed])
-        log.warning("sealing %s left unsealed by a scale", named)
+        repaired = [s for s in unsealed if s not in sealing]
+        for cause, scaled in (("a scale", True), ("an interrupted seal_stream", False)):
+            left = [s for s in repaired if bool(state.segments[s].successors) == scaled]
+            if left:
+                named = segments_text([(f"{scope}/{stream}", s) for s in left])
+                log.warning("sealing %s left unsealed by %s", named, cause)
         connection.segments.seal_segments(scope, stream, unsealed)
     closed = [s for s in closed if states[s].sealed]
     opened = connection.segments.open_segments(scope, stream, closed) if closed else []
