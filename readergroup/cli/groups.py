@@ -21,7 +21,12 @@ from readergroup.admin.group_manager import ReaderGroup, ReaderGroupManager
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.cli.common import CLI_WRITER, Context, command, scoped
 from readergroup.cli.output import table
-from readergroup.cli.reset_options import ResetRequest, reset_options
+from readergroup.cli.reset_options import (
+    BLANK_CELLS,
+    CSV_COLUMNS,
+    ResetRequest,
+    reset_options,
+)
 from readergroup.core.errors import (
     ReaderGroupError,
     ReaderGroupInUseError,
@@ -325,7 +330,8 @@ def reset(ctx: Context, name: str, **options: Any) -> None:
             f"; readers {list(declared)} did not acknowledge within {request.timeout}s and were "
             "declared offline (their segments restart at the new positions)"
         )
-    ctx.out.emit(data, title, ["stream", "segment", "current", "new"], rows)
+    blank = any(r[2] is None or r[3] is None for r in rows)
+    ctx.out.emit(data, title, CSV_COLUMNS, rows, BLANK_CELLS if blank else "")
 
 
 @group.command("checkpoint")

@@ -270,7 +270,9 @@ def seal(ctx: Context, name: str) -> None:
 @stream.command("truncate")
 @click.argument("name")
 @click.option("--to-stream-cut", "cut_text", help="Truncate before this stream cut.")
-@click.option("--to-tail", is_flag=True, help="Truncate everything written so far.")
+@click.option(
+    "--to-tail", "--to-latest", "to_tail", is_flag=True, help="Truncate everything written so far."
+)
 @click.option("--before-time", type=int, help="Truncate events appended before this server ms.")
 @command
 def truncate(
@@ -283,7 +285,9 @@ def truncate(
             sum(x is not None and x is not False for x in (cut_text, to_tail or None, before_time))
             != 1
         ):
-            raise click.UsageError("give exactly one of --to-stream-cut, --to-tail, --before-time")
+            raise click.UsageError(
+                "give exactly one of --to-stream-cut, --to-tail (--to-latest), --before-time"
+            )
         if cut_text:
             cut = StreamCut.from_text(cut_text)
         elif to_tail:
