@@ -1,6 +1,12 @@
 """readergroup: Pravega-style streams and reader groups on Redis, built on :mod:`statesync`."""
 
-from readergroup.admin.autoscale import AutoScaler, ScaleAction, plan_scaling
+from readergroup.admin.autoscale import (
+    AutoScaler,
+    AutoScaleRun,
+    AutoScaleSchedule,
+    ScaleAction,
+    plan_scaling,
+)
 from readergroup.admin.group_manager import (
     CheckpointResult,
     GroupMetrics,
@@ -81,6 +87,8 @@ __all__ = [
     "AccessDeniedError",
     "AckTimeoutError",
     "AckUnsupportedError",
+    "AutoScaleRun",
+    "AutoScaleSchedule",
     "AutoScaler",
     "BatchClient",
     "BytesSerializer",
