@@ -6,12 +6,8 @@ logging its last state. The loop's clock, waits and jitter are injected: no test
 from __future__ import annotations
 
 import logging
-import os
-import queue
 import random
 import signal
-import subprocess
-import sys
 import threading
 from typing import Any
 
@@ -29,7 +25,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from tests.support.cli import ROOT, cli
+from tests.support.cli import Service, cli
 from tests.support.waiting import wait_until
 
 RATE = ScalingPolicy.by_event_rate(target_rate=100, scale_factor=2, min_segments=1)
@@ -133,43 +129,21 @@ def test_failed_rounds_are_logged_and_retried_with_a_bounded_backoff(
 
 def test_the_autoscale_command_stops_with_exit_0_on_sigterm(redis_url: str, scope: str) -> None:
     cli(redis_url, "stream", "create", f"{scope}/orders", "--segments", "2")
-    refused = cli(redis_url, "stream", "autoscale", f"{scope}/orders", ok=False)
+    command = ["stream", "autoscale", f"{scope}/orders"]
+    refused = cli(redis_url, *command, ok=False)
     assert refused.returncode == 2 and "--target-rate" in refused.stderr, refused.stderr
-    command = ["stream", "autoscale", f"{scope}/orders", "--target-rate", "1000"]
-    service = subprocess.Popen(
-        [sys.executable, "-m", "readergroup.cli", *command, "--interval", "0.05"],
-        env={**os.environ, "REDIS_URL": redis_url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    reading = threading.Thread(target=lambda: [lines.put(x) for x in service.stderr or []])
-    reading.start()
-    log: list[str] = []
-
-    def logged(text: str) -> bool:
-        while not lines.empty():
-            log.append(lines.get())
-        assert service.poll() is None, log
-        return any(text in line for line in log)
-
+    service = Service(redis_url, *command, "--target-rate", "1000", "--interval", "0.05")
     try:
-        wait_until(lambda: logged("started: a round every 0.05 s"), what="the loop's start")
+        wait_until(lambda: service.printed("started: a round every 0.05 s"), what="the start")
         with StreamManager.from_url(redis_url) as manager:
             policy = manager.stream_state(scope, "orders").config.scaling_policy
         assert (policy.kind, policy.target_rate) == ("by_event_rate", 1000.0)
     finally:
-        service.send_signal(signal.SIGTERM)
-        service.wait(timeout=30)
-        reading.join(30)
-    stdout = service.stdout.read() if service.stdout else ""
-    while not lines.empty():
-        log.append(lines.get())
-    assert service.returncode == 0, log
-    assert "Traceback" not in "".join(log), log
-    last = [line for line in log if "stopped after" in line]
+        code = service.stop(signal.SIGTERM)
+    log = "".join(service.stderr)
+    assert code == 0 and "Traceback" not in log, log
+    last = [line for line in service.stderr if "stopped after" in line]
     assert len(last) == 1 and "active segments [0, 1]" in last[0], log
-    assert "SIGTERM received: stopping" in "".join(log)
+    assert "SIGTERM received: stopping" in log
+    stdout = "".join(service.stdout)
     assert "autoscaler stopped after" in stdout and "active segments [0, 1]" in stdout

@@ -1,15 +1,13 @@
 """First-day snags of the CLI (issue 32 item 6): one set of start words in every option
 (``--to-head``/``--to-tail`` wherever ``--to-earliest``/``--to-latest`` are), a legend for the
-reset plan's blank cells, piped output never cut (the CLI's and the demo's), no repair warning
-on a plain ``seal_stream``, no setuptools banner from the package metadata."""
+reset plan's blank cells, piped output never cut (the demo's: ``tests/test_examples.py``), no
+repair warning on a plain ``seal_stream`` (an interrupted scale's: ``tests/test_streams.py``),
+no setuptools banner from the package metadata."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 import tomllib
 from typing import Any
 
@@ -80,24 +78,6 @@ def test_the_reset_plan_explains_its_blank_cells_and_piped_output_is_never_cut(
     assert "blank current" not in run(redis_url, "group", "reset", group, "--to-earliest")
 
 
-@pytest.mark.long
-def test_the_demo_piped_is_never_cut_and_ends_without_a_warning(redis_url: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "readergroup.demo", "--no-spark", "--seconds", "1"],
-        env={**os.environ, "REDIS_URL": redis_url, "COLUMNS": "60"},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "…" not in done.stdout, done.stdout
-    assert "heartbeat age s" in done.stdout and "verified summary" in done.stdout
-    assert any(line.startswith("verified summary") for line in done.stdout.splitlines())
-    assert "unsealed" not in done.stderr and "WARNING" not in done.stderr, done.stderr
-
-
 def test_a_plain_seal_does_not_warn_and_a_repair_names_its_cause(
     manager: StreamManager, redis_url: str, scope: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -118,22 +98,17 @@ def test_a_plain_seal_does_not_warn_and_a_repair_names_its_cause(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert "sealed stream" in caplog.text
 
-    manager.create_stream(scope, "crashscale")  # a scale and a seal die before Redis
-    manager.create_stream(scope, "crashseal")
+    manager.create_stream(scope, "crashed")  # a seal that dies before sealing in Redis
     with StreamManager.from_url(redis_url) as crashing:
         crashing.connection.segments.seal_segments = lambda *_: 1 / 0  # type: ignore[method-assign]
         with pytest.raises(ZeroDivisionError):
-            crashing.scale_stream(scope, "crashscale", [0], [(0.0, 0.5), (0.5, 1.0)])
-        with pytest.raises(ZeroDivisionError):
-            crashing.seal_stream(scope, "crashseal")
+            crashing.seal_stream(scope, "crashed")
     caplog.clear()
-    manager.complete_scales(scope, "crashscale")
-    manager.complete_scales(scope, "crashseal")
+    manager.complete_scales(scope, "crashed")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert [w for w in warnings if "unsealed" in w] == [
-        f"sealing 1 segment ({scope}/crashscale/0) left unsealed by a scale",
-        f"sealing 1 segment ({scope}/crashseal/0) left unsealed by an interrupted seal_stream",
-    ], warnings
+    assert warnings == [
+        f"sealing 1 segment ({scope}/crashed/0) left unsealed by an interrupted seal_stream"
+    ]
 
 
 def test_the_package_metadata_uses_an_spdx_license() -> None:
