@@ -110,3 +110,5 @@ def test_a_plain_session_finds_the_source_from_an_unactivated_venv_or_says_what_
     assert expected in done.stdout, done.stdout + done.stderr[-3000:]
     if order == "session-first":
         assert f"Set PYSPARK_PYTHON={sys.executable} " in done.stdout, done.stdout
+        # importing readergroup.spark after the session started warned already (stderr)
+        assert f"Set PYSPARK_PYTHON={sys.executable} " in done.stderr, done.stderr[-3000:]

@@ -10,9 +10,9 @@ found (``[DATA_SOURCE_NOT_FOUND]``).
 Importing :mod:`readergroup.spark` therefore calls :func:`use_this_interpreter`: while
 ``PYSPARK_PYTHON`` is unset and no Spark JVM runs yet, it becomes this interpreter, so a
 session built afterwards the usual way (``SparkSession.builder...getOrCreate()``) finds the
-source. Where that is too late (a session already runs), :func:`check_workers` (called by
-:func:`readergroup.spark.session.register`) raises :class:`SparkWorkersError` saying exactly
-what to set.
+source. Where that is too late (a session already runs), the import logs a WARNING saying
+exactly what to set, and :func:`check_workers` (called by
+:func:`readergroup.spark.session.register`) raises :class:`SparkWorkersError` saying it.
 """
 
 from __future__ import annotations
@@ -35,21 +35,29 @@ CHECK_SECONDS = 60.0
 """Longest wait for an interpreter to say whether it can import :data:`PACKAGE`."""
 
 
-def _running_jvm() -> bool:
-    """Whether a Spark JVM already runs for this process (its environment is fixed): a live
-    SparkContext, or a gateway that ``spark-submit`` or the ``pyspark`` shell started."""
-    if "PYSPARK_GATEWAY_PORT" in os.environ:
-        return True
+def _active_context() -> Any:
+    """This process's live SparkContext, or ``None``."""
     from pyspark import SparkContext
 
-    return SparkContext._active_spark_context is not None
+    return SparkContext._active_spark_context
 
 
 def use_this_interpreter() -> bool:
     """Set ``PYSPARK_PYTHON`` to this interpreter when it is unset and no Spark JVM runs yet
     (then every session this process builds gives its Python workers the interpreter that has
-    this library). ``True`` if it was set; an explicit ``PYSPARK_PYTHON`` is never changed."""
-    if "PYSPARK_PYTHON" in os.environ or _running_jvm():
+    this library). ``True`` if it was set; an explicit ``PYSPARK_PYTHON`` is never changed, nor
+    the choice of ``spark-submit`` or the ``pyspark`` shell (their JVM runs already). A session
+    already running whose workers cannot import this library is logged at WARNING with what to
+    set (Spark would not find the source)."""
+    if "PYSPARK_PYTHON" in os.environ:
+        return False
+    context = _active_context()
+    if context is not None:
+        problem = workers_problem(str(context.pythonExec))
+        if problem is not None:
+            logger.warning("%s", problem)
+        return False
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
         return False
     os.environ["PYSPARK_PYTHON"] = sys.executable
     logger.info(
@@ -79,16 +87,14 @@ def can_import_source(python: str) -> bool:
     return done.returncode == 0
 
 
-def check_workers(spark: Any) -> None:
-    """Raise :class:`SparkWorkersError` if ``spark``'s Python workers (the interpreter its
-    SparkContext runs Python functions and registered data sources with) cannot import this
-    library, naming what to set instead."""
-    python = str(spark.sparkContext.pythonExec)
+def workers_problem(python: str) -> str | None:
+    """``None`` if Python workers running ``python`` can import this library, else what is
+    wrong and exactly what to set instead."""
     if can_import_source(python):
-        return
+        return None
     where = shutil.which(python)
     found = f" ({where})" if where and where != python else " (not found)" if not where else ""
-    raise SparkWorkersError(
+    return (
         f"Spark's Python workers run {python!r}{found}, which cannot import {PACKAGE}, so they "
         f"cannot run the 'readergroup' data source (PYSPARK_PYTHON was "
         f"{'unset' if python == 'python3' else repr(python)} when the session started). Set "
@@ -96,3 +102,12 @@ def check_workers(spark: Any) -> None:
         "of the program starts (or import readergroup.spark before building it), or install "
         f"readergroup into {python}"
     )
+
+
+def check_workers(spark: Any) -> None:
+    """Raise :class:`SparkWorkersError` if ``spark``'s Python workers (the interpreter its
+    SparkContext runs Python functions and registered data sources with) cannot import this
+    library, naming what to set instead."""
+    problem = workers_problem(str(spark.sparkContext.pythonExec))
+    if problem is not None:
+        raise SparkWorkersError(problem)
