@@ -81,6 +81,10 @@ def test_the_loop_scales_a_stream_under_load_and_stops_when_asked(
     assert len(decisions) == len(done.actions), caplog.text
     assert "events/s (target 100.0)" in decisions[0]
     assert any("stopped after" in r.getMessage() for r in caplog.records), caplog.text
+    manager.seal_stream(scope, "s")  # a sealed stream never scales again: the loop ends
+    sealed = scaler.run(threading.Event(), wait=lambda _: False)
+    assert (sealed.ended, sealed.rounds) == ("sealed", 1)
+    assert "(the stream is sealed)" in sealed.summary
 
 
 def test_failed_rounds_are_logged_and_retried_with_a_bounded_backoff(

@@ -121,6 +121,17 @@ class AutoScaleRun:
     actions: list[ScaleAction] = field(default_factory=list)
     failures: int = 0
     ended: str = ""
+
+    @property
+    def summary(self) -> str:
+        """One line: why it stopped, rounds, scales, failed rounds, active segments."""
+        why = "the stream is sealed" if self.ended == "sealed" else "asked to stop"
+        kinds = ", ".join(a.kind for a in self.actions) or "none"
+        return (
+            f"stopped after {self.rounds} rounds ({why}): {len(self.actions)} scales ({kinds}), "
+            f"{self.failures} failed rounds; active segments {self.active_segments}"
+        )
+
     active_segments: list[int] = field(default_factory=list)
 
 
@@ -262,15 +273,5 @@ class AutoScaler:
                 break
         done.ended = done.ended or "stopped"
         done.active_segments = list(self._active)
-        logger.info(
-            "autoscaler of %s %s after %d rounds: %d scales (%s), %d failed rounds; active "
-            "segments %s",
-            name,
-            done.ended,
-            done.rounds,
-            len(done.actions),
-            ", ".join(a.kind for a in done.actions) or "none",
-            done.failures,
-            done.active_segments,
-        )
+        logger.info("autoscaler of %s %s", name, done.summary)
         return done

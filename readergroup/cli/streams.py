@@ -323,8 +323,7 @@ def autoscale(
             done = AutoScaler(sm, scope, stream_name).run(stop, schedule)
     ctx.out.emit(
         dataclasses.asdict(done),
-        f"autoscaler {done.ended} after {done.rounds} rounds: {len(done.actions)} scales, "
-        f"{done.failures} failed rounds; active segments {done.active_segments}",
+        f"autoscaler {done.summary}",
     )
 
 
