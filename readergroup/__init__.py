@@ -1,12 +1,6 @@
 """readergroup: Pravega-style streams and reader groups on Redis, built on :mod:`statesync`."""
 
-from readergroup.admin.autoscale import (
-    AutoScaler,
-    AutoScaleRun,
-    AutoScaleSchedule,
-    ScaleAction,
-    plan_scaling,
-)
+from readergroup.admin.autoscale import AutoScaler, ScaleAction, plan_scaling
 from readergroup.admin.group_manager import (
     CheckpointResult,
     GroupMetrics,
@@ -87,8 +81,6 @@ __all__ = [
     "AccessDeniedError",
     "AckTimeoutError",
     "AckUnsupportedError",
-    "AutoScaleRun",
-    "AutoScaleSchedule",
     "AutoScaler",
     "BatchClient",
     "BytesSerializer",

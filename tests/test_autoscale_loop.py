@@ -15,8 +15,6 @@ import pytest
 
 from readergroup import (
     AutoScaler,
-    AutoScaleRun,
-    AutoScaleSchedule,
     EventStreamClientFactory,
     InvalidConfigError,
     RedisUnavailableError,
@@ -25,6 +23,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
+from readergroup.admin.autoscale import AutoScaleRun, AutoScaleSchedule
 from tests.support.cli import Service, cli
 from tests.support.waiting import wait_until
 
