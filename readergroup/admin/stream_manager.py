@@ -25,7 +25,7 @@ Order of effects, chosen so that a crash at any point leaves a state the next ca
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -500,10 +500,7 @@ class StreamManager(Closing):
             return [SealStream(now)], True
 
         changed = self._update(scope, stream, seal)
-        state = self.stream_state(scope, stream)
-        # the segments this seal just took out of service are sealed in Redis as its own work
-        # (no repair warning); anything an interrupted scale or seal left is completed too
-        complete_scale_seals(self._connection, state, state.epochs[-1].segments if changed else ())
+        complete_scale_seals(self._connection, self.stream_state(scope, stream), repair=False)
         if changed:
             log.info("sealed stream %s/%s", scope, stream)
         return changed
@@ -611,14 +608,11 @@ def _lost_stream(scope: str, stream: str) -> vanished.Missing:
 
 
 def complete_scale_seals(
-    connection: Connection, state: StreamState, sealing: Collection[int] = ()
+    connection: Connection, state: StreamState, *, repair: bool = True
 ) -> None:
     """Seal in Redis every segment the metadata says is sealed, then open the successors
-    left closed (repairs interrupted scales, see the module docstring). Idempotent.
-
-    ``sealing``: segments the caller is sealing itself right now (``seal_stream``), sealed
-    without a warning; every other segment found unsealed is a repair, logged at WARNING with
-    what left it so (a scale, or an interrupted ``seal_stream``).
+    left closed (repairs interrupted scales, see the module docstring). Idempotent. With
+    ``repair`` False (``seal_stream`` sealing what it just marked sealed) nothing is logged.
 
     Reads the states of only the segments the newest epoch changed (O(that change), not the
     stream's history): every ``scale_stream`` completes the seals of the state it plans
@@ -633,12 +627,9 @@ def complete_scale_seals(
     states = connection.segments.segment_states(scope, stream, inactive + closed)
     unsealed = [s for s in inactive if states[s].exists and not states[s].sealed]
     if unsealed:
-        repaired = [s for s in unsealed if s not in sealing]
-        for cause, scaled in (("a scale", True), ("an interrupted seal_stream", False)):
-            left = [s for s in repaired if bool(state.segments[s].successors) == scaled]
-            if left:
-                named = segments_text([(f"{scope}/{stream}", s) for s in left])
-                log.warning("sealing %s left unsealed by %s", named, cause)
+        named = segments_text([(f"{scope}/{stream}", s) for s in unsealed])
+        if repair:
+            log.warning("sealing %s left unsealed by a scale", named)
         connection.segments.seal_segments(scope, stream, unsealed)
     closed = [s for s in closed if states[s].sealed]
     opened = connection.segments.open_segments(scope, stream, closed) if closed else []
