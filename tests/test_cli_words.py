@@ -12,26 +12,15 @@ import tomllib
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from readergroup import EventStreamClientFactory, StreamManager, UTF8StringSerializer
-from readergroup.cli import main
 from readergroup.cli.reset_options import BLANK_CELLS
-from tests.support.cli import ROOT
-
-
-def run(redis_url: str, *args: str, columns: int | None = None) -> str:
-    """``readergroup ARGS`` in this process (click's runner: output not a terminal, as when
-    piped), with ``COLUMNS`` set as a narrow terminal would; it must exit 0."""
-    env = {"COLUMNS": str(columns)} if columns else {}
-    done = CliRunner().invoke(main, ["--redis-url", redis_url, *args], env=env)
-    assert done.exit_code == 0, done.output
-    return done.output
+from tests.support.cli import ROOT, invoke
 
 
 def plan_of(redis_url: str, group: str, *words: str) -> list[dict[str, Any]]:
     plan: list[dict[str, Any]] = json.loads(
-        run(redis_url, "group", "reset", group, *words, "--json")
+        invoke(redis_url, "group", "reset", group, *words, "--json")
     )["plan"]
     return plan
 
@@ -40,20 +29,20 @@ def test_head_and_tail_words_work_wherever_earliest_and_latest_do(
     redis_url: str, scope: str
 ) -> None:
     stream, group = f"{scope}/orders", f"{scope}/billing"
-    run(redis_url, "stream", "create", stream, "--segments", "2")
-    run(redis_url, "stream", "write", stream, "--count", "30")
-    run(redis_url, "group", "create", group, "--stream", stream, "--start", "tail")
+    invoke(redis_url, "stream", "create", stream, "--segments", "2")
+    invoke(redis_url, "stream", "write", stream, "--count", "30")
+    invoke(redis_url, "group", "create", group, "--stream", stream, "--start", "tail")
     assert plan_of(redis_url, group, "--to-head") == plan_of(redis_url, group, "--to-earliest")
     assert plan_of(redis_url, group, "--to-tail") == plan_of(redis_url, group, "--to-latest")
     assert {p["new"] for p in plan_of(redis_url, group, "--to-head")} == {0}
-    assert "--to-earliest, --to-head" in run(redis_url, "group", "reset", "--help")
-    assert "--to-latest, --to-tail" in run(redis_url, "group", "reset", "--help")
-    run(redis_url, "group", "reset", group, "--to-head", "--execute")
-    described = json.loads(run(redis_url, "group", "describe", group, "--json"))
+    assert "--to-earliest, --to-head" in invoke(redis_url, "group", "reset", "--help")
+    assert "--to-latest, --to-tail" in invoke(redis_url, "group", "reset", "--help")
+    invoke(redis_url, "group", "reset", group, "--to-head", "--execute")
+    described = json.loads(invoke(redis_url, "group", "describe", group, "--json"))
     assert described["total_lag"]["events"] == 30
-    assert "--to-tail, --to-latest" in run(redis_url, "stream", "truncate", "--help")
-    run(redis_url, "stream", "truncate", stream, "--to-latest")
-    info = json.loads(run(redis_url, "stream", "describe", stream, "--json"))
+    assert "--to-tail, --to-latest" in invoke(redis_url, "stream", "truncate", "--help")
+    invoke(redis_url, "stream", "truncate", stream, "--to-latest")
+    info = json.loads(invoke(redis_url, "stream", "describe", stream, "--json"))
     assert [s["head"] for s in info["segments"]] == [s["tail"] for s in info["segments"]], info
 
 
@@ -62,20 +51,20 @@ def test_the_reset_plan_explains_its_blank_cells_and_piped_output_is_never_cut(
 ) -> None:
     stream = f"{scope}/orders"
     group = f"{scope}/a-group-name-long-enough-to-be-cut-in-a-narrow-terminal"
-    run(redis_url, "stream", "create", stream, "--segments", "2")
-    run(redis_url, "stream", "write", stream, "--count", "20")
-    run(redis_url, "group", "create", group, "--stream", stream)
-    run(redis_url, "stream", "scale", stream, "--split", "0")
-    run(redis_url, "stream", "write", stream, "--count", "20")
-    plan = run(redis_url, "group", "reset", group, "--to-latest", columns=40)
+    invoke(redis_url, "stream", "create", stream, "--segments", "2")
+    invoke(redis_url, "stream", "write", stream, "--count", "20")
+    invoke(redis_url, "group", "create", group, "--stream", stream)
+    invoke(redis_url, "stream", "scale", stream, "--split", "0")
+    invoke(redis_url, "stream", "write", stream, "--count", "20")
+    plan = invoke(redis_url, "group", "reset", group, "--to-latest", columns=40)
     assert "…" not in plan, plan
     rows = [line for line in plan.splitlines() if stream in line]
     assert len(rows) == 4, plan  # 0 and 1 now; the successors of 0 in the plan
     assert " ".join(BLANK_CELLS.split()) in " ".join(plan.split()), plan
-    listed = run(redis_url, "group", "list", scope, columns=40)
+    listed = invoke(redis_url, "group", "list", scope, columns=40)
     assert group in listed and "…" not in listed, listed
     assert all(p["current"] is not None for p in plan_of(redis_url, group, "--to-earliest"))
-    assert "blank current" not in run(redis_url, "group", "reset", group, "--to-earliest")
+    assert "blank current" not in invoke(redis_url, "group", "reset", group, "--to-earliest")
 
 
 def test_a_plain_seal_does_not_warn(

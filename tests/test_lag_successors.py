@@ -5,6 +5,7 @@ events are unread."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -21,7 +22,7 @@ from readergroup import (
 )
 from readergroup.admin.metrics import register_metrics
 from readergroup.storage.connection import RedisConnection
-from tests.support.cli import as_json, cli
+from tests.support.cli import invoke
 from tests.test_cli_metrics import samples, value
 
 WRITES = (40, 60, 50)
@@ -34,9 +35,9 @@ def lag_everywhere(redis_url: str, scope: str) -> dict[str, int]:
     name = f"{scope}/billing"
     with ReaderGroupManager.from_url(scope, redis_url) as rgm:
         metrics = rgm.get_reader_group("billing").get_metrics()
-    listed = as_json(redis_url, "group", "list", scope)["groups"]
-    described = as_json(redis_url, "group", "describe", name)
-    watched = cli(redis_url, "group", "watch", name, "--iterations", "0").stdout
+    listed = json.loads(invoke(redis_url, "group", "list", scope, "--json"))["groups"]
+    described = json.loads(invoke(redis_url, "group", "describe", name, "--json"))
+    watched = invoke(redis_url, "group", "watch", name, "--iterations", "0")
     registry = CollectorRegistry()
     connection = RedisConnection.from_url(redis_url)
     try:
@@ -88,5 +89,5 @@ def test_lag_counts_successors_after_splits_and_a_reset_to_earliest(
             reader.commit()
             assert group.get_metrics().total.events == 0
 
-    cli(redis_url, "group", "reset", f"{scope}/billing", "--to-earliest", "--execute")
+    invoke(redis_url, "group", "reset", f"{scope}/billing", "--to-earliest", "--execute")
     assert set(lag_everywhere(redis_url, scope).values()) == {total}
