@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from readergroup.admin.group_member import GroupMember
 from readergroup.admin.group_positions import cuts_by_stream, resolve_group, resolve_start
 from readergroup.admin.stream_manager import StreamManager
-from readergroup.core import catalog, reset_planning
+from readergroup.core import catalog, planning, reset_planning
 from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
@@ -461,13 +461,13 @@ class ReaderGroup:
         state = self.refresh()
         now = self._connection.server_time_ms()
         owners = {s: a.reader for s, a in state.assigned.items()}
-        wanted = {**dict.fromkeys(state.future, 0), **state.positions()}
         by_stream: dict[str, dict[int, int]] = {}
-        for (scoped, segment), position in wanted.items():
+        for (scoped, segment), position in state.positions().items():
             by_stream.setdefault(scoped, {})[segment] = position
         rows: list[SegmentLag] = []
-        for scoped, positions in sorted(by_stream.items()):
+        for scoped, known in sorted(by_stream.items()):
             scope, _, stream = scoped.partition("/")
+            positions = self._still_to_read(state, scoped, known)
             probe = self._connection.segments.lag_probe(scope, stream, positions)
             for segment, position in sorted(positions.items()):
                 tail, size, byte_at, server_at = probe[segment]
@@ -488,6 +488,24 @@ class ReaderGroup:
             if row.reader is not None:
                 readers[row.reader] = readers.get(row.reader, Lag()) + row.lag
         return GroupMetrics(now, rows, readers, total)
+
+    def _still_to_read(
+        self, state: GroupState, scoped: str, known: Mapping[int, int]
+    ) -> dict[int, int]:
+        """Every segment of ``scoped`` the group has yet to read, from where it will start:
+        the ``known`` positions, and the successors it reaches later (waiting for their
+        predecessors or not named by the group yet, as after a reset to before a scale) from
+        their heads, up to the group's end cut if it has one."""
+        scope, _, stream = scoped.partition("/")
+        try:
+            metadata = self._streams.stream_state(scope, stream)
+        except StreamNotFoundError:  # deleted: only what the group names (all of it gone)
+            return {**{s: 0 for (k, s) in state.future if k == scoped}, **known}
+        end = None
+        if state.end is not None:
+            end = {s: o for (k, s), o in state.end.items() if k == scoped}
+        ranges = planning.plan_ranges(metadata, known, end, {})
+        return {**{r.segment: r.start for r in ranges}, **known}
 
     # -- notifications ----------------------------------------------------------------------
     def watch(

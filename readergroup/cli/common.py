@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
 
-from readergroup.cli.output import Output
+from readergroup.cli.output import Output, console_for
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
     AccessDeniedError,
@@ -127,14 +126,6 @@ _REDIS_OPTION_NAMES = {
     "username": "username",
     "password": "password",
 }
-
-
-def console_for(as_json: bool) -> Console:
-    """A console: on a terminal, its width; otherwise wide enough that no table is cut."""
-    console = Console(soft_wrap=True)
-    if as_json or not console.is_terminal:
-        console = Console(soft_wrap=True, width=100_000)
-    return console
 
 
 def make_context(options: dict[str, Any]) -> Context:

@@ -19,6 +19,11 @@ class EmbeddedRedisError(ReaderGroupError):
     server binary failed to start (its log is quoted)."""
 
 
+class SparkWorkersError(ReaderGroupError):
+    """Spark's Python workers run an interpreter that cannot import this library (so Spark
+    cannot find or run the ``readergroup`` data source); the message says what to set."""
+
+
 class InvalidNameError(ReaderGroupError, ValueError):
     """A scope, stream, reader group or reader name breaks the naming rule."""
 
