@@ -2,7 +2,13 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from readergroup.admin.autoscale import AutoScaler, ScaleAction, plan_scaling
+from readergroup.admin.autoscale import (
+    AutoScaler,
+    AutoScaleRun,
+    AutoScaleSchedule,
+    ScaleAction,
+    plan_scaling,
+)
 from readergroup.admin.group_manager import (
     CheckpointResult,
     GroupMetrics,
@@ -64,6 +70,7 @@ from readergroup.core.errors import (
     SegmentNotFoundError,
     SegmentNotOwnedError,
     SerializationError,
+    SparkWorkersError,
     StreamLostError,
     StreamNotFoundError,
     StreamNotSealedError,
@@ -92,6 +99,8 @@ __all__ = [
     "AccessDeniedError",
     "AckTimeoutError",
     "AckUnsupportedError",
+    "AutoScaleRun",
+    "AutoScaleSchedule",
     "AutoScaler",
     "BatchClient",
     "BytesSerializer",
@@ -151,6 +160,7 @@ __all__ = [
     "SegmentRange",
     "SerializationError",
     "Serializer",
+    "SparkWorkersError",
     "StreamConfiguration",
     "StreamCut",
     "StreamInfo",
