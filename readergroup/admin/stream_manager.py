@@ -500,7 +500,7 @@ class StreamManager(Closing):
             return [SealStream(now)], True
 
         changed = self._update(scope, stream, seal)
-        self._complete_seals(self.stream_state(scope, stream))
+        complete_scale_seals(self._connection, self.stream_state(scope, stream), repair=False)
         if changed:
             log.info("sealed stream %s/%s", scope, stream)
         return changed
@@ -607,9 +607,12 @@ def _lost_stream(scope: str, stream: str) -> vanished.Missing:
     )
 
 
-def complete_scale_seals(connection: Connection, state: StreamState) -> None:
+def complete_scale_seals(
+    connection: Connection, state: StreamState, *, repair: bool = True
+) -> None:
     """Seal in Redis every segment the metadata says is sealed, then open the successors
-    left closed (repairs interrupted scales, see the module docstring). Idempotent.
+    left closed (repairs interrupted scales, see the module docstring). Idempotent. With
+    ``repair`` False (``seal_stream`` sealing what it just marked sealed) nothing is logged.
 
     Reads the states of only the segments the newest epoch changed (O(that change), not the
     stream's history): every ``scale_stream`` completes the seals of the state it plans
@@ -625,7 +628,8 @@ def complete_scale_seals(connection: Connection, state: StreamState) -> None:
     unsealed = [s for s in inactive if states[s].exists and not states[s].sealed]
     if unsealed:
         named = segments_text([(f"{scope}/{stream}", s) for s in unsealed])
-        log.warning("sealing %s left unsealed by a scale", named)
+        if repair:
+            log.warning("sealing %s left unsealed by a scale", named)
         connection.segments.seal_segments(scope, stream, unsealed)
     closed = [s for s in closed if states[s].sealed]
     opened = connection.segments.open_segments(scope, stream, closed) if closed else []

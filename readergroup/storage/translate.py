@@ -27,7 +27,7 @@ from statesync.errors import (
     BackendUnavailableError,
     StateSyncError,
 )
-from statesync.redis_backend import failover_reply
+from statesync.redis_backend import failover_reply, is_access_denied
 
 
 def as_text(value: bytes | str) -> str:
@@ -57,9 +57,7 @@ def translate_errors(operation: str) -> Iterator[None]:
 
 def _translated(operation: str, exc: Exception) -> ReaderGroupError:
     # checked first: redis-py's AuthenticationError is a ConnectionError
-    if isinstance(
-        exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError, BackendAccessError)
-    ):
+    if is_access_denied(exc) or isinstance(exc, BackendAccessError):
         return AccessDeniedError(f"Redis refused {operation}: {exc}")
     if isinstance(exc, sync_errors.AckTimeoutError):
         return AckTimeoutError(str(exc))
@@ -71,9 +69,6 @@ def _translated(operation: str, exc: Exception) -> ReaderGroupError:
         error = CoordinationError(f"{operation}: {exc}")
         error.retriable = exc.retriable
         return error
-    if isinstance(exc, redis.ResponseError) and str(exc).startswith("ACL failure"):
-        # a command inside a script the user may not run
-        return AccessDeniedError(f"Redis refused {operation}: {exc}")
     return ReaderGroupError(f"Redis error during {operation}: {exc}")
 
 
