@@ -6,7 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from readergroup.core.errors import InvalidConfigError, UnsafeServerConfigError
+from readergroup.core.errors import (
+    InvalidConfigError,
+    UnsafeServerConfigError,
+    UnsupportedServerError,
+)
 from statesync import Acks, RetryPolicy
 from statesync.errors import StateSyncError
 from statesync.names import validate_name as validate_key_prefix
@@ -97,3 +101,55 @@ def check_eviction_policy(policy: str) -> None:
             "(catalog, groups, segments) and lose acknowledged events; set maxmemory-policy "
             "noeviction, or opt out with ClientConfig(allow_key_eviction=True)"
         )
+
+
+OLDEST_SERVER = (7, 0)
+"""The oldest Redis this library supports: the generated ACL rules use read-only key patterns
+(``%R~``) and selectors, and read-only scripts run with ``EVALSHA_RO`` (all Redis 7.0). Valkey
+numbers its releases from 7.2 on, so every Valkey qualifies."""
+
+
+def server_version(reply: Any) -> tuple[str, str]:
+    """``(server, version)`` from the reply to ``HELLO`` without arguments: a flat list of
+    names and values (RESP2) or a map (RESP3), names and values as bytes or text.
+
+    >>> server_version([b"server", b"redis", b"version", b"6.2.14", b"proto", 2])
+    ('redis', '6.2.14')
+    >>> server_version({"server": "valkey", "version": "8.1.8"})
+    ('valkey', '8.1.8')
+    """
+    pairs = (
+        reply.items() if isinstance(reply, Mapping) else zip(reply[::2], reply[1::2], strict=False)
+    )
+    fields = {_text(name): value for name, value in pairs}
+    return _text(fields.get("server", "redis")), _text(fields.get("version", ""))
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def check_server_version(server: str, version: str) -> None:
+    """Refuse a server older than :data:`OLDEST_SERVER` (or one whose version cannot be read)
+    with :class:`UnsupportedServerError` naming its version and the oldest supported.
+
+    >>> check_server_version("redis", "7.0.15")
+    >>> check_server_version("valkey", "8.1.8")
+    >>> check_server_version("redis", "6.2.14")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    readergroup.core.errors.UnsupportedServerError: the server is redis 6.2.14; readergroup ...
+    """
+    numbers = version.split(".")[:2]
+    try:
+        parsed = tuple(int(n) for n in numbers)
+    except ValueError:
+        parsed = ()
+    if len(parsed) == 2 and parsed >= OLDEST_SERVER:
+        return
+    oldest = ".".join(map(str, OLDEST_SERVER))
+    found = f"{server} {version}" if parsed else f"{server} of unknown version {version!r}"
+    raise UnsupportedServerError(
+        f"the server is {found}; readergroup needs Redis {oldest} or later (or any Valkey): "
+        "upgrade the server"
+    )

@@ -149,6 +149,11 @@ class UnsafeServerConfigError(ReaderGroupError):
     production settings), or opt out with ``ClientConfig(allow_key_eviction=True)``."""
 
 
+class UnsupportedServerError(ReaderGroupError):
+    """The server is older than the oldest this library supports (Redis 7.0; Valkey's first
+    release, 7.2, is newer), or did not say which version it is. Refused on connect."""
+
+
 class DataLostError(ReaderGroupError):
     """Redis lost keys this library wrote: a catalog, stream or reader group that was created
     is gone (eviction, a failover to a replica that had not caught up, a restart without

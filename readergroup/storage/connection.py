@@ -1,8 +1,8 @@
 """The Redis connection of readergroup: :class:`RedisConnection` parses the URL (one server, a
 cluster's seeds, or ``redis+sentinel://``), builds the clients (redis-py's own retries off;
-the server's ``maxmemory-policy`` checked on every new socket), loads the Lua scripts, and
-composes the stores that do the I/O: :class:`~readergroup.storage.segment_store.SegmentStore`
-(``segments``), :class:`~readergroup.storage.staging_store.StagingStore` (``staging``),
+the server's version and ``maxmemory-policy`` checked on every new socket), loads the Lua
+scripts, and composes the stores that do the I/O:
+:class:`~readergroup.storage.segment_store.SegmentStore` (``segments``), :class:`~readergroup.storage.staging_store.StagingStore` (``staging``),
 :class:`~readergroup.storage.subscriber_store.SubscriberStore` (``subscribers``),
 :class:`~readergroup.storage.heartbeat_store.RedisHeartbeatStore` (:meth:`heartbeat_store`),
 state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
@@ -11,6 +11,7 @@ state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,19 @@ from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from readergroup.core.config import ClientConfig, check_eviction_policy
-from readergroup.core.errors import AccessDeniedError, InvalidConfigError, ReaderGroupError
+from readergroup.core.config import (
+    OLDEST_SERVER,
+    ClientConfig,
+    check_eviction_policy,
+    check_server_version,
+    server_version,
+)
+from readergroup.core.errors import (
+    AccessDeniedError,
+    InvalidConfigError,
+    ReaderGroupError,
+    UnsupportedServerError,
+)
 from readergroup.storage.connection_api import SynchronizerSource
 from readergroup.storage.heartbeat_store import RedisHeartbeatStore
 from readergroup.storage.keys import KeyLayout
@@ -49,30 +61,80 @@ def _raw_reply(response: Any, **options: Any) -> Any:
     return response
 
 
-def _connect_checking_eviction_policy(connection: Any) -> None:
-    """redis-py's ``redis_connect_func``: set up a new socket as usual, then check the policy."""
-    connection.on_connect()
-    _check_eviction_policy(connection)
+def _connect_checking_server(connection: Any) -> None:
+    """redis-py's ``redis_connect_func``: set up a new socket as usual, then check the server."""
+    _set_up(connection)
+    _check_server(connection)
 
 
-def _check_eviction_policy(connection: Any) -> None:
-    """Refuse a server whose ``maxmemory-policy`` may evict keys, on a new socket (so checked
-    again after every reconnect, to a restarted or failed-over server too). RedisCluster calls
-    it after its own set-up of the socket."""
+def _connect_checking_version(connection: Any) -> None:
+    """The same without the eviction check (``ClientConfig(allow_key_eviction=True)``)."""
+    _set_up(connection)
+    _check_server(connection, eviction=False)
+
+
+def _set_up(connection: Any) -> None:
+    """redis-py's own set-up of a socket (``HELLO 3`` first, by default), a server without
+    ``HELLO`` refused as too old."""
     try:
-        connection.send_command("INFO", "memory")
-        info = connection.read_response()
-        if isinstance(info, bytes):
-            info = info.decode("utf-8", "replace")
-        for line in str(info).splitlines():
-            name, _, value = line.partition(":")
-            if name == "maxmemory_policy":
-                check_eviction_policy(value.strip())
+        connection.on_connect()
+    except redis.exceptions.NoPermissionError:
+        raise
+    except redis.ResponseError as exc:
+        if "hello" not in str(exc).lower():
+            raise
+        connection.disconnect()
+        raise _too_old_for_hello(exc) from exc
+
+
+def _too_old_for_hello(exc: Exception) -> UnsupportedServerError:
+    """No ``HELLO`` (Redis 5), or none without arguments (6.0)."""
+    return UnsupportedServerError(
+        f"the server does not answer HELLO ({exc}): it is older than Redis 6.2; readergroup "
+        f"needs Redis {'.'.join(map(str, OLDEST_SERVER))} or later (or any Valkey)"
+    )
+
+
+def _check_server(connection: Any, *, eviction: bool = True) -> None:
+    """On a new socket (so checked again after every reconnect, to a restarted or failed-over
+    server too): refuse a server older than Redis 7.0 (the version in the reply to the
+    ``HELLO`` redis-py sent on connect, else to one sent here) and, with ``eviction``, one whose
+    ``maxmemory-policy`` may evict keys (``INFO memory``); at most one round trip. RedisCluster
+    calls it after its own set-up of the socket."""
+    hello = getattr(connection, "handshake_metadata", None)
+    asked = "HELLO" if hello is None else "INFO"
+    try:
+        if hello is None:
+            connection.send_command("HELLO")
+        if eviction:
+            connection.send_command("INFO", "memory")
+        if hello is None:
+            try:
+                hello = connection.read_response()
+            except redis.exceptions.NoPermissionError:
+                raise
+            except redis.ResponseError as exc:
+                raise _too_old_for_hello(exc) from exc
+        check_server_version(*server_version(hello))
+        if eviction:
+            asked = "INFO"
+            info = connection.read_response()
+            if isinstance(info, bytes):
+                info = info.decode("utf-8", "replace")
+            for line in str(info).splitlines():
+                name, _, value = line.partition(":")
+                if name == "maxmemory_policy":
+                    check_eviction_policy(value.strip())
     except redis.exceptions.NoPermissionError as exc:
         connection.disconnect()
+        needed = (
+            "+hello, needed to check the server's version"
+            if asked == "HELLO"
+            else "+info, needed to check its maxmemory-policy (or opt out with "
+            "ClientConfig(allow_key_eviction=True))"
+        )
         raise AccessDeniedError(
-            f"Redis refused INFO, needed to check its maxmemory-policy ({exc}): grant the ACL "
-            "user +info, or opt out with ClientConfig(allow_key_eviction=True)"
+            f"Redis refused {asked} ({exc}): grant the ACL user {needed}"
         ) from exc
     except ReaderGroupError:
         connection.disconnect()  # never leave an unchecked socket in the pool
@@ -156,9 +218,13 @@ class RedisConnection(SynchronizerSource):
         # socket, no metadata lookup of redis-py's version for each, and one set of ACL rules
         # for every server (Redis 7.0 has no CLIENT SETINFO; 7.2+ would log a denial)
         options.setdefault("driver_info", None)
-        if not config.allow_key_eviction:
+        if config.cluster:  # (RedisCluster sets a socket up itself, then calls this)
+            options["redis_connect_func"] = functools.partial(
+                _check_server, eviction=not config.allow_key_eviction
+            )
+        else:
             options["redis_connect_func"] = (
-                _check_eviction_policy if config.cluster else _connect_checking_eviction_policy
+                _connect_checking_version if config.allow_key_eviction else _connect_checking_server
             )
         with translate_errors("connect"):
             if sentinel:
