@@ -2,7 +2,8 @@
 cluster's seeds, or ``redis+sentinel://``), builds the clients (redis-py's own retries off;
 the server's version and ``maxmemory-policy`` checked on every new socket), loads the Lua
 scripts, and composes the stores that do the I/O:
-:class:`~readergroup.storage.segment_store.SegmentStore` (``segments``), :class:`~readergroup.storage.staging_store.StagingStore` (``staging``),
+:class:`~readergroup.storage.segment_store.SegmentStore` (``segments``),
+:class:`~readergroup.storage.staging_store.StagingStore` (``staging``),
 :class:`~readergroup.storage.subscriber_store.SubscriberStore` (``subscribers``),
 :class:`~readergroup.storage.heartbeat_store.RedisHeartbeatStore` (:meth:`heartbeat_store`),
 state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
