@@ -514,6 +514,8 @@ def sentinel_clients(
 
     target = parse_sentinel_url(url)
     auth = {"username": target.username, "password": target.password}
+    # the URL's credentials win over the options' (as in redis-py's from_url); never both
+    options = {**options, **{name: value for name, value in auth.items() if value is not None}}
     if target.tls:
         options = {"ssl": True, **options}
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
@@ -523,7 +525,6 @@ def sentinel_clients(
             **(sentinel_options or {}),
         },
         socket_connect_timeout=options.pop("socket_connect_timeout", min(socket_timeout, 5.0)),
-        **auth,
         **options,
     )
     pool = _following_pool_class()

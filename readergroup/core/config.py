@@ -14,6 +14,7 @@ from readergroup.core.errors import (
 from statesync import Acks, RetryPolicy
 from statesync.errors import StateSyncError
 from statesync.names import validate_name as validate_key_prefix
+from statesync.redaction import redacted_repr
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,6 +62,9 @@ class ClientConfig:
     ack_timeout: float = 5.0
     sentinel_options: Mapping[str, Any] = field(default_factory=dict)
     allow_key_eviction: bool = False
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # no password of redis_options or sentinel_options
 
     def __post_init__(self) -> None:
         try:

@@ -46,6 +46,7 @@ from readergroup.storage.translate import translate_errors
 from statesync import SyncConfig
 from statesync.endpoints import is_sentinel_url, split_seeds
 from statesync.errors import EndpointURLError
+from statesync.redaction import redact, redact_url
 from statesync.redis_backend import (
     PrimarySwitches,
     RedisLogBackend,
@@ -227,42 +228,17 @@ class RedisConnection(SynchronizerSource):
             options["redis_connect_func"] = (
                 _connect_checking_version if config.allow_key_eviction else _connect_checking_server
             )
-        with translate_errors("connect"):
-            if sentinel:
-                try:
-                    client, blocking = sentinel_clients(
-                        url,
-                        socket_timeout=config.socket_timeout,
-                        blocking_socket_timeout=MAX_BLOCK_SECONDS + 5,
-                        sentinel_options=dict(config.sentinel_options),
-                        retry=Retry(NoBackoff(), 0),
-                        **options,
-                    )
-                except EndpointURLError as exc:
-                    raise InvalidConfigError(str(exc)) from exc
-                return cls(client, config, blocking)
-            if config.cluster:
-                from redis.cluster import ClusterNode, RedisCluster
-
-                nodes = [
-                    ClusterNode(host, port)  # type: ignore[no-untyped-call]
-                    for host, port in seeds
-                ]
-                cluster = RedisCluster.from_url(
-                    first, startup_nodes=nodes, socket_timeout=config.socket_timeout, **options
-                )
-                cluster_blocking = RedisCluster.from_url(
-                    first, startup_nodes=nodes, socket_timeout=MAX_BLOCK_SECONDS + 5, **options
-                )
-                return cls(cluster, config, cluster_blocking)  # type: ignore[arg-type]
-            if len(seeds) > 1:
-                raise InvalidConfigError(
-                    f"{len(seeds)} hosts in the URL: several seeds need ClientConfig(cluster=True)"
-                )
-            client = redis.Redis.from_url(
-                url, socket_timeout=config.socket_timeout, retry=Retry(NoBackoff(), 0), **options
-            )
-        return cls(client, config)
+        try:
+            with translate_errors("connect"):
+                client, blocking = _clients(url, config, options, sentinel, first, seeds)
+        except ReaderGroupError:
+            raise
+        except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
+            raise InvalidConfigError(
+                f"{redact_url(url)!r} is not a usable Redis URL: "
+                f"{redact(str(exc), [config.redis_options.get('password')])}"
+            ) from exc
+        return cls(client, config, blocking)
 
     def server_time_ms(self) -> int:
         with translate_errors("TIME"):
@@ -311,6 +287,51 @@ class RedisConnection(SynchronizerSource):
         """``XREAD BLOCK`` over stream keys (segments and state logs) in one call: key -> raw
         entries for the keys that had something (see :class:`MultiKeyReader`)."""
         return self._reads.read_keys(positions, timeout, limit)
+
+
+def _clients(
+    url: str,
+    config: ClientConfig,
+    options: dict[str, Any],
+    sentinel: bool,
+    first: str,
+    seeds: list[tuple[str, int]],
+) -> tuple[redis.Redis, redis.Redis | None]:
+    """The command client and, for a Sentinel or a cluster, the blocking-read client."""
+    if sentinel:
+        try:
+            return sentinel_clients(
+                url,
+                socket_timeout=config.socket_timeout,
+                blocking_socket_timeout=MAX_BLOCK_SECONDS + 5,
+                sentinel_options=dict(config.sentinel_options),
+                retry=Retry(NoBackoff(), 0),
+                **options,
+            )
+        except EndpointURLError as exc:
+            raise InvalidConfigError(str(exc)) from exc
+    if config.cluster:
+        from redis.cluster import ClusterNode, RedisCluster
+
+        nodes = [
+            ClusterNode(host, port)  # type: ignore[no-untyped-call]
+            for host, port in seeds
+        ]
+        cluster = RedisCluster.from_url(
+            first, startup_nodes=nodes, socket_timeout=config.socket_timeout, **options
+        )
+        cluster_blocking = RedisCluster.from_url(
+            first, startup_nodes=nodes, socket_timeout=MAX_BLOCK_SECONDS + 5, **options
+        )
+        return cluster, cluster_blocking  # type: ignore[return-value]
+    if len(seeds) > 1:
+        raise InvalidConfigError(
+            f"{len(seeds)} hosts in the URL: several seeds need ClientConfig(cluster=True)"
+        )
+    client = redis.Redis.from_url(
+        url, socket_timeout=config.socket_timeout, retry=Retry(NoBackoff(), 0), **options
+    )
+    return client, None
 
 
 def _conforms(connection: RedisConnection) -> Connection:

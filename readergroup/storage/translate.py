@@ -53,6 +53,8 @@ def translate_errors(operation: str) -> Iterator[None]:
         ) from exc
     except StateSyncError as exc:
         raise _translated(operation, exc) from exc
+    except redis.exceptions.RedisClusterException as exc:  # (not a RedisError): no node answered
+        raise RedisUnavailableError(f"Redis unavailable during {operation}: {exc}") from exc
 
 
 def _translated(operation: str, exc: Exception) -> ReaderGroupError:
