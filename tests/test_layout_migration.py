@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from readergroup import (
+    LegacyLayoutError,
     ReaderGroupConfig,
     ReaderGroupManager,
     RetentionManager,
@@ -79,3 +80,18 @@ def test_migrate_moves_the_shared_catalog_once(private_redis: Any) -> None:
         assert rgm.list_reader_groups() == ["cross", "g"]
     again = runner.invoke(main, ["admin", "migrate", "--redis-url", url])
     assert again.exit_code == 0 and "nothing to migrate" in again.output
+
+
+def test_scope_list_on_the_old_layout_says_to_migrate(private_redis: Any) -> None:
+    url = private_redis.url
+    old_layout(url, "m1", "m2")
+    with StreamManager.from_url(url) as sm, pytest.raises(LegacyLayoutError, match="migrate"):
+        sm.list_scopes()
+    runner = CliRunner()
+    for extra in ([], ["--json"]):
+        listed = runner.invoke(main, ["scope", "list", "--redis-url", url, *extra])
+        assert listed.exit_code == 1, listed.output
+        assert "readergroup admin migrate" in listed.output and "LegacyLayoutError" in listed.output
+    assert runner.invoke(main, ["admin", "migrate", "--redis-url", url]).exit_code == 0
+    listed = runner.invoke(main, ["scope", "list", "--redis-url", url, "--json"])
+    assert listed.exit_code == 0 and '"m1"' in listed.output and '"m2"' in listed.output
