@@ -84,6 +84,8 @@ class Subscribers(Protocol):
 
     def published(self, scope: str, stream: str) -> dict[str, str]: ...
 
+    def delete(self, scope: str, stream: str) -> None: ...
+
 
 class Connection(Protocol):
     """One backend's stores, synchronizers and blocking reads, shared by everything a factory

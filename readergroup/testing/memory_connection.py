@@ -73,6 +73,10 @@ class MemorySubscribers:
         with self._lock:
             return dict(self._cuts.get((scope, stream), {}))
 
+    def delete(self, scope: str, stream: str) -> None:
+        with self._lock:
+            self._cuts.pop((scope, stream), None)
+
 
 class _DoneRead:
     """A read ahead answered at once (memory has no round trip to overlap)."""
