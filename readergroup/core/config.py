@@ -50,6 +50,10 @@ class ClientConfig:
             a TTL (``allkeys-*``). Default False: every new connection checks the policy and
             such a server is refused with :class:`UnsafeServerConfigError`, since evicted
             catalog, group or segment keys lose acknowledged events and whole streams.
+        compact_every: the client whose write to a state log (a reader group's, a catalog,
+            stream metadata) lands at a multiple of this revision writes a snapshot and trims
+            the log behind the previous one, so a log holds at most about twice this many
+            entries however many readers come and go (default 1000; 10 to 10,000,000).
     """
 
     key_prefix: str = "rg"
@@ -62,6 +66,7 @@ class ClientConfig:
     ack_timeout: float = 5.0
     sentinel_options: Mapping[str, Any] = field(default_factory=dict)
     allow_key_eviction: bool = False
+    compact_every: int = 1000
 
     def __repr__(self) -> str:
         return redacted_repr(self)  # no password of redis_options or sentinel_options
@@ -81,6 +86,10 @@ class ClientConfig:
             raise InvalidConfigError(str(exc)) from exc
         if not self.metadata_ttl >= 0:
             raise InvalidConfigError(f"metadata_ttl must be >= 0, got {self.metadata_ttl}")
+        if not 10 <= self.compact_every <= 10_000_000:
+            raise InvalidConfigError(
+                f"compact_every must be 10..10000000, got {self.compact_every}"
+            )
 
     @property
     def durability(self) -> Acks:

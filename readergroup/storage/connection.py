@@ -181,7 +181,7 @@ class RedisConnection(SynchronizerSource):
             key_prefix=config.key_prefix,
             retry=config.retry,
             socket_timeout=config.socket_timeout,
-            compact_every=1000,
+            compact_every=config.compact_every,
             acks=acks,
         )
         switches = {

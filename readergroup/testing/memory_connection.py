@@ -145,7 +145,9 @@ class MemoryConnection(SynchronizerSource):
         self._heartbeats: dict[str, MemoryHeartbeatStore] = {}
         self._segment_of_key: dict[str, tuple[str, str, int]] = {}
         self._sync_config = SyncConfig(
-            key_prefix=self.config.key_prefix, retry=self.config.retry, compact_every=1000
+            key_prefix=self.config.key_prefix,
+            retry=self.config.retry,
+            compact_every=self.config.compact_every,
         )
 
     @property
