@@ -36,6 +36,7 @@ from readergroup.cli import main
 from readergroup.storage.keys import KeyLayout
 from readergroup.testing.embedded_redis import LocalRedisServer
 from tests.support.waiting import wait_until
+from tests.test_key_hygiene import split
 from tests.test_layout_migration import old_layout
 
 PASSWORD = "role-pw-7f3a"
@@ -101,15 +102,6 @@ def write(url: str, scope: str, texts: list[str], config: ClientConfig | None = 
         writer.flush()
 
 
-def split(sm: StreamManager, scope: str) -> None:
-    """Split the stream's last active segment in two."""
-    segment = sm.get_stream_info(scope, "s").active_segments[-1]
-    middle = (segment.low + segment.high) / 2
-    sm.scale_stream(
-        scope, "s", [segment.segment_id], [(segment.low, middle), (middle, segment.high)]
-    )
-
-
 def read_all(url: str, scope: str) -> list[str]:
     with EventStreamClientFactory.from_url(scope, url) as factory:
         client = factory.create_batch_client()
@@ -155,7 +147,7 @@ def test_writer_through_a_scale_and_a_seal(
         for i in range(10):
             writer.write_event(f"a{i}", routing_key=f"k{i}")
         writer.flush()
-        split(admin, scope)
+        split(admin, scope, "s")
         for i in range(10):
             writer.write_event(f"b{i}", routing_key=f"k{i}")
         writer.flush()
@@ -185,7 +177,7 @@ def test_reader_through_a_split_a_checkpoint_a_reset_and_leaving_last(
         seen = lambda: sorted(e for r in readers for e in r.events)  # noqa: E731
         wait_until(lambda: seen() == sorted(first), 20, "the first events read")
         with StreamManager.from_url(url) as admin:
-            split(admin, scope)  # the readers seal segment 0 and take its successors
+            split(admin, scope, "s")  # the readers seal segment 0 and take its successors
         second = [f"b{i}" for i in range(20)]
         write(url, scope, second)
         wait_until(lambda: seen() == sorted(first + second), 20, "the events after the split")
@@ -222,7 +214,7 @@ def test_admin_creates_and_deletes(
         sm.create_stream(scope, "s", StreamConfiguration(retention=RetentionPolicy()))
         assert sm.list_streams(scope) == ["s"]
         write(url, scope, [f"e{i}" for i in range(10)], config)
-        split(sm, scope)
+        split(sm, scope, "s")
         with ReaderGroupManager.from_url(scope, url, config) as rgm:
             rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"], **FAST))
             assert rgm.list_reader_groups() == ["g"]

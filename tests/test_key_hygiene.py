@@ -23,6 +23,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
+from readergroup.storage.connection import RedisConnection
 from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
 
 SCOPES, STREAMS = 5, 4
@@ -44,6 +45,7 @@ def write(factory: EventStreamClientFactory, stream: str, count: int, tag: str) 
 
 
 def split(sm: StreamManager, scope: str, stream: str) -> None:
+    """Split the stream's last active segment in two."""
     segment = sm.get_stream_info(scope, stream).active_segments[-1]
     middle = (segment.low + segment.high) / 2
     sm.scale_stream(
@@ -51,8 +53,21 @@ def split(sm: StreamManager, scope: str, stream: str) -> None:
     )
 
 
+def stage_and_commit(url: str, scope: str, stream: str) -> None:
+    """What the Spark sink does: stage events, commit the job once, drop the staging list."""
+    connection = RedisConnection.from_url(url)
+    try:
+        key = connection.staging.staging_key(scope, stream, "job1", 0, "p1")
+        connection.staging.stage(key, [("k", b"v", 1)], 60)
+        connection.staging.commit_staged(scope, stream, "job1", [(0, key)])
+        connection.staging.discard([key])
+    finally:
+        connection.close()
+
+
 def use_scope(url: str, scope: str) -> None:
-    """Streams (one split), events, a group read by a reader, a checkpoint, subscribers."""
+    """Streams (one split, one written by a Spark sink's job), events, a group read by a
+    reader, a checkpoint, subscribers."""
     with StreamManager.from_url(url) as sm:
         sm.create_scope(scope)
         streams = [f"t{j}" for j in range(STREAMS)]
@@ -61,6 +76,7 @@ def use_scope(url: str, scope: str) -> None:
         with EventStreamClientFactory.from_url(scope, url) as factory:
             for stream in streams:
                 write(factory, stream, 6, "a")
+            stage_and_commit(url, scope, streams[1])
             split(sm, scope, streams[0])
             write(factory, streams[0], 6, "b")
             with ReaderGroupManager.from_url(scope, url) as rgm:

@@ -598,7 +598,7 @@ class StreamManager(Closing):
             removed = False
         if state is not None:
             self._connection.segments.delete_segments(scope, stream, list(state.segments))
-        self._connection.subscribers.delete(scope, stream)
+        self._connection.forget_stream(scope, stream)
         vanished.forget(self._connection, scope, stream_sync_name(scope, stream))
         if state is not None:
             with translate_errors("delete stream metadata"):

@@ -249,6 +249,11 @@ class RedisConnection(SynchronizerSource):
         :func:`statesync.redis_backend.primary_switches`; a plain client's are always 0)."""
         return sum(switches.count for switches in self._switches)
 
+    def forget_stream(self, scope: str, stream: str) -> None:
+        """See :meth:`~readergroup.storage.connection_api.Connection.forget_stream`."""
+        self.subscribers.delete(scope, stream)
+        self.staging.forget_jobs(scope, stream)
+
     def close(self) -> None:
         self.log_backend.close()
 

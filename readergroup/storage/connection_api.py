@@ -123,6 +123,12 @@ class Connection(Protocol):
 
     def close(self) -> None: ...
 
+    def forget_stream(self, scope: str, stream: str) -> None:
+        """Delete what a stream being deleted leaves beside its segments and metadata: its
+        subscribers' cuts (and, on Redis, the Spark sink's record of committed jobs), so that
+        a stream created again under its name starts clean."""
+        ...
+
     def heartbeat_store(self, sync_name: str) -> GroupHeartbeats: ...
 
     def wake_on(

@@ -240,6 +240,9 @@ class MemoryConnection(SynchronizerSource):
                 )
         return self._segment_of_key.get(key)
 
+    def forget_stream(self, scope: str, stream: str) -> None:
+        self._subscribers.delete(scope, stream)
+
     def close(self) -> None:
         self.log_backend.close()
 
