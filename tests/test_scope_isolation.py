@@ -45,11 +45,7 @@ from readergroup.core.names import catalog_sync_name
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import AppendBatch
-from readergroup.testing.embedded_redis import (
-    LocalRedisServer,
-    local_redis_server,
-    matrix_server_binary,
-)
+from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
 from statesync.errors import BackendAccessError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -653,15 +649,10 @@ def test_cli_acl_rules_prints_one_line_and_never_the_password() -> None:
         assert len(failed.output.strip().splitlines()) == 1
 
 
-@pytest.fixture
-def valkey_aof() -> Iterator[LocalRedisServer]:
-    """A persistent (``appendonly yes``) Valkey: ``acks=fsync`` (WAITAOF) needs 7.2 or later."""
-    with local_redis_server(persistent=True, binary=matrix_server_binary("valkey")) as server:
-        yield server
-
-
-def test_rules_for_durable_acks_add_only_the_wait_command(valkey_aof: LocalRedisServer) -> None:
-    url = valkey_aof.url
+def test_rules_for_durable_acks_add_only_the_wait_command(
+    private_valkey: LocalRedisServer,
+) -> None:
+    url = private_valkey.url  # persistent and 7.2+, so acks=fsync (WAITAOF) can be honoured
     build_scope(url, "d", events=0)
     root = redis.Redis.from_url(url)
     for role in ("writer", "reader"):
