@@ -4,6 +4,7 @@ options and the environment into every error path of the CLI and the API never c
 from __future__ import annotations
 
 import logging
+import sys
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,10 +23,12 @@ from readergroup import (
 )
 from readergroup.admin import acl
 from readergroup.cli import main
+from readergroup.cli.common import RedactingFilter
 from readergroup.spark.options import SourceOptions
 from readergroup.storage.connection import RedisConnection
 from statesync import RetryPolicy
 from statesync.redis_backend import RedisLogBackend
+from tests.support.cli import cli
 
 SECRET = "Pw-7q!x@Secret/42"  # '@' and '/' too: URL parsers split at them
 ENCODED = "Pw-7q%21x%40Secret%2F42"  # as it goes into a URL
@@ -203,3 +206,27 @@ def test_reprs_hide_the_password(secured: tuple[str, int]) -> None:
         for shown in objects:
             assert not leaked(repr(shown)) and not leaked(str(shown)), repr(shown)
     assert "'password': '***'" in repr(config) and "limited:***@" in repr(options)
+
+
+def test_the_cli_process_redacts_its_log_lines(secured: tuple[str, int]) -> None:
+    _, port = secured
+    for url in (f"redis://limited:{ENCODED}x@127.0.0.1:{port}/0", bad_urls(port)["bad port"]):
+        done = cli(url, "-vv", "scope", "list", "--password", SECRET, ok=False)
+        assert done.returncode == 1 and "Error: " in done.stderr
+        assert not leaked(done.stdout + done.stderr), done.stderr
+    record = logging.LogRecord(
+        "readergroup.x",
+        logging.WARNING,
+        __file__,
+        1,
+        "reached %s",
+        (f"redis://u:{ENCODED}@h",),
+        None,
+    )
+    try:
+        raise ConnectionError(f"refused with {SECRET}")
+    except ConnectionError:
+        record.exc_info = sys.exc_info()
+    assert RedactingFilter([SECRET]).filter(record)
+    assert record.getMessage() == "reached redis://u:***@h: ConnectionError: refused with ***"
+    assert record.exc_info is None

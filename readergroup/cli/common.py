@@ -305,8 +305,9 @@ class CliGroup(click.Group):
             format="%(levelname)s %(name)s: %(message)s",
         )
         for handler in logging.getLogger().handlers:
-            handler.filters = [f for f in handler.filters if not isinstance(f, RedactingFilter)]
-            handler.addFilter(RedactingFilter(secrets))
+            if type(handler) is logging.StreamHandler:  # the CLI's own (not a host's capture)
+                handler.filters = [f for f in handler.filters if not isinstance(f, RedactingFilter)]
+                handler.addFilter(RedactingFilter(secrets))
         report = functools.partial(report_error, as_json=as_json, secrets=secrets)
         try:
             result = super().main(
