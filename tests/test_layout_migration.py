@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from readergroup import (
+    LegacyLayoutError,
     ReaderGroupConfig,
     ReaderGroupManager,
     RetentionManager,
@@ -107,3 +108,18 @@ def test_migrate_is_refused_while_a_reader_of_an_older_version_is_online(
     forced = runner.invoke(main, ["admin", "migrate", "--force", "--redis-url", url])
     assert forced.exit_code == 0 and "migrated 2 scopes" in forced.output
     connection.close()
+
+
+def test_scope_list_on_the_old_layout_says_to_migrate(private_redis: Any) -> None:
+    url = private_redis.url
+    old_layout(url, "m1", "m2")
+    with StreamManager.from_url(url) as sm, pytest.raises(LegacyLayoutError, match="migrate"):
+        sm.list_scopes()
+    runner = CliRunner()
+    for extra in ([], ["--json"]):
+        listed = runner.invoke(main, ["scope", "list", "--redis-url", url, *extra])
+        assert listed.exit_code == 1, listed.output
+        assert "readergroup admin migrate" in listed.output and "LegacyLayoutError" in listed.output
+    assert runner.invoke(main, ["admin", "migrate", "--redis-url", url]).exit_code == 0
+    listed = runner.invoke(main, ["scope", "list", "--redis-url", url, "--json"])
+    assert listed.exit_code == 0 and '"m1"' in listed.output and '"m2"' in listed.output

@@ -37,6 +37,8 @@ from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
     DataLostError,
     InvalidStreamCutError,
+    LegacyLayoutError,
+    NoLegacyCatalogError,
     ScaleConflictError,
     ScopeNotEmptyError,
     ScopeNotFoundError,
@@ -45,6 +47,7 @@ from readergroup.core.errors import (
     StreamNotSealedError,
 )
 from readergroup.core.names import (
+    LEGACY_CATALOG_SYNC_NAME,
     SCOPES_SYNC_NAME,
     catalog_sync_name,
     stream_sync_name,
@@ -70,7 +73,7 @@ from readergroup.storage.connection import RedisConnection
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import SegmentState
-from readergroup.storage.translate import missing_as, translate_errors
+from readergroup.storage.translate import fetch_state, missing_as, translate_errors
 from statesync import Decision, StateSynchronizer
 
 log = logging.getLogger(__name__)
@@ -292,8 +295,21 @@ class StreamManager(Closing):
         return unlisted or exists
 
     def list_scopes(self) -> list[str]:
-        """Every scope (an operator action: scope roles cannot enumerate other scopes)."""
-        return sorted(catalog.listed_scopes(self._load_scope_list()))
+        """Every scope (an operator action: scope roles cannot enumerate other scopes).
+        Raises LegacyLayoutError while the old shared catalog is there (its scopes are listed
+        only once ``readergroup admin migrate`` has moved them)."""
+        scopes = sorted(catalog.listed_scopes(self._load_scope_list()))
+        legacy = self._connection.synchronizer(
+            LEGACY_CATALOG_SYNC_NAME, catalog.LEGACY_UPDATE_TYPES
+        )
+        try:
+            fetch_state(legacy, lambda: NoLegacyCatalogError("no old catalog"), "list scopes")
+        except NoLegacyCatalogError:
+            return scopes
+        raise LegacyLayoutError(
+            "Redis holds data written before per-scope catalogs (the old shared catalog): run "
+            "`readergroup admin migrate` once, as the operator role, to list its scopes"
+        )
 
     def list_streams(self, scope: str) -> list[str]:
         return sorted(catalog.streams_of(self.catalog(scope)))
@@ -582,6 +598,7 @@ class StreamManager(Closing):
             removed = False
         if state is not None:
             self._connection.segments.delete_segments(scope, stream, list(state.segments))
+        self._connection.forget_stream(scope, stream)
         vanished.forget(self._connection, scope, stream_sync_name(scope, stream))
         if state is not None:
             with translate_errors("delete stream metadata"):

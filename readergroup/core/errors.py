@@ -174,6 +174,16 @@ class UnsafeServerConfigError(ReaderGroupError):
     docs/guides/production-redis.md), or opt out with ``ClientConfig(allow_key_eviction=True)``."""
 
 
+class UnsupportedServerError(ReaderGroupError):
+    """The server is older than the oldest this library supports (Redis 7.0; Valkey's first
+    release, 7.2, is newer), or did not say which version it is. Refused on connect."""
+
+
+class LegacyLayoutError(ReaderGroupError):
+    """Redis holds data written before per-scope catalogs (the old shared catalog): run
+    ``readergroup admin migrate`` once, as the operator role."""
+
+
 class DataLostError(ReaderGroupError):
     """Redis lost keys this library wrote: a catalog, stream or reader group that was created
     is gone (eviction, a failover to a replica that had not caught up, a restart without

@@ -84,7 +84,8 @@ class HeartbeatStore(Protocol):
         ...
 
     def forget(self, reader_id: str, generation: int) -> None:
-        """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
+        """Delete ``reader_id``'s heartbeat, and the client it registered, if its heartbeat is
+        of ``generation`` or older."""
         ...
 
     def announce(self, record: ReaderRecord, log_format: int) -> None:

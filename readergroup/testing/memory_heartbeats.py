@@ -57,6 +57,7 @@ class MemoryHeartbeatStore:
         current = self._beats.get(reader_id)
         if current is not None and current[0] <= generation:
             del self._beats[reader_id]
+            self._clients.pop(reader_id, None)
 
     def register(self, reader_id: str, client: str) -> None:
         """Record ``host/pid`` of ``reader_id`` (as :class:`RedisHeartbeatStore` does)."""
