@@ -22,6 +22,7 @@ from readergroup.admin.retention import RetentionManager
 from readergroup.admin.stream_manager import SegmentInfo, StreamInfo, StreamManager
 from readergroup.client.batch_client import BatchClient
 from readergroup.client.client_factory import EventStreamClientFactory
+from readergroup.client.dead_letters import DeadLetter, DeadLetterError, DeadLetterPolicy
 from readergroup.client.reader import EventRead, EventStreamReader, RebalanceListener
 from readergroup.client.serializers import (
     BytesSerializer,
@@ -113,6 +114,9 @@ __all__ = [
     "CoordinationError",
     "CorruptSegmentError",
     "DataLostError",
+    "DeadLetter",
+    "DeadLetterError",
+    "DeadLetterPolicy",
     "EmbeddedRedisError",
     "EventPointer",
     "EventRead",

@@ -78,6 +78,14 @@ class EventRead(Generic[T]):
         return None if key is None else key.decode("utf-8", "surrogateescape")
 
     @property
+    def payload(self) -> bytes | None:
+        """The event's stored bytes, before the deserializer (``None`` when not an event)."""
+        if self._entry is None:
+            return None
+        data: bytes = self._entry[2]
+        return bytes(data)
+
+    @property
     def offset(self) -> int | None:
         return None if self._entry is None else event_offset(self._entry)
 
