@@ -198,7 +198,9 @@ def _plain_round(ctx: Any, url: str, rate: int, seconds: float) -> list[int]:
     return _measured(latencies, rate, expected)
 
 
-def _readergroup_round(ctx: Any, url: str, rate: int, seconds: float) -> list[int]:
+def _stream_and_group(url: str) -> str:
+    """A new scope with a stream ``s`` of :data:`SEGMENTS` fixed segments and a group ``g`` of
+    it (default config); returns the scope."""
     scope = f"l{uuid.uuid4().hex[:6]}"
     with StreamManager.from_url(url) as sm:
         sm.create_scope(scope)
@@ -207,6 +209,11 @@ def _readergroup_round(ctx: Any, url: str, rate: int, seconds: float) -> list[in
         )
     with ReaderGroupManager.from_url(scope, url) as rgm:
         rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"]))
+    return scope
+
+
+def _readergroup_round(ctx: Any, url: str, rate: int, seconds: float) -> list[int]:
+    scope = _stream_and_group(url)
     expected = int(rate * seconds)
     latencies = _one_run(
         ctx, _rg_writer, (url, scope, rate, seconds), _rg_reader, (url, scope, "g", expected)
@@ -290,14 +297,7 @@ def measure_join(url: str, rate: int, repeat: int) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     runs = []
     for _ in range(repeat):
-        scope = f"j{uuid.uuid4().hex[:6]}"
-        with StreamManager.from_url(url) as sm:
-            sm.create_scope(scope)
-            sm.create_stream(
-                scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(SEGMENTS))
-            )
-        with ReaderGroupManager.from_url(scope, url) as rgm:
-            rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"]))
+        scope = _stream_and_group(url)
         load_before = os.getloadavg()[0]
         ready, go, a_out, b_out = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
         seconds = 7.0
