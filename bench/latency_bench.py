@@ -36,6 +36,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,9 @@ def _paced(rate: int, seconds: float, send: Any) -> int:
 
 
 # -- the baseline: plain redis-py -----------------------------------------------------------
-def _plain_writer(url: str, keys: list[str], rate: int, seconds: float, go: Any) -> None:
+def _plain_writer(
+    url: str, keys: list[str], rate: int, seconds: float, go: Any, cpu_out: Any
+) -> None:
     client = redis.Redis.from_url(url)
 
     def send(first: int, count: int) -> None:
@@ -95,7 +98,9 @@ def _plain_writer(url: str, keys: list[str], rate: int, seconds: float, go: Any)
         pipe.execute()
 
     go.wait()
+    used = time.process_time()
     _paced(rate, seconds, send)
+    cpu_out.put(time.process_time() - used)
 
 
 def _plain_reader(url: str, keys: list[str], expected: int, ready: Any, out: Any) -> None:
@@ -104,6 +109,7 @@ def _plain_reader(url: str, keys: list[str], expected: int, ready: Any, out: Any
     for key in keys:
         client.xgroup_create(key, group, id="$", mkstream=True)
     ready.set()
+    used = time.process_time()
     latencies: list[tuple[int, int]] = []
     streams = dict.fromkeys(keys, ">")
     deadline = time.monotonic() + 120
@@ -117,11 +123,11 @@ def _plain_reader(url: str, keys: list[str], expected: int, ready: Any, out: Any
                 latencies.append((seq, now - sent_ns))
             pipe.xack(key, group, *[entry_id for entry_id, _ in entries])
         pipe.execute()
-    out.put(latencies)
+    out.put((latencies, time.process_time() - used))
 
 
 # -- readergroup ----------------------------------------------------------------------------
-def _rg_writer(url: str, scope: str, rate: int, seconds: float, go: Any) -> None:
+def _rg_writer(url: str, scope: str, rate: int, seconds: float, go: Any, cpu_out: Any) -> None:
     with EventStreamClientFactory.from_url(scope, url) as factory:
         writer = factory.create_event_writer("s", BytesSerializer())
 
@@ -130,8 +136,10 @@ def _rg_writer(url: str, scope: str, rate: int, seconds: float, go: Any) -> None
                 writer.write_event(_payload(seq), f"k{seq % ROUTING_KEYS}")
 
         go.wait()
+        used = time.process_time()
         _paced(rate, seconds, send)
-        writer.close()
+        writer.close()  # (every event sent and acknowledged)
+        cpu_out.put(time.process_time() - used)
 
 
 def _rg_reader(
@@ -143,6 +151,7 @@ def _rg_reader(
         while len(reader.owned_segments()) < SEGMENTS and time.monotonic() < deadline:
             reader.read_batch(1000, timeout=0.1)
         ready.set()
+        used = time.process_time()
         latencies: list[tuple[int, int]] = []
         deadline = time.monotonic() + 120
         while len(latencies) < expected and time.monotonic() < deadline:
@@ -151,8 +160,9 @@ def _rg_reader(
             for event in batch:
                 sent_ns, seq = STAMP.unpack_from(event.event or b"")
                 latencies.append((seq, now - sent_ns))
+        used = time.process_time() - used
         reader.close()
-    out.put(latencies)
+    out.put((latencies, used))
 
 
 def _percentiles(latencies: list[int]) -> dict[str, Any]:
@@ -170,32 +180,59 @@ def _percentiles(latencies: list[int]) -> dict[str, Any]:
     }
 
 
+@dataclass
+class _Round:
+    """One round of a path: latencies (ns) after the warm-up, and the CPU seconds its writer
+    and reader processes used (every thread of each) over the whole round."""
+
+    latencies: list[int]
+    writer_cpu: float
+    reader_cpu: float
+    events: int
+
+
 def _one_run(
-    ctx: Any, writer: Any, writer_args: tuple[Any, ...], reader: Any, reader_args: tuple[Any, ...]
-) -> list[tuple[int, int]]:
+    ctx: Any,
+    writer: Any,
+    writer_args: tuple[Any, ...],
+    reader: Any,
+    reader_args: tuple[Any, ...],
+    rate: int,
+    expected: int,
+) -> _Round:
     """The reader's process, ready (joined, owning every segment), then the writer's."""
-    ready, go, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    ready, go, out, cpu_out = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
     read = ctx.Process(target=reader, args=(*reader_args, ready, out))
-    write = ctx.Process(target=writer, args=(*writer_args, go))
+    write = ctx.Process(target=writer, args=(*writer_args, go, cpu_out))
     read.start()
     write.start()
     if not ready.wait(60):
         raise RuntimeError("the reader did not get ready")
     time.sleep(0.3)  # the writer's interpreter finished importing
     go.set()
-    latencies: list[tuple[int, int]] = out.get(timeout=300)
+    latencies, reader_cpu = out.get(timeout=300)
+    writer_cpu = cpu_out.get(timeout=300)
     for process in (write, read):
         process.join(60)
-    return latencies
+    if len(latencies) < expected:
+        raise RuntimeError(f"{len(latencies)} of {expected} events arrived")
+    skip = int(rate * WARMUP_SECONDS)
+    kept = [ns for seq, ns in latencies if seq >= skip]
+    return _Round(kept, writer_cpu, reader_cpu, len(latencies))
 
 
-def _plain_round(ctx: Any, url: str, rate: int, seconds: float) -> list[int]:
+def _plain_round(ctx: Any, url: str, rate: int, seconds: float) -> _Round:
     keys = [f"plain:{uuid.uuid4().hex[:6]}:{i}" for i in range(SEGMENTS)]
     expected = int(rate * seconds)
-    latencies = _one_run(
-        ctx, _plain_writer, (url, keys, rate, seconds), _plain_reader, (url, keys, expected)
+    return _one_run(
+        ctx,
+        _plain_writer,
+        (url, keys, rate, seconds),
+        _plain_reader,
+        (url, keys, expected),
+        rate,
+        expected,
     )
-    return _measured(latencies, rate, expected)
 
 
 def _stream_and_group(url: str) -> str:
@@ -212,21 +249,27 @@ def _stream_and_group(url: str) -> str:
     return scope
 
 
-def _readergroup_round(ctx: Any, url: str, rate: int, seconds: float) -> list[int]:
+def _readergroup_round(ctx: Any, url: str, rate: int, seconds: float) -> _Round:
     scope = _stream_and_group(url)
     expected = int(rate * seconds)
-    latencies = _one_run(
-        ctx, _rg_writer, (url, scope, rate, seconds), _rg_reader, (url, scope, "g", expected)
+    return _one_run(
+        ctx,
+        _rg_writer,
+        (url, scope, rate, seconds),
+        _rg_reader,
+        (url, scope, "g", expected),
+        rate,
+        expected,
     )
-    return _measured(latencies, rate, expected)
 
 
-def _measured(latencies: list[tuple[int, int]], rate: int, expected: int) -> list[int]:
-    """The latencies (ns) after the warm-up; raises unless every event arrived."""
-    if len(latencies) < expected:
-        raise RuntimeError(f"{len(latencies)} of {expected} events arrived")
-    skip = int(rate * WARMUP_SECONDS)
-    return [ns for seq, ns in latencies if seq >= skip]
+def _summary(rounds: list[_Round]) -> dict[str, Any]:
+    events = sum(r.events for r in rounds)
+    return {
+        **_percentiles([ns for r in rounds for ns in r.latencies]),
+        "writer_cpu_us_per_event": round(sum(r.writer_cpu for r in rounds) / events * 1e6, 2),
+        "reader_cpu_us_per_event": round(sum(r.reader_cpu for r in rounds) / events * 1e6, 2),
+    }
 
 
 def measure_latency(url: str, rates: list[int], seconds: float, rounds: int) -> dict[str, Any]:
@@ -237,12 +280,12 @@ def measure_latency(url: str, rates: list[int], seconds: float, rounds: int) -> 
     for rate in rates:
         row: dict[str, Any] = {}
         load_before = os.getloadavg()[0]
-        pooled: dict[str, list[int]] = {"plain": [], "readergroup": []}
+        done: dict[str, list[_Round]] = {"plain": [], "readergroup": []}
         for _ in range(rounds):
-            pooled["plain"] += _plain_round(ctx, url, rate, seconds)
-            pooled["readergroup"] += _readergroup_round(ctx, url, rate, seconds)
-        row["plain"] = _percentiles(pooled["plain"])
-        row["readergroup"] = _percentiles(pooled["readergroup"])
+            done["plain"].append(_plain_round(ctx, url, rate, seconds))
+            done["readergroup"].append(_readergroup_round(ctx, url, rate, seconds))
+        row["plain"] = _summary(done["plain"])
+        row["readergroup"] = _summary(done["readergroup"])
         row["ratios_readergroup_vs_plain"] = {
             q: round(row["readergroup"][q] / row["plain"][q], 2)
             for q in ("p50_ms", "p99_ms", "p99_9_ms")
@@ -304,7 +347,10 @@ def measure_join(url: str, rate: int, repeat: int) -> dict[str, Any]:
         begin = time.monotonic() + 3.0  # every process started by then
         a = ctx.Process(target=_staying_reader, args=(url, scope, begin + seconds, ready, a_out))
         a.start()
-        writer = ctx.Process(target=_rg_writer, args=(url, scope, rate, seconds + 2, go))
+        writer_cpu = ctx.Queue()  # (not read; held until the writer is done)
+        writer = ctx.Process(
+            target=_rg_writer, args=(url, scope, rate, seconds + 2, go, writer_cpu)
+        )
         writer.start()
         joining = ctx.Process(target=_joining_reader, args=(url, scope, begin + 3.0, 3.5, b_out))
         joining.start()
