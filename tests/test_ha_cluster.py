@@ -11,9 +11,10 @@ from collections.abc import Iterator
 import pytest
 
 from readergroup import ClientConfig
-from readergroup.core.errors import EmbeddedRedisError
+from readergroup.core.errors import EmbeddedRedisError, RedisUnavailableError
 from readergroup.storage.connection import RedisConnection
 from readergroup.testing.embedded_redis import LocalRedisCluster, local_redis_cluster
+from statesync.errors import BackendUnavailableError
 from tests.support.model import ALL_TYPES, Add
 from tests.test_ha_failover import SESSION, assert_nothing_skipped
 from tools.ha_run import HaRun
@@ -156,6 +157,39 @@ def test_a_client_seeded_with_one_node_outlives_that_node(cluster: LocalRedisClu
     follower = connection.synchronizer("counter-seed", ALL_TYPES)
     follower.fetch_updates()  # a read-only script: EVALSHA_RO
     assert follower.state == {"total": 1}
+    # keys only a server can tell (ZUNIONSTORE's numkeys): asked of another primary
+    assert connection.client.zunionstore("{counter-seed}:union", ["{counter-seed}:set"]) == 0
+    assert connection.server_time_ms() > 0  # keyless: any node
     log, after = connection.wake_on("counter-seed", -1)
     assert log in connection.read_keys({log: after}, 0.1, 10)
     connection.close()
+
+
+@pytest.mark.long  # about 6 s: a cluster started, then every node killed
+@pytest.mark.redis
+def test_a_cluster_with_no_node_left_is_an_outage_not_a_crash() -> None:
+    """Every node down: redis-py's slot-table refresh raises ``RedisClusterException`` (not a
+    ``RedisError``), which escaped the translations and killed a reader's heartbeat thread.
+    It is an outage like any other: retriable, the thread carries on."""
+    try:
+        started = local_redis_cluster(3)
+        cluster = started.__enter__()
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"a local 3-node Redis Cluster is required: {exc}", pytrace=False)
+    try:
+        connection = RedisConnection.from_url(cluster.url, ClientConfig(cluster=True))
+        sync = connection.synchronizer("counter-down", ALL_TYPES)
+        sync.initialize({"total": 0})
+        heartbeats = connection.heartbeat_store("counter-down")
+        heartbeats.beat("r", 1)
+        for node in cluster.nodes:
+            node.kill()
+        with pytest.raises(RedisUnavailableError):
+            heartbeats.beat("r", 1)
+        with pytest.raises(RedisUnavailableError):
+            heartbeats.beat("r", 1)  # (the first failure refreshed the slot table: no node)
+        with pytest.raises(BackendUnavailableError):
+            connection.synchronizer("counter-down", ALL_TYPES).fetch_updates()
+        connection.close()
+    finally:
+        started.__exit__(None, None, None)

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from readergroup.core.errors import (
     AccessDeniedError,
@@ -27,7 +28,7 @@ from statesync.errors import (
     BackendUnavailableError,
     StateSyncError,
 )
-from statesync.redis_backend import failover_reply
+from statesync.redis_backend import cluster_unreachable, failover_reply
 
 
 def as_text(value: bytes | str) -> str:
@@ -44,6 +45,10 @@ def translate_errors(operation: str) -> Iterator[None]:
         raise
     except BackendFailoverError as exc:
         raise RedisFailoverError(f"{operation}: {exc}", exc.reply) from exc
+    except RedisClusterException as exc:  # (not a RedisError)
+        if cluster_unreachable(exc):
+            raise RedisUnavailableError(f"Redis unavailable during {operation}: {exc}") from exc
+        raise ReaderGroupError(f"Redis Cluster error during {operation}: {exc}") from exc
     except redis.RedisError as exc:
         reply = failover_reply(exc)
         if reply is None:
