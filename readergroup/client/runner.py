@@ -10,7 +10,9 @@ Stopping: SIGINT or SIGTERM (or ``stop.set()``) lets each worker finish the even
 handling (at most ``max_workers`` events after the stop, however deep the queues), commits
 exactly what was handled, and returns. Events read but not handled yet are given back: nothing
 past the last handled event is committed, so the next owner of each segment (this reader's
-successor once it is closed, in ``commit_mode="manual"``) gets them again.
+successor once it is closed) gets them again. That needs ``commit_mode="manual"``: in the
+automatic mode the reader itself commits what it handed out, so there a stop still handles
+every queued event first.
 
 A segment the group takes away mid-run has its lane dropped; the new owner resumes at the last
 committed position, so only uncommitted events can be handled twice (at-least-once).
@@ -33,6 +35,7 @@ from typing import Any, Generic, TypeVar
 
 from readergroup.client.event_read import EventRead, EventSource, by_segment
 from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError, SegmentNotOwnedError
+from readergroup.core.group_config import MANUAL
 from readergroup.core.group_state import SegKey
 from statesync import StateSyncError
 
@@ -76,6 +79,8 @@ class _Runner(Generic[T]):
     ) -> None:
         self.reader = reader
         self.stop = stop or threading.Event()
+        """Set: workers end with their event in progress and queued runs are given back (only
+        for a reader that commits nothing it is not told to: see :func:`gives_back`)."""
         self.handler = handler
         self.on_error = on_error
         self.max_queued = max_queued
@@ -212,6 +217,17 @@ class _Runner(Generic[T]):
             logger.warning("commit put off (Redis unreachable), retried next round: %s", exc)
 
 
+def gives_back(reader: object) -> bool:
+    """Whether events ``reader`` handed out but the run did not handle can be left to the next
+    owner: only if the reader commits just what it is told (``commit_mode="manual"``). In the
+    automatic mode the reader commits what it handed out (on its next read, and when it
+    closes), so a stopping run handles everything queued first, as it always did."""
+    mode = getattr(reader, "commit_mode", None)  # (a reader that tells its mode)
+    if mode is None:
+        mode = getattr(getattr(reader, "_group", None), "commit_mode", None)
+    return bool(mode == MANUAL)
+
+
 def run(
     reader: EventSource[T],
     handler: Callable[[EventRead[T]], Any],
@@ -229,15 +245,16 @@ def run(
     counts the event as handled); without ``on_error`` the run stops, commits what was handled
     and re-raises. Commits happen every ``commit_every`` read rounds and at the end.
 
-    A stop (``stop.set()``, SIGINT, SIGTERM) returns once each worker finished the event it was
-    handling: events still queued are not handled (``RunStats.given_back`` counts them) and
-    not committed; close the reader then, and the segments' next owner gets them (use
-    ``commit_mode="manual"``: the automatic mode commits what the reader handed out).
+    A stop (``stop.set()``, SIGINT, SIGTERM) with ``commit_mode="manual"`` returns once each
+    worker finished the event it was handling: events still queued are not handled
+    (``RunStats.given_back`` counts them) nor committed; close the reader then, and the
+    segments' next owner gets them. In the automatic mode the reader commits what it handed
+    out, so a stop handles every queued event first (up to ``max_queued``).
     """
     if max_workers < 1 or commit_every < 1:
         raise ValueError("max_workers and commit_every must be >= 1")
     stop = stop or threading.Event()
-    runner = _Runner(reader, handler, on_error, max_queued, stop)
+    runner = _Runner(reader, handler, on_error, max_queued, stop if gives_back(reader) else None)
     reader.add_rebalance_listener(runner)
     previous = _install_signals(stop) if handle_signals else {}
     try:
