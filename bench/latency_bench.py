@@ -142,11 +142,9 @@ def _rg_writer(url: str, scope: str, rate: int, seconds: float, go: Any, cpu_out
         cpu_out.put(time.process_time() - used)
 
 
-def _rg_reader(
-    url: str, scope: str, group: str, expected: int, ready: Any, out: Any, name: str = "r0"
-) -> None:
+def _rg_reader(url: str, scope: str, expected: int, ready: Any, out: Any) -> None:
     with EventStreamClientFactory.from_url(scope, url) as factory:
-        reader = factory.create_reader(name, group, BytesSerializer())
+        reader = factory.create_reader("r0", "g", BytesSerializer())
         deadline = time.monotonic() + 30
         while len(reader.owned_segments()) < SEGMENTS and time.monotonic() < deadline:
             reader.read_batch(1000, timeout=0.1)
@@ -192,18 +190,14 @@ class _Round:
 
 
 def _one_run(
-    ctx: Any,
-    writer: Any,
-    writer_args: tuple[Any, ...],
-    reader: Any,
-    reader_args: tuple[Any, ...],
-    rate: int,
-    expected: int,
+    ctx: Any, writer: Any, reader: Any, url: str, where: Any, rate: int, seconds: float
 ) -> _Round:
-    """The reader's process, ready (joined, owning every segment), then the writer's."""
+    """The reader's process (``reader(url, where, expected, ...)``), ready (joined, owning
+    every segment), then the writer's (``writer(url, where, rate, seconds, ...)``)."""
+    expected = int(rate * seconds)
     ready, go, out, cpu_out = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
-    read = ctx.Process(target=reader, args=(*reader_args, ready, out))
-    write = ctx.Process(target=writer, args=(*writer_args, go, cpu_out))
+    read = ctx.Process(target=reader, args=(url, where, expected, ready, out))
+    write = ctx.Process(target=writer, args=(url, where, rate, seconds, go, cpu_out))
     read.start()
     write.start()
     if not ready.wait(60):
@@ -223,16 +217,7 @@ def _one_run(
 
 def _plain_round(ctx: Any, url: str, rate: int, seconds: float) -> _Round:
     keys = [f"plain:{uuid.uuid4().hex[:6]}:{i}" for i in range(SEGMENTS)]
-    expected = int(rate * seconds)
-    return _one_run(
-        ctx,
-        _plain_writer,
-        (url, keys, rate, seconds),
-        _plain_reader,
-        (url, keys, expected),
-        rate,
-        expected,
-    )
+    return _one_run(ctx, _plain_writer, _plain_reader, url, keys, rate, seconds)
 
 
 def _stream_and_group(url: str) -> str:
@@ -251,16 +236,7 @@ def _stream_and_group(url: str) -> str:
 
 def _readergroup_round(ctx: Any, url: str, rate: int, seconds: float) -> _Round:
     scope = _stream_and_group(url)
-    expected = int(rate * seconds)
-    return _one_run(
-        ctx,
-        _rg_writer,
-        (url, scope, rate, seconds),
-        _rg_reader,
-        (url, scope, "g", expected),
-        rate,
-        expected,
-    )
+    return _one_run(ctx, _rg_writer, _rg_reader, url, scope, rate, seconds)
 
 
 def _summary(rounds: list[_Round]) -> dict[str, Any]:
