@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(PY) bench/stream_bench.py
 	$(PY) bench/readergroup_bench.py
 	$(PY) bench/read_path_bench.py
+	$(PY) bench/latency_bench.py
 	$(PY) bench/coordination_bench.py --session-timeout 30
 	$(PY) bench/segment_cap_bench.py
 	$(PY) bench/spark_bench.py

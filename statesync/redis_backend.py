@@ -26,6 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.cluster import PRIMARY as CLUSTER_PRIMARY
 from redis.commands.core import Script
+from redis.exceptions import RedisClusterException, SlotNotCoveredError
 from redis.retry import Retry
 
 from statesync import status
@@ -92,6 +93,17 @@ def failover_reply(exc: BaseException) -> str | None:
     return None
 
 
+def cluster_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cluster client's ``RedisClusterException`` (not a ``RedisError``)
+    saying no node could be reached: its slot-table refresh, after a connection error, found
+    no node answering (every node down, or the network), or a slot not served meanwhile."""
+    if not isinstance(exc, RedisClusterException):
+        return False
+    return isinstance(exc, SlotNotCoveredError) or isinstance(
+        exc.__cause__, (redis.ConnectionError, redis.TimeoutError)
+    )
+
+
 @contextmanager
 def translate_redis_errors(operation: str, name: str) -> Iterator[None]:
     """Turn redis-py exceptions raised inside the block into :mod:`statesync.errors`."""
@@ -99,6 +111,14 @@ def translate_redis_errors(operation: str, name: str) -> Iterator[None]:
         yield
     except StateSyncError:
         raise
+    except RedisClusterException as exc:
+        if cluster_unreachable(exc):
+            raise BackendUnavailableError(
+                f"synchronizer {name!r}: Redis unavailable during {operation}: {exc}"
+            ) from exc
+        raise BackendProtocolError(
+            f"synchronizer {name!r}: Redis Cluster error during {operation}: {exc}"
+        ) from exc
     except redis.RedisError as exc:
         reply = failover_reply(exc)
         if reply is None:

@@ -121,6 +121,11 @@ class EventStreamReader(Generic[T]):
 
     # -- public API -------------------------------------------------------------------------
     @property
+    def commit_mode(self) -> str:
+        """The group's commit mode: ``"auto"`` or ``"manual"`` (see ReaderGroupConfig)."""
+        return self._group.commit_mode
+
+    @property
     def generation(self) -> int:
         return self._member.generation
 

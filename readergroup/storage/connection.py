@@ -316,16 +316,18 @@ def _clients(
         except EndpointURLError as exc:
             raise InvalidConfigError(str(exc)) from exc
     if config.cluster:
-        from redis.cluster import ClusterNode, RedisCluster
+        from redis.cluster import ClusterNode
+
+        from readergroup.storage.cluster_client import ClusterClient
 
         nodes = [
             ClusterNode(host, port)  # type: ignore[no-untyped-call]
             for host, port in seeds
         ]
-        cluster = RedisCluster.from_url(
+        cluster = ClusterClient.from_url(
             first, startup_nodes=nodes, socket_timeout=config.socket_timeout, **options
         )
-        cluster_blocking = RedisCluster.from_url(
+        cluster_blocking = ClusterClient.from_url(
             first, startup_nodes=nodes, socket_timeout=MAX_BLOCK_SECONDS + 5, **options
         )
         return cluster, cluster_blocking  # type: ignore[return-value]

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from readergroup.core.errors import (
     AccessDeniedError,
@@ -27,7 +28,7 @@ from statesync.errors import (
     BackendUnavailableError,
     StateSyncError,
 )
-from statesync.redis_backend import failover_reply, is_access_denied
+from statesync.redis_backend import cluster_unreachable, failover_reply, is_access_denied
 
 
 def as_text(value: bytes | str) -> str:
@@ -44,6 +45,10 @@ def translate_errors(operation: str) -> Iterator[None]:
         raise
     except BackendFailoverError as exc:
         raise RedisFailoverError(f"{operation}: {exc}", exc.reply) from exc
+    except RedisClusterException as exc:  # (not a RedisError)
+        if cluster_unreachable(exc):
+            raise RedisUnavailableError(f"Redis unavailable during {operation}: {exc}") from exc
+        raise ReaderGroupError(f"Redis Cluster error during {operation}: {exc}") from exc
     except redis.RedisError as exc:
         reply = failover_reply(exc)
         if reply is None:
@@ -53,8 +58,6 @@ def translate_errors(operation: str) -> Iterator[None]:
         ) from exc
     except StateSyncError as exc:
         raise _translated(operation, exc) from exc
-    except redis.exceptions.RedisClusterException as exc:  # (not a RedisError): no node answered
-        raise RedisUnavailableError(f"Redis unavailable during {operation}: {exc}") from exc
 
 
 def _translated(operation: str, exc: Exception) -> ReaderGroupError:
