@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from readergroup.admin.group_member import GroupMember
+from readergroup.client import stop_signals
 from readergroup.client.event_read import NOTHING, EventRead, RebalanceListener
 from readergroup.client.fetcher import Fetcher, Outage
 from readergroup.client.group_session import REJOIN_MAX_DELAY, GroupSession
@@ -113,6 +114,8 @@ class EventStreamReader(Generic[T]):
         )
         self._gate = self._session.gate
         self._fetcher.unlocked = self._gate.released
+        self._stop_iteration = threading.Event()
+        self._signal_handlers: dict[int, Any] = {}
 
     @property
     def _stop(self) -> threading.Event:
@@ -242,6 +245,8 @@ class EventStreamReader(Generic[T]):
         moves nothing)."""
         self._session.close(leave=leave)
         self._fetcher.close()
+        stop_signals.restore(self._signal_handlers)
+        self._signal_handlers = {}
 
     def __enter__(self) -> EventStreamReader[T]:
         return self
@@ -249,11 +254,34 @@ class EventStreamReader(Generic[T]):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def install_signal_handlers(self) -> None:
+        """Have SIGTERM and SIGINT end iteration cleanly (main thread only): the event being
+        handled is finished, ``for event in reader`` ends within ``group_refresh_time``, and
+        leaving ``with reader:`` (or ``close()``) commits what was handled and gives the
+        segments back at once, so nothing is delivered twice and nobody waits for a session
+        to expire. The previous handlers come back when the reader is closed. The shutdown
+        recipe::
+
+            with factory.create_reader("worker-1", "billing", serializer) as reader:
+                reader.install_signal_handlers()
+                for event in reader:
+                    handle(event)
+        """
+        if not self._signal_handlers:
+            self._signal_handlers = stop_signals.install(self._stop_iteration)
+
+    def stop_iteration(self) -> None:
+        """End ``for event in reader`` after the event being handled (any thread; what the
+        signal handlers call). Read calls are not affected."""
+        self._stop_iteration.set()
+
     def __iter__(self) -> Iterator[EventRead[T]]:
-        """Yield events until the reader is closed (timeouts are skipped). A fenced reader
-        (its session expired, e.g. during a Redis outage) rejoins by itself (:meth:`rejoin`)."""
+        """Yield events until the reader is closed or :meth:`stop_iteration` is called
+        (timeouts are skipped). A fenced reader (its session expired, e.g. during a Redis
+        outage) rejoins by itself (:meth:`rejoin`)."""
         session = self._session
-        while not session.closed:
+        stopping = self._stop_iteration
+        while not session.closed and not stopping.is_set():
             try:
                 event = self.read_next_event()
             except ReaderClosedError:

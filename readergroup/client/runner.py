@@ -25,7 +25,6 @@ rejoins the group by itself as a new generation once Redis is back, then goes on
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from readergroup.client import stop_signals
 from readergroup.client.event_read import EventRead, EventSource, by_segment
 from readergroup.core.errors import (
     ReaderGroupError,
@@ -288,7 +288,7 @@ def run(
     stop = stop or threading.Event()
     runner = _Runner(reader, handler, on_error, max_queued, stop if gives_back(reader) else None)
     reader.add_rebalance_listener(runner)
-    previous = _install_signals(stop) if handle_signals else {}
+    previous = stop_signals.install(stop) if handle_signals else {}
     try:
         with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rg-worker") as pool:
             rounds = 0
@@ -315,21 +315,7 @@ def run(
                 runner.stats.given_back,
             )
     finally:
-        _restore_signals(previous)
+        stop_signals.restore(previous)
     if runner.failure:
         raise runner.failure[0]
     return runner.stats
-
-
-def _install_signals(stop: threading.Event) -> dict[int, Any]:
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous: dict[int, Any] = {}
-    for number in (signal.SIGINT, signal.SIGTERM):
-        previous[number] = signal.signal(number, lambda *_: stop.set())
-    return previous
-
-
-def _restore_signals(previous: dict[int, Any]) -> None:
-    for number, handler in previous.items():
-        signal.signal(number, handler)
