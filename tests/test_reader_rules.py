@@ -70,6 +70,20 @@ def make_group(connection: Connection, scope: str, **config: Any) -> Any:
     return rgm.get_reader_group("g")
 
 
+def prepare(
+    connection: Connection,
+    scope: str,
+    factory: EventStreamClientFactory,
+    segments: int,
+    events: int,
+    **config: Any,
+) -> Any:
+    """A stream of ``segments`` with ``events`` written, and a group ``g`` reading it."""
+    make_stream(connection, scope, segments)
+    write(factory, events)
+    return make_group(connection, scope, **config)
+
+
 def write(factory: EventStreamClientFactory, count: int, keys: int = 16) -> None:
     with factory.create_event_writer("orders", UTF8StringSerializer()) as writer:
         for i in range(count):
@@ -185,9 +199,7 @@ def test_a_checkpoint_is_handed_out_before_the_read_ahead_backlog(
 ) -> None:
     """A reader processing 1 ms per event with a large backlog: the checkpoint comes within
     ``group_refresh_time`` of its initiation (about 100 events here), not after the backlog."""
-    make_stream(connection, scope, 1)
-    write(factory, 6000)
-    group = make_group(connection, scope, **SLOW_HEARTBEAT)
+    group = prepare(connection, scope, factory, 1, 6000, **SLOW_HEARTBEAT)
     reader = factory.create_reader("r", "g", UTF8StringSerializer())
     handed: list[str] = []
     initiated = threading.Event()
@@ -226,9 +238,7 @@ def test_checkpoints_complete_with_more_readers_than_segments(
 ) -> None:
     """Pravega's CheckpointTest.testMoreReadersThanSegments: 2 readers, 1 segment, events
     written throughout; each of 3 checkpoints completes."""
-    make_stream(connection, scope, 1)
-    write(factory, 3000)
-    group = make_group(connection, scope, **SLOW_HEARTBEAT)
+    group = prepare(connection, scope, factory, 1, 3000, **SLOW_HEARTBEAT)
     stop = threading.Event()
     seen: dict[str, list[str]] = defaultdict(list)
     errors: list[BaseException] = []
@@ -269,9 +279,7 @@ def test_a_reader_declared_offline_raises_at_its_next_read_and_hands_out_nothing
 ) -> None:
     """Pravega's testReaderOffline: heartbeats are too rare to notice here; the group state,
     refreshed every ``group_refresh_time``, does."""
-    make_stream(connection, scope, 2)
-    write(factory, 4000)
-    group = make_group(connection, scope, **SLOW_HEARTBEAT)
+    group = prepare(connection, scope, factory, 2, 4000, **SLOW_HEARTBEAT)
     reader = factory.create_reader("victim", "g", UTF8StringSerializer())
     try:
         for _ in range(20):
@@ -296,9 +304,7 @@ def test_a_reader_that_failed_a_checkpoint_and_was_declared_offline_raises(
 ) -> None:
     """Pravega's initiateCheckpointFailure: a checkpoint times out (the reader does not read),
     the reader is declared offline; its next reads raise."""
-    make_stream(connection, scope, 2)
-    write(factory, 200)
-    group = make_group(connection, scope, **SLOW_HEARTBEAT)
+    group = prepare(connection, scope, factory, 2, 200, **SLOW_HEARTBEAT)
     reader = factory.create_reader("sleepy", "g", UTF8StringSerializer())
     try:
         assert reader.read_next_event(timeout=1).event is not None
@@ -318,9 +324,7 @@ def test_a_commit_in_on_segments_released_lands_before_the_segments_move(
 ) -> None:
     """Manual commits: the application commits what it processed when told its segments go;
     the next owner starts exactly there (nothing processed twice)."""
-    make_stream(connection, scope, 4)
-    write(factory, 800)
-    make_group(connection, scope, commit_mode="manual", **FAST)
+    prepare(connection, scope, factory, 4, 800, commit_mode="manual", **FAST)
     processed = Processed()
     threads_seen: set[str] = set()
     failures: list[BaseException] = []
@@ -374,9 +378,7 @@ def test_a_commit_in_on_segments_released_lands_before_the_segments_move(
 def test_on_segments_acquired_returns_before_any_event_of_them_is_handed_out(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
-    make_stream(connection, scope, 4)
-    write(factory, 400)
-    make_group(connection, scope, **FAST)
+    prepare(connection, scope, factory, 4, 400, **FAST)
     ready: set[Any] = set()
     early: list[Any] = []
 
@@ -416,9 +418,7 @@ def test_a_worker_restarted_under_its_id_gets_its_segments_back_and_nobody_else_
     """Kafka's static membership: a supervisor restarts a crashed worker within the session;
     the new incarnation joins at once (no ReaderAlreadyOnlineError), takes exactly the old
     one's segments at their committed positions, and the other reader's segments never move."""
-    make_stream(connection, scope, 4)
-    write(factory, 400)
-    make_group(connection, scope, commit_mode="manual", **SLOW_HEARTBEAT)
+    prepare(connection, scope, factory, 4, 400, commit_mode="manual", **SLOW_HEARTBEAT)
     a = factory.create_reader("a", "g", UTF8StringSerializer())
     b = factory.create_reader("b", "g", UTF8StringSerializer())
     wait_until(lambda: _owned_by_both(a, b), 30, "balanced")
@@ -451,9 +451,7 @@ def test_a_worker_restarted_under_its_id_gets_its_segments_back_and_nobody_else_
 def test_a_static_leave_keeps_the_segments_for_a_restart_and_a_rolling_restart_moves_nothing(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
-    make_stream(connection, scope, 4)
-    write(factory, 400)
-    make_group(connection, scope, **SLOW_HEARTBEAT)
+    prepare(connection, scope, factory, 4, 400, **SLOW_HEARTBEAT)
     readers = {n: factory.create_reader(n, "g", UTF8StringSerializer()) for n in ("a", "b")}
     seen: list[tuple[Any, int]] = []
     wait_until(lambda: _owned_by_both(readers["a"], readers["b"], seen), 30, "balanced")
@@ -483,9 +481,7 @@ def test_a_static_leave_keeps_the_segments_for_a_restart_and_a_rolling_restart_m
 def test_seek_in_on_segments_acquired_resumes_from_the_applications_own_positions(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
-    make_stream(connection, scope, 2)
-    write(factory, 200)
-    make_group(connection, scope, commit_mode="manual", **FAST)
+    prepare(connection, scope, factory, 2, 200, commit_mode="manual", **FAST)
     kept = {}  # the application's own store: segment -> next offset
     with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
         probe = reader.read_batch(1, timeout=2)
@@ -524,9 +520,7 @@ def test_seek_in_on_segments_acquired_resumes_from_the_applications_own_position
 def test_paused_segments_stay_owned_and_deliver_nothing_until_resumed(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
-    make_stream(connection, scope, 2)
-    write(factory, 200)
-    make_group(connection, scope, **FAST)
+    prepare(connection, scope, factory, 2, 200, **FAST)
     with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
         wait_until(lambda: reader.read_batch(1, timeout=0.05) is not None and reader.assignment())
         paused, other = sorted(reader.assignment())
@@ -552,9 +546,7 @@ def test_a_group_that_read_a_sealed_stream_to_its_end_reports_end_of_data(
 ) -> None:
     """Without an end cut: once every segment is sealed and read (a split included), the
     reader and the group say so (Pravega: the read is completed)."""
-    make_stream(connection, scope, 2)
-    write(factory, 100)
-    group = make_group(connection, scope, **FAST)
+    group = prepare(connection, scope, factory, 2, 100, **FAST)
     with StreamManager(connection) as sm:
         sm.scale_stream(scope, "orders", [0], [(0.0, 0.25), (0.25, 0.5)])
     write(factory, 100)
