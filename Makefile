@@ -12,13 +12,14 @@ TEST_WORKERS ?= 8
 TEST_LONG_WORKERS ?= 4
 xdist = $(if $(filter 0,$(1)),,-n $(1) --dist loadgroup)
 
-.PHONY: demo test test-long lint bench chaos chaos-ha explore sim-scale clean venv redis-server
+.PHONY: demo test test-long lint docs dist bench chaos chaos-ha explore sim-scale clean venv \
+	redis-server
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,embedded,spark]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,docs,embedded,spark]'
 	touch $@
 
 venv: $(STAMP)
@@ -60,12 +61,23 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# The documentation site (mkdocs.yml, docs/) into site/; warnings are errors; builds offline.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# A wheel and an sdist into dist/. --no-isolation builds with the setuptools of .venv (the dev
+# extra pins the version pyproject's build-system asks for), so it needs no index.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+
 bench: $(STAMP)
 	$(PY) bench/statesync_bench.py
 	$(PY) bench/group_state_bench.py
 	$(PY) bench/stream_bench.py
 	$(PY) bench/readergroup_bench.py
 	$(PY) bench/read_path_bench.py
+	$(PY) bench/latency_bench.py
 	$(PY) bench/coordination_bench.py --session-timeout 30
 	$(PY) bench/segment_cap_bench.py
 	$(PY) bench/spark_bench.py
@@ -73,7 +85,7 @@ bench: $(STAMP)
 	$(PY) bench/acks_bench.py
 
 clean:
-	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist site *.egg-info
 
 chaos: $(STAMP)
 	$(PY) -m tools.chaos --seconds 60 --readers 8 --segments 16
@@ -90,7 +102,9 @@ chaos-ha: $(STAMP)
 sim-scale: $(STAMP)
 	$(PY) -m tests.support.group_sim --segments 10000 --readers 1000
 
-# Deeper exhaustive exploration of the reader-group protocol than the test suite's (minutes).
+# Deeper exhaustive exploration of the reader-group protocol and of the reader's hand-out state
+# machine than the test suite's (minutes).
 explore: $(STAMP)
 	$(PY) -m tests.support.explorer --depth 8 --readers 2
 	$(PY) -m tests.support.explorer --depth 7 --readers 3
+	$(PY) -m tests.support.reader_explorer --depth 12

@@ -14,13 +14,19 @@ stream or key, alternating, best of ``--repeat``:
 * ``writer``: ``EventStreamWriter.write_event`` + ``flush`` (bulk rounds as native ``XADD``s in
   a ``WATCH``ed ``MULTI``/``EXEC``, ``readergroup/storage/native_append.py``);
 * ``writer_script``: the same writer with every round through ``append_events.lua`` (one
-  ``redis.call`` per event: the path before the native one, for comparison in the same run).
+  ``redis.call`` per event: the path before the native one, for comparison in the same run);
+* ``xadd_trickle``: ``--trickle-events`` single ``XADD`` calls with the same fields, each
+  waited for (an application writing one event at a time);
+* ``writer_trickle``: the writer with each ``write_event`` waited for (``result()``), so each
+  round is one event through ``append_events.lua``: what a small append costs the server
+  (``server_commands_per_event``, from ``INFO commandstats``, is reported for both).
 
 For each: events/s (wall clock of the client), the client's CPU seconds per million events
 (this process, every thread: what bounds throughput when the machine is shared) and Redis CPU
 seconds per million events (the server's ``used_cpu_sys`` + ``used_cpu_user`` before and
 after). Ratios: writer events/s over the faster of the two ``xadd_same_fields`` baselines
-(goal >= 0.95), writer Redis CPU over ``xadd_same_fields`` (goal <= 1.3). The machine's load
+(goal >= 0.95), writer Redis CPU over ``xadd_same_fields`` (goal <= 1.3); ``writer_trickle``
+over ``xadd_trickle`` (events/s, Redis CPU, server commands per event). The machine's load
 average is reported with the figures. Prints JSON.
 """
 
@@ -100,15 +106,48 @@ def writer_run(
     return run
 
 
+def xadd_trickle(
+    client: redis.Redis, key: str, payloads: list[bytes], keys: list[str]
+) -> Callable[[], None]:
+    def run() -> None:
+        offset = 0
+        for payload, routing_key in zip(payloads, keys, strict=True):
+            now = int(time.time() * 1000)
+            client.xadd(key, {"k": routing_key, "p": payload, "w": now, "t": now, "b": offset})
+            offset += len(payload)
+
+    return run
+
+
+def writer_trickle(
+    factory: EventStreamClientFactory, stream: str, payloads: list[bytes], keys: list[str]
+) -> Callable[[], None]:
+    def run() -> None:
+        with factory.create_event_writer(stream, BytesSerializer()) as writer:
+            for payload, key in zip(payloads, keys, strict=True):
+                writer.write_event(payload, key).result(30)
+
+    return run
+
+
+def commands(client: redis.Redis) -> int:
+    """Commands the server has run since the last ``CONFIG RESETSTAT`` (scripts' included)."""
+    stats: dict[str, Any] = client.info("commandstats")  # type: ignore[assignment]
+    return sum(int(stat["calls"]) for stat in stats.values())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--trickle-events", type=int, default=5_000)
     args = parser.parse_args()
     payloads = [bytes([65 + i % 26]) * args.size for i in range(args.events)]
     keys = [f"k{i % 1000}" for i in range(args.events)]
     best: dict[str, tuple[float, float, float]] = {}
+    sent: dict[str, int] = {}  # server commands of a trickle run
+    trickle = min(args.trickle_events, args.events)
     load_before = os.getloadavg()
     native_minimum = native_append.MIN_EVENTS
     with local_redis_server() as server:
@@ -138,18 +177,41 @@ def main() -> None:
                     best[name] = tuple(map(min, old, figures)) if old else figures  # type: ignore[assignment]
                 native_append.MIN_EVENTS = native_minimum
                 client.delete(f"raw{run}", f"rounds{run}", f"kp{run}")  # discarded afterwards
+                sm.create_stream(scope, f"trickle{run}")
+                trickles = {
+                    "xadd_trickle": xadd_trickle(
+                        client, f"xt{run}", payloads[:trickle], keys[:trickle]
+                    ),
+                    "writer_trickle": writer_trickle(
+                        factory, f"trickle{run}", payloads[:trickle], keys[:trickle]
+                    ),
+                }
+                for name, work in trickles.items():
+                    client.config_resetstat()
+                    figures = measured(client, work)
+                    sent[name] = commands(client) - 1  # the count's own INFO excluded
+                    old = best.get(name)
+                    best[name] = tuple(map(min, old, figures)) if old else figures  # type: ignore[assignment]
+                client.delete(f"xt{run}")
         client.close()
     results: dict[str, Any] = {
         "events": args.events,
+        "trickle_events": trickle,
         "event_bytes": args.size,
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
     }
     for name, (seconds, client_cpu, cpu) in best.items():
+        count = trickle if name in sent else args.events
         results[name] = {
-            "events_per_s": round(args.events / seconds),
-            "client_cpu_s_per_million_events": round(client_cpu / args.events * 1e6, 3),
-            "redis_cpu_s_per_million_events": round(cpu / args.events * 1e6, 3),
+            "events_per_s": round(count / seconds),
+            "client_cpu_s_per_million_events": round(client_cpu / count * 1e6, 3),
+            "redis_cpu_s_per_million_events": round(cpu / count * 1e6, 3),
         }
+        if name in sent:
+            results[name]["server_commands_per_event"] = round(sent[name] / count, 2)
+    trickled, plain = results["writer_trickle"], results["xadd_trickle"]
+    for figure in ("events_per_s", "redis_cpu_s_per_million_events", "server_commands_per_event"):
+        trickled[f"{figure}_ratio_to_xadd_trickle"] = round(trickled[figure] / plain[figure], 2)
     base_rate = max(
         results[name]["events_per_s"] for name in ("xadd_same_fields", "xadd_same_fields_rounds")
     )

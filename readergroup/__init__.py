@@ -1,6 +1,14 @@
 """readergroup: Pravega-style streams and reader groups on Redis, built on :mod:`statesync`."""
 
-from readergroup.admin.autoscale import AutoScaler, ScaleAction, plan_scaling
+from importlib.metadata import PackageNotFoundError, version
+
+from readergroup.admin.autoscale import (
+    AutoScaler,
+    AutoScaleRun,
+    AutoScaleSchedule,
+    ScaleAction,
+    plan_scaling,
+)
 from readergroup.admin.group_manager import (
     CheckpointResult,
     GroupMetrics,
@@ -14,6 +22,7 @@ from readergroup.admin.retention import RetentionManager
 from readergroup.admin.stream_manager import SegmentInfo, StreamInfo, StreamManager
 from readergroup.client.batch_client import BatchClient
 from readergroup.client.client_factory import EventStreamClientFactory
+from readergroup.client.dead_letters import DeadLetter, DeadLetterError, DeadLetterPolicy
 from readergroup.client.reader import EventRead, EventStreamReader, RebalanceListener
 from readergroup.client.serializers import (
     BytesSerializer,
@@ -45,11 +54,16 @@ from readergroup.core.errors import (
     InvalidNameError,
     InvalidRoutingKeyError,
     InvalidStreamCutError,
+    LegacyLayoutError,
+    OlderReadersOnlineError,
     ReaderAlreadyOnlineError,
+    ReaderClosedError,
     ReaderGroupError,
     ReaderGroupInUseError,
     ReaderGroupNotFoundError,
     ReaderNotInGroupError,
+    ReaderReplacedError,
+    RebalanceListenerError,
     RedisFailoverError,
     RedisUnavailableError,
     ScaleConflictError,
@@ -58,14 +72,17 @@ from readergroup.core.errors import (
     SegmentNotFoundError,
     SegmentNotOwnedError,
     SerializationError,
+    SparkWorkersError,
     StreamLostError,
     StreamNotFoundError,
     StreamNotSealedError,
     StreamSealedError,
     TruncatedDataError,
     UnsafeServerConfigError,
+    UnsupportedServerError,
     WriteFailedError,
     WriterClosedError,
+    WriterForkedError,
     WrongKeyTypeError,
 )
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
@@ -75,12 +92,18 @@ from readergroup.core.stream_config import RetentionPolicy, ScalingPolicy, Strea
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage.segment_records import SegmentEvent
 
-__version__ = "0.1.0"
+try:
+    # One source for the version: pyproject.toml's, as installed (a wheel or an editable install).
+    __version__ = version("readergroup")
+except PackageNotFoundError:  # pragma: no cover - the source tree on sys.path, never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "AccessDeniedError",
     "AckTimeoutError",
     "AckUnsupportedError",
+    "AutoScaleRun",
+    "AutoScaleSchedule",
     "AutoScaler",
     "BatchClient",
     "BytesSerializer",
@@ -91,6 +114,9 @@ __all__ = [
     "CoordinationError",
     "CorruptSegmentError",
     "DataLostError",
+    "DeadLetter",
+    "DeadLetterError",
+    "DeadLetterPolicy",
     "EmbeddedRedisError",
     "EventPointer",
     "EventRead",
@@ -107,8 +133,11 @@ __all__ = [
     "InvalidStreamCutError",
     "JsonSerializer",
     "Lag",
+    "LegacyLayoutError",
     "MsgpackSerializer",
+    "OlderReadersOnlineError",
     "ReaderAlreadyOnlineError",
+    "ReaderClosedError",
     "ReaderConfig",
     "ReaderGroup",
     "ReaderGroupConfig",
@@ -117,7 +146,9 @@ __all__ = [
     "ReaderGroupManager",
     "ReaderGroupNotFoundError",
     "ReaderNotInGroupError",
+    "ReaderReplacedError",
     "RebalanceListener",
+    "RebalanceListenerError",
     "RedisFailoverError",
     "RedisUnavailableError",
     "ResetResult",
@@ -136,6 +167,7 @@ __all__ = [
     "SegmentRange",
     "SerializationError",
     "Serializer",
+    "SparkWorkersError",
     "StreamConfiguration",
     "StreamCut",
     "StreamInfo",
@@ -147,9 +179,11 @@ __all__ = [
     "TruncatedDataError",
     "UTF8StringSerializer",
     "UnsafeServerConfigError",
+    "UnsupportedServerError",
     "WriteFailedError",
     "WriteFuture",
     "WriterClosedError",
+    "WriterForkedError",
     "WrongKeyTypeError",
     "__version__",
     "key_position",

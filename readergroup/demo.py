@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
@@ -36,7 +36,7 @@ from rich.text import Text
 from readergroup.admin.group_manager import ReaderGroupManager
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.cli.groups import DESCRIBE_COLUMNS, describe_rows
-from readergroup.cli.output import table
+from readergroup.cli.output import console_for, table
 from readergroup.client.client_factory import EventStreamClientFactory
 from readergroup.client.serializers import UTF8StringSerializer
 from readergroup.core.group_config import ReaderGroupConfig
@@ -124,7 +124,7 @@ def main() -> int:  # noqa: PLR0915 - a script that tells one story, top to bott
     parser.add_argument("--seconds", type=float, default=12.0, help="how long the writer writes")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark part")
     args = parser.parse_args()
-    console = Console()
+    console = console_for(as_json=False)  # piped: wide enough that nothing is cut
     ctx = mp.get_context("spawn")
     scope = f"demo{uuid.uuid4().hex[:6]}"
     began = time.monotonic()
@@ -170,7 +170,11 @@ def main() -> int:  # noqa: PLR0915 - a script that tells one story, top to bott
             return Group(
                 Text(header, overflow="fold"),  # its own line: never squeezed into a border
                 table("", DESCRIBE_COLUMNS, rows),
-                Panel("\n".join(events_log[-6:]) or "starting", title="what happens"),
+                Panel(
+                    "\n".join(events_log[-6:]) or "starting",
+                    title="what happens",
+                    expand=console.is_terminal,  # piped: as wide as its text, not the console
+                ),
             )
 
         with Live(view(), console=console, refresh_per_second=4) as live:
@@ -198,6 +202,8 @@ def main() -> int:  # noqa: PLR0915 - a script that tells one story, top to bott
                 live.update(view())
             events_log.append(f"{time.monotonic() - began:5.1f}s  every event processed")
             live.update(view())
+        if not console.is_terminal:
+            console.line()  # piped, the last view ends without a newline
         for proc in workers.values():
             if proc.is_alive():
                 proc.terminate()

@@ -3,8 +3,8 @@
 Pure code: no I/O. Never pickle: decoding bytes read from Redis can only build plain
 msgpack values, tuples, frozensets, and instances of dataclasses registered here.
 
-Wire format (``FORMAT_VERSION`` 2; version 1 is read too)
----------------------------------------------------------
+Wire format (``FORMAT_VERSION`` 3; versions 1 and 2 are read too)
+-------------------------------------------------------------------
 * Values are msgpack with four extension types:
   ``1`` tuple (payload: msgpack array), ``2`` registered dataclass (payload: msgpack
   ``[type_name, {field: value}]``), ``3`` frozenset (payload: msgpack array), and (format 2)
@@ -14,11 +14,23 @@ Wire format (``FORMAT_VERSION`` 2; version 1 is read too)
   state, say: one msgpack array per column instead of one extension per object) defines both.
   Other read-only mappings and sets are written as msgpack maps and frozensets.
 * A log entry is the map ``{"v": 1, "w": writer_id, "u": [update, ...]}``: every update of
-  one ``update_state`` call travels in one entry and is applied atomically.
+  one ``update_state`` call travels in one entry and is applied atomically. Keys of the map
+  other than these are ignored by every version.
+* (format 3) An entry's updates may be written as extension ``5``, a *tagged* update: payload
+  ``[type_name, type_version, fields, tagged]``. ``type_version`` is the class's
+  ``wire_version`` when written (a reader refuses a version newer than its own class's);
+  ``fields`` holds the fields every reader must know (an unknown one is refused); ``tagged``
+  the class's ``tagged_fields`` that differ from their defaults: fields a reader that does not
+  know them may drop, because the update means the same without them, only with less detail
+  (Kafka's tagged fields). So a later version can add a tagged field without breaking this
+  one. Extension ``2`` stays strict (an unknown field is refused), as every earlier version
+  reads it.
 * A snapshot is the map ``{"v": 1, "r": revision, "t": server_time_ms, "s": state}``.
-* ``"v"`` is 2 when the value holds a compact form (extension ``4``), else 1, so readers of
-  format 1 keep reading everything that does not need format 2. ``Codec(..., compact=False)``
-  (or :meth:`Codec.generic`) writes format 1 only.
+* ``"v"`` is 3 when the entry holds tagged updates, else 2 when the value holds a compact form
+  (extension ``4``), else 1, so readers of an older format keep reading everything that does
+  not need a newer one. ``Codec(..., compact=False)`` (or :meth:`Codec.generic`) writes format
+  1 only; :meth:`Codec.encode_entry` writes tagged updates only when told the log's readers
+  all read format 3 (``version``), so a log shared with older readers stays readable to them.
 
 Any other shape, an unknown ``v``, or an unregistered type name is rejected with a
 specific exception; the caller turns it into a :class:`~statesync.errors.BadEntryError`
@@ -34,6 +46,7 @@ this library is refused on read.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, MutableMapping, MutableSet, Set
 from dataclasses import dataclass
 from typing import Any
@@ -43,8 +56,12 @@ import msgpack
 from statesync.errors import DecodeError, EncodeError, UnknownTypeError
 from statesync.update import Update
 
-FORMAT_VERSION = 2
-"""The newest format this library reads and writes (values with a compact form)."""
+FORMAT_VERSION = 3
+"""The newest format this library reads and writes (entries of tagged updates)."""
+
+COMPACT_VERSION = 2
+"""The format of values with a compact form (extension 4); entries of it hold no tagged
+update, so every reader of format 2 reads them."""
 
 _GENERIC_VERSION = 1
 """Values without a compact form are written in format 1, which older readers understand."""
@@ -53,6 +70,7 @@ _EXT_TUPLE = 1
 _EXT_DATACLASS = 2
 _EXT_FROZENSET = 3
 _EXT_COMPACT = 4
+_EXT_TAGGED = 5
 
 MAX_EXT_DEPTH = 32
 """Most nested extension values (tuple, frozenset, dataclass) in one encoded value."""
@@ -139,10 +157,48 @@ class TypeRegistry:
 class _Written:
     """What one top-level encoding used (to choose the format version it is labelled with)."""
 
-    __slots__ = ("compact",)
+    __slots__ = ("compact", "tagged")
 
     def __init__(self) -> None:
         self.compact = False
+        self.tagged = False
+
+    @property
+    def version(self) -> int:
+        if self.tagged:
+            return FORMAT_VERSION
+        return COMPACT_VERSION if self.compact else _GENERIC_VERSION
+
+
+@functools.cache
+def _init_fields(cls: type) -> frozenset[str]:
+    """The names of ``cls``'s ``__init__`` fields (a registered dataclass)."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+class _Tagged:
+    """An update to be written as a tagged update (extension 5)."""
+
+    __slots__ = ("update",)
+
+    def __init__(self, update: Update) -> None:
+        self.update = update
+
+    def payload(self) -> list[Any]:
+        """``[type_name, type_version, fields, tagged]`` (tagged fields at their default are
+        left out)."""
+        update = self.update
+        fields: dict[str, Any] = {}
+        tagged: dict[str, Any] = {}
+        for spec in dataclasses.fields(update):  # type: ignore[arg-type]  # an Update dataclass
+            if not spec.init:
+                continue
+            value = getattr(update, spec.name)
+            if spec.name not in update.tagged_fields:
+                fields[spec.name] = value
+            elif spec.default is dataclasses.MISSING or value != spec.default:
+                tagged[spec.name] = value
+        return [type_name_of(type(update)), update.wire_version, fields, tagged]
 
 
 class Codec:
@@ -206,6 +262,9 @@ class Codec:
             raise DecodeError(f"not valid msgpack: {exc}") from exc
 
     def _default(self, obj: Any, depth: int, written: _Written) -> Any:
+        if type(obj) is _Tagged:
+            written.tagged = True
+            return msgpack.ExtType(_EXT_TAGGED, self._encode(obj.payload(), depth, written))
         if type(obj) is tuple:
             return msgpack.ExtType(_EXT_TUPLE, self._encode(list(obj), depth, written))
         if type(obj) is frozenset:
@@ -247,6 +306,8 @@ class Codec:
                 raise DecodeError(f"frozenset member is not hashable: {exc}") from exc
         if code == _EXT_COMPACT:
             return self._compact(self._expect(self._decode(data, depth), list, "compact payload"))
+        if code == _EXT_TAGGED:
+            return self._tagged(self._expect(self._decode(data, depth), list, "tagged payload"))
         if code == _EXT_DATACLASS:
             payload = self._expect(self._decode(data, depth), list, "dataclass payload")
             if len(payload) != 2 or not isinstance(payload[0], str):
@@ -262,6 +323,38 @@ class Codec:
                     f"cannot build {name} from {sorted(map(str, fields))}: {exc}"
                 ) from exc
         raise DecodeError(f"unknown msgpack extension type {code}")
+
+    def _tagged(self, payload: list[Any]) -> Any:
+        """A tagged update (extension 5): unknown tagged fields are dropped; an unknown
+        ordinary field, or a type version newer than the class's, is refused."""
+        if len(payload) != 4 or not isinstance(payload[0], str) or type(payload[1]) is not int:
+            raise DecodeError("tagged payload is not [type_name, type_version, fields, tagged]")
+        name, version = payload[0], payload[1]
+        fields = self._expect(payload[2], dict, "tagged update fields")
+        tagged = self._expect(payload[3], dict, "tagged update tagged fields")
+        cls = self.registry.lookup(name)
+        if cls is None:
+            raise UnknownTypeError(f"unregistered type {name!r} (written by a newer version?)")
+        known = getattr(cls, "wire_version", 1)
+        if version > known:
+            raise DecodeError(
+                f"{name} of type version {version}, newer than this version's {known}: "
+                "written by a newer version of the library (upgrade this process)"
+            )
+        names = _init_fields(cls)
+        if not fields.keys() <= names:
+            unknown = sorted(map(str, fields.keys() - names))
+            raise DecodeError(
+                f"{name} holds fields {unknown} this version does not know and may not skip: "
+                "written by a newer version of the library (upgrade this process)"
+            )
+        known_tagged = {k: v for k, v in tagged.items() if k in names} if tagged else tagged
+        try:
+            return cls(**fields, **known_tagged)
+        except Exception as exc:  # missing or repeated fields, or the class's own validation
+            raise DecodeError(
+                f"cannot build {name} from {sorted(map(str, [*fields, *known_tagged]))}: {exc}"
+            ) from exc
 
     def _compact(self, payload: list[Any]) -> Any:
         if len(payload) != 2 or not isinstance(payload[0], str):
@@ -285,7 +378,12 @@ class Codec:
         return value
 
     # -- entries ----------------------------------------------------------------------------
-    def encode_entry(self, writer: str, updates: Iterable[Update]) -> bytes:
+    def encode_entry(
+        self, writer: str, updates: Iterable[Update], *, version: int = FORMAT_VERSION
+    ) -> bytes:
+        """One entry. ``version``: the newest format every reader of the log reads; below 3
+        the updates are written as every earlier version reads them (extension 2, each field
+        by name), so nothing in the entry needs a format they lack."""
         update_list = list(updates)
         for update in update_list:
             if not isinstance(update, Update):
@@ -295,7 +393,9 @@ class Codec:
                     f"update type {type(update).__qualname__} is not registered "
                     "(pass it in update_types=)"
                 )
-        return self._framed({"w": writer}, "u", update_list)
+        if version < FORMAT_VERSION:
+            return self._framed({"w": writer}, "u", update_list)
+        return self._framed({"w": writer}, "u", [_Tagged(u) for u in update_list])
 
     def decode_entry(self, revision: int, server_time_ms: int, data: bytes) -> DecodedEntry:
         body = self._expect(self.decode_value(data), dict, "entry")
@@ -318,7 +418,7 @@ class Codec:
         is 2 only if it holds a compact form."""
         written = _Written()
         body = self._encode(value, 0, written)
-        fields = {"v": FORMAT_VERSION if written.compact else _GENERIC_VERSION, **head}
+        fields = {"v": written.version, **head}
         packer = msgpack.Packer(use_bin_type=True)
         parts = [packer.pack_map_header(len(fields) + 1)]
         for name, field_value in fields.items():

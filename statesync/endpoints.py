@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from statesync.errors import EndpointURLError
+from statesync.redaction import redact_url
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 
@@ -61,11 +62,11 @@ def _host_ports(hosts: str, default_port: int, url: str) -> list[tuple[str, int]
         if not sep:
             host, port = port, str(default_port)
         if not host:
-            raise EndpointURLError(f"{url!r}: empty host in {item!r}")
+            raise EndpointURLError(f"{redact_url(url)!r}: empty host in {item!r}")
         try:
             out.append((host.strip("[]"), int(port)))
         except ValueError:
-            raise EndpointURLError(f"{url!r}: bad port in {item!r}") from None
+            raise EndpointURLError(f"{redact_url(url)!r}: bad port in {item!r}") from None
     return out
 
 
@@ -73,16 +74,18 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     """Parse ``redis+sentinel://[user:pass@]host:port[,host:port...]/service_name[/db]``."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in SENTINEL_SCHEMES:
-        raise EndpointURLError(f"{url!r} is not a redis+sentinel:// URL")
+        raise EndpointURLError(f"{redact_url(url)!r} is not a redis+sentinel:// URL")
     netloc, _, path = rest.partition("/")
     username, password, hosts = _split_credentials(netloc)
     parts = [p for p in path.split("/") if p]
     if not parts or len(parts) > 2:
-        raise EndpointURLError(f"{url!r}: expected /service_name[/db] after the Sentinels")
+        raise EndpointURLError(
+            f"{redact_url(url)!r}: expected /service_name[/db] after the Sentinels"
+        )
     try:
         db = int(parts[1]) if len(parts) == 2 else 0
     except ValueError:
-        raise EndpointURLError(f"{url!r}: the database must be a number") from None
+        raise EndpointURLError(f"{redact_url(url)!r}: the database must be a number") from None
     return SentinelTarget(
         _host_ports(hosts, 26379, url),
         unquote(parts[0]),

@@ -26,6 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.cluster import PRIMARY as CLUSTER_PRIMARY
 from redis.commands.core import Script
+from redis.exceptions import RedisClusterException, SlotNotCoveredError
 from redis.retry import Retry
 
 from statesync import status
@@ -92,6 +93,17 @@ def failover_reply(exc: BaseException) -> str | None:
     return None
 
 
+def cluster_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cluster client's ``RedisClusterException`` (not a ``RedisError``)
+    saying no node could be reached: its slot-table refresh, after a connection error, found
+    no node answering (every node down, or the network), or a slot not served meanwhile."""
+    if not isinstance(exc, RedisClusterException):
+        return False
+    return isinstance(exc, SlotNotCoveredError) or isinstance(
+        exc.__cause__, (redis.ConnectionError, redis.TimeoutError)
+    )
+
+
 @contextmanager
 def translate_redis_errors(operation: str, name: str) -> Iterator[None]:
     """Turn redis-py exceptions raised inside the block into :mod:`statesync.errors`."""
@@ -99,6 +111,14 @@ def translate_redis_errors(operation: str, name: str) -> Iterator[None]:
         yield
     except StateSyncError:
         raise
+    except RedisClusterException as exc:
+        if cluster_unreachable(exc):
+            raise BackendUnavailableError(
+                f"synchronizer {name!r}: Redis unavailable during {operation}: {exc}"
+            ) from exc
+        raise BackendProtocolError(
+            f"synchronizer {name!r}: Redis Cluster error during {operation}: {exc}"
+        ) from exc
     except redis.RedisError as exc:
         reply = failover_reply(exc)
         if reply is None:
@@ -134,10 +154,24 @@ def run_read_only(
         return script(keys=list(keys), args=list(args), client=client)
 
 
+_SCRIPT_DENIALS = ("ACL failure", "The user executing the script can't")
+"""How a denial inside a script begins: Redis 7.2+ and Valkey (``ACL failure in script: No
+permissions to run...``), Redis 7.0 (``The user executing the script can't run this command
+or subcommand`` / ``...can't access at least one of the keys``)."""
+
+
+def is_access_denied(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing this user: a failed login, a command or key its ACL
+    rules do not grant (``NOPERM``), or the same inside a script, in any server's words."""
+    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError)):
+        return True
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(_SCRIPT_DENIALS)
+
+
 def _translated(operation: str, name: str, exc: redis.RedisError) -> StateSyncError:
     where = f"synchronizer {name!r}"
     # checked first: redis-py's AuthenticationError is a ConnectionError
-    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError)):
+    if is_access_denied(exc):
         return BackendAccessError(f"{where}: Redis refused {operation}: {exc}")
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return BackendUnavailableError(f"{where}: Redis unavailable during {operation}: {exc}")
@@ -500,6 +534,8 @@ def sentinel_clients(
 
     target = parse_sentinel_url(url)
     auth = {"username": target.username, "password": target.password}
+    # the URL's credentials win over the options' (as in redis-py's from_url); never both
+    options = {**options, **{name: value for name, value in auth.items() if value is not None}}
     if target.tls:
         options = {"ssl": True, **options}
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
@@ -509,7 +545,6 @@ def sentinel_clients(
             **(sentinel_options or {}),
         },
         socket_connect_timeout=options.pop("socket_connect_timeout", min(socket_timeout, 5.0)),
-        **auth,
         **options,
     )
     pool = _following_pool_class()

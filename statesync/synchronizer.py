@@ -48,7 +48,7 @@ from typing import Any, Generic, TypeVar, overload
 from statesync import snapshot_cache, status
 from statesync.backend import AppendOutcome, CompactOutcome, LogBackend, RawEntry, ReadResult
 from statesync.clock import Clock
-from statesync.codec import Codec, TypeRegistry
+from statesync.codec import COMPACT_VERSION, Codec, TypeRegistry
 from statesync.config import SyncConfig
 from statesync.errors import (
     ApplyError,
@@ -127,9 +127,16 @@ class StateSynchronizer(Generic[S]):
         update_types: the :class:`Update` dataclasses that may appear in the log.
         state_types: other dataclasses that may appear inside the state or updates.
         config: :class:`SyncConfig` (defaults documented there).
-        clock, rng: injected time and randomness (backoff only); defaults are the real ones.
+        clock: injected time (backoff only); the default is the real clock.
+        rng: injected randomness (backoff jitter only); the default is the real one.
         writer_label: a readable prefix for this client's writer id (audit trails).
         close_backend: close ``backend`` when this synchronizer is closed.
+        entry_version: the newest entry format (:data:`statesync.codec.FORMAT_VERSION` or an
+            older one) every reader of the log reads, given the state an append's updates were
+            decided on; entries are written in no newer format. Default: always
+            :data:`~statesync.codec.COMPACT_VERSION` (2), which the versions before format 3
+            read too, so a log shared with them stays readable; pass a function saying when
+            every reader reads the newest (as reader groups negotiate it).
     """
 
     def __init__(
@@ -144,11 +151,13 @@ class StateSynchronizer(Generic[S]):
         rng: random.Random | None = None,
         writer_label: str | None = None,
         close_backend: bool = False,
+        entry_version: Callable[[S], int] | None = None,
     ) -> None:
         self._name = validate_name(name)
         self._backend = backend
         self._config = config or SyncConfig()
         self._codec = Codec(TypeRegistry([*update_types, *state_types]))
+        self._entry_version = entry_version
         self._clock: Clock = clock or SYSTEM_CLOCK
         self._rng = rng or random.Random()  # noqa: S311 (backoff jitter, not secrets)
         unique = uuid.uuid4().hex[:20]
@@ -335,7 +344,7 @@ class StateSynchronizer(Generic[S]):
                     fresh = True
                     continue
                 new_state = self._check_apply(replica, updates)
-                payload = self._encode(updates)
+                payload = self._encode(updates, replica.state)
                 wake = _wakes(updates, new_state)
                 outcome = self._append(
                     budget,
@@ -396,7 +405,7 @@ class StateSynchronizer(Generic[S]):
             wake = _wakes(update_list, new_state)
             outcome = self._append(
                 budget,
-                self._encode(update_list),
+                self._encode(update_list, replica.state),
                 replica,
                 conditional=False,
                 wake=wake,
@@ -641,8 +650,9 @@ class StateSynchronizer(Generic[S]):
         except ApplyError as exc:
             raise UpdateRejectedError(self._name, replica.revision, exc.update) from exc.__cause__
 
-    def _encode(self, updates: Sequence[Update]) -> bytes:
-        payload = self._codec.encode_entry(self._writer_id, updates)
+    def _encode(self, updates: Sequence[Update], state: S) -> bytes:
+        version = COMPACT_VERSION if self._entry_version is None else self._entry_version(state)
+        payload = self._codec.encode_entry(self._writer_id, updates, version=version)
         if len(payload) > self._config.max_entry_bytes:
             raise EntryTooLargeError(self._name, len(payload), self._config.max_entry_bytes)
         return payload

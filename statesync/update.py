@@ -37,6 +37,17 @@ class Update(ABC):
     #: set it to keep old logs readable after renaming the class.
     type_name: ClassVar[str | None] = None
 
+    #: Fields a reader that does not know them may drop (the update then means the same, with
+    #: less detail): written apart in format 3 (see :mod:`statesync.codec`), so a later
+    #: version may add such a field without breaking readers of this one. Every other field
+    #: is one a reader must know: an unknown one is refused.
+    tagged_fields: ClassVar[frozenset[str]] = frozenset()
+
+    #: Version of this type's meaning, written with it in format 3: raise it when an update's
+    #: fields stay but what applying it does changes, so that older readers refuse it
+    #: instead of applying it wrongly.
+    wire_version: ClassVar[int] = 1
+
     #: Whether an entry holding this update signals the log's wake stream (see
     #: :class:`~statesync.names.KeyLayout`): followers that only act on some changes block
     #: there instead of on the log, so frequent updates nobody reacts to (progress records)

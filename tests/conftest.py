@@ -115,6 +115,18 @@ def private_redis() -> Iterator[LocalRedisServer]:
 
 
 @pytest.fixture
+def private_valkey() -> Iterator[LocalRedisServer]:
+    """A persistent (``appendonly yes``) Valkey of this test's own, whatever server the suite
+    runs on: for what needs Redis/Valkey 7.2+ (``acks=fsync``: WAITAOF)."""
+    try:
+        binary = matrix_server_binary("valkey")
+        with local_redis_server(persistent=True, binary=binary) as server:
+            yield server
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"the embedded Valkey is required: {exc}", pytrace=False)
+
+
+@pytest.fixture
 def unique_name() -> str:
     """A synchronizer name no other test (or earlier run on a shared REDIS_URL) uses."""
     return f"test-{uuid.uuid4().hex[:12]}"
@@ -175,7 +187,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         params = getattr(item, "callspec", None)
-        uses_redis = bool(names & {"redis_url", "redis_handle", "private_redis"}) or (
+        uses_redis = bool(
+            names & {"redis_url", "redis_handle", "private_redis", "private_valkey", "each_server"}
+        ) or (
             params is not None
             and "redis" in (params.params.get("backend"), params.params.get("connection"))
         )

@@ -15,6 +15,7 @@ PURE_MODULES = [
     "statesync/config.py",
     "statesync/errors.py",
     "statesync/names.py",
+    "statesync/redaction.py",
     "statesync/replica.py",
     "statesync/retry.py",
     "statesync/status.py",

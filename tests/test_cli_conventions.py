@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from readergroup import EventStreamClientFactory, UTF8StringSerializer
+from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.spark.options import SourceOptions
 from tests.support.cli import as_json, cli, refused, setup_group
 from tests.support.waiting import wait_until
@@ -93,6 +94,7 @@ def test_describe_members_state_and_group_and_scope_lists(redis_url: str, scope:
         assert members[0]["client"] == f"{socket.gethostname()}/{os.getpid()}"
         assert len(members[0]["segments"]) == 2 and members[0]["stale"] is False
         assert members[0]["heartbeat_age_ms"] is not None and members[0]["generation"] >= 1
+        assert members[0]["log_format"] == NEWEST_FORMAT  # a reader of this version
         table = cli(redis_url, "group", "describe", group, "--members").stdout
         assert "host/pid" in table and "online" in table
         listed = as_json(redis_url, "group", "list", scope)["groups"]

@@ -3,13 +3,8 @@ prometheus_client's own parser; and the library hook in an application's registr
 
 from __future__ import annotations
 
-import os
-import queue
 import re
 import signal
-import subprocess
-import sys
-import threading
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +18,7 @@ from readergroup.admin.metrics import register_metrics
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES
 from readergroup.core.names import group_sync_name
 from readergroup.storage.connection import RedisConnection
-from tests.support.cli import ROOT, as_json, cli
+from tests.support.cli import Service, as_json, cli
 from tests.support.waiting import wait_until
 
 
@@ -42,45 +37,14 @@ def value(scraped: dict[Any, float], name: str, **labels: str) -> float:
 
 @pytest.fixture
 def endpoint(redis_url: str, scope: str) -> Iterator[str]:
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "readergroup.cli",
-            "metrics",
-            "serve",
-            "--port",
-            "0",
-            "--addr",
-            "127.0.0.1",
-            "--scope",
-            scope,
-        ],
-        env={**os.environ, "REDIS_URL": redis_url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(
-        target=lambda: [lines.put(x) for x in server.stdout or []], daemon=True
-    ).start()
-    found: list[str] = []
-
-    def serving() -> bool:
-        while not lines.empty():
-            found.extend(re.findall(r"http://\S+/metrics", lines.get()))
-        assert server.poll() is None, server.communicate()
-        return bool(found)
-
+    args = ["metrics", "serve", "--port", "0", "--addr", "127.0.0.1", "--scope", scope]
+    server = Service(redis_url, *args)
     try:
-        wait_until(serving, what="the metrics endpoint")
-        yield found[0]
+        wait_until(lambda: server.printed("/metrics"), what="the metrics endpoint")
+        yield re.findall(r"http://\S+/metrics", "".join(server.stdout))[0]
     finally:
-        server.send_signal(signal.SIGINT)
-        _, stderr = server.communicate(timeout=30)
-        assert server.returncode == 0 and "Traceback" not in stderr, stderr
+        code = server.stop(signal.SIGINT)
+        assert code == 0 and "Traceback" not in "".join(server.stderr), server.stderr
 
 
 def scrape(url: str) -> dict[Any, float]:

@@ -6,6 +6,7 @@ import contextlib
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import ClassVar
 
 import msgpack
 import pytest
@@ -13,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from readergroup import JsonSerializer, SerializationError
-from statesync import EncodeError
-from statesync.codec import MAX_EXT_DEPTH, Codec, TypeRegistry
+from statesync import EncodeError, Update
+from statesync.codec import FORMAT_VERSION, MAX_EXT_DEPTH, Codec, TypeRegistry
 from statesync.errors import DecodeError, UnknownTypeError
 from tests.support.hostile import hostile_entry
 from tests.support.model import Add, Put
@@ -116,9 +117,72 @@ def test_unknown_type_names_are_reported_as_unknown() -> None:
 
 
 def test_newer_format_versions_are_refused() -> None:
-    payload = msgpack.packb({"v": 3, "w": "w", "u": []})
-    with pytest.raises(DecodeError, match="format version 3"):
+    payload = msgpack.packb({"v": FORMAT_VERSION + 1, "w": "w", "u": []})
+    with pytest.raises(DecodeError, match=f"format version {FORMAT_VERSION + 1}"):
         CODEC.decode_entry(1, 0, payload)
+
+
+@dataclass(frozen=True)
+class Move(Update):
+    """An update with a tagged field (``note``), as a later version might add one."""
+
+    tagged_fields: ClassVar[frozenset[str]] = frozenset({"note"})
+
+    key: str
+    note: str = ""
+
+    def apply_to(self, state: object) -> object:
+        return state
+
+
+TAGGED = Codec(TypeRegistry([Move, Add]))
+
+
+def tagged_entry(fields: dict[str, object], tagged: dict[str, object], version: int = 1) -> bytes:
+    """An entry of one ``Move`` written as extension 5, fields as given."""
+    payload = msgpack.packb(["Move", version, fields, tagged], use_bin_type=True)
+    return msgpack.packb({"v": 3, "w": "w", "u": [msgpack.ExtType(5, payload)]}, use_bin_type=True)
+
+
+def test_entries_for_older_readers_hold_no_tagged_update() -> None:
+    """Below format 3 an entry is what earlier versions wrote (and read): frame version 1,
+    each update's fields by name; at 3 its updates are tagged (frame version 3). Both decode
+    to the same updates."""
+    updates = [Move("a", "why"), Add(2)]
+    for version, frame in ((2, 1), (3, 3)):
+        payload = TAGGED.encode_entry("w", updates, version=version)
+        body = msgpack.unpackb(payload, raw=False)
+        assert body["v"] == frame
+        assert {ext.code for ext in body["u"]} == ({2} if frame == 1 else {5})
+        assert list(TAGGED.decode_entry(1, 0, payload).updates) == updates
+
+
+def test_a_tagged_field_at_its_default_is_left_out() -> None:
+    body = msgpack.unpackb(TAGGED.encode_entry("w", [Move("a")]), raw=False)
+    assert msgpack.unpackb(body["u"][0].data, raw=False) == ["Move", 1, {"key": "a"}, {}]
+
+
+def test_unknown_tagged_fields_are_dropped() -> None:
+    """A later version's tagged field this version does not know: skipped."""
+    entry = tagged_entry({"key": "a"}, {"note": "n", "added_later": [1, 2]})
+    assert TAGGED.decode_entry(1, 0, entry).updates == (Move("a", "n"),)
+
+
+def test_unknown_ordinary_fields_and_newer_type_versions_are_refused() -> None:
+    with pytest.raises(DecodeError, match=r"\['added_later'\].*newer version"):
+        TAGGED.decode_entry(1, 0, tagged_entry({"key": "a", "added_later": 1}, {}))
+    with pytest.raises(DecodeError, match="type version 2, newer than this version's 1"):
+        TAGGED.decode_entry(1, 0, tagged_entry({"key": "a"}, {}, version=2))
+    with pytest.raises(DecodeError, match="cannot build Move"):
+        TAGGED.decode_entry(1, 0, tagged_entry({}, {"note": "n"}))
+    with pytest.raises(DecodeError, match="tagged payload is not"):
+        TAGGED.decode_entry(
+            1,
+            0,
+            msgpack.packb(
+                {"v": 3, "w": "w", "u": [msgpack.ExtType(5, msgpack.packb(["Move", 1]))]}
+            ),
+        )
 
 
 def test_wrong_fields_for_a_registered_type_are_corrupt() -> None:

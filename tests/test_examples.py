@@ -43,9 +43,11 @@ def test_spark_pipeline_example(redis_url: str) -> None:
 
 
 def test_the_demo_main_job_in_short_mode(redis_url: str) -> None:
+    """Piped (as ``make demo | tee``), under a narrow terminal's COLUMNS: nothing is cut, and
+    it ends without a warning (issue 32 item 6)."""
     done = subprocess.run(
         [sys.executable, "-m", "readergroup.demo", "--seconds", "6"],
-        env={**os.environ, "REDIS_URL": redis_url, "COLUMNS": "120"},
+        env={**os.environ, "REDIS_URL": redis_url, "COLUMNS": "60"},
         capture_output=True,
         text=True,
         timeout=240,
@@ -54,6 +56,9 @@ def test_the_demo_main_job_in_short_mode(redis_url: str) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "VERIFIED" in done.stdout and "keys out of order within an ownership" in done.stdout
+    assert "…" not in done.stdout and "heartbeat age s" in done.stdout, done.stdout
+    assert any(line.startswith("verified summary") for line in done.stdout.splitlines())
+    assert "unsealed" not in done.stderr and "WARNING" not in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(
@@ -63,6 +68,7 @@ def test_the_demo_main_job_in_short_mode(redis_url: str) -> None:
         ("multiprocess_consumer.py", ["--consumers", "2", "--events", "600"], "VERIFIED"),
         ("spark_batch.py", [], "VERIFIED"),
         ("cli_tour.py", [], "VERIFIED"),
+        ("exactly_once_sqlite.py", ["--events", "3000"], "EXACTLY ONCE"),
     ],
 )
 def test_every_example_runs(redis_url: str, script: str, args: list[str], expect: str) -> None:

@@ -106,8 +106,8 @@ def test_replicas_mode_without_enough_replicas_fails_retriably_and_never_doubles
     assert stream_length(private_redis.url) == 1  # landed on the primary once, re-sent as dups
 
 
-def test_fsync_mode_waits_for_the_append_only_file(private_redis: LocalRedisServer) -> None:
-    assert write_one(private_redis.url, ClientConfig(acks="fsync")).offset == 0
+def test_fsync_mode_waits_for_the_append_only_file(private_valkey: LocalRedisServer) -> None:
+    assert write_one(private_valkey.url, ClientConfig(acks="fsync")).offset == 0
 
 
 def test_fsync_mode_without_an_append_only_file_is_a_clear_error(redis_url: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from readergroup.core.group_state import ReaderRecord
 from readergroup.core.membership import HeartbeatStore
 from readergroup.core.names import group_sync_name
 from readergroup.storage.connection import RedisConnection
@@ -62,6 +63,17 @@ def test_registered_clients_are_kept_until_the_group_is_deleted(beats: Any) -> N
     assert beats.clients() == {"r1": "host/2"}
     beats.delete()
     assert beats.clients() == {} and beats.beat("", 0)[1] == {}
+
+
+def test_announced_formats_are_withdrawn_by_generation(beats: Any) -> None:
+    beats.announce(ReaderRecord("r1", 2, 100), 3)
+    beats.announce(ReaderRecord("r2", 1, 200), 3)
+    assert beats.announcements() == {"r1": (2, 100, 3), "r2": (1, 200, 3)}
+    beats.withdraw("r1", 1)  # an older incarnation's removal keeps the newer one's
+    beats.withdraw("r2", 1)
+    assert beats.announcements() == {"r1": (2, 100, 3)}
+    beats.delete()
+    assert beats.announcements() == {}
 
 
 def test_one_renewal_per_interval_lists_every_heartbeat(beats: HeartbeatStore) -> None:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from readergroup import (
+    LegacyLayoutError,
     ReaderGroupConfig,
     ReaderGroupManager,
     RetentionManager,
     ScopeNotFoundError,
     StreamManager,
 )
+from readergroup.admin.group_manager import join_group
 from readergroup.cli import main
 from readergroup.core import catalog
 from readergroup.core.names import LEGACY_CATALOG_SYNC_NAME, SCOPES_SYNC_NAME, catalog_sync_name
@@ -79,3 +82,44 @@ def test_migrate_moves_the_shared_catalog_once(private_redis: Any) -> None:
         assert rgm.list_reader_groups() == ["cross", "g"]
     again = runner.invoke(main, ["admin", "migrate", "--redis-url", url])
     assert again.exit_code == 0 and "nothing to migrate" in again.output
+
+
+def test_migrate_is_refused_while_a_reader_of_an_older_version_is_online(
+    private_redis: Any,
+) -> None:
+    """Readers of versions before per-scope catalogs find their group through the old one:
+    the migration names the online readers that announced no current log format and stops,
+    unless forced; readers of this version are not named."""
+    url = private_redis.url
+    old_layout(url, "m1", "m2")
+    connection = RedisConnection.from_url(url)
+    old, _ = join_group(connection, "m1", "g", "old-reader")
+    old.heartbeats.withdraw("old-reader", old.generation)  # as a previous version leaves it
+    join_group(connection, "m1", "g", "new-reader")
+    runner = CliRunner()
+    refused = runner.invoke(main, ["admin", "migrate", "--redis-url", url])
+    assert refused.exit_code != 0
+    assert "OlderReadersOnlineError" in refused.output and "m1/g: old-reader" in refused.output
+    assert "new-reader" not in refused.output
+    with StreamManager.from_url(url) as sm, pytest.raises(ScopeNotFoundError):
+        sm.list_streams("m1")  # nothing was migrated
+    plan = runner.invoke(main, ["admin", "migrate", "--dry-run", "--json", "--redis-url", url])
+    assert json.loads(plan.output)["older_readers_online"] == {"m1/g": ["old-reader"]}
+    forced = runner.invoke(main, ["admin", "migrate", "--force", "--redis-url", url])
+    assert forced.exit_code == 0 and "migrated 2 scopes" in forced.output
+    connection.close()
+
+
+def test_scope_list_on_the_old_layout_says_to_migrate(private_redis: Any) -> None:
+    url = private_redis.url
+    old_layout(url, "m1", "m2")
+    with StreamManager.from_url(url) as sm, pytest.raises(LegacyLayoutError, match="migrate"):
+        sm.list_scopes()
+    runner = CliRunner()
+    for extra in ([], ["--json"]):
+        listed = runner.invoke(main, ["scope", "list", "--redis-url", url, *extra])
+        assert listed.exit_code == 1, listed.output
+        assert "readergroup admin migrate" in listed.output and "LegacyLayoutError" in listed.output
+    assert runner.invoke(main, ["admin", "migrate", "--redis-url", url]).exit_code == 0
+    listed = runner.invoke(main, ["scope", "list", "--redis-url", url, "--json"])
+    assert listed.exit_code == 0 and '"m1"' in listed.output and '"m2"' in listed.output

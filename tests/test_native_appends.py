@@ -24,6 +24,7 @@ from readergroup.admin import acl
 from readergroup.core.errors import AckTimeoutError, WrongKeyTypeError
 from readergroup.storage import native_append, segment_status
 from readergroup.storage.native_append import MIN_EVENTS
+from readergroup.storage.scripts import script_source
 from readergroup.storage.segment_records import AppendBatch
 from readergroup.testing.embedded_redis import LocalRedisServer
 from tests.test_ha_acks import replicated  # noqa: F401 (a fixture)
@@ -64,6 +65,7 @@ def test_a_bulk_round_lands_natively_with_the_scripts_entries(redis_url: str, sc
     with StreamManager.from_url(redis_url) as sm:
         sm.create_stream(scope, "native")
         sm.create_stream(scope, "script")
+    client.script_load(script_source("append_events"))  # no NOSCRIPT reply in the count
     with EventStreamClientFactory.from_url(scope, redis_url) as factory:
         segments = factory.connection.segments
         exec_before, eval_before = calls(client, "exec"), calls(client, "evalsha")

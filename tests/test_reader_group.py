@@ -123,13 +123,15 @@ def test_per_key_order_within_a_reader(
     assert all(seq == sorted(seq) for seq in by_key.values()) and len(events) == 300
 
 
-def test_a_second_live_reader_with_the_same_id_is_refused_and_rejoins_later(
+def test_without_takeover_a_second_live_reader_with_the_same_id_is_refused(
     connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
 ) -> None:
     make_group(connection, scope, **FAST)
     first = factory.create_reader("same", "billing", UTF8StringSerializer())
-    with pytest.raises(ReaderAlreadyOnlineError, match="already online"):
-        factory.create_reader("same", "billing", UTF8StringSerializer())
+    with pytest.raises(ReaderAlreadyOnlineError, match=r"already online.*takeover=True"):
+        factory.create_reader(
+            "same", "billing", UTF8StringSerializer(), ReaderConfig(takeover=False)
+        )
     first.close()
     again = factory.create_reader("same", "billing", UTF8StringSerializer())  # static membership
     assert again.generation > first.generation

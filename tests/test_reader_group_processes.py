@@ -232,3 +232,62 @@ def test_a_paused_reader_is_fenced_and_cannot_commit_after_it_resumes(cluster: C
     assert report["commit"] == "refused: ReaderNotInGroupError"
     assert "session" in report["reason"] or "removed" in report["reason"]
     assert cluster.sizes() == {"steady": 8}
+
+
+@pytest.mark.long
+def test_a_rolling_restart_under_the_same_ids_moves_no_segment(
+    redis_url: str, scope: str, tmp_path: Path
+) -> None:
+    """Kafka's bounce test with static membership: every reader of the group, in turn, is
+    SIGKILLed and restarted under its own id within a second while a writer writes. No segment
+    is ever read by another reader id, nothing is lost, and only events after each killed
+    reader's last commit come again (auto commits every 0.2 s)."""
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(8)))
+    timing = {**TIMING, "session_timeout": 10.0, "heartbeat_interval": 1.0}
+    with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+        rgm.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"], **timing))
+    cluster = Cluster(redis_url, scope, tmp_path)
+    pauses: list[float] = []
+    try:
+        for i in range(4):
+            cluster.start(f"r{i}")
+        wait_until(lambda: cluster.balanced(4, 8), what="balance")
+        owners = {
+            tuple(s): r for r, segs in cluster.group.get_segment_distribution().assigned.items()
+            for s in segs
+        }  # fmt: skip
+        with Writer(cluster.url, cluster.scope) as writer:
+            wait_until(lambda: len(cluster.events()) > 500, what="reading under way")
+            for i in range(4):
+                name = f"r{i}"
+                cluster.procs[name].send_signal(signal.SIGKILL)
+                cluster.procs[name].wait(10)
+                killed_at = time.time()
+                cluster.start(name)  # a supervisor restarts it under its own id at once
+                wait_until(
+                    lambda name=name, at=killed_at: any(  # type: ignore[misc]
+                        e["r"] == name and e["w"] > at for e in cluster.events()
+                    ),
+                    what=f"{name} reading again",
+                )
+                first = min(
+                    e["w"] for e in cluster.events() if e["r"] == name and e["w"] > killed_at
+                )
+                pauses.append(first - killed_at)
+                distribution = cluster.group.get_segment_distribution().assigned
+                now = {tuple(s): r for r, segs in distribution.items() for s in segs}
+                assert now == owners  # nobody else took any segment over
+            after = len(writer.written)
+            wait_until(lambda: len(writer.written) > after + 500, what="writing after")
+        written = set(writer.written)
+        wait_until(lambda: written <= {e["e"] for e in cluster.events()}, what="every event read")
+        events = [e for e in cluster.events() if "e" in e]
+        for e in events:
+            assert owners[(e["s"], e["g"])] == e["r"], e  # each segment read by one reader id
+        delivered = [e["e"] for e in events]
+        duplicates = len(delivered) - len(set(delivered))
+        print(f"bounce: pauses {[round(p, 2) for p in pauses]} s, {duplicates} duplicates "
+              f"of {len(set(delivered))} events")  # fmt: skip
+    finally:
+        cluster.stop_all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import defaultdict
@@ -483,10 +484,11 @@ def test_completing_scales_reads_only_what_the_newest_epoch_changed(
 
 
 def test_a_seal_interrupted_after_an_interrupted_scale_is_completed(
-    manager: StreamManager, redis_url: str, scope: str
+    manager: StreamManager, redis_url: str, scope: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A scale and then a stream seal both die before sealing in Redis: completing the scales
-    seals the scale's predecessor and the successors the seal marked sealed."""
+    seals the scale's predecessor and the successors the seal marked sealed, with a warning
+    naming the scale as the cause."""
     manager.create_stream(scope, "s")
     with StreamManager.from_url(redis_url) as crashing:
         crashing.connection.segments.seal_segments = lambda *_: 1 / 0  # type: ignore[method-assign]
@@ -497,5 +499,7 @@ def test_a_seal_interrupted_after_an_interrupted_scale_is_completed(
     every = sorted(manager.stream_state(scope, "s").segments)
     assert len(every) == 3
     assert not any(s.sealed for s in manager.segment_states(scope, "s", [0]).values())
+    caplog.set_level(logging.WARNING, logger="readergroup.admin.stream_manager")
     manager.complete_scales(scope, "s")
     assert all(s.sealed for s in manager.segment_states(scope, "s", every).values())
+    assert f"sealing 1 segment ({scope}/s/0) left unsealed by a scale" in caplog.text

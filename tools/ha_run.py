@@ -98,8 +98,12 @@ class HaRun:
         group: dict[str, Any] | None = None,
         pause: float = 0.01,
         fresh_writer: bool = False,
+        audit_url: str | None = None,
     ) -> None:
         self.url, self.scope, self.keys, self.pause = url, scope, keys, pause
+        self.audit_url = audit_url or url
+        """Where the segments are read back after the run (a cluster URL naming live nodes
+        when the node ``url`` names was killed)."""
         self.segments = segments
         self.client = client or ClientConfig()
         self.reader_client = reader_client or ClientConfig(
@@ -242,7 +246,7 @@ class HaRun:
 
     def _stored(self) -> dict[tuple[int, int], str]:
         out = {}
-        with EventStreamClientFactory.from_url(self.scope, self.url, self.client) as factory:
+        with EventStreamClientFactory.from_url(self.scope, self.audit_url, self.client) as factory:
             batch = factory.create_batch_client()
             for segment in range(self.segments):
                 for events in batch.read_segment("s", segment, fail_on_data_loss=False):

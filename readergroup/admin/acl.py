@@ -39,7 +39,8 @@ ROLES = ("writer", "reader", "admin", "operator")
 
 # What the library sends for each capability (redis-py's own commands, and what each Lua
 # script calls). Kept as small sets so a role is the union of what its calls need.
-_CONNECT = {"hello", "client|setinfo", "time", "info|memory"}  # INFO memory: maxmemory-policy
+_CONNECT = {"hello", "time", "info|memory"}  # HELLO: server version; INFO memory: eviction
+# (no CLIENT SETINFO: the library does not send it, so one set of rules fits Redis 7.0 too)
 _SCRIPTS = {"evalsha", "evalsha_ro", "script|load"}
 _PIPELINED_SCRIPTS = {"script|exists"}  # redis-py checks a pipeline's scripts first
 _STATE_READ = {"hget", "hmget", "xrange", "hstrlen"}  # statesync read.lua
@@ -55,7 +56,7 @@ _SEGMENT_APPEND = {"hget", "hmget", "hset", "time", "xadd", "info|server"}  # ap
 _SEGMENT_APPEND |= {"watch", "unwatch", "multi", "exec", "type"}  # storage/native_append.py
 _SEGMENT_SEAL = {"exists", "hget", "hmget", "hset", "hdel"}  # seal/open_segment.lua
 _SEGMENT_ADMIN = {"hsetnx", "xtrim", "del"}  # create, truncate_segment.lua, delete
-_HEARTBEATS = {"hget", "hgetall", "hset", "time", "hdel"}  # heartbeat.lua (beat, claim, forget)
+_HEARTBEATS = {"hget", "hmget", "hgetall", "hset", "time", "hdel", "hlen"}  # heartbeat.lua
 _SUBSCRIBERS = {"hset", "hdel", "hgetall"}  # publish, unsubscribe, retention
 _STAGING = {"rpush", "expire", "lrange", "del", "hexists", "hget", "hmget", "hset", "xadd"}
 _STAGING |= {"info|server"}  # commit_staged.lua's epoch.lua
@@ -67,6 +68,7 @@ _WRITER_STAGING = {"rpush", "expire", "lrange", "del", "hexists"}  # selector: s
 _READER = (
     _CONNECT
     | _SCRIPTS
+    | _PIPELINED_SCRIPTS  # seal_segment after a split, pipelined
     | _STATE_READ
     | _STATE_WAIT
     | _STATE_APPEND
@@ -215,7 +217,7 @@ def default_user(role: str, scope: str | None) -> str:
 
 
 def markdown_table(scope: str = "S", prefix: str = "rg") -> str:
-    """The README's table of roles: keys, commands, what each can and cannot do."""
+    """The roles table of docs/guides/security.md: keys, commands, what each can and cannot do."""
     lines = ["| role | keys | commands | can | cannot |", "|---|---|---|---|---|"]
     for role in ROLES:
         r = rules(role, None if role == "operator" else scope, prefix)

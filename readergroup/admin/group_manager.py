@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from readergroup.admin.group_member import GroupMember
 from readergroup.admin.group_positions import cuts_by_stream, resolve_group, resolve_start
 from readergroup.admin.stream_manager import StreamManager
-from readergroup.core import catalog, reset_planning
+from readergroup.core import catalog, planning, reset_planning
 from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
@@ -42,6 +42,7 @@ from readergroup.core.group_state import (
     new_group,
 )
 from readergroup.core.group_view import MemberView, group_state_word, members_of
+from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.core.membership import Plan, plan_remove
 from readergroup.core.names import group_sync_name, validate_name
 from readergroup.core.stream_cut import StreamCut
@@ -171,11 +172,31 @@ class ReaderGroup:
         return sorted(self.refresh().readers)
 
     def members(self) -> list[MemberView]:
-        """Every member with its segments, ``host/pid`` and heartbeat age (server clock);
-        ``stale`` marks those whose heartbeat is older than the session timeout."""
+        """Every member with its segments, ``host/pid``, heartbeat age (server clock) and the
+        log format it announced (an older version's is lower); ``stale`` marks those whose
+        heartbeat is older than the session timeout."""
         state = self.refresh()
         now, beats = self.heartbeats.beat("", 0)
-        return members_of(state, beats, self.heartbeats.clients(), now)
+        clients, announced = self.heartbeats.clients(), self.heartbeats.announcements()
+        return members_of(state, beats, clients, now, announced)
+
+    def older_readers_online(self) -> list[str]:
+        """The online members running a version older than this one (they announced an older
+        log format, or none), sorted."""
+        return sorted(
+            m.reader for m in self.members() if not m.stale and m.log_format < NEWEST_FORMAT
+        )
+
+    def compact_log(self) -> int:
+        """Snapshot the group's log at its head; return that revision. A reader joining reads
+        the log from its newest snapshot, which every supported version reads: stop every
+        reader of the group, compact, and readers of the previous version can join although
+        entries of a newer log format were written (the last reader to leave does this itself;
+        this is for readers that crashed)."""
+        self.refresh()
+        with translate_errors("compact the group log"):
+            self.sync.compact()
+        return self.sync.revision
 
     def missing_streams(self) -> list[str]:
         """The streams the group reads that no longer exist."""
@@ -440,13 +461,13 @@ class ReaderGroup:
         state = self.refresh()
         now = self._connection.server_time_ms()
         owners = {s: a.reader for s, a in state.assigned.items()}
-        wanted = {**dict.fromkeys(state.future, 0), **state.positions()}
         by_stream: dict[str, dict[int, int]] = {}
-        for (scoped, segment), position in wanted.items():
+        for (scoped, segment), position in state.positions().items():
             by_stream.setdefault(scoped, {})[segment] = position
         rows: list[SegmentLag] = []
-        for scoped, positions in sorted(by_stream.items()):
+        for scoped, known in sorted(by_stream.items()):
             scope, _, stream = scoped.partition("/")
+            positions = self._still_to_read(state, scoped, known)
             probe = self._connection.segments.lag_probe(scope, stream, positions)
             for segment, position in sorted(positions.items()):
                 tail, size, byte_at, server_at = probe[segment]
@@ -467,6 +488,24 @@ class ReaderGroup:
             if row.reader is not None:
                 readers[row.reader] = readers.get(row.reader, Lag()) + row.lag
         return GroupMetrics(now, rows, readers, total)
+
+    def _still_to_read(
+        self, state: GroupState, scoped: str, known: Mapping[int, int]
+    ) -> dict[int, int]:
+        """Every segment of ``scoped`` the group has yet to read, from where it will start:
+        the ``known`` positions, and the successors it reaches later (waiting for their
+        predecessors or not named by the group yet, as after a reset to before a scale) from
+        their heads, up to the group's end cut if it has one."""
+        scope, _, stream = scoped.partition("/")
+        try:
+            metadata = self._streams.stream_state(scope, stream)
+        except StreamNotFoundError:  # deleted: only what the group names (all of it gone)
+            return {**{s: 0 for (k, s) in state.future if k == scoped}, **known}
+        end = None
+        if state.end is not None:
+            end = {s: o for (k, s), o in state.end.items() if k == scoped}
+        ranges = planning.plan_ranges(metadata, known, end, {})
+        return {**{r.segment: r.start for r in ranges}, **known}
 
     # -- notifications ----------------------------------------------------------------------
     def watch(

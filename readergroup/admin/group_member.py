@@ -30,9 +30,10 @@ from readergroup.core.balance import (
     expired_readers,
     next_expiry_ms,
 )
-from readergroup.core.errors import ReaderNotInGroupError
-from readergroup.core.group_state import Assignment, GroupState, SegKey
+from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError
+from readergroup.core.group_state import Assignment, GroupState, ReaderRecord, SegKey
 from readergroup.core.liveness import ExpiryGuard
+from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.core.membership import (
     HeartbeatStore,
     plan_ack_checkpoint,
@@ -45,6 +46,7 @@ from readergroup.core.membership import (
     plan_remove,
     plan_rewind,
 )
+from readergroup.storage.translate import translate_errors
 from statesync import LogRegressedError, StateSynchronizer
 
 logger = logging.getLogger(__name__)
@@ -176,37 +178,72 @@ class GroupMember:
     def join(self, *, takeover: bool = False) -> int:
         """Become an online member; return the new generation.
 
-        A previous incarnation with this id that stopped beating is removed first (its
-        segments return at their committed positions); a live one is an error, unless
-        ``takeover``: then it is removed all the same, in the same conditional update, which
-        fences its generation (its commits and moves fail from then on). For a retried task
-        that replaces a dead incarnation whose heartbeat has not expired yet.
+        A previous incarnation with this id is replaced, in the same conditional update, when
+        it stopped beating, when ``takeover`` (static membership: a restart under the same
+        id), or when it is this member's own earlier generation (a rejoin after being
+        fenced): that fences its generation (its commits and moves fail from then on) and
+        its segments go to the new generation at their committed positions, so nobody else
+        moves. Without ``takeover`` a live other incarnation is refused
+        (ReaderAlreadyOnlineError); a newer one than this member's own raises
+        ReaderReplacedError (another process took the id over: this one stops).
         """
-        if takeover:
-            logger.info("reader %r joins taking over any incarnation online", self.reader_id)
+        own = self.generation if self._joined else None
         try:
-            return self._join(replace_own=takeover)
+            return self._join(replace_own=takeover, own_generation=own)
         except LogRegressedError:
             self.sync.resync()
-            return self._join(replace_own=takeover)
+            return self._join(replace_own=takeover, own_generation=own)
 
-    def _join(self, *, replace_own: bool) -> int:
-        """Join; ``replace_own``: a record under this id is this member's own, left behind by a
-        regressed log, and is replaced whatever its heartbeat says."""
+    def _join(self, *, replace_own: bool, own_generation: int | None = None) -> int:
+        """Join; ``replace_own``: a record under this id is replaced whatever its heartbeat
+        says; ``own_generation``: this member's earlier generation (see :meth:`join`)."""
         now, beats = self.heartbeats.beat("", 0)
         self.server_ms = now
         me = self.reader_id
         self.sync.fetch_updates()
+        before = self.sync.state.readers.get(me)
+        taken = sorted(self.sync.state.owned_by(me)) if before is not None else []
         self.sync.update_state(
-            plan_join(me, beats, now, self._session_timeout_ms, replace_own=replace_own)
+            plan_join(
+                me,
+                beats,
+                now,
+                self._session_timeout_ms,
+                replace_own=replace_own,
+                own_generation=own_generation,
+            )
         )
-        self.generation = self.sync.state.readers[me].generation
+        record = self.sync.state.readers[me]
+        self.generation = record.generation
         self._joined = True
+        if before is not None:
+            logger.info(
+                "reader %r replaced its incarnation of generation %d, taking over %s",
+                me,
+                before.generation,
+                segments_text(taken) or "no segments",
+            )
         # the join was decided on fresh state, so whatever heartbeat is stored under this id is
         # stale (even of a higher generation, should a regressed log have reused numbers)
         self.heartbeats.beat(me, self.generation, claim=True)
         logger.info("reader %r joined %s as generation %d", me, self.sync.name, self.generation)
+        self._announce_format(record)
         return self.generation
+
+    def _announce_format(self, record: ReaderRecord) -> None:
+        """Announce the newest log format this version reads (see
+        :mod:`~readergroup.core.log_format`); until it is, the group keeps writing the older
+        format, which this version reads too."""
+        try:
+            self.heartbeats.announce(record, NEWEST_FORMAT)
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %r could not announce its log format; the group's log stays in the "
+                "older format while it is a member: %s",
+                self.reader_id,
+                exc,
+                exc_info=exc,
+            )
 
     @_recovers
     def heartbeat(self, *, judge: bool = False) -> Liveness:
@@ -287,7 +324,18 @@ class GroupMember:
         )
         if removed is not None:
             self.heartbeats.forget(reader_id, generation)
+            self._withdraw_format(reader_id, generation)
         return removed is not None
+
+    def _withdraw_format(self, reader_id: str, generation: int) -> None:
+        """Drop a removed member's announcement (best effort: a stale one is ignored anyway,
+        being of an older generation)."""
+        try:
+            self.heartbeats.withdraw(reader_id, generation)
+        except ReaderGroupError as exc:
+            logger.warning(
+                "could not drop reader %r's announced log format: %s", reader_id, exc, exc_info=exc
+            )
 
     @_recovers
     def leave(
@@ -309,7 +357,27 @@ class GroupMember:
             logger.info(
                 "reader %r (generation %d) left %s", self.reader_id, self.generation, self.sync.name
             )
+            if not self.sync.state.readers:
+                self._compact_emptied_group()
         return left
+
+    def _compact_emptied_group(self) -> None:
+        """Snapshot the log of a group this reader left empty: a reader joining reads the log
+        from its newest snapshot, which every version reads (see
+        :mod:`~readergroup.core.log_format`), so stopping every reader of a group then starting
+        readers of the previous version works even after entries of a newer format. Best
+        effort: on failure such readers are refused (typed) until the next compaction."""
+        try:
+            with translate_errors("compact the group log"):
+                self.sync.compact()
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %r left %s empty but could not compact its log: %s",
+                self.reader_id,
+                self.sync.name,
+                exc,
+                exc_info=exc,
+            )
 
     @_recovers
     def rebalance(

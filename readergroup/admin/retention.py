@@ -135,8 +135,20 @@ class RetentionManager:
             return None
         candidates: list[Mapping[int, int]] = [self._limit_cut(state, policy)]
         if policy.consumption_based:
-            for cut in self.subscriber_cuts(scope, stream).values():
+            for name, cut in self.subscriber_cuts(scope, stream).items():
                 if cut is None:
+                    return None
+                unknown = sorted(set(cut.positions) - set(state.segments))
+                if unknown:  # e.g. published for an older stream of this name
+                    logger.warning(
+                        "retention of %s/%s: subscriber %s's cut names segments %s the stream "
+                        "does not have; nothing is deleted until it publishes a cut of this "
+                        "stream (or unsubscribes)",
+                        scope,
+                        stream,
+                        name,
+                        unknown,
+                    )
                     return None
                 candidates.append(dict(cut.positions))
         point = meet(state, candidates)

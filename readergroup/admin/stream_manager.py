@@ -37,6 +37,8 @@ from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
     DataLostError,
     InvalidStreamCutError,
+    LegacyLayoutError,
+    NoLegacyCatalogError,
     ScaleConflictError,
     ScopeNotEmptyError,
     ScopeNotFoundError,
@@ -45,6 +47,7 @@ from readergroup.core.errors import (
     StreamNotSealedError,
 )
 from readergroup.core.names import (
+    LEGACY_CATALOG_SYNC_NAME,
     SCOPES_SYNC_NAME,
     catalog_sync_name,
     stream_sync_name,
@@ -70,7 +73,7 @@ from readergroup.storage.connection import RedisConnection
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import SegmentState
-from readergroup.storage.translate import missing_as, translate_errors
+from readergroup.storage.translate import fetch_state, missing_as, translate_errors
 from statesync import Decision, StateSynchronizer
 
 log = logging.getLogger(__name__)
@@ -292,8 +295,21 @@ class StreamManager(Closing):
         return unlisted or exists
 
     def list_scopes(self) -> list[str]:
-        """Every scope (an operator action: scope roles cannot enumerate other scopes)."""
-        return sorted(catalog.listed_scopes(self._load_scope_list()))
+        """Every scope (an operator action: scope roles cannot enumerate other scopes).
+        Raises LegacyLayoutError while the old shared catalog is there (its scopes are listed
+        only once ``readergroup admin migrate`` has moved them)."""
+        scopes = sorted(catalog.listed_scopes(self._load_scope_list()))
+        legacy = self._connection.synchronizer(
+            LEGACY_CATALOG_SYNC_NAME, catalog.LEGACY_UPDATE_TYPES
+        )
+        try:
+            fetch_state(legacy, lambda: NoLegacyCatalogError("no old catalog"), "list scopes")
+        except NoLegacyCatalogError:
+            return scopes
+        raise LegacyLayoutError(
+            "Redis holds data written before per-scope catalogs (the old shared catalog): run "
+            "`readergroup admin migrate` once, as the operator role, to list its scopes"
+        )
 
     def list_streams(self, scope: str) -> list[str]:
         return sorted(catalog.streams_of(self.catalog(scope)))
@@ -500,7 +516,7 @@ class StreamManager(Closing):
             return [SealStream(now)], True
 
         changed = self._update(scope, stream, seal)
-        self._complete_seals(self.stream_state(scope, stream))
+        complete_scale_seals(self._connection, self.stream_state(scope, stream), repair=False)
         if changed:
             log.info("sealed stream %s/%s", scope, stream)
         return changed
@@ -582,6 +598,7 @@ class StreamManager(Closing):
             removed = False
         if state is not None:
             self._connection.segments.delete_segments(scope, stream, list(state.segments))
+        self._connection.forget_stream(scope, stream)
         vanished.forget(self._connection, scope, stream_sync_name(scope, stream))
         if state is not None:
             with translate_errors("delete stream metadata"):
@@ -607,9 +624,12 @@ def _lost_stream(scope: str, stream: str) -> vanished.Missing:
     )
 
 
-def complete_scale_seals(connection: Connection, state: StreamState) -> None:
+def complete_scale_seals(
+    connection: Connection, state: StreamState, *, repair: bool = True
+) -> None:
     """Seal in Redis every segment the metadata says is sealed, then open the successors
-    left closed (repairs interrupted scales, see the module docstring). Idempotent.
+    left closed (repairs interrupted scales, see the module docstring). Idempotent. With
+    ``repair`` False (``seal_stream`` sealing what it just marked sealed) nothing is logged.
 
     Reads the states of only the segments the newest epoch changed (O(that change), not the
     stream's history): every ``scale_stream`` completes the seals of the state it plans
@@ -625,7 +645,8 @@ def complete_scale_seals(connection: Connection, state: StreamState) -> None:
     unsealed = [s for s in inactive if states[s].exists and not states[s].sealed]
     if unsealed:
         named = segments_text([(f"{scope}/{stream}", s) for s in unsealed])
-        log.warning("sealing %s left unsealed by a scale", named)
+        if repair:
+            log.warning("sealing %s left unsealed by a scale", named)
         connection.segments.seal_segments(scope, stream, unsealed)
     closed = [s for s in closed if states[s].sealed]
     opened = connection.segments.open_segments(scope, stream, closed) if closed else []

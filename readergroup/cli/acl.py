@@ -62,7 +62,7 @@ def rules(
 @click.option("--scope", default="S", show_default=True)
 @click.option("--key-prefix", default="rg", show_default=True)
 def table(scope: str, key_prefix: str) -> None:
-    """Print the Markdown table of every role (the one in the README)."""
+    """Print the Markdown table of every role (the one in docs/guides/security.md)."""
     click.echo(rules_of.markdown_table(scope, key_prefix), nl=False)
 
 
@@ -73,11 +73,17 @@ def admin() -> None:
 
 @admin.command("migrate")
 @click.option("--dry-run", is_flag=True, help="Show what would be migrated; change nothing.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Migrate even while readers of an older version are online (they lose their group).",
+)
 @command
-def migrate(ctx: Context, dry_run: bool) -> None:
-    """Move the old shared catalog to per-scope catalogs (once, after upgrading)."""
+def migrate(ctx: Context, dry_run: bool, force: bool) -> None:
+    """Move the old shared catalog to per-scope catalogs (once, after upgrading every reader:
+    refused while a reader of an older version is online in a group it moves, unless --force)."""
     with StreamManager.from_url(ctx.url, ctx.config) as sm:
-        result = migrate_catalog(sm, dry_run=dry_run)
+        result = migrate_catalog(sm, dry_run=dry_run, force=force)
     verb = "would migrate" if dry_run else "migrated"
     rows = [
         [s, n, g, "; ".join(result.cross_scope.get(s, []))] for s, (n, g) in result.scopes.items()
@@ -88,8 +94,13 @@ def migrate(ctx: Context, dry_run: bool) -> None:
             "dry_run": dry_run,
             "scopes": {s: {"streams": n, "groups": g} for s, (n, g) in result.scopes.items()},
             "cross_scope_reads": result.cross_scope,
+            "older_readers_online": result.older_readers,
         },
-        f"{verb} {len(rows)} scopes" if result.found else "nothing to migrate: no old catalog",
+        (f"{verb} {len(rows)} scopes" if result.found else "nothing to migrate: no old catalog")
+        + "".join(
+            f"; readers of an older version online in {group}: {', '.join(readers)}"
+            for group, readers in result.older_readers.items()
+        ),
         ["scope", "streams", "groups", "cross-scope reads (not protected by retention)"]
         if rows
         else (),

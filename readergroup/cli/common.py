@@ -10,14 +10,14 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import click
-from rich.console import Console
 
-from readergroup.cli.output import Output
+from readergroup.cli.output import Output, console_for
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
     AccessDeniedError,
@@ -27,6 +27,7 @@ from readergroup.core.errors import (
 )
 from readergroup.core.names import split_scoped_stream
 from statesync import RetryPolicy
+from statesync.redaction import redact, redact_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -129,20 +130,12 @@ _REDIS_OPTION_NAMES = {
 }
 
 
-def console_for(as_json: bool) -> Console:
-    """A console: on a terminal, its width; otherwise wide enough that no table is cut."""
-    console = Console(soft_wrap=True)
-    if as_json or not console.is_terminal:
-        console = Console(soft_wrap=True, width=100_000)
-    return console
-
-
 def make_context(options: dict[str, Any]) -> Context:
     """A Context from the values of the connection options (see :func:`connection_options`)."""
     url = options["redis_url"] or DEFAULT_URL
     if not url.startswith(URL_SCHEMES):
         raise click.BadParameter(
-            f"{url!r} is not a Redis URL: use redis://HOST:PORT/DB, rediss:// for TLS, "
+            f"{redact_url(url)!r} is not a Redis URL: use redis://HOST:PORT/DB, rediss:// for TLS, "
             "unix://PATH, or redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE",
             param_hint="--redis-url",
         )
@@ -218,13 +211,63 @@ def scoped(text: str) -> tuple[str, str]:
         raise click.BadParameter(str(exc)) from exc
 
 
-def report_error(message: str, code: int, as_json: bool, kind: str = "error") -> None:
-    """One line on stderr: ``Error: message``, or a JSON object under ``--json``."""
-    line = " ".join(message.split())
+def report_error(
+    message: str, code: int, as_json: bool, kind: str = "error", secrets: Sequence[str] = ()
+) -> None:
+    """One line on stderr: ``Error: message``, or a JSON object under ``--json``; with every
+    URL's password and each of ``secrets`` hidden (see :func:`given_secrets`)."""
+    line = " ".join(redact(message, secrets).split())
     if as_json:
         click.echo(json.dumps({"error": line, "kind": kind, "exit_code": code}), err=True)
     else:
         click.echo(f"Error: {line}", err=True)
+
+
+SECRET_OPTIONS = ("--password",)
+SECRET_VARIABLES = ("REDIS_PASSWORD",)
+URL_SOURCES = ("--redis-url", "REDIS_URL")
+
+
+def given_secrets(argv: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """The passwords given to this run (``--password``, ``REDIS_PASSWORD``, and those inside
+    ``--redis-url`` or ``REDIS_URL``), so that nothing printed can show them.
+
+    >>> given_secrets(["--password=a1", "--redis-url", "redis://u:b2@h/0"], {"REDIS_URL": ""})
+    ['a1', 'b2']
+    """
+    found: list[str] = []
+    urls = [environ.get("REDIS_URL", "")]
+    for i, word in enumerate(argv):
+        name, equals, value = word.partition("=")
+        if not equals:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+        if name in SECRET_OPTIONS:
+            found.append(value)
+        elif name in URL_SOURCES:
+            urls.append(value)
+    for url in urls:
+        netloc = url.partition("://")[2].rpartition("@")[0]
+        if netloc:
+            found.append(unquote(netloc.partition(":")[2] or netloc))
+    found += [environ.get(name, "") for name in SECRET_VARIABLES]
+    return [secret for secret in found if secret]
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites each record's message with URLs' passwords and the run's secrets hidden (the
+    CLI's log handler: ``-v`` output and warnings)."""
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        super().__init__()
+        self.secrets = list(secrets)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f": {type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+            record.exc_info = None  # the traceback's texts are not redacted: left out
+        record.msg, record.args = redact(text, self.secrets), None
+        return True
 
 
 LIBRARY_LOGGERS = ("readergroup", "statesync")
@@ -247,32 +290,37 @@ class CliGroup(click.Group):
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         as_json = "--json" in argv
+        secrets = given_secrets(argv, os.environ)
         logging.basicConfig(  # stderr; the library's warnings are shown by the commands (or -v)
             level=os.environ.get("READERGROUP_LOG_LEVEL", "ERROR").upper(),
             format="%(levelname)s %(name)s: %(message)s",
         )
+        for handler in logging.getLogger().handlers:
+            if type(handler) is logging.StreamHandler:  # the CLI's own (not a host's capture)
+                handler.filters = [f for f in handler.filters if not isinstance(f, RedactingFilter)]
+                handler.addFilter(RedactingFilter(secrets))
+        report = functools.partial(report_error, as_json=as_json, secrets=secrets)
         try:
             result = super().main(
                 argv, prog_name=prog_name or "readergroup", standalone_mode=False, **extra
             )
         except click.UsageError as exc:
-            report_error(f"{exc.format_message()} (see --help)", 2, as_json, "usage")
+            report(f"{exc.format_message()} (see --help)", 2, kind="usage")
             sys.exit(2)
         except click.ClickException as exc:
-            report_error(exc.format_message(), exc.exit_code, as_json)
+            report(exc.format_message(), exc.exit_code)
             sys.exit(exc.exit_code)
         except (click.Abort, KeyboardInterrupt):
-            report_error("interrupted", 130, as_json, "interrupted")
+            report("interrupted", 130, kind="interrupted")
             sys.exit(130)
         except Exception as exc:
             if os.environ.get("READERGROUP_DEBUG"):
                 raise
-            report_error(
+            report(
                 f"internal error: {type(exc).__name__}: {exc} (set READERGROUP_DEBUG=1 for the "
                 "traceback)",
                 1,
-                as_json,
-                "internal",
+                kind="internal",
             )
             sys.exit(1)
         sys.exit(result if isinstance(result, int) else 0)

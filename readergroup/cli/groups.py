@@ -21,14 +21,19 @@ from readergroup.admin.group_manager import ReaderGroup, ReaderGroupManager
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.cli.common import CLI_WRITER, Context, command, scoped
 from readergroup.cli.output import table
-from readergroup.cli.reset_options import ResetRequest, reset_options
+from readergroup.cli.reset_options import (
+    BLANK_CELLS,
+    CSV_COLUMNS,
+    ResetRequest,
+    reset_options,
+)
 from readergroup.core.errors import (
     ReaderGroupError,
     ReaderGroupInUseError,
     RedisUnavailableError,
 )
 from readergroup.core.group_config import ReaderGroupConfig, StartPosition, start_word
-from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES
+from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState, SegKey
 from readergroup.core.group_view import group_state_word
 from readergroup.core.names import group_sync_name
 from readergroup.core.stream_cut import StreamCut
@@ -152,6 +157,14 @@ def create(ctx: Context, name: str, streams: tuple[str, ...], start: str) -> Non
     )
 
 
+def owner_word(state: GroupState, segment: SegKey) -> str:
+    """What ``describe`` shows for a segment no reader owns: waiting for a reader, read to its
+    end, or waiting for its predecessors (a successor the group has yet to reach)."""
+    if segment in state.unassigned:
+        return "(unassigned)"
+    return "(completed)" if segment in state.completed else "(waiting)"
+
+
 def describe_rows(g: ReaderGroup) -> tuple[dict[str, Any], list[list[Any]]]:
     """The group as data (for ``--json``) and as rows of :data:`DESCRIBE_COLUMNS`. Readers whose
     heartbeat is older than the session timeout are marked ``(stale)``; streams that no longer
@@ -167,7 +180,7 @@ def describe_rows(g: ReaderGroup) -> tuple[dict[str, Any], list[list[Any]]]:
         if member is not None and member.heartbeat_age_ms is not None:
             age = round(member.heartbeat_age_ms / 1000, 1)
         if lag.reader is None:
-            owner = "(waiting)" if (lag.stream, lag.segment) in state.future else "(unassigned)"
+            owner = owner_word(state, (lag.stream, lag.segment))
         else:
             owner = lag.reader + (" (stale)" if member is None or member.stale else "")
         stream = lag.stream + (" (deleted)" if lag.stream in missing else "")
@@ -210,7 +223,15 @@ DESCRIBE_COLUMNS = [
     "lag ms",
     "heartbeat age s",
 ]
-MEMBER_COLUMNS = ["reader", "host/pid", "segments", "heartbeat age s", "generation", "status"]
+MEMBER_COLUMNS = [
+    "reader",
+    "host/pid",
+    "segments",
+    "heartbeat age s",
+    "generation",
+    "status",
+    "log format",
+]
 
 
 def describe_title(data: dict[str, Any]) -> str:
@@ -253,6 +274,7 @@ def describe(ctx: Context, name: str, members: bool, state_only: bool) -> None:
                     None if m.heartbeat_age_ms is None else round(m.heartbeat_age_ms / 1000, 1),
                     m.generation,
                     "stale" if m.stale else "online",
+                    m.log_format,
                 ]
                 for m in views
             ]
@@ -266,6 +288,7 @@ def describe(ctx: Context, name: str, members: bool, state_only: bool) -> None:
                         "heartbeat_age_ms": m.heartbeat_age_ms,
                         "generation": m.generation,
                         "stale": m.stale,
+                        "log_format": m.log_format,
                     }
                     for m in views
                 ],
@@ -317,7 +340,8 @@ def reset(ctx: Context, name: str, **options: Any) -> None:
             f"; readers {list(declared)} did not acknowledge within {request.timeout}s and were "
             "declared offline (their segments restart at the new positions)"
         )
-    ctx.out.emit(data, title, ["stream", "segment", "current", "new"], rows)
+    blank = any(r[2] is None or r[3] is None for r in rows)
+    ctx.out.emit(data, title, CSV_COLUMNS, rows, BLANK_CELLS if blank else "")
 
 
 @group.command("checkpoint")
@@ -354,6 +378,24 @@ def reader_offline(ctx: Context, name: str, reader: str) -> None:
     with manager(ctx, scope) as rgm:
         removed = rgm.get_reader_group(group_name).reader_offline(reader)
     ctx.out.emit({"reader": reader, "removed": removed}, "removed" if removed else "was not online")
+
+
+@group.command("compact")
+@click.argument("name")
+@command
+def compact(ctx: Context, name: str) -> None:
+    """Snapshot the log of SCOPE/GROUP at its head (stop its readers first to roll back to the
+    previous version: readers joining read from the snapshot, which every version reads)."""
+    scope, group_name = scoped(name)
+    with manager(ctx, scope) as rgm:
+        g = rgm.get_reader_group(group_name)
+        revision = g.compact_log()
+        online = [m.reader for m in g.members() if not m.stale]
+    note = f"; readers still online write on: {', '.join(online)}" if online else ""
+    ctx.out.emit(
+        {"group": f"{scope}/{group_name}", "revision": revision, "online_readers": online},
+        f"compacted {scope}/{group_name} at revision {revision}{note}",
+    )
 
 
 @group.command("delete")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-
 import click
 from prometheus_client import start_http_server
 from prometheus_client.registry import CollectorRegistry
 
 from readergroup.admin.metrics import register_metrics
 from readergroup.cli.common import Context, command
+from readergroup.cli.service import stop_on_signals
 from readergroup.storage.connection import RedisConnection
 
 
@@ -24,7 +23,7 @@ def metrics() -> None:
 @click.option("--scope", "scopes", multiple=True, help="Only this scope (repeatable).")
 @command
 def serve(ctx: Context, port: int, addr: str, scopes: tuple[str, ...]) -> None:
-    """Serve /metrics for Prometheus until Ctrl-C: per group and segment the committed
+    """Serve /metrics for Prometheus until Ctrl-C or SIGTERM: per group and segment the committed
     position, tail, lag in events, bytes and seconds; readers online and fenced, state,
     rebalances, checkpoints; scrape errors. Redis is read at each scrape."""
     connection = RedisConnection.from_url(ctx.url, ctx.config)
@@ -35,9 +34,8 @@ def serve(ctx: Context, port: int, addr: str, scopes: tuple[str, ...]) -> None:
     ctx.out.emit({"serving": where, "scopes": list(scopes) or "all"}, f"serving {where}")
     ctx.out.console.file.flush()
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
+        with stop_on_signals() as stop:
+            stop.wait()
     finally:
         server.shutdown()
         thread.join(5)

@@ -24,19 +24,39 @@ class Output:
         title: str = "",
         columns: Sequence[str] = (),
         rows: Sequence[Sequence[Any]] = (),
+        legend: str = "",
     ) -> None:
-        """Print ``data`` as JSON, or ``rows`` as a table under ``title``."""
+        """Print ``data`` as JSON, or ``rows`` as a table under ``title`` with ``legend`` (what
+        its blank cells mean, say) under it."""
         if self.as_json:
             self.console.print_json(json.dumps(data, default=str, sort_keys=True))
             return
         if columns:
-            self.console.print(table(title, columns, rows))
+            self.console.print(table(title, columns, rows, legend))
         elif title:
             self.console.print(title)
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
-    result = Table(title=title or None, show_lines=False, header_style="bold")
+def console_for(as_json: bool) -> Console:
+    """A console: on a terminal, its width; otherwise (piped, redirected, ``--json``) wide
+    enough that no table, title or legend is ever cut or wrapped."""
+    console = Console(soft_wrap=True)
+    if as_json or not console.is_terminal:
+        console = Console(soft_wrap=True, width=100_000)
+    return console
+
+
+def table(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], legend: str = ""
+) -> Table:
+    """``rows`` under ``title``, ``None`` shown blank, ``legend`` under the table."""
+    result = Table(
+        title=title or None,
+        caption=legend or None,
+        caption_justify="left",
+        show_lines=False,
+        header_style="bold",
+    )
     for column in columns:
         justify = "right" if column.lower() in NUMERIC else "left"
         result.add_column(column, justify=justify)  # type: ignore[arg-type]

@@ -1,7 +1,9 @@
 """The options of ``group reset``, Kafka's ``--reset-offsets`` vocabulary: one scenario
-(``--to-earliest``, ``--to-latest``, ``--to-datetime``, ``--by-duration``, ``--to-offset``,
-``--to-checkpoint``, ``--to-stream-cut``, ``--shift-by`` or ``--from-file``), a selection
-(``--stream``, ``--segment``), ``--dry-run`` (the default) or ``--execute``, and ``--export``."""
+(``--to-earliest`` or ``--to-head``, ``--to-latest`` or ``--to-tail``, ``--to-datetime``,
+``--by-duration``, ``--to-offset``, ``--to-checkpoint``, ``--to-stream-cut``, ``--shift-by`` or
+``--from-file``), a selection (``--stream``, ``--segment``), ``--dry-run`` (the default) or
+``--execute``, and ``--export``. The plan table's blank cells are explained under it
+(:data:`BLANK_CELLS`)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,16 @@ SCENARIOS = (
     "shift_by",
     "from_file",
 )
+SAME_WORDS = {"to_earliest": "--to-head", "to_latest": "--to-tail"}
+"""The other spelling of each start-word scenario: one set of words everywhere (earliest or
+head, latest or tail), as ``group create --start`` and the Spark options take them."""
 CSV_COLUMNS = ["stream", "segment", "current", "new"]
+BLANK_CELLS = (
+    "blank current: the group has no position there yet (a successor it reaches after its "
+    "predecessors); blank new: the reset gives it none (a successor is read after its "
+    "predecessors, an older segment is not read again)"
+)
+"""The legend printed under a reset plan that has blank cells."""
 _DURATION = re.compile(
     r"^P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$"
 )
@@ -41,8 +52,20 @@ _DURATION = re.compile(
 
 def reset_options(command: F) -> F:
     options = [
-        click.option("--to-earliest", is_flag=True, help="The head (earliest event) of each."),
-        click.option("--to-latest", is_flag=True, help="The tail (after the latest event)."),
+        click.option(
+            "--to-earliest",
+            "--to-head",
+            "to_earliest",
+            is_flag=True,
+            help="The head (earliest event) of each.",
+        ),
+        click.option(
+            "--to-latest",
+            "--to-tail",
+            "to_latest",
+            is_flag=True,
+            help="The tail (after the latest event).",
+        ),
         click.option(
             "--to-datetime",
             help="ISO 8601 date-time, UTC unless it has an offset (2026-11-21T06:00:00).",
@@ -151,7 +174,10 @@ class ResetRequest:
             if options[name] not in (None, False, ())  # flags, values and multiples
         ]
         if len(given) != 1:
-            flags = ", ".join("--" + n.replace("_", "-") for n in SCENARIOS)
+            flags = ", ".join(
+                "--" + n.replace("_", "-") + (f" ({SAME_WORDS[n]})" if n in SAME_WORDS else "")
+                for n in SCENARIOS
+            )
             raise click.UsageError(f"give exactly one of {flags}")
         if given[0] == "from_file" and (options["streams"] or options["segments"]):
             raise click.UsageError("--from-file applies the file as it is: no --stream/--segment")

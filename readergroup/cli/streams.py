@@ -1,7 +1,9 @@
-"""``readergroup stream ...``: create, list, describe, write, scale, seal, truncate, delete."""
+"""``readergroup stream ...``: create, list, describe, write, scale, autoscale, seal, truncate,
+delete."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 from typing import Any
@@ -9,8 +11,11 @@ from typing import Any
 import click
 from rich.progress import Progress
 
+from readergroup.admin import autoscale as autoscale_module
+from readergroup.admin.autoscale import AutoScaler, AutoScaleSchedule
 from readergroup.admin.stream_manager import StreamInfo, StreamManager
 from readergroup.cli.common import Context, command, scoped
+from readergroup.cli.service import log_as_a_service, stop_on_signals
 from readergroup.client.client_factory import EventStreamClientFactory
 from readergroup.client.serializers import BytesSerializer
 from readergroup.client.writer import WriteFuture
@@ -254,6 +259,74 @@ def scale(
     )
 
 
+@stream.command("autoscale")
+@click.argument("name")
+@click.option(
+    "--target-rate",
+    type=float,
+    help="First set the stream's scaling policy: split segments busier than this many events/s, "
+    "merge quiet neighbours (needed unless the stream already scales by event rate).",
+)
+@click.option("--scale-factor", default=2, show_default=True, help="With --target-rate.")
+@click.option("--min-segments", default=1, show_default=True, help="With --target-rate.")
+@click.option(
+    "--interval", default=10.0, show_default=True, help="Seconds between rounds (the rate window)."
+)
+@click.option(
+    "--max-backoff", default=60.0, show_default=True, help="Longest wait after a failed round."
+)
+@click.option(
+    "--max-failures", default=30, show_default=True, help="Failed rounds in a row before giving up."
+)
+@command
+def autoscale(
+    ctx: Context,
+    name: str,
+    target_rate: float | None,
+    scale_factor: int,
+    min_segments: int,
+    interval: float,
+    max_backoff: float,
+    max_failures: int,
+) -> None:
+    """Run the AutoScaler on SCOPE/STREAM until SIGTERM or Ctrl-C (then exit 0).
+
+    Every --interval seconds it measures each active segment's event rate and splits the
+    busiest one above the target or merges two quiet neighbours (below half of it), logging
+    each decision at INFO on stderr; a failed round (Redis unreachable) is logged at WARNING
+    and retried after a growing, capped backoff, at most --max-failures times in a row. It
+    also ends when the stream is sealed. One per stream is enough; two are safe.
+    """
+    scope, stream_name = scoped(name)
+    schedule = AutoScaleSchedule(
+        interval=interval, max_backoff=max(max_backoff, interval), max_failures=max_failures
+    )
+    log_as_a_service(autoscale_module.__name__)
+    with StreamManager.from_url(ctx.url, ctx.config) as sm:
+        config = sm.stream_state(scope, stream_name).config
+        if target_rate is not None:
+            policy = ScalingPolicy.by_event_rate(target_rate, scale_factor, min_segments)
+            sm.update_stream(scope, stream_name, dataclasses.replace(config, scaling_policy=policy))
+        elif config.scaling_policy.kind != "by_event_rate":
+            raise click.UsageError(
+                f"{scope}/{stream_name} has a {config.scaling_policy.kind} scaling policy: give "
+                "--target-rate EVENTS_PER_S to scale it by event rate"
+            )
+        if not ctx.out.as_json:
+            ctx.out.emit(
+                None,
+                f"autoscaling {scope}/{stream_name}: a round every {interval} s; SIGTERM or "
+                "Ctrl-C stops it",
+            )
+            ctx.out.console.file.flush()
+        with stop_on_signals() as stop:
+            done = AutoScaler(sm, scope, stream_name).run(stop, schedule)
+    ctx.out.emit(
+        dataclasses.asdict(done),
+        f"autoscaler {done.summary}",
+    )
+
+
 @stream.command("seal")
 @click.argument("name")
 @command
@@ -270,7 +343,9 @@ def seal(ctx: Context, name: str) -> None:
 @stream.command("truncate")
 @click.argument("name")
 @click.option("--to-stream-cut", "cut_text", help="Truncate before this stream cut.")
-@click.option("--to-tail", is_flag=True, help="Truncate everything written so far.")
+@click.option(
+    "--to-tail", "--to-latest", "to_tail", is_flag=True, help="Truncate everything written so far."
+)
 @click.option("--before-time", type=int, help="Truncate events appended before this server ms.")
 @command
 def truncate(
@@ -283,7 +358,9 @@ def truncate(
             sum(x is not None and x is not False for x in (cut_text, to_tail or None, before_time))
             != 1
         ):
-            raise click.UsageError("give exactly one of --to-stream-cut, --to-tail, --before-time")
+            raise click.UsageError(
+                "give exactly one of --to-stream-cut, --to-tail (--to-latest), --before-time"
+            )
         if cut_text:
             cut = StreamCut.from_text(cut_text)
         elif to_tail:

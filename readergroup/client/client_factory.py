@@ -88,11 +88,11 @@ class EventStreamClientFactory(Closing):
     ) -> EventStreamReader[T]:
         """Join ``reader_id`` to reader group ``group`` of this scope and return its reader.
 
-        Raises ReaderAlreadyOnlineError if a live reader with this id is online (unless
-        ``config.takeover``: it is then fenced and replaced); the same id after the first is
-        gone (or was declared dead) rejoins.
+        Static membership: a live reader with this id is fenced and replaced, its segments
+        taken over at their committed positions (unless ``ReaderConfig(takeover=False)``:
+        then ReaderAlreadyOnlineError until its session expires).
         """
-        takeover = config is not None and config.takeover
+        takeover = (config or ReaderConfig()).takeover
         member, group_config = join_group(
             self._connection, self._scope, group, reader_id, takeover=takeover
         )

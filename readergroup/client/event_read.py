@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from readergroup.core.group_state import SegKey
@@ -14,7 +14,10 @@ T = TypeVar("T")
 
 
 class EventRead(Generic[T]):
-    """What ``read_next_event`` returns. ``event`` is ``None`` when nothing came in time.
+    """What ``read_next_event`` returns: an event read from a segment (``is_event``), a
+    checkpoint (``is_checkpoint``), or :data:`NOTHING` when nothing came in time. ``event`` is
+    the deserialized value: ``None`` for a checkpoint and for nothing, and for an event whose
+    deserializer returned ``None`` (so test ``is_event``, not ``event is None``).
 
     Attributes: ``event``, ``routing_key``, ``stream`` (``"scope/stream"``), ``segment``,
     ``offset``, ``position`` (``(stream, segment, offset + 1)``: where the reader stands in that
@@ -50,6 +53,12 @@ class EventRead(Generic[T]):
         return self.checkpoint_name is not None
 
     @property
+    def is_event(self) -> bool:
+        """Whether this is an event read from a segment (whatever its value, ``None``
+        included); false for :data:`NOTHING` and for a checkpoint."""
+        return self._entry is not None
+
+    @property
     def stream(self) -> str | None:
         return None if self._origin is None else self._origin[0]
 
@@ -67,6 +76,14 @@ class EventRead(Generic[T]):
             return None
         key: bytes | None = self._entry[1]
         return None if key is None else key.decode("utf-8", "surrogateescape")
+
+    @property
+    def payload(self) -> bytes | None:
+        """The event's stored bytes, before the deserializer (``None`` when not an event)."""
+        if self._entry is None:
+            return None
+        data: bytes = self._entry[2]
+        return bytes(data)
 
     @property
     def offset(self) -> int | None:
@@ -118,11 +135,23 @@ NOTHING: EventRead[Any] = EventRead(None)
 
 
 class RebalanceListener(Protocol):
-    """Called from the reading thread when this reader's segments change.
+    """Hears of this reader's segment changes. Every call comes from the **reading thread**,
+    inside a read call (``read_next_event``, ``read_batch``, iteration, ``run``'s reading
+    thread), before that call hands out anything; ``close()`` calls it on the closing thread.
 
-    A listener may also define ``on_segments_lost(reader_id, segments)``: called instead of
-    ``on_segments_released`` when the reader was fenced (session expired, e.g. during a Redis
-    outage) and the segments may already be read by others; nothing can be committed for them.
+    * ``on_segments_released(reader_id, segments)``: the segments are about to be given up
+      (a rebalance, or ``close``). They are still this reader's: a ``commit()`` made here
+      lands, and the next owner starts there. Every event of them handed out before was
+      processed (the application called again); nothing more of them is handed out. Also
+      called, after the fact, for segments read to their end and completed.
+    * ``on_segments_acquired(reader_id, segments)``: the segments are this reader's now; no
+      event of them is handed out before this returns.
+    * ``on_segments_lost(reader_id, segments)`` (optional; else ``on_segments_released``):
+      the segments were taken away (the reader was removed or fenced, or the group reset);
+      others may read them already, and nothing can be committed for them.
+
+    A listener that raises does not stop the change: the read call raises
+    :class:`~readergroup.core.errors.RebalanceListenerError` after carrying it out.
     """
 
     def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None: ...
@@ -137,6 +166,12 @@ class EventSource(Protocol[T]):
     def add_rebalance_listener(self, listener: RebalanceListener) -> None: ...
 
     def owned_segments(self) -> dict[SegKey, int]: ...
+
+    def pause(self, segments: Iterable[SegKey]) -> None: ...
+
+    def resume(self, segments: Iterable[SegKey]) -> None: ...
+
+    def paused(self) -> set[SegKey]: ...
 
     def read_batch(
         self, max_events: int = 1000, timeout: float | None = None

@@ -202,9 +202,13 @@ class FetchOutcome:
     bad_logs: frozenset[str] = frozenset()
     news: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     """Per woken log: the raw entries read (a wake stream's say whom they are for)."""
+    watched: bool = False
+    """The state logs asked for were read (or are being waited on by a parked read): news
+    there up to now would have been seen."""
 
 
 NO_NEWS = FetchOutcome()
+WATCHED = FetchOutcome(watched=True)
 
 
 PARK_MIN_BLOCK = 0.05
@@ -309,18 +313,47 @@ class Fetcher(Generic[T]):
         session sends it and clears this)."""
 
     # -- the segment table (changed by the group session) ------------------------------------
-    def add(self, owned: OwnedSegment) -> None:
+    def add(self, owned: OwnedSegment, *, serving: bool = True) -> None:
+        """Own ``owned`` (read from its position); ``serving``: hand its events out (else it is
+        read but held until :meth:`serve`)."""
         owned.unchecked = owned.fetch > 0
         owned.idle_mark, owned.idle_at = owned.fetch, self._clock.monotonic() + self._idle_every
-        self.restore(owned)
-
-    def restore(self, owned: OwnedSegment) -> None:
-        """Put back a segment taken out with :meth:`remove` (buffer and positions as they
-        were)."""
         self.owned[owned.key] = owned
-        if owned.key not in self._rotating:
-            self._rotating.add(owned.key)
-            self._rotation.append(owned.key)
+        if serving:
+            self.serve(owned.key)
+        else:
+            self.hold(owned.key)  # (a key removed earlier may still be in the rotation)
+
+    def serve(self, key: SegKey) -> None:
+        """Hand out the events of owned segment ``key`` (in turn with the others)."""
+        if key in self.owned and key not in self._rotating:
+            self._rotating.add(key)
+            self._rotation.append(key)
+
+    def seek(self, key: SegKey, offset: int) -> None:
+        """Read owned segment ``key`` from ``offset`` on: what was buffered or read ahead is
+        dropped, nothing pending of the old position is raised. (A position past the log's
+        tail waits for events there; below its head, reading reports the truncation.)"""
+        owned = self.owned[key]
+        self._drop_ahead()
+        parked, self._parked = self._parked, None
+        if parked is not None:
+            parked.cancel()
+        owned.buffer.clear()
+        owned.recent.clear()
+        owned.epochs.clear()
+        owned.fetch = owned.returned = owned.consumed = offset
+        owned.pending, owned.faulted, owned.jumped, owned.behind = None, False, False, False
+        owned.unchecked, owned.rewind, owned.short_since, owned.recheck_at = False, None, None, None
+        owned.idle_mark = offset
+        self.rewound.discard(key)
+
+    def hold(self, key: SegKey) -> None:
+        """Hand out nothing more of ``key`` (it stays owned: read, committed, its positions
+        kept) until :meth:`serve`."""
+        if key in self._rotating:
+            self._rotating.discard(key)
+            self._rotation.remove(key)
 
     def remove(self, key: SegKey) -> None:
         self.owned.pop(key, None)
@@ -576,7 +609,7 @@ class Fetcher(Generic[T]):
                     bad.add(key)
             return FetchOutcome(bad_logs=frozenset(bad))
         if reply is None:
-            return NO_NEWS  # the parked XREAD waits on
+            return WATCHED if logs else NO_NEWS  # the parked XREAD waits on
         self._answered()
         return self._apply(reply, by_key, asked, limit)
 
@@ -628,7 +661,7 @@ class Fetcher(Generic[T]):
                 continue  # taken out (released, fenced) while the read waited: stale
             self._buffer_reply(target, entries, limit)
         self.read_ahead()
-        return FetchOutcome(woken=frozenset(news), news=news)
+        return FetchOutcome(woken=frozenset(news), news=news, watched=True)
 
     def _read(
         self, positions: dict[str, str], block: float, hold: float, limit: int

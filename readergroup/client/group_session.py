@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from readergroup.admin.group_member import GroupMember, segments_text
@@ -35,9 +35,12 @@ from readergroup.core.errors import (
     CommitRefusedError,
     CoordinationError,
     ReaderAlreadyOnlineError,
+    ReaderClosedError,
     ReaderGroupError,
     ReaderGroupNotFoundError,
     ReaderNotInGroupError,
+    ReaderReplacedError,
+    RebalanceListenerError,
     RedisUnavailableError,
     SegmentNotOwnedError,
     TruncatedDataError,
@@ -47,6 +50,7 @@ from readergroup.core.group_state import STATE_TYPES as GROUP_STATE_TYPES
 from readergroup.core.group_state import UPDATE_TYPES as GROUP_UPDATE_TYPES
 from readergroup.core.group_state import Assignment, GroupState, SegKey, readers_to_move
 from readergroup.core.names import split_scoped_stream, stream_sync_name
+from readergroup.core.reader_machine import ReaderMachine, SegmentPhase
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.translate import translate_errors
@@ -84,8 +88,10 @@ class GroupSession(Generic[T]):
         self._clock, self._rng = clock, rng
         self.reader_id = member.reader_id
         self.listeners: list[RebalanceListener] = []
+        self.machine = ReaderMachine(member.reader_id)
+        """What this reader may hand out, and when (every transition is the machine's; it is
+        changed only under the gate's lock)."""
         self._streams: dict[str, StateSynchronizer[StreamState]] = {}
-        self.fenced: str | None = None
         self.gone = False
         """The group was deleted under this reader: every read raises ReaderGroupNotFoundError."""
         self.closed = False
@@ -125,12 +131,9 @@ class GroupSession(Generic[T]):
         be for other readers only (see :meth:`absorb`): the blocking fetch waits for wake-ups
         after it."""
         self._group_generation = -1
-        self.checkpoint_due: str | None = None
-        """A checkpoint to hand to the application before any further event."""
-        self._checkpoint_ack: tuple[str, dict[SegKey, int]] | None = None
-        """A checkpoint handed out, to acknowledge when the application next reads."""
-        self._ack_due: tuple[str, dict[SegKey, int]] | None = None
-        """A checkpoint the application moved past: the maintenance thread acknowledges it."""
+        self._watched_at = now
+        """When (monotonic) the reading thread's fetch last watched the group's wake streams
+        (news there wakes it): while it does, the maintenance thread need not look itself."""
         self._handled_checkpoints: set[str] = set()
         self.end_of_data = False
         self._stuck_at: dict[str, int] = {}
@@ -143,23 +146,99 @@ class GroupSession(Generic[T]):
         reports the error)."""
         self._heartbeat_thread = self._start_heartbeats()
 
+    @property
+    def fenced(self) -> str | None:
+        """Why the reader is no longer a member (``None`` while it is)."""
+        return self.machine.removed
+
+    def add_listener(self, listener: RebalanceListener) -> None:
+        with self.gate.lock:
+            self.listeners.append(listener)
+            self.machine.listeners = True
+
+    def seek(self, key: SegKey, offset: int) -> None:
+        """See :meth:`EventStreamReader.seek`."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0: {offset}")
+        with self.gate.closed():
+            if key not in self._fetcher.owned:
+                raise SegmentNotOwnedError(f"reader {self.reader_id!r} does not own {key}")
+            self._fetcher.seek(key, offset)
+        logger.info("reader %r: %s/%d seeks to offset %d", self.reader_id, *key, offset)
+
+    def committed(self) -> dict[SegKey, int]:
+        """The group's committed position of every segment this reader owns."""
+        with self.gate.lock:
+            owned = {k: o.committed for k, o in self._fetcher.owned.items()}
+        state = self.member.state
+        return {
+            k: max(p, state.assigned[k].position) if k in state.assigned else p
+            for k, p in owned.items()
+        }
+
+    def position(self, key: SegKey) -> int:
+        """The offset of the next event of ``key`` to hand out."""
+        with self.gate.lock:
+            owned = self._fetcher.owned.get(key)
+            if owned is None:
+                raise SegmentNotOwnedError(f"reader {self.reader_id!r} does not own {key}")
+            return owned.returned
+
+    def pause(self, keys: Sequence[SegKey]) -> None:
+        """Hand out nothing of ``keys`` (owned ones) until :meth:`resume`; they stay owned."""
+        with self.gate.closed():
+            for key in self.machine.pause(keys):
+                self._fetcher.hold(key)
+
+    def resume(self, keys: Sequence[SegKey]) -> None:
+        with self.gate.closed():
+            for key in self.machine.resume(keys):
+                self._fetcher.serve(key)
+
+    def _removed(self, reason: str) -> None:
+        """(Any thread.) The reader is no longer a member: nothing more is handed out; the
+        reading thread's next call raises (and drops the segments: :meth:`fence`)."""
+        with self.gate.lock:
+            if self.machine.removed is None:
+                logger.warning("%s", reason)
+            self.machine.remove(reason)
+            self.quiet_until = 0.0
+        self.wake.set()
+
     # -- usability (reading thread) ----------------------------------------------------------
     def check_usable(self) -> None:
         """Raise if the reader may not hand out events: closed, group gone, or fenced (by the
         heartbeat thread, or because no heartbeat was renewed within the session timeout)."""
         if self.closed:
-            raise ReaderGroupError("the reader is closed")
+            raise ReaderClosedError(f"reader {self.reader_id!r} is closed")
         if self.gone:
             raise self.group_gone()
+        self.check_lease()
         if self.fenced is not None:
             self.fence(self.fenced)  # the heartbeat thread may have set it: drop segments
-            raise ReaderNotInGroupError(self.fenced)
-        if self._clock.monotonic() - self._last_beat_ok > self._session:
+            raise self.removal_error(self.fenced)
+
+    def removal_error(self, reason: str) -> ReaderGroupError:
+        """The error a read call of a removed reader raises: the group was deleted, a newer
+        incarnation of this id replaced it (final), or it is no longer a member."""
+        if self.gone:
+            return self.group_gone()
+        record = self.member.sync.state.readers.get(self.reader_id)
+        if record is not None and record.generation > self.member.generation:
+            return ReaderReplacedError(
+                f"reader {self.reader_id!r} (generation {self.member.generation}) was replaced "
+                f"by a newer incarnation (generation {record.generation}); this one stops"
+            )
+        return ReaderNotInGroupError(reason)
+
+    def check_lease(self) -> None:
+        """Fence the reader if no heartbeat was renewed within the session timeout (its read
+        call raises then)."""
+        if self.fenced is None and self._clock.monotonic() - self._last_beat_ok > self._session:
             self.fence(
                 f"reader {self.reader_id!r} could not renew its heartbeat within the session "
                 f"timeout ({self._session}s); its segments may be owned by others now"
             )
-            raise ReaderNotInGroupError(self.fenced or "")
 
     def group_gone(self) -> ReaderGroupNotFoundError:
         group = self.member.sync.name.removeprefix("group:")
@@ -168,15 +247,76 @@ class GroupSession(Generic[T]):
         )
 
     def fence(self, reason: str) -> None:
-        if self.fenced is None:
-            self.fenced = reason
-        self.quiet_until = 0.0
+        """No longer a member: every segment is dropped (the application hears of them at its
+        next read call, which raises)."""
         self.wake.set()  # the maintenance thread ends
         with self.gate.closed():
             lost = self._fetcher.clear()
+            self.machine.remove(reason)
         if lost:
             logger.warning("reader %r fenced, segments lost: %s", self.reader_id, reason)
-            self._notify(lost=lost)
+
+    def begin_read(self) -> EventRead[T] | None:
+        """(Reading thread, under the gate's lock, at the start of a read call and before each
+        of its fetches: nothing was handed out since the call began.) Carry out what the
+        reader's machine says a read call must do first: tell the listeners of lost, released
+        and acquired segments (with the gate's lock let go), raise if the reader was removed
+        or closed, post a checkpoint's acknowledgement; returns the checkpoint to hand out
+        before any event, if one is due."""
+        machine, fetcher = self.machine, self._fetcher
+        step = machine.read_call()
+        if step.ack:
+            self.wake.set()  # the maintenance thread acknowledges it
+        if step.lost or step.released or step.acquired or step.completed:
+            failure = self._tell_listeners(
+                step.lost, (*step.completed, *step.released), step.acquired
+            )
+            if step.released:
+                with self.gate.closed():
+                    machine.released_heard(step.released)
+                self.group_dirty = True
+                self.wake.set()
+            if step.acquired:
+                with self.gate.closed():
+                    for key in machine.acquired_heard(step.acquired):
+                        fetcher.serve(key)
+            if failure is not None:
+                raise failure
+        if step.freed:  # made releasable by this call: the maintenance thread sends them
+            self.group_dirty = True
+            self.wake.set()
+        if step.closed or self.closed:
+            raise ReaderClosedError(f"reader {self.reader_id!r} is closed")
+        if step.removed is not None:
+            with self.gate.closed():
+                fetcher.clear()
+            raise self.removal_error(step.removed)
+        if step.checkpoint is not None:
+            name = machine.hand_out_checkpoint({k: o.returned for k, o in fetcher.owned.items()})
+            self.quiet_until = 0.0  # acknowledged on the next read
+            return EventRead(None, checkpoint_name=name)
+        return None
+
+    def _tell_listeners(
+        self, lost: Sequence[SegKey], released: Sequence[SegKey], acquired: Sequence[SegKey]
+    ) -> ReaderGroupError | None:
+        """Call the listeners (the gate's lock let go: they may commit, or read positions);
+        every listener hears every change even if one raises; returns the first failure,
+        wrapped, for the read call to raise once the changes are carried out."""
+        failure: ReaderGroupError | None = None
+        with self.gate.released():
+            try:
+                self._notify(acquired=acquired, released=released, lost=lost)
+            except Exception as exc:  # the application's code: raised by the read call
+                logger.warning(
+                    "reader %r: a rebalance listener raised", self.reader_id, exc_info=exc
+                )
+                failure = RebalanceListenerError(
+                    f"reader {self.reader_id!r}: a rebalance listener raised {exc!r}; the "
+                    "segments' changes were carried out all the same"
+                )
+                failure.__cause__ = exc
+        return failure
 
     # -- maintenance (the maintenance thread) ------------------------------------------------
     def start_maintenance(self) -> None:
@@ -201,7 +341,7 @@ class GroupSession(Generic[T]):
 
     def maintenance_due_in(self) -> float:
         """Seconds until the next round is due (0: work was posted)."""
-        if self.group_dirty or self._streams_dirty or self._ack_due is not None:
+        if self.group_dirty or self._streams_dirty or self.machine.ack_due is not None:
             return 0.0
         due = self._last_refresh + self._group.group_refresh_time
         if self._group.commit_mode == AUTO:
@@ -229,13 +369,7 @@ class GroupSession(Generic[T]):
         until the session's lease ends (in auto mode, until the next commit is due: a slow
         call then records what the application consumed), unless something awaits the
         reading thread."""
-        if (
-            self.checkpoint_due is not None
-            or self._checkpoint_ack is not None
-            or self.fenced is not None
-            or self.closed
-            or self.gone
-        ):
+        if self.machine.needs_reader or self.closed or self.gone:
             self.quiet_until = 0.0
         else:
             until = self._last_beat_ok + self._session
@@ -284,12 +418,15 @@ class GroupSession(Generic[T]):
         """Whether the maintenance thread has work posted or a round under way (its outcome,
         such as segments to read or a checkpoint, may concern the reading thread soon)."""
         thread = self._maintenance
-        return (
-            self._maintaining
-            or self.group_dirty
-            or self._streams_dirty
-            or self._ack_due is not None
-        ) and (thread is not None and thread.is_alive())
+        return self.machine.needs_reader or (
+            (
+                self._maintaining
+                or self.group_dirty
+                or self._streams_dirty
+                or self.machine.ack_due is not None
+            )
+            and (thread is not None and thread.is_alive())
+        )
 
     def _maintain(self) -> None:
         """Commit, rebalance and complete as due. Intervals count from the end of the previous
@@ -313,7 +450,7 @@ class GroupSession(Generic[T]):
             self._last_commit = self._clock.monotonic()
         if refresh_due:
             self._last_refresh = now  # a failed round is not retried before the next is due
-        if self.group_dirty or (refresh_due and self._behind()):
+        if self.group_dirty or (refresh_due and (self._behind() or self._unwatched(now))):
             self.group_dirty = False
             self._last_refresh = now
             self._rebalance()
@@ -327,6 +464,13 @@ class GroupSession(Generic[T]):
                         self._woken_to.pop(name, None)
         if self._last_refresh == now:
             self._last_refresh = self._clock.monotonic()
+
+    def _unwatched(self, now: float) -> bool:
+        """Whether no fetch of the reading thread watched the group's wake streams within the
+        last ``group_refresh_time`` (it is handing out buffered events, or the application is
+        not reading): the maintenance thread then reads the group log itself, so the reader's
+        state shows a checkpoint or its removal within ``group_refresh_time``."""
+        return now - self._watched_at >= self._group.group_refresh_time
 
     def _behind(self) -> bool:
         """Whether the heartbeat thread's fetch met group entries this thread has not acted on
@@ -487,22 +631,35 @@ class GroupSession(Generic[T]):
         state = self.member.refresh()
         sync = self.member.sync
         looked_at, appended = sync.revision, sync.stats.appends
+        if not self.member.is_member(state):
+            raise ReaderNotInGroupError(
+                f"reader {self.reader_id!r} was removed from the group (declared offline, or "
+                "its session expired); create it again to rejoin"
+            )
         if state.generation != self._group_generation:
             self._reinitialize(state)
             state = self.member.state
         self._take_checkpoints(state)
-        frozen = self._freeze_releases(state)
-        release_at = {k: self._release_position(o) for k, o in frozen.items()}
-        epochs = self._fetcher.epochs_of(release_at.items(), frozen)
+        self._hold_releases(state)
+        with self.gate.lock:
+            table = self._fetcher.owned
+            going = {
+                k: table[k] for k in self.machine.in_phase(SegmentPhase.RELEASABLE) if k in table
+            }
+        release_at = {k: self._release_position(o) for k, o in going.items()}
+        epochs = self._fetcher.epochs_of(release_at.items(), going)
         try:
             # decided on the state just read: one read of the group log per wake-up
             acquired, released = self.member.rebalance(
                 release_at, fetched_at=sync.revision, only_listed=True, release_epochs=epochs
             )
         except BaseException:
-            if frozen:  # the outcome is unknown: the next round adopts what is still ours
+            if going:  # the outcome is unknown: the next round adopts what is still ours
                 self.group_dirty = True
-                self._notify(released=sorted(frozen))
+                with self.gate.closed():
+                    for key in going:
+                        self._fetcher.remove(key)
+                    self.machine.released(going)
             raise
         seen = sync.revision  # (before the check: the heartbeat thread may fetch meanwhile)
         if seen - looked_at != sync.stats.appends - appended:
@@ -513,10 +670,9 @@ class GroupSession(Generic[T]):
         state = self.member.state
         self._seen_revision = self._wake_seen = seen
         self.end_of_data = state.end_of_data
-        self._reconcile(state, released, frozen)  # adopts what was acquired, as owned in ``state``
+        self._reconcile(state, released, going)  # adopts what was acquired, as owned in ``state``
         if acquired:
             logger.debug("reader %r acquired %s", self.reader_id, sorted(acquired))
-            self._notify(acquired=list(acquired))
         if (acquired or released) and self.reader_id in readers_to_move(state):
             # a move of its own gave it the next one (say its floor share, then the first
             # turn for the extra segment): its entry named it, but it has read past that
@@ -524,30 +680,40 @@ class GroupSession(Generic[T]):
             self.group_dirty = True
             self.wake.set()
 
-    def _freeze_releases(self, state: GroupState) -> dict[SegKey, OwnedSegment]:
-        """Take the segments the group wants back (above this reader's share in ``state``) out
-        of hand-out, with their positions as they are now; the release then gives back only
-        these (see :mod:`~readergroup.client.maintenance`)."""
-        me = self.reader_id
-        if (
-            state.frozen_for(me)
-            or self.checkpoint_due is not None
-            or self._checkpoint_ack is not None
-            or self._ack_due is not None
-        ):
-            return {}
+    def _hold_releases(self, state: GroupState) -> None:
+        """Stop handing out the segments the group wants back (as many as this reader is above
+        its share in ``state``): from now on nothing more of them goes out. Which ones is this
+        reader's choice: those already on their way out, then those of which nothing is with
+        the application (released at once when no listener is to be told), then the newest.
+        The others wait for the application's next read call (see
+        :mod:`~readergroup.core.reader_machine`). Segments held for a release the state no
+        longer asks for are handed out again."""
+        me, machine = self.reader_id, self.machine
+        if state.frozen_for(me) or machine.checkpoint_busy:
+            return
         mine = state.owned_by(me)
-        wanted = segments_to_release(state, me, len(mine) + 1)
-        if not wanted:
-            return {}
-        frozen: dict[SegKey, OwnedSegment] = {}
+        count = len(segments_to_release(state, me, len(mine) + 1))
         with self.gate.closed():
-            for key in wanted:
-                owned = self._fetcher.owned.get(key)
-                if owned is not None and owned.token == mine[key].token:
-                    self._fetcher.remove(key)
-                    frozen[key] = owned
-        return frozen
+            table = self._fetcher.owned
+            ready = [k for k in machine.in_phase(SegmentPhase.RELEASABLE) if k in mine]
+            waiting = [k for k in machine.in_phase(SegmentPhase.RELEASING) if k in mine]
+            extra = len(ready) + len(waiting) - count
+            if extra > 0:
+                for key in machine.keep(waiting[:extra]):
+                    self._fetcher.serve(key)
+                return
+            candidates = [
+                k
+                for k, o in table.items()
+                if machine.phase(k) is SegmentPhase.SERVING
+                and k in mine
+                and mine[k].token == o.token
+            ]
+            moved_past = {k for k in candidates if table[k].consumed == table[k].returned}
+            candidates.sort(key=lambda k: (k not in moved_past, -mine[k].token))
+            held, _ = machine.want_release(candidates[:-extra], moved_past=moved_past)
+            for key in held:
+                self._fetcher.hold(key)
 
     def _absorb_reset(self) -> bool:
         """Re-initialize now if the group was reset since this reader last looked; whether it
@@ -565,16 +731,13 @@ class GroupSession(Generic[T]):
         if not first:
             with self.gate.closed():
                 dropped = self._fetcher.clear()
-                self.checkpoint_due = None
-                self._checkpoint_ack = self._ack_due = None
+                self.machine.reset()  # the application hears of them at its next read call
             logger.info(
                 "reader %r: the group was reset (generation %d); dropped %s",
                 self.reader_id,
                 state.generation,
                 sorted(dropped),
             )
-            if dropped:
-                self._notify(released=dropped)
         if self.reader_id in state.reset_pending:
             self.member.ack_reset(state.generation)
 
@@ -591,53 +754,52 @@ class GroupSession(Generic[T]):
                 with self.gate.lock:
                     positions = {k: o.consumed for k, o in self._fetcher.owned.items()}
                 self.member.ack_checkpoint(name, positions)
-            elif (
-                self.checkpoint_due is None
-                and self._checkpoint_ack is None
-                and self._ack_due is None
-            ):
-                self._handled_checkpoints.add(name)
+            else:
                 with self.gate.lock:  # the reading thread hands it out next
-                    self.checkpoint_due = name
-                    self.quiet_until = 0.0
+                    if self.machine.checkpoint_seen(name):
+                        self._handled_checkpoints.add(name)
+                        self.quiet_until = 0.0
 
     def _reconcile(
         self,
         state: GroupState,
         released: list[SegKey],
-        frozen: Mapping[SegKey, OwnedSegment] | None = None,
+        going: Mapping[SegKey, OwnedSegment],
     ) -> None:
         """Drop local segments the group no longer gives this reader (released, taken away) and
         adopt the ones it gives and this reader does not hold yet (acquired, or handed back);
-        ``frozen`` segments (taken out for a release) that were not released go back as they
-        were."""
+        segments ``going`` (sent for release) that were not released and are still this
+        reader's stay (handed out again, or told to the listeners again)."""
         mine = state.owned_by(self.reader_id)
-        back = {
-            k: o
-            for k, o in (frozen or {}).items()
-            if k in mine and mine[k].token == o.token and k not in released
-        }
         with self.gate.lock:
             held = set(self._fetcher.owned)
         new = [
             self._prepare(key, assignment)
             for key, assignment in mine.items()
-            if key not in held and key not in back
+            if key not in held or key in released
         ]
+        machine = self.machine
         with self.gate.closed():
             owned_now = self._fetcher.owned
+            for key in released:
+                if key in owned_now and owned_now[key] is going.get(key):
+                    self._fetcher.remove(key)
+            machine.released(released)
+            kept = [k for k in going if k not in released and k in owned_now]
             lost = [k for k, o in owned_now.items() if k not in mine or mine[k].token != o.token]
             for key in lost:
                 self._fetcher.remove(key)
-            for owned in back.values():
-                self._fetcher.restore(owned)
-            for owned in new:
-                if owned.key not in owned_now:
-                    self._fetcher.add(owned)
-        gone = sorted(set(lost) | set(released) | (set(frozen or {}) - set(back) - set(released)))
-        if gone:
-            logger.debug("reader %r released %s", self.reader_id, gone)
-            self._notify(released=gone)
+            machine.lose(lost)
+            for key in machine.keep(k for k in kept if k not in lost):
+                self._fetcher.serve(key)
+            fresh = [o for o in new if o.key not in owned_now]
+            serving = set(machine.adopt(o.key for o in fresh))
+            for owned in fresh:
+                self._fetcher.add(owned, serving=owned.key in serving)
+            if machine.needs_reader:
+                self.quiet_until = 0.0
+        if lost:
+            logger.debug("reader %r lost %s", self.reader_id, sorted(lost))
 
     def _prepare(self, key: SegKey, assignment: Assignment) -> OwnedSegment:
         """A segment to adopt, with its stream's limits (read now, outside any lock)."""
@@ -678,7 +840,12 @@ class GroupSession(Generic[T]):
             state: StreamState = sync.state
             ended = []
             with self.gate.lock:
-                mine = [o for o in self._fetcher.owned.values() if o.key[0] == scoped]
+                phase = self.machine.phase
+                mine = [
+                    o
+                    for o in self._fetcher.owned.values()
+                    if o.key[0] == scoped and phase(o.key) is SegmentPhase.SERVING
+                ]
             for owned in mine:
                 record = state.segments.get(owned.segment)
                 if record is None or (record.active and not owned.bounded):
@@ -710,10 +877,10 @@ class GroupSession(Generic[T]):
         if not self.member.complete_segments(completions, handed):
             return  # a checkpoint or reset arrived: complete after it
         with self.gate.closed():
-            for owned in finished:
-                if self._fetcher.owned.get(owned.key) is owned:
-                    self._fetcher.remove(owned.key)
-        self._notify(released=[o.key for o in finished])
+            completed = [o.key for o in finished if self._fetcher.owned.get(o.key) is o]
+            for key in completed:
+                self._fetcher.remove(key)
+            self.machine.complete(completed)
         self.group_dirty = True
 
     def _learn_final_tails(self, owned: Sequence[OwnedSegment]) -> None:
@@ -761,38 +928,35 @@ class GroupSession(Generic[T]):
         released: Sequence[SegKey] = (),
         lost: Sequence[SegKey] = (),
     ) -> None:
-        for listener in self.listeners:
-            if acquired:
-                listener.on_segments_acquired(self.reader_id, list(acquired))
-            if released:
-                listener.on_segments_released(self.reader_id, list(released))
+        """Tell every listener (lost, then released, then acquired); every listener hears
+        every change even if one raises; the first exception is raised at the end."""
+        failure: Exception | None = None
+        for listener in list(self.listeners):
+            calls: list[tuple[Callable[[str, list[SegKey]], None], Sequence[SegKey]]] = []
             if lost:
-                on_lost = getattr(listener, "on_segments_lost", listener.on_segments_released)
-                on_lost(self.reader_id, list(lost))
+                calls.append(
+                    (getattr(listener, "on_segments_lost", listener.on_segments_released), lost)
+                )
+            if released:
+                calls.append((listener.on_segments_released, released))
+            if acquired:
+                calls.append((listener.on_segments_acquired, acquired))
+            for call, keys in calls:
+                try:
+                    call(self.reader_id, list(keys))
+                except Exception as exc:
+                    failure = failure or exc
+        if failure is not None:
+            raise failure
 
     # -- checkpoints -------------------------------------------------------------------------
-    def hand_out_checkpoint(self) -> EventRead[T]:
-        """(Reading thread, under the gate's lock.) The checkpoint event, at the positions
-        handed out so far."""
-        name, self.checkpoint_due = self.checkpoint_due, None
-        assert name is not None
-        self._checkpoint_ack = (name, {k: o.returned for k, o in self._fetcher.owned.items()})
-        self.quiet_until = 0.0  # acknowledged on the next read
-        return EventRead(None, checkpoint_name=name)
-
-    def moved_on(self) -> None:
-        """(Reading thread, at the start of a slow read call.) The application moved past a
-        checkpoint handed out: have the maintenance thread acknowledge it."""
-        if self._checkpoint_ack is not None:
-            self._ack_due, self._checkpoint_ack = self._checkpoint_ack, None
-            self.wake.set()
-
     def _acknowledge_checkpoint(self, *, leaving: bool = False) -> None:
         """Report the positions a checkpoint was handed out at, once the application moved
         past it (``leaving``: or now, as the next read would)."""
-        if leaving and self._checkpoint_ack is not None:
-            self._ack_due, self._checkpoint_ack = self._checkpoint_ack, None
-        due = self._ack_due
+        if leaving:
+            with self.gate.lock:
+                self.machine.leaving()
+        due = self.machine.ack_due
         if due is not None:
             name, positions = due
             try:
@@ -800,9 +964,11 @@ class GroupSession(Generic[T]):
             except RedisUnavailableError:
                 raise  # acknowledged on a later round
             except BaseException:
-                self._ack_due = None
+                with self.gate.lock:
+                    self.machine.acknowledged()
                 raise
-            self._ack_due = None
+            with self.gate.lock:
+                self.machine.acknowledged()
             self.group_dirty = True
 
     # -- the state logs a fetch also waits on ------------------------------------------------
@@ -840,6 +1006,8 @@ class GroupSession(Generic[T]):
 
     def absorb(self, outcome: FetchOutcome) -> None:
         """Mark what a fetch found in the state logs as due for maintenance."""
+        if outcome.watched:
+            self._watched_at = self._clock.monotonic()
         if outcome.bad_logs:
             self._bad_logs |= outcome.bad_logs
             self.group_dirty = self._streams_dirty = True
@@ -904,8 +1072,9 @@ class GroupSession(Generic[T]):
             )
 
     # -- leaving and rejoining ---------------------------------------------------------------
-    def close(self) -> None:
-        """Graceful leave (see :meth:`EventStreamReader.close`)."""
+    def close(self, *, leave: bool = True) -> None:
+        """Graceful leave, or (``leave=False``) a static leave (see
+        :meth:`EventStreamReader.close`)."""
         if self.closed:
             return
         self.closed = True
@@ -915,10 +1084,55 @@ class GroupSession(Generic[T]):
         self._stop_maintenance(10)
         with self.group_lock:
             with self.gate.closed():  # nothing is handed out from here on
+                removed = self.machine.removed
+                step = self.machine.read_call()  # (closed: what the application is yet to hear)
+                owned_keys = self.machine.close()
+                for key in owned_keys:
+                    self._fetcher.hold(key)
+            if removed is None:  # the application may commit them: they are still owned
+                self._notify_quietly(step.lost, (*step.completed, *owned_keys))
+            else:
+                self._notify_quietly((*step.lost, *owned_keys), step.completed)
+            with self.gate.closed():
                 owned_now = dict(self._fetcher.owned)
                 self._fetcher.clear()
-            if self.fenced is None:
+            if removed is None and leave:
                 self._leave(owned_now)
+            elif removed is None:
+                self._stay(owned_now)
+
+    def _stay(self, owned_now: dict[SegKey, OwnedSegment]) -> None:
+        """A static leave: commit what was consumed (auto mode) and acknowledge a checkpoint
+        handed out, but stay a member: the segments wait for a restart under this id (which
+        takes them over at once) or for the session to expire."""
+        for owned in owned_now.values():
+            owned.consumed = owned.returned
+        try:
+            with translate_errors("leave"):
+                self._acknowledge_checkpoint(leaving=True)
+                if self._group.commit_mode == AUTO and not self._absorb_reset():
+                    self._commit(self._auto_positions(owned_now), table=owned_now)
+            logger.info(
+                "reader %r closed keeping its segments for a restart within the session",
+                self.reader_id,
+            )
+        except ReaderGroupError as exc:
+            logger.warning(
+                "reader %r: could not commit as it closed; a restart resumes at the last "
+                "committed positions",
+                self.reader_id,
+                exc_info=exc,
+            )
+
+    def _notify_quietly(self, lost: Sequence[SegKey], released: Sequence[SegKey]) -> None:
+        """Tell the listeners as a reader closes (a listener's exception is logged: the
+        reader leaves all the same)."""
+        try:
+            self._notify(released=released, lost=lost)
+        except Exception as exc:
+            logger.warning(
+                "reader %r: a rebalance listener raised while closing", self.reader_id, exc_info=exc
+            )
 
     def _leave(self, owned_now: dict[SegKey, OwnedSegment]) -> None:
         for owned in owned_now.values():
@@ -976,10 +1190,9 @@ class GroupSession(Generic[T]):
                 generation = self.member.join()
             now = self._clock.monotonic()
             with self.gate.closed():
-                self.fenced = None
+                self.machine.rejoined()
                 self._outage.error = None
                 self._fetcher.clear()
-                self.checkpoint_due = self._checkpoint_ack = self._ack_due = None
                 self.group_dirty = self._streams_dirty = True
                 self.quiet_until = 0.0
                 self._seen_revision = self._wake_seen = -1
@@ -1013,12 +1226,10 @@ class GroupSession(Generic[T]):
                 if liveness.member:
                     self._last_beat_ok = sent
                 elif self.fenced is None:
-                    self.fenced = (
+                    self._removed(
                         f"reader {self.reader_id!r} was removed from the group (its session "
                         "expired, or reader_offline was called); create it again to rejoin"
                     )
-                    self.quiet_until = 0.0
-                    logger.warning("%s", self.fenced)
                 if liveness.removed:
                     logger.debug(
                         "reader %r removed expired members %s", self.reader_id, liveness.removed
@@ -1042,13 +1253,11 @@ class GroupSession(Generic[T]):
                 failed = True
                 wait = min(interval, 0.5)
             if self.fenced is None and sent - self.last_poll > self._group.max_poll_interval:
-                self.fenced = (
+                self._removed(
                     f"reader {self.reader_id!r} did not call read_next_event for "
                     f"max_poll_interval={self._group.max_poll_interval}s; its segments were "
                     "given back at their committed positions"
                 )
-                self.quiet_until = 0.0
-                logger.warning("%s", self.fenced)
                 self._leave_quietly()
                 return
             if self.fenced is not None:

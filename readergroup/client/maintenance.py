@@ -30,42 +30,53 @@ What they share, and how
 * **Group round trips** (M's rounds, an explicit ``commit()``, ``close()``, ``rejoin()``) are
   serialized by the session's group lock (taken before the gate's lock, never after).
 
-Transitions of an owned segment (M unless said otherwise)
----------------------------------------------------------
-* *adopt*: the group gives this reader a segment (acquired, or handed back). M prepares it
-  (the stream's metadata read outside any lock), then adds it inside ``closed``. R reads it
-  from its next fetch.
-* *release* (fair share): on the state just refreshed, M predicts the segments above share
-  (the pure balance rule) and, inside ``closed``, takes them out of the table: from then on R
-  hands out nothing of them. Their positions are taken there, exactly: *consumed* in auto mode
-  (every event returned before the application's latest read call of that segment:
-  commit-on-get), the committed position in manual mode. Outside the lock M releases them at
-  those positions, allowing only those segments (``only_listed``: a conflict re-plan may
-  release fewer, never others). Then: released ones are dropped with their buffers; those not
-  released and still this reader's (same token) are put back as they were (buffer, positions);
-  if the round trip failed, the outcome is unknown, so none is put back: the next round adopts
-  whatever the group still gives this reader, at its committed position (events after it come
-  again: at-least-once, never skipped, never handed out by two owners at once).
-* *complete*: a segment read to its final tail, consumed, with nothing buffered or pending
-  (R can hand out nothing more of it) is completed by a round trip, then taken out inside
-  ``closed``.
-* *taken away* (a reset, another's move seen in the state) and *fenced* (by M's round trip, by
-  H, or by R's own lease check): the table is cleared inside ``closed``; R raises
-  :class:`~readergroup.core.errors.ReaderNotInGroupError` on its next call.
+Transitions of an owned segment
+-------------------------------
+Every decision about what may be handed out is the reader's state machine's
+(:class:`~readergroup.core.reader_machine.ReaderMachine`, sans-IO: its module doc lists every
+transition and rule); this module and :mod:`~readergroup.client.group_session` only carry its
+outputs out. The machine is changed only under the gate's lock; a change that takes a segment
+out of hand-out is made inside :meth:`HandOutGate.closed`, and the fetcher's rotation (what
+R's hand-out visits) follows the machine's ``SERVING`` segments there.
+
+* *adopt* (M): the group gives this reader a segment (acquired, or handed back). M prepares it
+  (the stream's metadata read outside any lock) and adds it inside ``closed``: handed out at
+  once without listeners; with listeners, held until R's next read call has called
+  ``on_segments_acquired``.
+* *release* (fair share; M decides, R lets go): on the state just refreshed, M picks the
+  segments above share (those already on their way out, then those of which nothing is with
+  the application, then the newest) and, inside ``closed``, stops handing them out: from then
+  on R hands out nothing of them. The release is sent (by M, allowing only those segments:
+  ``only_listed``) once the application moved past every event of them that was handed out,
+  that is at once if nothing of them was with it and no listener is to be told, else after
+  R's next read call (which calls ``on_segments_released`` first: a commit there lands).
+  Positions: *consumed* in auto mode (everything handed out, by then), the committed one in
+  manual mode. A release whose outcome is unknown (the round trip failed) drops the segment:
+  the next round adopts whatever the group still gives this reader, at its committed position.
+* *complete*: a segment read to its final tail, consumed, with nothing buffered or pending is
+  completed by a round trip, then taken out inside ``closed`` (listeners hear of it as
+  released at R's next read call).
+* *taken away* (a reset, another's move seen in the state) and *removed* (declared offline,
+  session expired: seen by M's refresh, by H, or by R's own lease check): out of the table
+  inside ``closed``; R's next read call tells ``on_segments_lost`` and, when removed, raises
+  :class:`~readergroup.core.errors.ReaderNotInGroupError`.
 * *R's fetch*: R computes what to read under the lock, releases it for the blocking wait, takes
   it back and applies each segment's reply only if that segment is still the same object in
   the table at the same fetch position (otherwise the reply is stale and dropped).
 
-Checkpoints: M queues one (``checkpoint_due``, window shut); R hands it out in order with data
-(the positions recorded are those handed out before it: every event before the cut goes out
-first); at R's next call the application has moved past it, R posts the acknowledgement and M
-sends it. No segment is released or completed while a checkpoint awaits this reader.
+Checkpoints and removals within ``group_refresh_time``: a fetch of R that waits on the group's
+wake streams is woken by them; when none has within ``group_refresh_time`` (R is handing out
+buffered events, or the application is not reading), M reads the group log itself. A
+checkpoint found there is handed out by R's next read call before any further event; R's
+next call after that acknowledges it (M sends it). No segment is released or completed while a
+checkpoint awaits this reader.
 
 Guarantees: a read call with buffered events returns them without a group round trip; the
-group is maintained whatever R does (blocked in the application, or in a fetch); a segment
-taken out of the table is never handed out again by this reader's incarnation; auto commits
-and releases use consumed positions only; rebalance listeners are called on M (or on the
-thread that fenced the reader), never under the gate's lock.
+group is maintained whatever R does (blocked in the application, or in a fetch); nothing of a
+segment is handed out once the reader decided to release it or learned it lost it, and a
+release lands only where the application moved past (a graceful rebalance hands out nothing
+twice); auto commits and releases use consumed positions only; rebalance listeners are called
+on R inside a read call (or on the thread that closes the reader), never under the gate's lock.
 """
 
 from __future__ import annotations

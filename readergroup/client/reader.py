@@ -17,8 +17,10 @@ Group maintenance (refresh, rebalance, commits, completion, checkpoint acknowled
 on the session's maintenance thread, started by the first read call, never on the reading
 thread: a read call with buffered events returns them without any group round trip, and the
 group is maintained while the application holds events without reading (see
-:mod:`~readergroup.client.maintenance` for the transitions and the locking). Rebalance
-listeners are called on that thread.
+:mod:`~readergroup.client.maintenance` for the locking, and
+:mod:`~readergroup.core.reader_machine` for every transition of what may be handed out).
+Rebalance listeners are called on the reading thread, inside a read call, before it hands out
+anything.
 
 Fast path: while the session's window is open (see ``GroupSession.quiet_until``: nothing
 awaits the reading thread) and events are buffered, ``read_next_event`` does O(1) work: one
@@ -45,16 +47,17 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from readergroup.admin.group_member import GroupMember
+from readergroup.client import stop_signals
 from readergroup.client.event_read import NOTHING, EventRead, RebalanceListener
 from readergroup.client.fetcher import Fetcher, Outage
 from readergroup.client.group_session import REJOIN_MAX_DELAY, GroupSession
 from readergroup.client.runner import RunStats, run
 from readergroup.client.serializers import Serializer
-from readergroup.core.errors import ReaderNotInGroupError
+from readergroup.core.errors import ReaderClosedError, ReaderNotInGroupError, ReaderReplacedError
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.group_state import SegKey
 from readergroup.storage.connection_api import Connection
@@ -111,6 +114,8 @@ class EventStreamReader(Generic[T]):
         )
         self._gate = self._session.gate
         self._fetcher.unlocked = self._gate.released
+        self._stop_iteration = threading.Event()
+        self._signal_handlers: dict[int, Any] = {}
 
     @property
     def _stop(self) -> threading.Event:
@@ -119,16 +124,62 @@ class EventStreamReader(Generic[T]):
 
     # -- public API -------------------------------------------------------------------------
     @property
+    def commit_mode(self) -> str:
+        """The group's commit mode: ``"auto"`` or ``"manual"`` (see ReaderGroupConfig)."""
+        return self._group.commit_mode
+
+    @property
     def generation(self) -> int:
         return self._member.generation
 
     def add_rebalance_listener(self, listener: RebalanceListener) -> None:
-        self._session.listeners.append(listener)
+        """Hear of this reader's segment changes (see :class:`RebalanceListener`: called on the
+        reading thread, inside a read call, before it hands out anything)."""
+        self._session.add_listener(listener)
 
     def owned_segments(self) -> dict[SegKey, int]:
         """Owned segment -> fencing token."""
         owned_now = self._fetcher.owned.copy()  # (the maintenance thread may change it)
         return {key: owned.token for key, owned in owned_now.items()}
+
+    def assignment(self) -> set[SegKey]:
+        """The segments this reader owns now (Kafka's ``assignment``)."""
+        return set(self.owned_segments())
+
+    def seek(self, segment: SegKey, offset: int) -> None:
+        """Hand out ``segment``'s events from ``offset`` on (Kafka's ``seek``): the next event
+        of it handed out is the one at ``offset``. For an owned segment
+        (SegmentNotOwnedError otherwise); the typical place is ``on_segments_acquired``,
+        resuming from positions the application keeps in its own database (with the
+        segment's fencing token, see :meth:`fencing_token`). Commits go on from there as
+        usual (auto mode commits it at the next interval). Reading thread, or a listener."""
+        self._session.seek(segment, offset)
+
+    def position(self, segment: SegKey) -> int:
+        """The offset of the next event of owned ``segment`` to be handed out."""
+        return self._session.position(segment)
+
+    def committed(self) -> dict[SegKey, int]:
+        """The group's committed position of each owned segment (where a new owner would
+        start)."""
+        return self._session.committed()
+
+    def pause(self, segments: Iterable[SegKey]) -> None:
+        """Hand out nothing of ``segments`` (owned ones; Kafka's ``pause``) until
+        :meth:`resume`: they stay owned (heartbeats and the group go on), their reads stop
+        once their buffers are full, and a read call still runs the group's work (listeners,
+        releases, checkpoints). A paused segment given up by a rebalance is no longer
+        paused."""
+        self._session.pause(list(segments))
+
+    def resume(self, segments: Iterable[SegKey]) -> None:
+        """Hand out ``segments`` again (see :meth:`pause`)."""
+        self._session.resume(list(segments))
+
+    def paused(self) -> set[SegKey]:
+        """The segments paused now."""
+        with self._gate.lock:
+            return set(self._session.machine.paused)
 
     def fencing_token(self, stream: str, segment: int) -> int | None:
         owned = self._fetcher.owned.get((stream, segment))
@@ -181,13 +232,21 @@ class EventStreamReader(Generic[T]):
         See :func:`readergroup.client.runner.run`."""
         return run(self, handler, max_workers=max_workers, **options)
 
-    def close(self) -> None:
-        """Graceful leave: acknowledge a checkpoint handed out (at the positions it was handed
-        out at, as the next read would); in auto mode commit everything returned and give
-        segments back there; in manual mode give them back at the last committed positions.
-        Then stop."""
-        self._session.close()
+    def close(self, *, leave: bool = True) -> None:
+        """Graceful leave: tell the listeners the segments are released (on this thread: a
+        commit there lands); acknowledge a checkpoint handed out (at the positions it was
+        handed out at, as the next read would); in auto mode commit everything returned and
+        give segments back there; in manual mode give them back at the last committed
+        positions. Then stop.
+
+        ``leave=False`` is Kafka's static leave: the same, but the reader stays a member and
+        keeps its segments until its session expires, so a restart under the same id within
+        the session takes them over at once and no other reader moves (a rolling restart
+        moves nothing)."""
+        self._session.close(leave=leave)
         self._fetcher.close()
+        stop_signals.restore(self._signal_handlers)
+        self._signal_handlers = {}
 
     def __enter__(self) -> EventStreamReader[T]:
         return self
@@ -195,19 +254,46 @@ class EventStreamReader(Generic[T]):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def install_signal_handlers(self) -> None:
+        """Have SIGTERM and SIGINT end iteration cleanly (main thread only): the event being
+        handled is finished, ``for event in reader`` ends within ``group_refresh_time``, and
+        leaving ``with reader:`` (or ``close()``) commits what was handled and gives the
+        segments back at once, so nothing is delivered twice and nobody waits for a session
+        to expire. The previous handlers come back when the reader is closed. The shutdown
+        recipe::
+
+            with factory.create_reader("worker-1", "billing", serializer) as reader:
+                reader.install_signal_handlers()
+                for event in reader:
+                    handle(event)
+        """
+        if not self._signal_handlers:
+            self._signal_handlers = stop_signals.install(self._stop_iteration)
+
+    def stop_iteration(self) -> None:
+        """End ``for event in reader`` after the event being handled (any thread; what the
+        signal handlers call). Read calls are not affected."""
+        self._stop_iteration.set()
+
     def __iter__(self) -> Iterator[EventRead[T]]:
-        """Yield events until the reader is closed (timeouts are skipped). A fenced reader
-        (its session expired, e.g. during a Redis outage) rejoins by itself (:meth:`rejoin`)."""
+        """Yield events until the reader is closed or :meth:`stop_iteration` is called
+        (timeouts are skipped). A fenced reader (its session expired, e.g. during a Redis
+        outage) rejoins by itself (:meth:`rejoin`)."""
         session = self._session
-        while not session.closed:
+        stopping = self._stop_iteration
+        while not session.closed and not stopping.is_set():
             try:
                 event = self.read_next_event()
+            except ReaderClosedError:
+                return  # closed by another thread: iteration ends
+            except ReaderReplacedError:
+                raise  # a newer incarnation of this id runs: this one must stop
             except ReaderNotInGroupError:
                 if session.closed:
                     return
                 self.rejoin()
                 continue
-            if event.event is not None or event.is_checkpoint:
+            if event.is_event or event.is_checkpoint:  # not NOTHING; a value may be None
                 yield event
 
     def rejoin(self, stop: threading.Event | None = None) -> int:
@@ -251,18 +337,22 @@ class EventStreamReader(Generic[T]):
 
     def _serve(self, max_events: int, timeout: float, now: float) -> list[EventRead[T]]:
         session, fetcher = self._session, self._fetcher
-        session.check_usable()
+        if session.closed:
+            raise ReaderClosedError(f"reader {self.reader_id!r} is closed")
+        session.check_lease()
         session.last_poll = now
-        fetcher.consume_returned()
+        fetcher.consume_returned()  # the application moved past every event handed out
         session.consumed_recorded()
-        session.moved_on()
-        if fetcher.errors:
-            raise fetcher.errors.popleft()
         deadline = now + max(0.0, timeout)
         fetched = False
         while True:
-            if session.checkpoint_due is not None:
-                return [session.hand_out_checkpoint()]
+            # what the reader's machine says comes first: listeners, a removal, a checkpoint
+            # (again before each fetch: nothing was handed out since the call began)
+            checkpoint = session.begin_read()
+            if checkpoint is not None:
+                return [checkpoint]
+            if fetcher.errors:
+                raise fetcher.errors.popleft()
             events = fetcher.take(max_events, refill=True)
             if events:
                 return events
@@ -277,4 +367,4 @@ class EventStreamReader(Generic[T]):
             block = max(0.0, min(remaining, hold))
             session.absorb(fetcher.fetch(block, session.wake_logs(), hold=hold))
             fetched = True
-            session.check_usable()
+            session.check_lease()

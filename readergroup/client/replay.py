@@ -15,7 +15,7 @@ Kept: each batch acknowledged in the last ``window`` seconds, within ``max_bytes
 go at the next acknowledgement or put-back, not while the writer is idle). Pure apart from the
 clock; the sender thread is its only user.
 
-When it works, and when it does not (the README states the same):
+When it works, and when it does not (docs/guides/high-availability.md states the same):
 
 * the put-back happens at the writer's next append to the segment: readers wait
   ``ReaderConfig.shrunk_log_grace`` (10 s) for a shorter log to fill before they report the

@@ -16,15 +16,25 @@ Guarantees:
   a lost reply or an outage is recognised by the script and not written again.
 * **Bounded memory.** At most ``max_in_flight_bytes`` of payload is queued or in flight;
   ``write_event`` blocks up to ``max_block`` seconds for room, then raises.
-* **Bounded delivery.** A round is retried (jittered backoff) for ``delivery_timeout``
-  seconds, the metadata refresh included (an outage with expired metadata is retried like
-  one with fresh metadata; a stream not found is retried too: it may be being re-created);
-  then its futures fail with :class:`~readergroup.core.errors.WriteFailedError`.
+* **Bounded delivery, per event.** Sending is retried (jittered backoff), the metadata
+  refresh included (an outage with expired metadata is retried like one with fresh metadata;
+  a stream not found is retried too: it may be being re-created), until each event's own
+  deadline: its write time plus ``delivery_timeout``. An event still unacknowledged then
+  fails with :class:`~readergroup.core.errors.WriteFailedError` carrying that ``deadline``,
+  whether it was in the round being retried or queued behind it; so ``flush()`` and
+  ``close()`` of a writer whose Redis is gone return by the last event's deadline.
+* **Only bytes go out.** ``write_event`` checks what the serializer returned: bytes-like
+  values are stored as their bytes, anything else (a ``str`` included: encode it in the
+  serializer) raises :class:`~readergroup.core.errors.SerializationError` there, naming the
+  serializer and the routing key; a bad event never reaches a round, so it fails no other.
 * **A future fails only if its event is not in Redis.** Every batch settles on its own reply:
   a batch the server refuses for good (a key of the wrong type, say) fails its own events
   with an error naming the segment; the other batches of the round are unaffected.
 
-Who may call what: any thread may call ``write_event``, ``flush`` and ``close``.
+Who may call what: any thread of the process that created the writer may call
+``write_event``, ``flush`` and ``close``. A copy made by ``fork()`` has no sender thread: in the
+child, ``write_event`` and ``flush`` raise :class:`~readergroup.core.errors.WriterForkedError`
+(create the writer in the child) and ``close()`` only discards the copy.
 """
 
 from __future__ import annotations
@@ -32,10 +42,12 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import os
 import random
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -50,10 +62,12 @@ from readergroup.core.errors import (
     InvalidConfigError,
     ReaderGroupError,
     SegmentNotFoundError,
+    SerializationError,
     StreamNotFoundError,
     StreamSealedError,
     WriteFailedError,
     WriterClosedError,
+    WriterForkedError,
 )
 from readergroup.core.routing import key_position
 from readergroup.core.stream_metadata import StreamState
@@ -136,6 +150,7 @@ class WriteFuture:
         "_error",
         "_offset",
         "_segment",
+        "deadline",
         "order",
         "payload",
         "position",
@@ -154,6 +169,7 @@ class WriteFuture:
         payload: bytes,
         writer_ms: int,
         position: float,
+        deadline: float,
     ) -> None:
         self._completed = completed
         self._done = False
@@ -167,6 +183,7 @@ class WriteFuture:
         self.size = len(payload)
         self.writer_ms = writer_ms
         self.position = position
+        self.deadline = deadline  # the writer's monotonic clock: write time + delivery_timeout
 
     def done(self) -> bool:
         return self._done
@@ -218,18 +235,21 @@ class WriteFuture:
             self._call(callback)
 
     @staticmethod
-    def _land(futures: list[WriteFuture], segment: int, first: int) -> int:
+    def _land(futures: list[WriteFuture], segment: int, first: int) -> tuple[int, int]:
         """Acknowledge ``futures``, landed in ``segment`` at offsets ``first``, ``first + 1``...
-        (``first`` -1: offsets unknown); return their payload bytes. Called by the sender only
-        (see :meth:`_complete`)."""
-        size = 0
+        (``first`` -1: offsets unknown); return how many were not done yet (one whose deadline
+        passed while its batch was re-sent failed then, and stays failed) and their payload
+        bytes. Called by the sender only (see :meth:`_complete`)."""
+        count = size = 0
         offset = first
         for future in futures:
-            size += future.size
-            future._complete(segment, offset, None)
+            if not future._done:
+                count += 1
+                size += future.size
+                future._complete(segment, offset, None)
             if first >= 0:
                 offset += 1
-        return size
+        return count, size
 
 
 _POSITION: Callable[[WriteFuture], float] = attrgetter("position")
@@ -266,6 +286,9 @@ class EventStreamWriter(Generic[T]):
         self._serializer = serializer
         self._config = config or EventWriterConfig()
         self._clock = clock or SYSTEM_CLOCK
+        # (the system clock's own function: one call less per event than through the clock)
+        self._monotonic = time.monotonic if clock is None else self._clock.monotonic
+        self._delivery_timeout = self._config.delivery_timeout
         self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
         self._wall_ms = wall_clock_ms or _wall_clock_ms
         self.writer_id = writer_id or f"w-{uuid.uuid4().hex[:16]}"
@@ -297,13 +320,17 @@ class EventStreamWriter(Generic[T]):
         self._buffered = 0
         self._completed = threading.Condition()
         self._closed = False
+        self._pid = os.getpid()  # a copy in a forked child is unusable (_after_fork_in_child)
+        _LIVE_WRITERS.add(self)
         self._failures: list[BaseException] = []
         self._max_event_size = metadata.get(scope, stream).config.max_event_size
+        # each event fails by its own deadline (_wait_to_retry); a round's budget only backs
+        # that up: its events were all written before it began, so all expire within it
         self._retry = RetryPolicy(
             max_attempts=100_000,
-            deadline=self._config.delivery_timeout,
+            deadline=self._config.delivery_timeout + 2 * _MAX_DELAY,
             base_delay=0.005,
-            max_delay=1.0,
+            max_delay=_MAX_DELAY,
         )
         self._sender = threading.Thread(
             target=self._run, name=f"rg-writer-{scope}/{stream}", daemon=True
@@ -314,13 +341,18 @@ class EventStreamWriter(Generic[T]):
     def write_event(self, event: T, routing_key: str | None = None) -> WriteFuture:
         """Queue ``event``; the future resolves once it is in Redis.
 
-        Raises at once (nothing queued) on a serialization error, an event over the stream's
-        ``max_event_size`` (:class:`EventTooLargeError`), a closed writer, or when no room
-        frees up within ``max_block`` (:class:`WriteFailedError`).
+        Raises at once (nothing queued) on a serialization error or a serializer returning
+        anything but a bytes-like value (:class:`SerializationError`), an event over the
+        stream's ``max_event_size`` (:class:`EventTooLargeError`), a closed writer
+        (:class:`WriterClosedError`; :class:`WriterForkedError` in a process forked from the
+        one that created it), or when no room frees up within ``max_block``
+        (:class:`WriteFailedError`).
         """
         if self._closed:
-            raise WriterClosedError("the writer is closed")
+            raise self._closed_error()
         payload = self._serializer.serialize(event)
+        if type(payload) is not bytes:
+            payload = self._bytes_of(payload, routing_key)
         size = len(payload)
         if size > self._max_event_size:
             raise EventTooLargeError(
@@ -334,7 +366,13 @@ class EventStreamWriter(Generic[T]):
         else:
             raise TypeError(f"routing_key must be a str or None, got {type(routing_key).__name__}")
         future = WriteFuture(
-            self._completed, next(self._order), wire, payload, self._wall_ms(), position
+            self._completed,
+            next(self._order),
+            wire,
+            payload,
+            self._wall_ms(),
+            position,
+            self._monotonic() + self._delivery_timeout,
         )
         with self._accounting:
             if self._buffered + size > self._max_in_flight and self._buffered:
@@ -348,9 +386,34 @@ class EventStreamWriter(Generic[T]):
             self._wakeup.set()
         return future
 
+    def _bytes_of(self, payload: object, routing_key: str | None) -> bytes:
+        """What the serializer returned, if bytes-like, as bytes (a copy: the caller may reuse
+        its buffer); else :class:`SerializationError`."""
+        if isinstance(payload, (bytes, bytearray, memoryview)):
+            return bytes(payload)
+        hint = " (encode it in the serializer)" if isinstance(payload, str) else ""
+        raise SerializationError(
+            f"serializer {type(self._serializer).__name__} returned a "
+            f"{type(payload).__name__}, not bytes{hint}, for the event with routing key "
+            f"{routing_key!r} of {self._scope}/{self._stream}; nothing was written"
+        )
+
+    def _closed_error(self) -> WriterClosedError:
+        if os.getpid() != self._pid:
+            return WriterForkedError(
+                f"the writer of {self._scope}/{self._stream} was created in process "
+                f"{self._pid} and copied into process {os.getpid()} by fork(); it cannot send "
+                "from here: create the writer in the child (after the fork)"
+            )
+        return WriterClosedError("the writer is closed")
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every event written so far is acknowledged or failed; raise the first
-        failure since the previous flush."""
+        failure since the previous flush. Returns by the last event's deadline at the latest
+        (its write time + ``delivery_timeout``), or raises ``TimeoutError`` after ``timeout``
+        seconds. Raises :class:`WriterForkedError` in a forked child."""
+        if os.getpid() != self._pid:
+            raise self._closed_error()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._idle:
             while self._outstanding:
@@ -363,7 +426,12 @@ class EventStreamWriter(Generic[T]):
             raise failures[0]
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, then stop the sender. Idempotent."""
+        """Flush, then stop the sender. Idempotent. In a process forked from the one that
+        created the writer, only marks this copy closed, at once: what was written before the
+        fork is the parent's writer's to send."""
+        if os.getpid() != self._pid:
+            self._closed = True
+            return
         if self._closed:
             return
         try:
@@ -421,20 +489,21 @@ class EventStreamWriter(Generic[T]):
         """Send one drained round until every event in it is acknowledged or failed."""
         events = self._drain()
         try:
-            self._deliver(events, self._retry.start(self._clock, self._rng))
+            self._deliver(_Round(events), self._retry.start(self._clock, self._rng))
         except BaseException as exc:  # fail what is left of the round; the sender lives on
             self._fail(events, exc)
         finally:
             with self._completed:
                 self._completed.notify_all()
 
-    def _deliver(self, route: list[WriteFuture], budget: RetryBudget) -> None:
+    def _deliver(self, round_: _Round, budget: RetryBudget) -> None:
         """Route, send and settle until nothing is left. Every step that can fail for a while,
-        the metadata refresh included, is retried within ``delivery_timeout``; a batch that
-        may have landed is re-sent as it was (same sequence number), never re-batched. A
-        batch refused because a failover lost the segment's last appends (``REGRESSED``)
-        waits for :meth:`_put_back`, then goes again at once (no backoff unless something
-        else failed)."""
+        the metadata refresh included, is retried until each event's deadline
+        (:meth:`_wait_to_retry`); a batch that may have landed is re-sent as it was (same
+        sequence number), never re-batched. A batch refused because a failover lost the
+        segment's last appends (``REGRESSED``) waits for :meth:`_put_back`, then goes again at
+        once (no backoff unless something else failed)."""
+        route = round_.events
         pending: _Sent = ([], [])
         refresh = False
         while route or pending[0]:
@@ -446,7 +515,7 @@ class EventStreamWriter(Generic[T]):
             except ReaderGroupError as exc:
                 if not _worth_retrying(exc):
                     raise
-                self._backoff(budget, exc)
+                route, pending = self._wait_to_retry(budget, exc, round_, route, pending)
                 continue
             left = self._settle(*pending, replies)
             route, pending, refresh = left.reroute, left.resend, bool(left.reroute)
@@ -456,7 +525,7 @@ class EventStreamWriter(Generic[T]):
                 if not (route or left.cause):
                     continue  # put back: send the refused batches again at once
             if route or pending[0]:
-                self._backoff(budget, left.cause)
+                route, pending = self._wait_to_retry(budget, left.cause, round_, route, pending)
 
     def _put_back(
         self, regressed: dict[int, int], pending: _Sent
@@ -517,28 +586,108 @@ class EventStreamWriter(Generic[T]):
         ]
         return (batches, pending[1]), cause
 
-    def _backoff(self, budget: RetryBudget, cause: BaseException | None) -> None:
+    def _wait_to_retry(
+        self,
+        budget: RetryBudget,
+        cause: BaseException | None,
+        round_: _Round,
+        route: list[WriteFuture],
+        pending: _Sent,
+    ) -> tuple[list[WriteFuture], _Sent]:
+        """Back off before the next attempt; meanwhile fail each event whose deadline passes,
+        of this round or queued behind it, at that deadline. Return what is left to route
+        and to send again: events failed here are dropped from ``route``; a batch that may
+        have landed goes again unchanged while any of its events is still due (the failed
+        ones stay failed if it lands: :meth:`WriteFuture._land`)."""
         delay = budget.next_delay()
-        if delay is None:
-            if cause is None:
-                raise StreamSealedError(
-                    f"segments of {self._scope}/{self._stream} stayed sealed without successors "
-                    f"for delivery_timeout={self._config.delivery_timeout}s"
-                )
-            raise WriteFailedError(
-                f"events not acknowledged within delivery_timeout={self._config.delivery_timeout}s"
-                f": {cause}"
-            ) from cause
+        if delay is None:  # a backstop: every event of the round expires before this
+            raise self._expired_error(cause, None)
         if cause is not None and budget.attempts == 2:  # once per round, not per attempt
             logger.warning(
-                "writer of %s/%s: retrying within delivery_timeout=%ss after: %s",
+                "writer of %s/%s: retrying until each event's delivery_timeout=%ss after: %s",
                 self._scope,
                 self._stream,
                 self._config.delivery_timeout,
                 cause,
                 exc_info=cause,
             )
-        self._clock.sleep(delay)
+        clock = self._clock
+        wake = clock.monotonic() + delay
+        while True:
+            now = clock.monotonic()
+            due = min(self._expire_round(round_, now, cause), self._expire_waiting(now, cause))
+            if round_.finished() or now >= wake:
+                break
+            clock.sleep(min(wake, due) - now)
+        route = [event for event in route if not event._done]
+        kept = [i for i, group in enumerate(pending[1]) if not all(e._done for e in group)]
+        return route, ([pending[0][i] for i in kept], [pending[1][i] for i in kept])
+
+    def _expire_round(self, round_: _Round, now: float, cause: BaseException | None) -> float:
+        """Fail the round's events whose deadline is at or before ``now``; return the next
+        deadline of the round (``inf``: none left)."""
+        events, start = round_.events, round_.expired
+        end = start
+        while end < len(events) and (events[end].deadline <= now or events[end]._done):
+            end += 1
+        round_.expired = end
+        if end > start:
+            self._expire(events[start:end], cause)
+        return events[end].deadline if end < len(events) else _NEVER
+
+    def _expire_waiting(self, now: float, cause: BaseException | None) -> float:
+        """Fail the events queued behind the round (the backlog's rest, then the queue) whose
+        deadline is at or before ``now``, and take them out; return the next deadline
+        (``inf``: none waiting). Both are in write order, so the expired ones come first."""
+        backlog, start = self._backlog, self._backlog_next
+        end = start
+        while end < len(backlog) and backlog[end].deadline <= now:
+            end += 1
+        expired = backlog[start:end]
+        if end >= len(backlog):
+            self._backlog, self._backlog_next = [], 0
+        else:
+            self._backlog_next = end
+        due = _NEVER if end >= len(backlog) else backlog[end].deadline
+        with self._accounting:
+            queue = self._queue
+            count = 0
+            while count < len(queue) and queue[count].deadline <= now:
+                count += 1
+            if count:
+                expired += queue[:count]
+                del queue[:count]
+            if queue and due == _NEVER:
+                due = queue[0].deadline
+        if expired:
+            self._expire(expired, cause)
+        return due
+
+    def _expire(self, events: list[WriteFuture], cause: BaseException | None) -> None:
+        """Fail ``events`` (those not done yet), each with its own deadline, and wake whoever
+        waits for them."""
+        unfinished = [event for event in events if not event._done]
+        for event in unfinished:
+            event._complete(-1, -1, self._expired_error(cause, event.deadline))
+        if unfinished:
+            self._record_failure(unfinished[0]._error)
+            self._release(len(unfinished), sum(event.size for event in unfinished))
+            with self._completed:
+                self._completed.notify_all()
+
+    def _expired_error(self, cause: BaseException | None, deadline: float | None) -> Exception:
+        if cause is None:
+            return StreamSealedError(
+                f"segments of {self._scope}/{self._stream} stayed sealed without successors "
+                f"for delivery_timeout={self._config.delivery_timeout}s"
+            )
+        error = WriteFailedError(
+            f"event not acknowledged within delivery_timeout={self._config.delivery_timeout}s"
+            f" of its write: {cause}",
+            deadline=deadline,
+        )
+        error.__cause__ = cause
+        return error
 
     def _state(self, refresh: bool) -> StreamState:
         if refresh:
@@ -617,7 +766,7 @@ class EventStreamWriter(Generic[T]):
             created, seen = self._seen.get(segment, ("", 0))
             if reply.created and (reply.created != created or tail > seen):
                 self._seen[segment] = (reply.created, tail)
-            size = WriteFuture._land(group, segment, first)
+            count, size = WriteFuture._land(group, segment, first)
             self._acked.keep(
                 batch,
                 first_offset=first,
@@ -627,8 +776,8 @@ class EventStreamWriter(Generic[T]):
                 size=size,
             )
         else:  # DUPLICATE: an earlier try landed; its offsets are not known here
-            size = WriteFuture._land(group, segment, -1)
-        self._release(len(group), size)
+            count, size = WriteFuture._land(group, segment, -1)
+        self._release(count, size)
 
     def _fail(self, events: list[WriteFuture], error: BaseException) -> None:
         if not isinstance(error, ReaderGroupError):
@@ -639,9 +788,14 @@ class EventStreamWriter(Generic[T]):
         released = sum(event.size for event in unfinished)
         for event in unfinished:
             event._complete(-1, -1, error)
-        with self._accounting:
-            self._failures.append(error)
+        self._record_failure(error)
         self._release(len(unfinished), released)
+
+    def _record_failure(self, error: BaseException | None) -> None:
+        """Keep the first failure since the last flush, for it to raise."""
+        with self._accounting:
+            if error is not None and not self._failures:
+                self._failures.append(error)
 
     def _release(self, count: int, size: int) -> None:
         with self._accounting:
@@ -657,6 +811,36 @@ _event_args = attrgetter("wire_key", "payload", "writer_ms")
 
 _Sent = tuple[list[AppendBatch], list[list[WriteFuture]]]
 """Batches and, for each, the events it carries."""
+
+
+@dataclass(slots=True)
+class _Round:
+    """The events of one round, in write order (so in deadline order), and how many of them,
+    from the first, are done or have had their deadline pass."""
+
+    events: list[WriteFuture]
+    expired: int = 0
+
+    def finished(self) -> bool:
+        return self.expired >= len(self.events)
+
+
+_NEVER = float("inf")
+_MAX_DELAY = 1.0  # longest backoff between two attempts at a round, seconds
+
+_LIVE_WRITERS: weakref.WeakSet[EventStreamWriter[Any]] = weakref.WeakSet()
+"""Every writer of this process, to mark its copies in a forked child unusable."""
+
+
+def _after_fork_in_child() -> None:
+    """A forked child's copies of its parent's writers have no sender thread: mark them
+    closed, so that ``write_event`` raises there (:class:`WriterForkedError`, told by the
+    pid) at no cost per event in the parent."""
+    for writer in list(_LIVE_WRITERS):
+        writer._closed = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @dataclass(slots=True)

@@ -19,6 +19,11 @@ class EmbeddedRedisError(ReaderGroupError):
     server binary failed to start (its log is quoted)."""
 
 
+class SparkWorkersError(ReaderGroupError):
+    """Spark's Python workers run an interpreter that cannot import this library (so Spark
+    cannot find or run the ``readergroup`` data source); the message says what to set."""
+
+
 class InvalidNameError(ReaderGroupError, ValueError):
     """A scope, stream, reader group or reader name breaks the naming rule."""
 
@@ -69,6 +74,12 @@ class ReaderGroupInUseError(ReaderGroupError):
     (``delete_reader_group`` without ``force``)."""
 
 
+class OlderReadersOnlineError(ReaderGroupError):
+    """An operation that readers of an older version cannot follow was refused while such
+    readers are online (``readergroup admin migrate`` without ``force``); the message names
+    them by group. Upgrade or stop them first."""
+
+
 class StreamSealedError(ReaderGroupError):
     """The stream is sealed: no more events can be written to it."""
 
@@ -102,14 +113,28 @@ class WriterClosedError(ReaderGroupError):
     """The writer was closed; it accepts no more events."""
 
 
+class WriterForkedError(WriterClosedError):
+    """The writer was created in another process and copied into this one by ``fork()``
+    (``os.fork``, ``multiprocessing`` with the ``fork`` start method): its sender thread was not
+    copied, so nothing given to it here would ever be sent. Create the writer in the child
+    (after the fork), from a factory of the child's own or the inherited one; the parent's
+    writer keeps working in the parent."""
+
+
 class WriteFailedError(ReaderGroupError):
     """An event could not be written within the writer's delivery timeout.
 
     Retriable: the cause (``__cause__``) was transient, typically Redis being unreachable.
-    The event was not acknowledged; it may or may not be in the stream.
+    The event was not acknowledged; it may or may not be in the stream. ``deadline``: when the
+    event's delivery timeout ran out (its write time + ``delivery_timeout``, on the writer's
+    monotonic clock), if the failure is that.
     """
 
     retriable = True
+
+    def __init__(self, message: str, *, deadline: float | None = None) -> None:
+        super().__init__(message)
+        self.deadline = deadline
 
 
 class RedisUnavailableError(ReaderGroupError, ConnectionError):
@@ -145,15 +170,25 @@ class AccessDeniedError(ReaderGroupError, PermissionError):
 
 class UnsafeServerConfigError(ReaderGroupError):
     """The Redis server may delete this library's keys on its own: its ``maxmemory-policy``
-    evicts keys that have no TTL (``allkeys-*``). Set ``noeviction`` (see the README's
-    production settings), or opt out with ``ClientConfig(allow_key_eviction=True)``."""
+    evicts keys that have no TTL (``allkeys-*``). Set ``noeviction`` (see
+    docs/guides/production-redis.md), or opt out with ``ClientConfig(allow_key_eviction=True)``."""
+
+
+class UnsupportedServerError(ReaderGroupError):
+    """The server is older than the oldest this library supports (Redis 7.0; Valkey's first
+    release, 7.2, is newer), or did not say which version it is. Refused on connect."""
+
+
+class LegacyLayoutError(ReaderGroupError):
+    """Redis holds data written before per-scope catalogs (the old shared catalog): run
+    ``readergroup admin migrate`` once, as the operator role."""
 
 
 class DataLostError(ReaderGroupError):
     """Redis lost keys this library wrote: a catalog, stream or reader group that was created
     is gone (eviction, a failover to a replica that had not caught up, a restart without
-    persistence, a ``DEL``). It is never created again silently, empty; see the README's
-    production Redis settings for what to do."""
+    persistence, a ``DEL``). It is never created again silently, empty; see
+    docs/guides/production-redis.md for what to do."""
 
 
 class StreamLostError(DataLostError, StreamNotFoundError):
@@ -190,6 +225,23 @@ class WrongKeyTypeError(ReaderGroupError):
 class ReaderNotInGroupError(ReaderGroupError):
     """The reader is not (or no longer) an online member: it was declared dead, exceeded
     ``max_poll_interval``, or left. Create a reader with the same id to rejoin."""
+
+
+class ReaderReplacedError(ReaderNotInGroupError):
+    """A newer incarnation of this reader id joined the group and took its segments over
+    (static membership: the same id restarted elsewhere). Final: this incarnation must stop;
+    it does not rejoin by itself (two processes with one id would fence each other)."""
+
+
+class ReaderClosedError(ReaderGroupError):
+    """The reader was closed (perhaps by another thread): it reads no more. Iteration over a
+    reader ends cleanly instead."""
+
+
+class RebalanceListenerError(ReaderGroupError):
+    """A rebalance listener raised (its exception is the ``__cause__``). Raised by the read
+    call that called it, after the change it was told of was carried out (segments released
+    or handed out all the same); the reader stays usable."""
 
 
 class ReaderAlreadyOnlineError(ReaderGroupError):

@@ -157,9 +157,12 @@ class ReaderConfig:
     Attributes:
         read_batch: most events fetched from one segment per round trip (default 1000).
         max_buffered_events: events buffered per segment before fetching pauses (default 5000).
-        takeover: joining under an id still online replaces that incarnation, fencing it,
-            instead of raising ReaderAlreadyOnlineError (default False). For a retried task
-            (Spark) replacing a dead predecessor before its session expires.
+        takeover: static membership (Kafka's ``group.instance.id``; default True): joining
+            under an id still online replaces that incarnation at once, fencing it (it gets
+            ReaderReplacedError and stops), and takes its segments over at their committed
+            positions, so a restarted worker gets its segments back and no other reader
+            moves. False: a live incarnation under the id is refused with
+            ReaderAlreadyOnlineError until its session expires.
         prefetch_events: most events one reader holds fetched ahead of the application
             (buffered plus requested) before it stops sending reads ahead; 0 turns reading ahead
             off (default 10000).
@@ -175,7 +178,7 @@ class ReaderConfig:
 
     read_batch: int = 1000
     max_buffered_events: int = 5000
-    takeover: bool = False
+    takeover: bool = True
     prefetch_events: int = 10_000
     prefetch_bytes: int = 16 << 20
     shrunk_log_grace: float = 10.0

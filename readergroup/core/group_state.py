@@ -185,8 +185,13 @@ class GroupState:
 
     @property
     def end_of_data(self) -> bool:
-        """Bounded group with every segment read to its end."""
-        return self.end is not None and not (self.assigned or self.unassigned or self.future)
+        """Every segment the group may read was read to its end: a bounded group at its end
+        cut, or (with or without an end cut) every stream it reads sealed and read to the
+        end (nothing owned, unassigned or waiting, and segments were completed). Pravega's
+        reader reports this as the read being completed."""
+        if self.assigned or self.unassigned or self.future:
+            return False
+        return self.end is not None or bool(self.completed)
 
     def owned_by(self, reader_id: str) -> dict[SegKey, Assignment]:
         return dict(self.owners().get(reader_id, {}))
@@ -365,6 +370,11 @@ def _moved_epochs(
     return epochs.evolve(put, drop) if put or drop else epochs
 
 
+_EPOCHS_TAGGED = frozenset({"epochs"})
+"""Position epochs are tagged fields (see ``statesync.codec``): a reader that does not know them
+moves the positions without epochs, which only skips the divergence check there."""
+
+
 @dataclass(frozen=True)
 class AddReader(Update):
     reader_id: str
@@ -391,6 +401,8 @@ class AddReader(Update):
 class RemoveReader(Update):
     """Remove a reader; its segments become unassigned at ``positions`` where given (a graceful
     leave), else at their last committed positions (a crash or a fenced reader)."""
+
+    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED
 
     reader_id: str
     generation: int
@@ -465,6 +477,8 @@ class AcquireSegments(Update):
 class ReleaseSegments(Update):
     """Give segments back at the given positions: ``(segment, token, position)``."""
 
+    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED
+
     reader_id: str
     generation: int
     releases: tuple[tuple[SegKey, int, int], ...]
@@ -505,6 +519,7 @@ class CommitPositions(Update):
     wake stream, so commits cost them nothing)."""
 
     wakes_followers: ClassVar[bool] = False
+    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED
 
     reader_id: str
     generation: int

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from readergroup.core.group_state import GroupState, SegKey
+from readergroup.core.log_format import UNANNOUNCED_FORMAT, Announcements, member_format
 
 GROUP_STATES = ("stable", "rebalancing", "empty", "dead")
 
@@ -32,6 +33,9 @@ class MemberView:
     segments: tuple[SegKey, ...]
     heartbeat_age_ms: int | None
     stale: bool
+    log_format: int = UNANNOUNCED_FORMAT
+    """The newest group log format the member announced (see
+    :mod:`~readergroup.core.log_format`): below :data:`NEWEST_FORMAT`, an older version."""
 
 
 def members_of(
@@ -39,9 +43,11 @@ def members_of(
     beats: Mapping[str, tuple[int, int]],
     clients: Mapping[str, str],
     now_ms: int,
+    announced: Announcements | None = None,
 ) -> list[MemberView]:
     """Every member of ``state`` with its heartbeat age from ``beats`` (reader ->
-    ``(generation, server ms)``) at server time ``now_ms``."""
+    ``(generation, server ms)``) at server time ``now_ms``, and the log format it
+    ``announced``."""
     timeout_ms = int(state.config.session_timeout * 1000)
     owned: dict[str, list[SegKey]] = {r: [] for r in state.readers}
     for segment, assignment in sorted(state.assigned.items()):
@@ -59,6 +65,7 @@ def members_of(
                 tuple(owned.get(reader, ())),
                 age,
                 age is None or age > timeout_ms,
+                member_format(record, announced or {}),
             )
         )
     return members

@@ -19,7 +19,7 @@ from readergroup.core.balance import (
     segments_to_acquire,
     segments_to_release,
 )
-from readergroup.core.errors import ReaderAlreadyOnlineError
+from readergroup.core.errors import ReaderAlreadyOnlineError, ReaderReplacedError
 from readergroup.core.group_state import (
     AckCheckpoint,
     AckReset,
@@ -28,6 +28,7 @@ from readergroup.core.group_state import (
     CommitPositions,
     CompleteSegments,
     GroupState,
+    ReaderRecord,
     ReleaseSegments,
     RemoveReader,
     RewindPositions,
@@ -83,7 +84,21 @@ class HeartbeatStore(Protocol):
         ...
 
     def forget(self, reader_id: str, generation: int) -> None:
-        """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
+        """Delete ``reader_id``'s heartbeat, and the client it registered, if its heartbeat is
+        of ``generation`` or older."""
+        ...
+
+    def announce(self, record: ReaderRecord, log_format: int) -> None:
+        """Record the newest group log format the member of ``record`` reads (see
+        :mod:`~readergroup.core.log_format`)."""
+        ...
+
+    def announcements(self) -> dict[str, tuple[int, int, int]]:
+        """reader id -> (generation, joined ms, newest log format it reads), as announced."""
+        ...
+
+    def withdraw(self, reader_id: str, generation: int) -> None:
+        """Delete ``reader_id``'s announcement if it is of ``generation`` or older."""
         ...
 
 
@@ -102,24 +117,42 @@ def plan_join(
     session_timeout_ms: int,
     *,
     replace_own: bool = False,
+    own_generation: int | None = None,
 ) -> Plan[None]:
-    """Add ``reader_id``; remove an expired previous incarnation first, refuse a live one
-    (``replace_own``: the record is this member's own, left behind by a regressed log, and is
-    replaced whatever its heartbeat says)."""
+    """Add ``reader_id``. A previous incarnation under this id is replaced when it expired,
+    when ``replace_own`` (static membership's takeover, or the record is this member's own,
+    left behind by a regressed log), or when it is ``own_generation`` (this member rejoining
+    after being fenced); a live one is refused otherwise (ReaderAlreadyOnlineError). A newer
+    incarnation than ``own_generation`` means another process took this id over:
+    ReaderReplacedError.
+
+    The replaced incarnation's segments go to the new one in the same conditional update, at
+    their committed positions (Kafka's static membership: a restart under the same id gets
+    its segments back and nobody else moves)."""
 
     def join(state: GroupState) -> Decision[None]:
         record = state.readers.get(reader_id)
         updates: list[Update] = []
+        kept: tuple[SegKey, ...] = ()
         if record is not None:
+            if own_generation is not None and record.generation > own_generation:
+                raise ReaderReplacedError(
+                    f"reader {reader_id!r} (generation {own_generation}) was replaced by a "
+                    f"newer incarnation (generation {record.generation}) in group "
+                    f"{state.scope}/{state.name}; this one stops"
+                )
             expired = expired_readers({reader_id: record}, beats, now_ms, session_timeout_ms)
-            if not replace_own and not expired:
+            if not (replace_own or expired or record.generation == own_generation):
                 raise ReaderAlreadyOnlineError(
                     f"reader {reader_id!r} is already online in group {state.scope}/"
                     f"{state.name} (heartbeat within the last {session_timeout_ms / 1000:.0f}s); "
-                    "use another id"
+                    "use another id, or ReaderConfig(takeover=True) to replace it"
                 )
             updates.append(RemoveReader(reader_id, record.generation))
+            kept = tuple(sorted(state.owned_by(reader_id)))
         updates.append(AddReader(reader_id, now_ms))
+        if kept:
+            updates.append(AcquireSegments(reader_id, state.next_generation, kept, now_ms))
         return updates, None
 
     return join

@@ -53,7 +53,12 @@ def stream_sync_name(scope: str, stream: str) -> str:
 
 def group_sync_name(scope: str, group: str) -> str:
     """Name of the state synchronizer holding a reader group's state."""
-    return f"group:{scope}/{group}"
+    return f"group:{scope}/{group}"  # is_group_sync_name recognises the prefix
+
+
+def is_group_sync_name(name: str) -> bool:
+    """Whether ``name`` is a reader group's synchronizer name (:func:`group_sync_name`)."""
+    return name.startswith("group:")
 
 
 def catalog_sync_name(scope: str) -> str:

@@ -17,6 +17,7 @@ from readergroup.core.names import validate_name
 from readergroup.core.planning import SegmentRange
 from readergroup.core.stream_cut import StreamCut
 from readergroup.core.stream_metadata import StreamState
+from statesync.redaction import redacted_repr
 
 OFFSET_VERSION = 1
 SERIALIZERS = ("bytes", "utf8", "json")
@@ -52,7 +53,7 @@ def _int(value: str | None, default: int | None, name: str, minimum: int) -> int
 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
-    """Validated options of ``spark.read.format("readergroup")`` (see the README table)."""
+    """Validated options of ``spark.read.format("readergroup")`` (see docs/guides/spark.md)."""
 
     redis_url: str
     scope: str
@@ -70,6 +71,9 @@ class SourceOptions:
     subscriber_name: str | None = None
     key_prefix: str = "rg"
     cluster: bool = False
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # the URL's password hidden
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:

@@ -8,6 +8,11 @@ package sits in ``site-packages``), an editable install (its ``.pth`` puts the c
 ``sys.path``), and a zip from :func:`py_files_zip` shipped with ``--py-files``. Anywhere else,
 :func:`register` (``spark.dataSource.register(ReaderGroupDataSource)``) is explicit and always
 works.
+
+The lookup runs in a Python worker, whose interpreter is ``PYSPARK_PYTHON`` (``python3`` on
+``PATH`` when unset): importing :mod:`readergroup.spark` before the first session starts sets it
+to this interpreter when it is unset (:mod:`readergroup.spark.workers`); :func:`register` says
+what to set when the session's workers cannot import this library.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import zipfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from readergroup.spark.workers import check_workers
 
 PACKAGES = ("pyspark_readergroup", "readergroup", "statesync")
 
@@ -46,9 +53,16 @@ def local_session(
 
 def register(spark: SparkSession) -> None:
     """Register the ``readergroup`` source with ``spark`` explicitly (needed only where the
-    ``pyspark_readergroup`` package is not on the Python workers' ``sys.path``)."""
+    ``pyspark_readergroup`` package is not on the Python workers' ``sys.path``).
+
+    Raises :class:`~readergroup.core.errors.SparkWorkersError`, saying what to set, when the
+    session's Python workers run an interpreter that cannot import this library (as when the
+    session started before anything set ``PYSPARK_PYTHON`` in a program run with a venv's
+    interpreter without activating the venv): they could not run the source either.
+    """
     from readergroup.spark.source import ReaderGroupDataSource
 
+    check_workers(spark)
     spark.dataSource.register(ReaderGroupDataSource)
 
 

@@ -537,7 +537,7 @@ class ReaderGroupStreamWriter(DataSourceStreamWriter):
 
 
 class ReaderGroupDataSource(DataSource):
-    """``format("readergroup")``: see the README for options and columns."""
+    """``format("readergroup")``: options and columns in docs/guides/spark.md."""
 
     @classmethod
     def name(cls) -> str:

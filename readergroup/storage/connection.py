@@ -1,8 +1,9 @@
 """The Redis connection of readergroup: :class:`RedisConnection` parses the URL (one server, a
 cluster's seeds, or ``redis+sentinel://``), builds the clients (redis-py's own retries off;
-the server's ``maxmemory-policy`` checked on every new socket), loads the Lua scripts, and
-composes the stores that do the I/O: :class:`~readergroup.storage.segment_store.SegmentStore`
-(``segments``), :class:`~readergroup.storage.staging_store.StagingStore` (``staging``),
+the server's version and ``maxmemory-policy`` checked on every new socket), loads the Lua
+scripts, and composes the stores that do the I/O:
+:class:`~readergroup.storage.segment_store.SegmentStore` (``segments``),
+:class:`~readergroup.storage.staging_store.StagingStore` (``staging``),
 :class:`~readergroup.storage.subscriber_store.SubscriberStore` (``subscribers``),
 :class:`~readergroup.storage.heartbeat_store.RedisHeartbeatStore` (:meth:`heartbeat_store`),
 state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
@@ -18,11 +19,21 @@ from typing import TYPE_CHECKING, Any
 import redis
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
-from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
-from readergroup.core.config import ClientConfig, check_eviction_policy
-from readergroup.core.errors import AccessDeniedError, InvalidConfigError, ReaderGroupError
+from readergroup.core.config import (
+    OLDEST_SERVER,
+    ClientConfig,
+    check_eviction_policy,
+    check_server_version,
+    server_version,
+)
+from readergroup.core.errors import (
+    AccessDeniedError,
+    InvalidConfigError,
+    ReaderGroupError,
+    UnsupportedServerError,
+)
 from readergroup.storage.connection_api import SynchronizerSource
 from readergroup.storage.heartbeat_store import RedisHeartbeatStore
 from readergroup.storage.keys import KeyLayout
@@ -35,6 +46,7 @@ from readergroup.storage.translate import translate_errors
 from statesync import SyncConfig
 from statesync.endpoints import is_sentinel_url, split_seeds
 from statesync.errors import EndpointURLError
+from statesync.redaction import redact, redact_url
 from statesync.redis_backend import (
     PrimarySwitches,
     RedisLogBackend,
@@ -51,42 +63,84 @@ def _raw_reply(response: Any, **options: Any) -> Any:
     return response
 
 
-def _connect_checking_eviction_policy(connection: Any) -> None:
-    """redis-py's ``redis_connect_func``: set up a new socket as usual, then check the policy."""
-    connection.on_connect()
-    _check_eviction_policy(connection)
+def _connect_checking_server(connection: Any) -> None:
+    """redis-py's ``redis_connect_func``: set up a new socket as usual, then check the server."""
+    _set_up(connection)
+    _check_server(connection)
 
 
-def _check_eviction_policy(connection: Any) -> None:
-    """Refuse a server whose ``maxmemory-policy`` may evict keys, on a new socket (so checked
-    again after every reconnect, to a restarted or failed-over server too). RedisCluster calls
-    it after its own set-up of the socket."""
+def _connect_checking_version(connection: Any) -> None:
+    """The same without the eviction check (``ClientConfig(allow_key_eviction=True)``)."""
+    _set_up(connection)
+    _check_server(connection, eviction=False)
+
+
+def _set_up(connection: Any) -> None:
+    """redis-py's own set-up of a socket (``HELLO 3`` first, by default), a server without
+    ``HELLO`` refused as too old."""
     try:
-        connection.send_command("INFO", "memory")
-        info = connection.read_response()
-        if isinstance(info, bytes):
-            info = info.decode("utf-8", "replace")
-        for line in str(info).splitlines():
-            name, _, value = line.partition(":")
-            if name == "maxmemory_policy":
-                check_eviction_policy(value.strip())
+        connection.on_connect()
+    except redis.exceptions.NoPermissionError:
+        raise
+    except redis.ResponseError as exc:
+        if "hello" not in str(exc).lower():
+            raise
+        connection.disconnect()
+        raise _too_old_for_hello(exc) from exc
+
+
+def _too_old_for_hello(exc: Exception) -> UnsupportedServerError:
+    """No ``HELLO`` (Redis 5), or none without arguments (6.0)."""
+    return UnsupportedServerError(
+        f"the server does not answer HELLO ({exc}): it is older than Redis 6.2; readergroup "
+        f"needs Redis {'.'.join(map(str, OLDEST_SERVER))} or later (or any Valkey)"
+    )
+
+
+def _check_server(connection: Any, *, eviction: bool = True) -> None:
+    """On a new socket (so checked again after every reconnect, to a restarted or failed-over
+    server too): refuse a server older than Redis 7.0 (the version in the reply to the
+    ``HELLO`` redis-py sent on connect, else to one sent here) and, with ``eviction``, one whose
+    ``maxmemory-policy`` may evict keys (``INFO memory``); at most one round trip. RedisCluster
+    calls it after its own set-up of the socket."""
+    hello = getattr(connection, "handshake_metadata", None)
+    asked = "HELLO" if hello is None else "INFO"
+    try:
+        if hello is None:
+            connection.send_command("HELLO")
+        if eviction:
+            connection.send_command("INFO", "memory")
+        if hello is None:
+            try:
+                hello = connection.read_response()
+            except redis.exceptions.NoPermissionError:
+                raise
+            except redis.ResponseError as exc:
+                raise _too_old_for_hello(exc) from exc
+        check_server_version(*server_version(hello))
+        if eviction:
+            asked = "INFO"
+            info = connection.read_response()
+            if isinstance(info, bytes):
+                info = info.decode("utf-8", "replace")
+            for line in str(info).splitlines():
+                name, _, value = line.partition(":")
+                if name == "maxmemory_policy":
+                    check_eviction_policy(value.strip())
     except redis.exceptions.NoPermissionError as exc:
         connection.disconnect()
+        needed = (
+            "+hello, needed to check the server's version"
+            if asked == "HELLO"
+            else "+info, needed to check its maxmemory-policy (or opt out with "
+            "ClientConfig(allow_key_eviction=True))"
+        )
         raise AccessDeniedError(
-            f"Redis refused INFO, needed to check its maxmemory-policy ({exc}): grant the ACL "
-            "user +info, or opt out with ClientConfig(allow_key_eviction=True)"
+            f"Redis refused {asked} ({exc}): grant the ACL user {needed}"
         ) from exc
     except ReaderGroupError:
         connection.disconnect()  # never leave an unchecked socket in the pool
         raise
-
-
-@functools.cache
-def _driver_info() -> DriverInfo:
-    """The client library's name and version, looked up once per process: without it redis-py
-    looks its own version up in the installed packages' metadata for every new connection
-    (1.7 ms each, a few hundred when a hundred readers start in one process)."""
-    return DriverInfo()
 
 
 class RedisConnection(SynchronizerSource):
@@ -127,7 +181,7 @@ class RedisConnection(SynchronizerSource):
             key_prefix=config.key_prefix,
             retry=config.retry,
             socket_timeout=config.socket_timeout,
-            compact_every=1000,
+            compact_every=config.compact_every,
             acks=acks,
         )
         switches = {
@@ -162,48 +216,29 @@ class RedisConnection(SynchronizerSource):
             raise InvalidConfigError(str(exc)) from exc
         if sentinel and config.cluster:
             raise InvalidConfigError("a redis+sentinel:// URL cannot name a cluster")
-        if not config.cluster:  # (a cluster client takes only the options it knows)
-            options.setdefault("driver_info", _driver_info())
-        if not config.allow_key_eviction:
+        # No CLIENT SETINFO on connect (redis-py's default): two round trips fewer per new
+        # socket, no metadata lookup of redis-py's version for each, and one set of ACL rules
+        # for every server (Redis 7.0 has no CLIENT SETINFO; 7.2+ would log a denial)
+        options.setdefault("driver_info", None)
+        if config.cluster:  # (RedisCluster sets a socket up itself, then calls this)
+            options["redis_connect_func"] = functools.partial(
+                _check_server, eviction=not config.allow_key_eviction
+            )
+        else:
             options["redis_connect_func"] = (
-                _check_eviction_policy if config.cluster else _connect_checking_eviction_policy
+                _connect_checking_version if config.allow_key_eviction else _connect_checking_server
             )
-        with translate_errors("connect"):
-            if sentinel:
-                try:
-                    client, blocking = sentinel_clients(
-                        url,
-                        socket_timeout=config.socket_timeout,
-                        blocking_socket_timeout=MAX_BLOCK_SECONDS + 5,
-                        sentinel_options=dict(config.sentinel_options),
-                        retry=Retry(NoBackoff(), 0),
-                        **options,
-                    )
-                except EndpointURLError as exc:
-                    raise InvalidConfigError(str(exc)) from exc
-                return cls(client, config, blocking)
-            if config.cluster:
-                from redis.cluster import ClusterNode, RedisCluster
-
-                nodes = [
-                    ClusterNode(host, port)  # type: ignore[no-untyped-call]
-                    for host, port in seeds
-                ]
-                cluster = RedisCluster.from_url(
-                    first, startup_nodes=nodes, socket_timeout=config.socket_timeout, **options
-                )
-                cluster_blocking = RedisCluster.from_url(
-                    first, startup_nodes=nodes, socket_timeout=MAX_BLOCK_SECONDS + 5, **options
-                )
-                return cls(cluster, config, cluster_blocking)  # type: ignore[arg-type]
-            if len(seeds) > 1:
-                raise InvalidConfigError(
-                    f"{len(seeds)} hosts in the URL: several seeds need ClientConfig(cluster=True)"
-                )
-            client = redis.Redis.from_url(
-                url, socket_timeout=config.socket_timeout, retry=Retry(NoBackoff(), 0), **options
-            )
-        return cls(client, config)
+        try:
+            with translate_errors("connect"):
+                client, blocking = _clients(url, config, options, sentinel, first, seeds)
+        except ReaderGroupError:
+            raise
+        except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
+            raise InvalidConfigError(
+                f"{redact_url(url)!r} is not a usable Redis URL: "
+                f"{redact(str(exc), [config.redis_options.get('password')])}"
+            ) from exc
+        return cls(client, config, blocking)
 
     def server_time_ms(self) -> int:
         with translate_errors("TIME"):
@@ -213,6 +248,11 @@ class RedisConnection(SynchronizerSource):
         """The switches the command and blocking clients have seen (see
         :func:`statesync.redis_backend.primary_switches`; a plain client's are always 0)."""
         return sum(switches.count for switches in self._switches)
+
+    def forget_stream(self, scope: str, stream: str) -> None:
+        """See :meth:`~readergroup.storage.connection_api.Connection.forget_stream`."""
+        self.subscribers.delete(scope, stream)
+        self.staging.forget_jobs(scope, stream)
 
     def close(self) -> None:
         self.log_backend.close()
@@ -252,6 +292,53 @@ class RedisConnection(SynchronizerSource):
         """``XREAD BLOCK`` over stream keys (segments and state logs) in one call: key -> raw
         entries for the keys that had something (see :class:`MultiKeyReader`)."""
         return self._reads.read_keys(positions, timeout, limit)
+
+
+def _clients(
+    url: str,
+    config: ClientConfig,
+    options: dict[str, Any],
+    sentinel: bool,
+    first: str,
+    seeds: list[tuple[str, int]],
+) -> tuple[redis.Redis, redis.Redis | None]:
+    """The command client and, for a Sentinel or a cluster, the blocking-read client."""
+    if sentinel:
+        try:
+            return sentinel_clients(
+                url,
+                socket_timeout=config.socket_timeout,
+                blocking_socket_timeout=MAX_BLOCK_SECONDS + 5,
+                sentinel_options=dict(config.sentinel_options),
+                retry=Retry(NoBackoff(), 0),
+                **options,
+            )
+        except EndpointURLError as exc:
+            raise InvalidConfigError(str(exc)) from exc
+    if config.cluster:
+        from redis.cluster import ClusterNode
+
+        from readergroup.storage.cluster_client import ClusterClient
+
+        nodes = [
+            ClusterNode(host, port)  # type: ignore[no-untyped-call]
+            for host, port in seeds
+        ]
+        cluster = ClusterClient.from_url(
+            first, startup_nodes=nodes, socket_timeout=config.socket_timeout, **options
+        )
+        cluster_blocking = ClusterClient.from_url(
+            first, startup_nodes=nodes, socket_timeout=MAX_BLOCK_SECONDS + 5, **options
+        )
+        return cluster, cluster_blocking  # type: ignore[return-value]
+    if len(seeds) > 1:
+        raise InvalidConfigError(
+            f"{len(seeds)} hosts in the URL: several seeds need ClientConfig(cluster=True)"
+        )
+    client = redis.Redis.from_url(
+        url, socket_timeout=config.socket_timeout, retry=Retry(NoBackoff(), 0), **options
+    )
+    return client, None
 
 
 def _conforms(connection: RedisConnection) -> Connection:

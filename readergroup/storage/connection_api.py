@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 from readergroup.core.config import ClientConfig
 from readergroup.core.membership import HeartbeatStore
+from readergroup.core.names import is_group_sync_name
+from readergroup.storage.format_negotiation import NegotiatedFormat
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_store import SegmentStorage
 from statesync import LogBackend, StateSynchronizer, SyncConfig, Update
@@ -29,7 +31,9 @@ class SynchronizerSource:
         state_types: Sequence[type] = (),
         writer_label: str | None = None,
     ) -> StateSynchronizer[Any]:
-        """A state synchronizer on this connection (it does not own the connection)."""
+        """A state synchronizer on this connection (it does not own the connection). A reader
+        group's appends in the format its members negotiated (:class:`NegotiatedFormat`)."""
+        is_group = is_group_sync_name(name)
         return StateSynchronizer(
             self.log_backend,
             name,
@@ -37,7 +41,11 @@ class SynchronizerSource:
             state_types=state_types,
             config=self._sync_config,
             writer_label=writer_label,
+            entry_version=NegotiatedFormat(self.heartbeat_store(name)) if is_group else None,
         )
+
+    def heartbeat_store(self, sync_name: str) -> GroupHeartbeats:
+        raise NotImplementedError  # each connection's own
 
 
 class GroupHeartbeats(HeartbeatStore, Protocol):
@@ -46,6 +54,8 @@ class GroupHeartbeats(HeartbeatStore, Protocol):
     def register(self, reader_id: str, client: str) -> None: ...
 
     def clients(self) -> dict[str, str]: ...
+
+    def announcements(self) -> dict[str, tuple[int, int, int]]: ...
 
     def delete(self) -> None: ...
 
@@ -84,6 +94,8 @@ class Subscribers(Protocol):
 
     def published(self, scope: str, stream: str) -> dict[str, str]: ...
 
+    def delete(self, scope: str, stream: str) -> None: ...
+
 
 class Connection(Protocol):
     """One backend's stores, synchronizers and blocking reads, shared by everything a factory
@@ -120,6 +132,12 @@ class Connection(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def forget_stream(self, scope: str, stream: str) -> None:
+        """Delete what a stream being deleted leaves beside its segments and metadata: its
+        subscribers' cuts (and, on Redis, the Spark sink's record of committed jobs), so that
+        a stream created again under its name starts clean."""
+        ...
 
     def heartbeat_store(self, sync_name: str) -> GroupHeartbeats: ...
 

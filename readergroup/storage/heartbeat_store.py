@@ -1,6 +1,7 @@
 """Reader heartbeats on Redis: :class:`RedisHeartbeatStore`, one group's heartbeat hash beside
-its state (same hash tag), stamped by the server's clock inside ``heartbeat.lua``, and the
-``host/pid`` each reader registered when it joined. The in-memory twin for simulations is
+its state (same hash tag), stamped by the server's clock inside ``heartbeat.lua``, the
+``host/pid`` each reader registered when it joined, and the log format each announced (see
+:mod:`readergroup.core.log_format`). The in-memory twin for simulations is
 :class:`~readergroup.testing.memory_heartbeats.MemoryHeartbeatStore`; both implement
 :class:`~readergroup.core.membership.HeartbeatStore`."""
 
@@ -12,6 +13,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from readergroup.core.group_state import ReaderRecord
+from readergroup.core.log_format import Announcement, announcement_text, parse_announcements
 from readergroup.core.membership import Renewal
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
@@ -33,6 +36,7 @@ class RedisHeartbeatStore:
         self._script = scripts["heartbeat"]
         self.key = keys.heartbeats(sync_name)
         self.clients_key = keys.reader_clients(sync_name)
+        self.formats_key = keys.reader_formats(sync_name)
 
     def beat(
         self, reader_id: str, generation: int, *, claim: bool = False
@@ -58,7 +62,8 @@ class RedisHeartbeatStore:
         return Renewal(int(reply[1]), _entry(reply[3]), beats)
 
     def forget(self, reader_id: str, generation: int) -> None:
-        """Delete ``reader_id``'s heartbeat if it is of ``generation`` or older."""
+        """Delete ``reader_id``'s heartbeat and registered client if its heartbeat is of
+        ``generation`` or older (one atomic step: the reader left or was removed for good)."""
         self._run(reader_id, generation, "forget")
 
     def _run(
@@ -69,13 +74,13 @@ class RedisHeartbeatStore:
 
     def _call(self, args: list[Any]) -> Any:
         with translate_errors("heartbeat"):
-            reply = self._script(keys=[self.key], args=args)
+            reply = self._script(keys=[self.key, self.clients_key], args=args)
         segment_status.check("heartbeat", self.key, reply)
         return reply
 
     def register(self, reader_id: str, client: str) -> None:
-        """Record ``host/pid`` of ``reader_id`` (kept until the group is deleted; a rejoin
-        overwrites it)."""
+        """Record ``host/pid`` of ``reader_id`` (kept until it leaves or is removed, see
+        :meth:`forget`; a rejoin overwrites it)."""
         with translate_errors("register reader"):
             self._client.hset(self.clients_key, reader_id, client)
 
@@ -84,10 +89,33 @@ class RedisHeartbeatStore:
             raw: Mapping[Any, Any] = self._client.hgetall(self.clients_key)
         return {as_text(k): as_text(v) for k, v in raw.items()}
 
+    def announce(self, record: ReaderRecord, log_format: int) -> None:
+        """Record that the member of ``record`` reads group log formats up to ``log_format``
+        (see :mod:`readergroup.core.log_format`)."""
+        with translate_errors("announce the reader's log format"):
+            text = announcement_text(record, log_format)
+            self._client.hset(self.formats_key, record.reader_id, text)
+
+    def announcements(self) -> dict[str, Announcement]:
+        """Every reader's announcement: reader id -> (generation, joined ms, newest format)."""
+        with translate_errors("read the readers' log formats"):
+            raw: Mapping[Any, Any] = self._client.hgetall(self.formats_key)
+        return parse_announcements({as_text(k): as_text(v) for k, v in raw.items()})
+
+    def withdraw(self, reader_id: str, generation: int) -> None:
+        """Delete ``reader_id``'s announcement if it is of ``generation`` or older. (Read, then
+        deleted: a newer incarnation announcing in between loses its announcement, which only
+        keeps the group on the older format until its next join.)"""
+        with translate_errors("withdraw the reader's log format"):
+            stored = self.announcements().get(reader_id)
+            if stored is not None and stored[0] <= generation:
+                self._client.hdel(self.formats_key, reader_id)
+
     def delete(self) -> None:
-        """Delete the heartbeats and the registered clients (the group is being deleted)."""
+        """Delete the heartbeats, the registered clients and the announced formats (the group
+        is being deleted)."""
         with translate_errors("delete reader group"):
-            self._client.delete(self.key, self.clients_key)
+            self._client.delete(self.key, self.clients_key, self.formats_key)
 
 
 def _entry(value: bytes) -> tuple[int, int] | None:

@@ -12,8 +12,9 @@ script or a transaction touches together share one, so they share a slot.
     ``head``, ``t`` (server ms of the last append);
   * ``...:writers``: hash of writer id -> last batch sequence number (idempotent appends);
 
-* a reader group's heartbeats and the ``host/pid`` its readers registered, beside the group's
-  state synchronizer (same hash tag): ``<prefix>:{<sync name>}:heartbeats`` and ``:clients``;
+* a reader group's heartbeats, the ``host/pid`` its readers registered and the log formats they
+  announced, beside the group's state synchronizer (same hash tag):
+  ``<prefix>:{<sync name>}:heartbeats``, ``:clients`` and ``:formats``;
 * what was created in a scope (see :mod:`readergroup.storage.vanished`):
   ``<prefix>:{catalog:<scope>}:created``, and for the list of scopes
   ``<prefix>:{scopes}:created``;
@@ -68,6 +69,11 @@ class KeyLayout:
     def reader_clients(self, sync_name: str) -> str:
         """Hash of the ``host/pid`` each reader of a group registered when it joined."""
         return f"{self.prefix}:{{{sync_name}}}:clients"
+
+    def reader_formats(self, sync_name: str) -> str:
+        """Hash of the newest group log format each reader of a group announced (reader id ->
+        ``"<generation> <format>"``, see :mod:`readergroup.core.log_format`)."""
+        return f"{self.prefix}:{{{sync_name}}}:formats"
 
     def created_record(self, scope: str | None) -> str:
         """Hash recording the synchronizers created in ``scope`` (``None``: the scopes)."""

@@ -12,7 +12,8 @@ One round (every batch of a writer's pipelined round) is two round trips on one 
    ``append_events.lua`` reads: the meta counters and sealed flag, the writer's last batch
    sequence, the last append's server time (meta field ``t``), the segment's epoch and the
    server that began it (``ep``, ``srv``), the events key's type, ``TIME`` and, once per
-   connection, the server's ``run_id`` (``INFO server``; see :func:`_known_server`).
+   connection, the server's ``run_id`` (``INFO server``; see
+   :mod:`readergroup.storage.raw_connection`).
 2. ``MULTI``, per batch the ``XADD``s at the explicit ids ``<offset + 1>-<epoch>`` from the
    tail read in step 1 and the counters, ``EXEC`` (and the acknowledgement ``WAIT``, if any).
 
@@ -40,7 +41,6 @@ Why this is as safe as the script:
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -48,10 +48,17 @@ import redis
 
 from readergroup.core.errors import NativeAppendConflictError
 from readergroup.storage.keys import KeyLayout
+from readergroup.storage.raw_connection import known_server as _known_server
+from readergroup.storage.raw_connection import pack as _pack
+from readergroup.storage.raw_connection import pooled_connection
+from readergroup.storage.raw_connection import read as _read
+from readergroup.storage.raw_connection import remember_server as _remember_server
+from readergroup.storage.raw_connection import round_trip as _round_trip
+from readergroup.storage.raw_connection import run_id as _run_id
+from readergroup.storage.raw_connection import text as _text
 from readergroup.storage.segment_records import AppendBatch
 
 _STREAM = (b"stream", b"none", "stream", "none")  # TYPE replies of an events key to append to
-_SERVER_ATTRIBUTE = "_readergroup_server"  # (socket, run_id) remembered on a redis-py connection
 _HIREDIS_PARSER: Any = None  # redis-py's hiredis parser, whose reader _skip reads directly
 _NOT_ENOUGH_DATA: Any = object()  # what that reader returns while a reply is incomplete
 try:
@@ -88,17 +95,11 @@ def append_natively(
         or any(batch.replay is not None for batch in batches)
     ):
         return None
-    pool = client.connection_pool
-    connection = pool.get_connection()
-    try:
-        return _append(connection, layout, batches, wait)
-    except NativeAppendConflictError:
-        return None
-    except BaseException:
-        connection.disconnect()  # type: ignore[no-untyped-call]  # never hand a connection in an unknown state back
-        raise
-    finally:
-        pool.release(connection)
+    with pooled_connection(client) as connection:
+        try:
+            return _append(connection, layout, batches, wait)
+        except NativeAppendConflictError:  # nothing written; the connection is in a clean state
+            return None
 
 
 def _append(
@@ -213,36 +214,6 @@ def _first_round(
     return replies[head:], int(now_sec) * 1000 + int(now_us) // 1000, server
 
 
-def _known_server(connection: Any) -> str | None:
-    """The ``run_id`` of the server this connection's socket reaches, if asked before on that
-    socket. A socket reaches one server process for its whole life: a failover, a restart or a
-    Sentinel switch means a new socket (redis-py reconnects with a new one), so the answer holds
-    until the socket changes, and ``INFO server`` is sent once per connection, not per round."""
-    remembered = getattr(connection, _SERVER_ATTRIBUTE, None)
-    sock = getattr(connection, "_sock", None)
-    if remembered is None or sock is None or remembered[0] is not sock:
-        return None
-    server: str = remembered[1]
-    return server
-
-
-def _remember_server(connection: Any, server: str | None) -> None:
-    sock = getattr(connection, "_sock", None)
-    if server is not None and sock is not None:
-        setattr(connection, _SERVER_ATTRIBUTE, (sock, server))
-
-
-def _run_id(reply: Any) -> str | None:
-    """The ``run_id`` of an ``INFO server`` reply (``None`` if it has none)."""
-    text = _text(reply)
-    found = re.search(r"run_id:(\w+)", text)
-    return found.group(1) if found else None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value or "")
-
-
 def _xadds(
     events: str, tail: int, size: int, ms: int, epoch: int, batch: AppendBatch
 ) -> tuple[bytes | None, int]:
@@ -310,27 +281,6 @@ def _fields_before_payload(wire: Any) -> bytes:
         return b"$1\r\np\r\n"
     routing = wire[1:].encode() if isinstance(wire, str) else bytes(wire[1:])
     return b"$1\r\nk\r\n$%d\r\n%s\r\n$1\r\np\r\n" % (len(routing), routing)
-
-
-def _pack(args: tuple[Any, ...]) -> bytes:
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
-
-
-def _round_trip(connection: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
-    connection.send_packed_command([_pack(c) for c in commands], check_health=False)
-    return [_read(connection) for _ in commands]
-
-
-def _read(connection: Any) -> Any:
-    """One reply; an error reply is returned, not raised (the rest must still be read)."""
-    try:
-        return connection.read_response(disconnect_on_error=False)
-    except redis.ResponseError as exc:
-        return exc
 
 
 def _skip(connection: Any, count: int) -> None:

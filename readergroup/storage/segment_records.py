@@ -168,7 +168,9 @@ class AppendBatch:
             args += (wire_key(key), payload, writer_ms)
         return cls(scope, stream, segment, writer, sequence, len(events), args, max_event_size)
 
-    def script_args(self) -> list[Any]:
+    def script_args(self, server: str = "") -> list[Any]:
+        """``append_events.lua``'s ARGV; ``server``: the run_id of the server the call goes to,
+        if the connection carrying it learnt it (``""``: the script asks INFO)."""
         args = [
             self.writer,
             self.sequence,
@@ -177,6 +179,7 @@ class AppendBatch:
             *self.event_args,
             self.seen_tail,
             self.seen_created,
+            server,
         ]
         replay = self.replay
         if replay is not None:

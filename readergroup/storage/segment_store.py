@@ -18,6 +18,7 @@ from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.multi_read import MultiKeyReader
 from readergroup.storage.native_append import append_natively
+from readergroup.storage.script_append import append_by_script
 from readergroup.storage.segment_records import (
     LAST_EPOCH,
     META_FIELDS,
@@ -179,7 +180,8 @@ class SegmentStore:
         the server refuses gets a reply carrying the error (:attr:`AppendReply.error`); only a
         failure of the round trip itself raises. Off a cluster, a round of enough events goes
         as native ``XADD``s in one transaction (:mod:`readergroup.storage.native_append`);
-        anything unusual takes ``append_events.lua``, whose replies define the outcome.
+        anything unusual takes ``append_events.lua``, whose replies define the outcome, one
+        ``EVALSHA`` per batch and nothing else (:mod:`readergroup.storage.script_append`).
 
         Unless ``ClientConfig.acks`` is leader, the acknowledgement wait follows on the same
         connection, and a shortfall raises (retriable :class:`AckTimeoutError`)."""
@@ -216,17 +218,11 @@ class SegmentStore:
                 if wait is not None:
                     waits.append(acknowledged)
             else:
-                pipe = self._client.pipeline(transaction=False)
-                for batch in batches:
-                    meta, events, writers = self._keys.segment(
-                        batch.scope, batch.stream, batch.segment
-                    )
-                    script(keys=[meta, events, writers], args=batch.script_args(), client=pipe)
+                replies, acknowledged = append_by_script(
+                    self._client, self._keys, script, batches, wait
+                )
                 if wait is not None:
-                    pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
-                replies = pipe.execute(raise_on_error=False)
-                if wait is not None:
-                    waits.append(replies.pop())
+                    waits.append(acknowledged)
         results = [
             append_reply(batch, reply) for batch, reply in zip(batches, replies, strict=True)
         ]

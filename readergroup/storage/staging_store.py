@@ -66,3 +66,10 @@ class StagingStore:
         if keys:
             with translate_errors("delete"):
                 self._client.delete(*keys)
+
+    def forget_jobs(self, scope: str, stream: str) -> None:
+        """Delete the record of the jobs committed to ``scope/stream`` (the stream is being
+        deleted: a job of the same id writing to a stream created again under its name must
+        not be taken for a retry and dropped)."""
+        with translate_errors("delete committed jobs"):
+            self._client.delete(self._keys.staged_jobs(scope, stream))

@@ -34,3 +34,9 @@ class SubscriberStore:
         with translate_errors("read subscribers"):
             raw: Mapping[Any, Any] = self._client.hgetall(self._keys.subscribers(scope, stream))
         return {as_text(name): as_text(cut) for name, cut in raw.items()}
+
+    def delete(self, scope: str, stream: str) -> None:
+        """Forget every subscriber of ``scope/stream`` (the stream is being deleted: a stream
+        created again under its name must not be truncated at an old cut)."""
+        with translate_errors("delete subscribers"):
+            self._client.delete(self._keys.subscribers(scope, stream))

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from readergroup.core.errors import (
     AccessDeniedError,
@@ -27,7 +28,7 @@ from statesync.errors import (
     BackendUnavailableError,
     StateSyncError,
 )
-from statesync.redis_backend import failover_reply
+from statesync.redis_backend import cluster_unreachable, failover_reply, is_access_denied
 
 
 def as_text(value: bytes | str) -> str:
@@ -44,6 +45,10 @@ def translate_errors(operation: str) -> Iterator[None]:
         raise
     except BackendFailoverError as exc:
         raise RedisFailoverError(f"{operation}: {exc}", exc.reply) from exc
+    except RedisClusterException as exc:  # (not a RedisError)
+        if cluster_unreachable(exc):
+            raise RedisUnavailableError(f"Redis unavailable during {operation}: {exc}") from exc
+        raise ReaderGroupError(f"Redis Cluster error during {operation}: {exc}") from exc
     except redis.RedisError as exc:
         reply = failover_reply(exc)
         if reply is None:
@@ -57,9 +62,7 @@ def translate_errors(operation: str) -> Iterator[None]:
 
 def _translated(operation: str, exc: Exception) -> ReaderGroupError:
     # checked first: redis-py's AuthenticationError is a ConnectionError
-    if isinstance(
-        exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError, BackendAccessError)
-    ):
+    if is_access_denied(exc) or isinstance(exc, BackendAccessError):
         return AccessDeniedError(f"Redis refused {operation}: {exc}")
     if isinstance(exc, sync_errors.AckTimeoutError):
         return AckTimeoutError(str(exc))
@@ -71,9 +74,6 @@ def _translated(operation: str, exc: Exception) -> ReaderGroupError:
         error = CoordinationError(f"{operation}: {exc}")
         error.retriable = exc.retriable
         return error
-    if isinstance(exc, redis.ResponseError) and str(exc).startswith("ACL failure"):
-        # a command inside a script the user may not run
-        return AccessDeniedError(f"Redis refused {operation}: {exc}")
     return ReaderGroupError(f"Redis error during {operation}: {exc}")
 
 

@@ -453,11 +453,17 @@ def _cli_binary(server_binary: str) -> str:
 
 @contextlib.contextmanager
 def local_redis_cluster(
-    masters: int = 3, replicas: int = 0, node_timeout_ms: int = 3000
+    masters: int = 3,
+    replicas: int = 0,
+    node_timeout_ms: int = 3000,
+    *,
+    full_coverage: bool = True,
 ) -> Iterator[LocalRedisCluster]:
     """Start ``masters * (1 + replicas)`` server binaries in cluster mode, join them
     (``--cluster create``, ``replicas`` replicas per primary), wait until the cluster state is
-    ok (and every replica follows), and remove everything on exit."""
+    ok (and every replica follows), and remove everything on exit. ``full_coverage=False``:
+    ``cluster-require-full-coverage no`` (the other nodes serve their slots while a dead
+    primary's are not taken over yet)."""
     binary = find_server_binary()
     if binary is None:
         raise EmbeddedRedisError("no Redis server binary to build a cluster from")
@@ -471,6 +477,8 @@ def local_redis_cluster(
                 "nodes.conf",
                 "--cluster-node-timeout",
                 str(node_timeout_ms),
+                "--cluster-require-full-coverage",
+                "yes" if full_coverage else "no",
             ],
         )
         for _ in range(masters * (1 + replicas))

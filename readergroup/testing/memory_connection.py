@@ -73,6 +73,10 @@ class MemorySubscribers:
         with self._lock:
             return dict(self._cuts.get((scope, stream), {}))
 
+    def delete(self, scope: str, stream: str) -> None:
+        with self._lock:
+            self._cuts.pop((scope, stream), None)
+
 
 class _DoneRead:
     """A read ahead answered at once (memory has no round trip to overlap)."""
@@ -141,7 +145,9 @@ class MemoryConnection(SynchronizerSource):
         self._heartbeats: dict[str, MemoryHeartbeatStore] = {}
         self._segment_of_key: dict[str, tuple[str, str, int]] = {}
         self._sync_config = SyncConfig(
-            key_prefix=self.config.key_prefix, retry=self.config.retry, compact_every=1000
+            key_prefix=self.config.key_prefix,
+            retry=self.config.retry,
+            compact_every=self.config.compact_every,
         )
 
     @property
@@ -233,6 +239,9 @@ class MemoryConnection(SynchronizerSource):
                     number,
                 )
         return self._segment_of_key.get(key)
+
+    def forget_stream(self, scope: str, stream: str) -> None:
+        self._subscribers.delete(scope, stream)
 
     def close(self) -> None:
         self.log_backend.close()

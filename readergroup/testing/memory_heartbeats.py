@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from readergroup.core.group_state import ReaderRecord
+from readergroup.core.log_format import Announcement
 from readergroup.core.membership import Renewal
 
 
@@ -16,6 +18,7 @@ class MemoryHeartbeatStore:
         self._now_ms = now_ms
         self._beats: dict[str, tuple[int, int]] = {}
         self._clients: dict[str, str] = {}
+        self._formats: dict[str, Announcement] = {}
         self._due = 0
         """When (store ms) the next renewal judges expiries (see :meth:`renew`)."""
 
@@ -54,6 +57,7 @@ class MemoryHeartbeatStore:
         current = self._beats.get(reader_id)
         if current is not None and current[0] <= generation:
             del self._beats[reader_id]
+            self._clients.pop(reader_id, None)
 
     def register(self, reader_id: str, client: str) -> None:
         """Record ``host/pid`` of ``reader_id`` (as :class:`RedisHeartbeatStore` does)."""
@@ -62,8 +66,21 @@ class MemoryHeartbeatStore:
     def clients(self) -> dict[str, str]:
         return dict(self._clients)
 
+    def announce(self, record: ReaderRecord, log_format: int) -> None:
+        self._formats[record.reader_id] = (record.generation, record.joined_ms, log_format)
+
+    def announcements(self) -> dict[str, Announcement]:
+        return dict(self._formats)
+
+    def withdraw(self, reader_id: str, generation: int) -> None:
+        stored = self._formats.get(reader_id)
+        if stored is not None and stored[0] <= generation:
+            del self._formats[reader_id]
+
     def delete(self) -> None:
-        """Forget every heartbeat and registered client (the group is being deleted)."""
+        """Forget every heartbeat, registered client and announced format (the group is being
+        deleted)."""
         self._beats.clear()
         self._clients.clear()
+        self._formats.clear()
         self._due = 0

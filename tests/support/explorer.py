@@ -124,6 +124,10 @@ class ModelSync:
     def revision(self) -> int:
         return self._revision
 
+    def compact(self) -> None:
+        """A snapshot changes no state: nothing to model."""
+        self.fetch_updates()
+
     def fetch_updates(self) -> int:
         moved = self._log.revision - self._revision
         self._state, self._revision = self._log.state, self._log.revision

@@ -14,10 +14,12 @@
 --                    writer timestamp (ms)
 -- ARGV[5 + 3n]  the highest tail this writer saw acknowledged in this segment (0: none)
 -- ARGV[6 + 3n]  the segment's created_ms when it did ("": none)
--- ARGV[7 + 3n]  what to do about a stored tail behind it: "" record the loss, "report" return
+-- ARGV[7 + 3n]  the run_id of the server this call runs on, as the client learnt it on this
+--               connection ("" or absent: not known yet, the script asks INFO; epoch.lua)
+-- ARGV[8 + 3n]  what to do about a stored tail behind it: "" record the loss, "report" return
 --               REGRESSED; "replay": this batch is one the writer had acknowledged before at
---               ARGV[8 + 3n] (first offset) under the epoch ARGV[9 + 3n] at server ms
---               ARGV[10 + 3n] in the segment created at ARGV[11 + 3n], appended again after
+--               ARGV[9 + 3n] (first offset) under the epoch ARGV[10 + 3n] at server ms
+--               ARGV[11 + 3n] in the segment created at ARGV[12 + 3n], appended again after
 --               a failover lost it (see below)
 --
 -- A stored tail behind what the writer saw acknowledged in the same incarnation of the
@@ -52,7 +54,8 @@
 --   {8, tail, epoch}                 "report": the stored tail is behind what the writer saw;
 --                                    "replay": the batch cannot go back where it was; nothing
 --                                    written either way
--- The OK reply also carries, sixth, the epoch the batch was appended under.
+-- The OK reply also carries, sixth, the epoch the batch was appended under and, seventh, the
+-- server's run_id (ARGV[7 + 3n], or what INFO said), for the client to remember.
 local meta = redis.call('HMGET', KEYS[1], 'created_ms', 'sealed', 'events', 'bytes', 't',
   'ep', 'srv')
 if not meta[1] then
@@ -76,17 +79,18 @@ for i = 1, n do
     return {3, i, size}
   end
 end
-local mode = ARGV[7 + 3 * n] or ''
+local mode = ARGV[8 + 3 * n] or ''
 local current = tonumber(meta[6] or 0)
 local epoch
 local ms
+local me = ARGV[7 + 3 * n] or ''
 if mode == 'replay' then
-  epoch = tonumber(ARGV[9 + 3 * n])
-  if events ~= tonumber(ARGV[8 + 3 * n]) or current ~= epoch
-      or meta[1] ~= ARGV[11 + 3 * n] then
+  epoch = tonumber(ARGV[10 + 3 * n])
+  if events ~= tonumber(ARGV[9 + 3 * n]) or current ~= epoch
+      or meta[1] ~= ARGV[12 + 3 * n] then
     return {8, events, current}
   end
-  ms = tonumber(ARGV[10 + 3 * n])
+  ms = tonumber(ARGV[11 + 3 * n])
 else
   local seen = tonumber(ARGV[5 + 3 * n] or 0) or 0
   if seen > events and meta[1] == ARGV[6 + 3 * n] then
@@ -97,7 +101,8 @@ else
     redis.call('HSET', KEYS[1], 'lost', lost .. events .. '-' .. seen .. ',')
     events = seen
   end
-  epoch = segment_epoch(KEYS[1], meta[6], meta[7], events)
+  me = this_server(ARGV[7 + 3 * n])
+  epoch = segment_epoch(KEYS[1], meta[6], meta[7], events, me)
   ms = math.max(server_ms(), tonumber(meta[5] or 0))
 end
 local bytes = tonumber(meta[4] or 0)
@@ -117,4 +122,4 @@ end
 redis.call('HSET', KEYS[1], 'events', events + n, 'bytes', bytes, 't',
   math.max(ms, tonumber(meta[5] or 0)))
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-return {0, events, n, ms, meta[1], epoch}
+return {0, events, n, ms, meta[1], epoch, me}

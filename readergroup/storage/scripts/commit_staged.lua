@@ -29,13 +29,14 @@ for i = 1, n do
   end
 end
 local ms = server_ms()
+local me = this_server(nil)
 local total = 0
 for i = 1, n do
   local meta_key, events_key, stage_key = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
   local meta = redis.call('HMGET', meta_key, 'events', 'bytes', 'ep', 'srv')
   local events = tonumber(meta[1] or 0)
   local bytes = tonumber(meta[2] or 0)
-  local epoch = segment_epoch(meta_key, meta[3], meta[4], events)
+  local epoch = segment_epoch(meta_key, meta[3], meta[4], events, me)
   local staged = redis.call('LRANGE', stage_key, 0, -1)
   for j = 1, #staged, 3 do
     local key, payload, writer_ms = staged[j], staged[j + 1], staged[j + 2]

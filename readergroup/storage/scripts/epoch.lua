@@ -13,16 +13,22 @@
 -- in it) are gone, and the entries now at them are new (readergroup/core/epochs.py).
 -- A restart that lost nothing only begins an epoch at the tail, which no reader is past.
 --
--- segment_epoch(meta_key, epoch, server, tail) -> the epoch to append under, where `epoch`
---   and `server` are the meta fields `ep` and `srv` (false when absent) and `tail` the offset
---   the append starts at; begins a new epoch when the server changed.
-local function run_id()
+-- this_server(given) -> the run_id of the server running the script: `given` when the client
+--   passed it (it learnt it on the socket this call came over, which reaches one server
+--   process for its whole life: readergroup/storage/server_identity.py), else asked of the
+--   server (INFO server, a few kB of text built per call: once per connection, not per append)
+-- segment_epoch(meta_key, epoch, server, tail, me) -> the epoch to append under, where `epoch`
+--   and `server` are the meta fields `ep` and `srv` (false when absent), `tail` the offset
+--   the append starts at and `me` this_server(); begins a new epoch when the server changed.
+local function this_server(given)
+  if given and given ~= '' then
+    return given
+  end
   return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
 end
 
-local function segment_epoch(meta_key, epoch, server, tail)
+local function segment_epoch(meta_key, epoch, server, tail, me)
   local current = tonumber(epoch or 0)
-  local me = run_id()
   if server == me then
     return current
   end

@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  heartbeat hash of the group (reader id -> "<generation> <server ms>"; and "~due" ->
 --          server ms from which the next member to renew judges expiries)
+-- KEYS[2]  the group's hash of registered clients (reader id -> "host/pid"), same hash tag
 -- ARGV[1]  reader id, or "" to change nothing (an observer's read)
 -- ARGV[2]  the reader's membership generation
 -- ARGV[3]  "beat" (default), "forget", "claim" or "renew"
@@ -11,9 +12,10 @@
 -- ARGV[6]  ("renew") "1": judge now whatever "~due" says
 --
 -- "beat" and "forget" are conditional on the generation: "beat" writes only if the stored
--- entry is of this generation or older, "forget" deletes only such an entry. A zombie (an
--- older generation of the same reader id) can neither overwrite nor delete its replacement's
--- heartbeat; "forget" of the last reader deletes the hash ("~due" included). "claim" writes
+-- entry is of this generation or older, "forget" deletes only such an entry, and with it the
+-- reader's registered client (the records of a reader gone for good go in the same step). A
+-- zombie (an older generation of the same reader id) can neither overwrite nor delete its
+-- replacement's heartbeat; "forget" of the last reader deletes the hash ("~due" included). "claim" writes
 -- whatever is stored: a join just decided, on the group's newest state, that no other
 -- incarnation of this id is online.
 --
@@ -50,8 +52,10 @@ if action == 'claim' then
 elseif action == 'forget' then
   if current and mine then
     redis.call('HDEL', KEYS[1], ARGV[1])
-    if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], '~due') == 1 then
-      redis.call('DEL', KEYS[1])  -- no reader left: nothing to judge (nor a key left behind)
+    redis.call('HDEL', KEYS[2], ARGV[1])
+    if redis.call('HLEN', KEYS[1]) == 1 then
+      -- at most "~due" is left: no reader, nothing to judge (and the emptied hash is gone)
+      redis.call('HDEL', KEYS[1], '~due')
     end
   end
 elseif mine then
