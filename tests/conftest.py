@@ -44,9 +44,10 @@ from tests.support.worker_groups import SPARK_GROUP, shared_group
 
 os.environ.setdefault(SERVER_KIND_VARIABLE, "valkey")
 
-CLI_TESTS = "tests/test_cli"
-"""Node ids of the CLI's own tests (tests/test_cli*.py): processes of the CLI, left out of the
-``core`` set."""
+NOT_CORE = ("tests/test_cli", "tests/test_packaging")
+"""Node ids left out of the ``core`` set although they take a Redis fixture: the CLI's tests
+(processes of the CLI) and the packaging tests (a wheel in a fresh venv); they drive the same
+library as the client tests, at many times the cost."""
 
 # Hypothesis's per-example deadline (200 ms) and its "data generation too slow" check time the
 # wall clock: on a loaded machine (parallel workers, other jobs) they failed correct code.
@@ -178,7 +179,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses a Redis fixture, so CI can prove none of them was skipped
     (``redis``; ``each_server`` for those that run on every server kind themselves), and the
     core suite that ``make test`` runs on the second server (``core``: the client and protocol
-    tests with a Redis fixture, less the CLI's processes and the SparkSession's, which drive the
+    tests with a Redis fixture, less :data:`NOT_CORE` and the SparkSession's, which drive the
     same library at many times the cost; see the Makefile). Refuse a
     test outside ``tests/test_spark*.py`` that uses the session's SparkSession: a parallel run
     keeps those files on one worker, so that it starts one JVM (tests/support/worker_groups.py).
@@ -197,7 +198,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.redis)
         if "each_server" in names:
             item.add_marker(pytest.mark.each_server)
-        elif uses_redis and "spark" not in names and not item.nodeid.startswith(CLI_TESTS):
+        elif uses_redis and "spark" not in names and not item.nodeid.startswith(NOT_CORE):
             item.add_marker(pytest.mark.core)
         if "spark" in names and shared_group(item.nodeid) != SPARK_GROUP:
             strays.append(item.nodeid)
