@@ -22,7 +22,7 @@ from readergroup.admin.retention import RetentionManager
 from readergroup.admin.stream_manager import SegmentInfo, StreamInfo, StreamManager
 from readergroup.client.batch_client import BatchClient
 from readergroup.client.client_factory import EventStreamClientFactory
-from readergroup.client.dead_letters import DeadLetter, DeadLetterError, DeadLetterPolicy
+from readergroup.client.dead_letters import DeadLetter, DeadLetterPolicy
 from readergroup.client.reader import EventRead, EventStreamReader, RebalanceListener
 from readergroup.client.serializers import (
     BytesSerializer,
@@ -47,6 +47,7 @@ from readergroup.core.errors import (
     CoordinationError,
     CorruptSegmentError,
     DataLostError,
+    DeadLetterError,
     EmbeddedRedisError,
     EventTooLargeError,
     InvalidConfigError,

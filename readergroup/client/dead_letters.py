@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from readergroup.client.event_read import EventRead
 from readergroup.client.writer import EventStreamWriter
-from readergroup.core.errors import InvalidConfigError, ReaderGroupError
+from readergroup.core.errors import DeadLetterError, InvalidConfigError
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK
 
@@ -40,11 +40,6 @@ logger = logging.getLogger(__name__)
 
 DEAD_LETTER_FORMAT = 1
 """Version of a dead letter's JSON document (``"format"``)."""
-
-
-class DeadLetterError(ReaderGroupError):
-    """An event that failed every attempt could not be written to the dead-letter stream; the
-    handler's last exception is the ``__cause__``. The run stops; nothing is skipped."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,6 +227,11 @@ class ReaderNotInGroupError(ReaderGroupError):
     ``max_poll_interval``, or left. Create a reader with the same id to rejoin."""
 
 
+class DeadLetterError(ReaderGroupError):
+    """An event that failed every attempt could not be written to the dead-letter stream; the
+    handler's last exception is the ``__cause__``. The run stops; nothing is skipped."""
+
+
 class ReaderReplacedError(ReaderNotInGroupError):
     """A newer incarnation of this reader id joined the group and took its segments over
     (static membership: the same id restarted elsewhere). Final: this incarnation must stop;
