@@ -565,3 +565,30 @@ def test_a_group_that_read_a_sealed_stream_to_its_end_reports_end_of_data(
             "end of data",
         )
         assert group.is_end_of_data()
+
+
+def test_a_segment_is_given_away_while_the_application_holds_an_event_of_another(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    """``read_next_event`` hands out one event per call, in turn over the segments: the
+    application then holds one event of the last segment only; every other segment can go at
+    once, though the application does not read again (a slow handler)."""
+    prepare(connection, scope, factory, 2, 400, **FAST)
+    a = factory.create_reader("a", "g", UTF8StringSerializer())
+    b = None
+    try:
+        wait_until(lambda: a.read_next_event(0.05).is_event and len(a.owned_segments()) == 2)
+        last = [a.read_next_event(timeout=1) for _ in range(40)][-2:]
+        assert last[0].segment != last[1].segment  # in turn: both segments handed out lately
+        b = factory.create_reader("b", "g", UTF8StringSerializer())
+        got: list[Any] = []
+        wait_until(
+            lambda: got.extend(b.read_batch(10, timeout=0.05)) or len(b.owned_segments()) == 1,
+            30,
+            "b gets the segment a's application holds nothing of",
+        )
+        assert set(b.owned_segments()) == {(last[0].stream, last[0].segment)}
+    finally:
+        a.close()
+        if b is not None:
+            b.close()

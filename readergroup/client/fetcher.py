@@ -125,6 +125,10 @@ class OwnedSegment:
     it diverged (a failover lost its tail, and no writer appended there since): the loss is
     reported only once something is appended there, or ``shrunk_log_grace`` has passed."""
     recheck_at: float | None = None
+    handed_in: int = 0
+    """The hand-out (:attr:`Fetcher.calls`) that last handed out an event of this segment: once
+    a later one began, the application moved past every event of it handed out (see
+    :meth:`Fetcher.moved_past`)."""
     """When (monotonic) this segment's log is looked at again (a shorter log held back, or the
     pre-commit check on the maintenance thread found it diverged); ``None``: not due."""
     origin: tuple[str, int, int] = field(init=False)
@@ -308,6 +312,9 @@ class Fetcher(Generic[T]):
         self._switches = connection.primary_switches()
         """The connection's primary switches when last looked at (see
         :meth:`_note_primary_switch`)."""
+        self.calls = 0
+        """Hand-outs so far (one per :meth:`take_one` or :meth:`take`): each begins after the
+        application moved past what the one before handed out."""
         self.rewound: set[SegKey] = set()
         """Segments whose ``rewind`` is set: the group's position must move back (the
         session sends it and clears this)."""
@@ -329,6 +336,14 @@ class Fetcher(Generic[T]):
         if key in self.owned and key not in self._rotating:
             self._rotating.add(key)
             self._rotation.append(key)
+
+    def moved_past(self, owned: OwnedSegment) -> bool:
+        """Whether the application moved past every event of ``owned`` handed out (it called
+        again since); if so, its *consumed* position is brought up to *returned* (the fast
+        path leaves other segments' to the next call of another kind)."""
+        if owned.consumed != owned.returned and owned.handed_in < self.calls:
+            owned.consumed = owned.returned
+        return owned.consumed == owned.returned
 
     def seek(self, key: SegKey, offset: int) -> None:
         """Read owned segment ``key`` from ``offset`` on: what was buffered or read ahead is
@@ -423,6 +438,8 @@ class Fetcher(Generic[T]):
             raise self._undeliverable(owned, entry, exc) from exc
         owned.buffer.popleft()
         owned.consumed = owned.returned  # commit-on-get: this segment's earlier events
+        self.calls += 1
+        owned.handed_in = self.calls
         owned.returned += 1  # == its offset + 1: the buffer is contiguous from *returned*
         rotation.rotate(-1)
         return EventRead(value, entry, owned.origin)
@@ -450,10 +467,14 @@ class Fetcher(Generic[T]):
         out: list[EventRead[T]] = []
         # undo log: (segment, index in ``out`` of its first event, its *returned* before)
         visits: list[tuple[OwnedSegment, int, int]] = []
+        self.calls += 1
         try:
             error = self._take_round(out, visits, max_events)
             if error is None and refill and len(out) < max_events and self.collect(0.0):
                 error = self._take_round(out, visits, max_events)
+            for owned, _, before in visits:
+                if owned.returned != before:
+                    owned.handed_in = self.calls
         except BaseException:
             end = len(out)
             for owned, start, before in reversed(visits):  # nothing taken is lost

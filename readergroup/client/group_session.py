@@ -709,7 +709,7 @@ class GroupSession(Generic[T]):
                 and k in mine
                 and mine[k].token == o.token
             ]
-            moved_past = {k for k in candidates if table[k].consumed == table[k].returned}
+            moved_past = {k for k in candidates if self._fetcher.moved_past(table[k])}
             candidates.sort(key=lambda k: (k not in moved_past, -mine[k].token))
             held, _ = machine.want_release(candidates[:-extra], moved_past=moved_past)
             for key in held:

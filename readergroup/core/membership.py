@@ -191,15 +191,19 @@ def plan_release(
     """Give back above-share segments at ``positions`` (else their committed ones; with the
     epochs they were read under, where ``epochs`` has them), unless a checkpoint or reset
     awaits this reader; ``only_listed``: none but those in ``positions`` (the reader stopped
-    handing out exactly those). Result: the segments released."""
+    handing out exactly those): as many of them as the balance rule gives back, newest first
+    (which segments is the reader's choice; how many is the rule's). Result: the segments
+    released."""
 
     def release(state: GroupState) -> Decision[list[SegKey]]:
         check_member(state, reader_id, generation)
         if state.frozen_for(reader_id):
             return [], []  # a checkpoint or reset awaits this reader: move nothing until then
         chosen = segments_to_release(state, reader_id, max_moves)
-        if only_listed:
-            chosen = [s for s in chosen if s in positions]
+        if only_listed:  # as many as the rule says, but which ones is the reader's choice
+            mine = state.owned_by(reader_id)
+            listed = sorted((s for s in positions if s in mine), key=lambda s: -mine[s].token)
+            chosen = listed[: len(chosen)]
         owned = state.assigned
         triples = tuple((s, owned[s].token, positions.get(s, owned[s].position)) for s in chosen)
         given = epochs or {}
