@@ -5,13 +5,24 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long lint bench chaos chaos-ha explore sim-scale clean venv
+# The console's browser tests drive Debian's Chromium through its chromedriver (never a
+# downloaded browser): installed here when missing and running as root; the tests fail without.
+browser:
+	@if ! { test -x /usr/bin/chromium && test -x /usr/bin/chromedriver; }; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null || \
+			{ apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null; }; \
+		else echo 'install chromium and chromium-driver (apt-get) for the console tests' >&2; fi; \
+	fi
+
+.PHONY: browser demo test test-long lint bench chaos chaos-ha explore sim-scale clean venv
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,embedded,spark]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,embedded,spark,console]'
+	$(MAKE) --no-print-directory browser
 	touch $@
 
 venv: $(STAMP)
