@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from urllib.parse import parse_qs
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -208,8 +209,8 @@ def create_app(settings: ConsoleSettings, connection: RedisConnection) -> Starle
     async def login(request: Request) -> Response:
         if request.method == "GET":
             return HTMLResponse(LOGIN_PAGE.format(message=""))
-        form = await request.form()
-        if check.token_ok(str(form.get("token", ""))):
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        if check.token_ok((form.get("token") or [""])[0]):
             response = RedirectResponse("/", 303)
             response.set_cookie(COOKIE, check.cookie_value(), httponly=True, samesite="strict")
             return response

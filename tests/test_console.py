@@ -1,0 +1,160 @@
+"""The web console's server side against a real Redis (short; the browser tests are in
+``test_console_browser.py``): actions exist only when allowed, the token gate, no password
+shown, and each view read from Redis once per tick however many viewers ask."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from typing import Any
+
+import redis
+
+from readergroup import ReaderGroupManager, StreamManager
+from readergroup.console.views import ConsoleData
+from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.core.stream_config import ScalingPolicy, StreamConfiguration
+from readergroup.storage.connection import RedisConnection
+from readergroup.testing.embedded_redis import LocalRedisServer
+from tests.support.browser import console
+from tests.support.cli import cli
+
+ACTIONS = ("checkpoint", "reset/plan", "reset/apply", "reader-offline")
+
+
+def request(
+    url: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, str, dict[str, str]]:
+    data = None if body is None else json.dumps(body).encode()
+    sent = {"Content-Type": "application/json"} if body is not None else {}
+    req = urllib.request.Request(url, data=data, headers={**sent, **(headers or {})})
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(req, timeout=10) as response:
+            return response.status, response.read().decode(), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(), dict(exc.headers)
+
+
+def make_group(url: str, scope: str, segments: int = 2, name: str = "billing") -> None:
+    with StreamManager.from_url(url) as sm:
+        sm.create_stream(
+            scope, "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
+        )
+    with ReaderGroupManager.from_url(scope, url) as rgm:
+        rgm.create_reader_group(name, ReaderGroupConfig(streams=[f"{scope}/orders"]))
+
+
+def test_actions_exist_only_when_allowed(redis_url: str, scope: str) -> None:
+    make_group(redis_url, scope)
+    with console(redis_url) as url:
+        assert json.loads(request(url + "api/config")[1])["actions"] is False
+        for action in ACTIONS:
+            status, _, _ = request(f"{url}api/actions/{scope}/billing/{action}", {"name": "c"})
+            assert status == 404, action
+        status, page, _ = request(f"{url}api/group/{scope}/billing")
+        assert status == 200 and json.loads(page)["group"] == "billing"
+    with console(redis_url, allow_actions=True) as url:
+        status, body, _ = request(
+            f"{url}api/actions/{scope}/billing/reset/plan", {"scenario": "to_earliest"}
+        )
+        assert status == 200, body
+        assert {(p["stream"], p["new"]) for p in json.loads(body)["plan"]} == {
+            (f"{scope}/orders", 0)
+        }
+        status, body, _ = request(
+            f"{url}api/actions/{scope}/billing/reader-offline", {"reader": "ghost"}
+        )
+        assert status == 404 and "ghost" in body
+        status, body, _ = request(
+            f"{url}api/actions/{scope}/billing/reset/apply", {"plan_id": "made-up"}
+        )
+        assert status == 400 and "plan again" in body
+
+
+def test_token_gate_and_no_password_shown(redis_url: str, scope: str) -> None:
+    token = "s3cret-token-for-tests"
+    shown_url = redis_url.replace("redis://", "redis://app:hunter2hunter2@")
+    with console(redis_url, token=token) as url, console(redis_url) as open_url:
+        assert request(url + "api/overview")[0] == 401
+        status, _, headers = request(url)
+        assert status == 303 and headers["location"] == "/login"
+        bearer = {"Authorization": f"Bearer {token}"}
+        assert request(url + "api/overview", headers=bearer)[0] == 200
+        assert request(url + "api/overview", headers={"Authorization": "Bearer wrong"})[0] == 401
+        form = urllib.request.Request(url + "login", data=f"token={token}".encode())
+        with urllib.request.urlopen(form, timeout=10) as response:  # follows to the page
+            assert response.status == 200 and "readergroup console" in response.read().decode()
+        bad = urllib.request.Request(url + "login", data=b"token=nope")
+        try:
+            urllib.request.urlopen(bad, timeout=10)
+            raise AssertionError("a wrong token logged in")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
+        assert request(open_url + "api/overview")[0] == 200  # no token configured: open
+    with console(redis_url, shown_url=shown_url) as url:
+        config = request(url + "api/config")[1]
+        assert "hunter2" not in config and "app:***@" in config
+
+
+def test_a_non_loopback_host_needs_a_token(redis_url: str) -> None:
+    done = cli(redis_url, "console", "--host", "0.0.0.0", "--port", "0", ok=False)
+    assert done.returncode == 2 and "--token" in done.stderr
+
+
+def test_each_view_is_read_once_per_tick_for_all_viewers(
+    private_redis: LocalRedisServer,
+) -> None:
+    url = private_redis.url
+    with StreamManager.from_url(url) as sm:
+        sm.create_scope("shop")
+    make_group(url, "shop", 8, "g0")
+    for name in ("g1", "g2"):
+        _group(url, name)
+    probe = redis.Redis.from_url(url)
+    now = [0.0]
+    connection = RedisConnection.from_url(url)
+    try:
+        data = ConsoleData(connection, tick=1.0, clock=lambda: now[0])
+
+        def commands() -> int:
+            stats: dict[str, Any] = probe.info("commandstats")  # type: ignore[assignment]
+            return sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+
+        data.overview()
+        data.group("shop", "g0")
+        now[0] += 1.0
+        before = commands()
+        data.overview()
+        data.group("shop", "g0")
+        one_viewer = commands() - before
+        assert one_viewer > 0
+        before = commands()
+        viewers = [
+            threading.Thread(target=lambda: (data.overview(), data.group("shop", "g0")))
+            for _ in range(10)
+        ]
+        for viewer in viewers:
+            viewer.start()
+        for viewer in viewers:
+            viewer.join()
+        assert commands() - before == 0  # the same tick: every viewer shares the reads
+        now[0] += 1.0
+        before = commands()
+        data.overview()
+        assert 0 < commands() - before <= one_viewer
+    finally:
+        connection.close()
+        probe.close()
+
+
+def _group(url: str, name: str) -> None:
+    with ReaderGroupManager.from_url("shop", url) as rgm:
+        rgm.create_reader_group(name, ReaderGroupConfig(streams=["shop/orders"]))
