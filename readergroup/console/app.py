@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from urllib.parse import parse_qs
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs
 
 import anyio
 from starlette.applications import Starlette

@@ -25,13 +25,23 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
+STARTUP_POLLS = 1500
+"""Polls 20 ms apart (30 s) for the server to start."""
+
+
 class ConsoleServer:
     """The console served on ``host:port`` (0: any free port) until :meth:`stop`."""
 
     def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0) -> None:
         self._socket = bind(host, port)
         self.url = url_of(self._socket)
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=2,  # live-update streams stay open until told to go
+        )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
@@ -44,11 +54,14 @@ class ConsoleServer:
         """Serve in a background thread; returns once it accepts connections."""
         self._thread = threading.Thread(target=self.serve, name="console", daemon=True)
         self._thread.start()
-        while not self._server.started:
+        for _ in range(STARTUP_POLLS):
+            if self._server.started:
+                return self
             if not self._thread.is_alive():
-                raise RuntimeError("the console's server stopped while starting")
+                break
             threading.Event().wait(0.02)
-        return self
+        self.stop()
+        raise RuntimeError(f"the console's server on {self.url} did not start")
 
     def stop(self) -> None:
         self._server.should_exit = True

@@ -29,7 +29,7 @@ const Charts = (() => {
    * splits and merges as edges; sealed and truncated segments marked; the retention cut and
    * each group's committed positions drawn on the segments they are in. */
   function segmentGraph(s) {
-    const W = 1200, H = 460, left = 50, right = 16, top = 14, bottom = 40;
+    const W = 1200, H = 460, left = 56, right = 16, top = 14, bottom = 40;
     const epochs = s.epochs.map((e) => e.epoch);
     const index = new Map(epochs.map((e, i) => [e, i]));
     const cols = epochs.length;
@@ -73,8 +73,9 @@ const Charts = (() => {
       for (const succ of seg.successors) {
         const b = byId.get(succ);
         if (!b) continue;
-        const ya = (a.y0 + a.y1) / 2, yb = (b.y0 + b.y1) / 2, xm = (a.x1 + b.x0) / 2;
-        out.push(`<path class="edge" d="M${a.x1 - 6},${ya} C${xm},${ya} ${xm},${yb} ${b.x0 + 6},${yb}"/>`);
+        const ya = (a.y0 + a.y1) / 2, yb = (b.y0 + b.y1) / 2;
+        const xa = Math.max(a.x0, a.x1 - colW / 4), xb = Math.min(b.x1, b.x0 + colW / 4);
+        out.push(`<path class="edge" d="M${xa},${ya} C${b.x0},${ya} ${a.x1},${yb} ${xb},${yb}"/>`);
         edges++;
       }
     }
@@ -97,7 +98,7 @@ const Charts = (() => {
       }
     });
     out.push(`<line class="axis" x1="${left}" x2="${left}" y1="${top}" y2="${H - bottom}"/>`);
-    out.push(`<text x="4" y="${top + 4}">key</text>`);
+    out.push(`<text x="4" y="${(top + H - bottom) / 2}">key</text>`);
     out.push(`</svg>`);
     const legend = ['<div class="legend"><span><i style="background:#93c5fd"></i>open</span>',
       '<span><i style="background:#d1d5db"></i>sealed</span>',

@@ -165,6 +165,7 @@ function renderStream(s) {
     `<section><h2>Segments over time (key range down, epochs across)</h2>${Charts.segmentGraph(s)}</section>` +
     `<section><h2>Active segments</h2><div class="scroll">` + table("segments", [
       ["id", "segment", { num: true }],
+      ["name", "name"],
       ["epoch", "epoch", { num: true }],
       ["low", "key range", { render: (r) => `[${r.low.toFixed(4)}, ${r.high.toFixed(4)})` }],
       ["head", "head", { num: true }],
