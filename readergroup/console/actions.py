@@ -17,7 +17,12 @@ import click
 
 from readergroup.admin.group_manager import ReaderGroup, ReaderGroupManager
 from readergroup.cli.reset_options import SCENARIOS, ResetRequest
-from readergroup.core.errors import InvalidConfigError
+from readergroup.core.errors import (
+    InvalidConfigError,
+    ReaderAlreadyOnlineError,
+    ReaderGroupError,
+    ReaderNotInGroupError,
+)
 from readergroup.core.group_state import SegKey
 from readergroup.storage.connection import RedisConnection
 
@@ -31,14 +36,6 @@ WEB_SCENARIOS = tuple(s for s in SCENARIOS if s != "from_file")
 
 PLAN_TTL = 600.0
 """Seconds a shown reset plan can still be applied."""
-
-
-class ActionError(Exception):
-    """A request the console refuses (bad input, a reader still online): HTTP 400/409."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +73,14 @@ class Actions:
         """The CLI's dry run: ``[stream, segment, current, new]`` rows, and an id to apply it."""
         scenario = str(body.get("scenario", ""))
         if scenario not in WEB_SCENARIOS:
-            raise ActionError(f"scenario must be one of {', '.join(WEB_SCENARIOS)}")
+            raise InvalidConfigError(f"scenario must be one of {', '.join(WEB_SCENARIOS)}")
         value: Any = body.get("value")
         if scenario in ("to_earliest", "to_latest"):
             value = True
         elif scenario == "to_stream_cut":
             value = [v for v in str(value or "").split() if v]
         if value in (None, "", []):
-            raise ActionError(f"{scenario} needs a value")
+            raise InvalidConfigError(f"{scenario} needs a value")
         request = ResetRequest(
             scenario,
             value,
@@ -97,10 +94,12 @@ class Actions:
         current = g.refresh().positions()
         try:
             plan = request.plan(g)
-        except (click.BadParameter, ValueError) as exc:
-            raise ActionError(
-                str(exc.message if isinstance(exc, click.ClickException) else exc)
-            ) from exc
+        except click.BadParameter as exc:
+            raise InvalidConfigError(exc.message) from exc
+        except ValueError as exc:  # a value that is not a number, where one is needed
+            if isinstance(exc, ReaderGroupError):
+                raise
+            raise InvalidConfigError(f"{scenario}: {exc}") from exc
         plan_id = secrets.token_urlsafe(16)
         with self._lock:
             now = self._clock()
@@ -122,9 +121,11 @@ class Actions:
         with self._lock:
             shown = self._plans.pop(plan_id, None)
         if shown is None or (shown.scope, shown.group) != (scope, name):
-            raise ActionError("no such reset plan (plans expire after 10 minutes): plan again")
+            raise InvalidConfigError(
+                "no such reset plan (plans expire after 10 minutes): plan again"
+            )
         if self._clock() - shown.shown_at >= PLAN_TTL:
-            raise ActionError("the reset plan expired: plan again")
+            raise InvalidConfigError("the reset plan expired: plan again")
         result = self._group(scope, name).apply_reset(shown.plan, timeout=timeout)
         logger.info("console: reset %s/%s to %d positions", scope, name, len(shown.plan))
         return {
@@ -140,12 +141,11 @@ class Actions:
         g = self._group(scope, name)
         member = next((m for m in g.members() if m.reader == reader), None)
         if member is None:
-            raise ActionError(f"{reader!r} is not a member of {scope}/{name}", 404)
+            raise ReaderNotInGroupError(f"{reader!r} is not a member of {scope}/{name}")
         if not member.stale:
-            raise ActionError(
+            raise ReaderAlreadyOnlineError(
                 f"reader {reader!r} is online (heartbeat {member.heartbeat_age_ms} ms ago): only a "
-                "dead reader can be removed here",
-                409,
+                "dead reader can be removed here"
             )
         removed = g.reader_offline(reader)
         logger.info("console: declared reader %s of %s/%s offline", reader, scope, name)
@@ -156,7 +156,7 @@ def check_timeout(value: Any, default: float) -> float:
     try:
         timeout = float(default if value in (None, "") else value)
     except (TypeError, ValueError) as exc:
-        raise ActionError(f"timeout must be a number of seconds, got {value!r}") from exc
+        raise InvalidConfigError(f"timeout must be a number of seconds, got {value!r}") from exc
     if not 0 < timeout <= 600:
         raise InvalidConfigError(f"timeout must be in (0, 600] seconds, got {timeout}")
     return timeout

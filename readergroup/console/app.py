@@ -29,17 +29,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from readergroup.console.actions import ActionError, Actions, check_timeout
+from readergroup.console.actions import Actions, check_timeout
 from readergroup.console.auth import COOKIE, TokenCheck, redact_url
 from readergroup.console.views import ConsoleData
 from readergroup.core.errors import (
     AccessDeniedError,
     InvalidConfigError,
+    ReaderAlreadyOnlineError,
     ReaderGroupError,
-    ReaderGroupNotFoundError,
+    ReaderNotInGroupError,
     RedisUnavailableError,
-    ScopeNotFoundError,
-    StreamNotFoundError,
 )
 from readergroup.storage.connection import RedisConnection
 
@@ -71,8 +70,10 @@ class ConsoleSettings:
 
 
 def status_of(exc: ReaderGroupError) -> int:
-    if isinstance(exc, ReaderGroupNotFoundError | ScopeNotFoundError | StreamNotFoundError):
+    if isinstance(exc, LookupError | ReaderNotInGroupError):
         return 404
+    if isinstance(exc, ReaderAlreadyOnlineError):
+        return 409
     if isinstance(exc, AccessDeniedError):
         return 403
     if isinstance(exc, RedisUnavailableError):
@@ -80,10 +81,7 @@ def status_of(exc: ReaderGroupError) -> int:
     return 400
 
 
-def error_response(exc: Exception) -> JSONResponse:
-    if isinstance(exc, ActionError):
-        return JSONResponse({"error": str(exc)}, exc.status)
-    assert isinstance(exc, ReaderGroupError)
+def error_response(exc: ReaderGroupError) -> JSONResponse:
     return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_of(exc))
 
 
@@ -158,7 +156,7 @@ def create_app(settings: ConsoleSettings, connection: RedisConnection) -> Starle
     async def run(compute: Callable[[], dict[str, Any]]) -> Response:
         try:
             return JSONResponse(await anyio.to_thread.run_sync(compute))
-        except (ReaderGroupError, ActionError) as exc:
+        except ReaderGroupError as exc:
             return error_response(exc)
 
     def view_of(request: Request) -> Callable[[], dict[str, Any]]:
@@ -252,13 +250,13 @@ def action_routes(
 
     async def body_of(request: Request) -> dict[str, Any]:
         if request.headers.get("content-type", "").split(";")[0] != "application/json":
-            raise ActionError("send the request body as application/json", 415)
+            raise InvalidConfigError("send the request body as application/json")
         try:
             body = await request.json()
         except ValueError as exc:
-            raise ActionError(f"the body is not JSON: {exc}") from exc
+            raise InvalidConfigError(f"the body is not JSON: {exc}") from exc
         if not isinstance(body, dict):
-            raise ActionError("the body must be a JSON object")
+            raise InvalidConfigError("the body must be a JSON object")
         return body
 
     def action(
@@ -267,7 +265,7 @@ def action_routes(
         async def endpoint(request: Request) -> Response:
             try:
                 body = await body_of(request)
-            except ActionError as exc:
+            except ReaderGroupError as exc:
                 return error_response(exc)
             scope, name = request.path_params["scope"], request.path_params["name"]
             response: Response = await run(lambda: handler(scope, name, body))
@@ -278,7 +276,7 @@ def action_routes(
     def checkpoint(scope: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         checkpoint_name = str(body.get("name") or "").strip()
         if not checkpoint_name:
-            raise ActionError("give the checkpoint a name")
+            raise InvalidConfigError("give the checkpoint a name")
         timeout = check_timeout(body.get("timeout"), 30.0)
         return actions.checkpoint(scope, name, checkpoint_name, timeout)
 
