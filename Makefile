@@ -27,8 +27,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# make demo DEMO_ARGS=--console also serves the web console (its URL is printed first).
 demo: $(STAMP)
-	$(PY) -m readergroup.demo
+	$(PY) -m readergroup.demo $(DEMO_ARGS)
 
 test: $(STAMP)
 	mkdir -p .artifacts

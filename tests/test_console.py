@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -31,7 +35,8 @@ from readergroup.core.stream_config import ScalingPolicy, StreamConfiguration
 from readergroup.storage.connection import RedisConnection
 from readergroup.testing.embedded_redis import LocalRedisServer
 from tests.support.browser import console
-from tests.support.cli import cli
+from tests.support.cli import ROOT, cli
+from tests.support.waiting import wait_until
 
 ACTIONS = ("checkpoint", "reset/plan", "reset/apply", "reader-offline")
 
@@ -220,3 +225,38 @@ def test_the_console_reads_everything_with_the_read_only_role(valkey: LocalRedis
         finally:
             connection.close()
             reader.close()
+
+
+DEMO_ARGS = ("--seconds", "4", "--no-spark", "--console", "--console-port", "0")
+
+
+@pytest.mark.long  # the demo runs ~20 s
+def test_the_demo_serves_the_console_with_a_flag(redis_url: str) -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "readergroup.demo", *DEMO_ARGS],
+        env={**os.environ, "REDIS_URL": redis_url, "COLUMNS": "160"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert demo.stdout is not None
+        lines = [demo.stdout.readline() for _ in range(2)]
+        found = re.search(
+            r"Web console: (http://127\.0\.0\.1:\d+/)#/group/(demo\w+)/workers", lines[1]
+        )
+        assert found, lines
+
+        def listed() -> bool:
+            status, body, _ = request(found[1] + "api/overview")
+            assert status == 200, body
+            return found[2] in json.loads(body)["scopes"]
+
+        wait_until(listed, what="the demo's scope in the console")
+        out, err = demo.communicate(timeout=240)
+        assert demo.returncode == 0 and "VERIFIED" in out, out[-2000:] + err[-2000:]
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.communicate()
