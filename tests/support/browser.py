@@ -90,7 +90,9 @@ def wait_for(driver: webdriver.Chrome, script: str, timeout: float = 20.0, what:
 
 
 def open_view(driver: webdriver.Chrome, url: str, timeout: float = 20.0) -> None:
-    """Load ``url`` and wait until the page rendered its first data."""
+    """Load ``url`` afresh (not as a hash change of the page shown) and wait until the page
+    rendered its first data."""
+    driver.get("about:blank")
     driver.get(url)
     wait_for(driver, "window.consoleRenders > 0", timeout, f"first render of {url}")
 
