@@ -38,29 +38,23 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from bench.common import emit, median
 from readergroup import (
-    EventStreamClientFactory,
-    ReaderGroupManager,
     StreamManager,
-    UTF8StringSerializer,
 )
 from readergroup.admin.group_manager import join_group
 from readergroup.admin.metrics import register_metrics
-from readergroup.core.group_config import ReaderGroupConfig
-from readergroup.core.stream_config import ScalingPolicy, StreamConfiguration
 from readergroup.storage.connection import RedisConnection
 from readergroup.testing.embedded_redis import redis_server
 from tests.support.browser import chromium, console, open_view
+from tests.support.console_setup import make_group, make_stream
 
 LONG_SESSION = {"session_timeout": 600.0, "heartbeat_interval": 60.0}
 
 
 def build_stream(url: str, scope: str, name: str, segments: int, scalings: int) -> None:
     """``segments`` open segments after ``scalings`` scalings (a split then a merge back, in
-    turn), and one event per segment."""
+    turn), holding four events per segment."""
+    make_stream(url, scope, segments, segments * 4, name)
     with StreamManager.from_url(url) as sm:
-        sm.create_stream(
-            scope, name, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
-        )
         for n in range(scalings // 2):
             state = sm.stream_state(scope, name)
             record = sorted(state.active_segments, key=lambda r: r.low)[n % segments]
@@ -69,21 +63,12 @@ def build_stream(url: str, scope: str, name: str, segments: int, scalings: int) 
                 scope, name, [record.segment_id], [(record.low, middle), (middle, record.high)]
             )
             sm.scale_stream(scope, name, pieces, [(record.low, record.high)])
-    with EventStreamClientFactory.from_url(scope, url) as factory:
-        writer = factory.create_event_writer(name, UTF8StringSerializer())
-        for n in range(segments * 4):
-            writer.write_event(f"e{n}", routing_key=f"k{n}")
-        writer.flush()
-        writer.close()
 
 
 def build_group(url: str, scope: str, group: str, stream: str, readers: int) -> None:
     """A group on ``stream`` whose ``readers`` members joined and took their shares (members
     driven through the group protocol directly: no reader threads to perturb the figures)."""
-    with ReaderGroupManager.from_url(scope, url) as rgm:
-        rgm.create_reader_group(
-            group, ReaderGroupConfig(streams=[f"{scope}/{stream}"], **LONG_SESSION)
-        )
+    make_group(url, scope, group, stream, **LONG_SESSION)
     connection = RedisConnection.from_url(url)
     members = [join_group(connection, scope, group, f"reader-{n:03d}")[0] for n in range(readers)]
     for _ in range(2):

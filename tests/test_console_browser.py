@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
@@ -18,8 +19,6 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.core.group_config import ReaderGroupConfig
-from readergroup.core.stream_config import ScalingPolicy, StreamConfiguration
 from tests.support.browser import (
     chromium,
     console,
@@ -29,45 +28,24 @@ from tests.support.browser import (
     wait_for,
 )
 from tests.support.cli import as_json
+from tests.support.console_setup import make_group, make_stream
 
 pytestmark = pytest.mark.long  # a browser start is ~3 s on this machine; each test is longer
 
 FAST = {"heartbeat_interval": 0.3, "session_timeout": 3.0, "group_refresh_time": 0.1}
 
 
-def make_stream(url: str, scope: str, segments: int, events: int) -> None:
-    with StreamManager.from_url(url) as sm:
-        sm.create_stream(
-            scope, "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
-        )
-    with EventStreamClientFactory.from_url(scope, url) as factory:
-        writer = factory.create_event_writer("orders", UTF8StringSerializer())
-        for n in range(events):
-            writer.write_event(f"e{n}", routing_key=f"k{n % 64}")
-        writer.flush()
-        writer.close()
-
-
-def make_group(url: str, scope: str, **config: float) -> None:
-    with ReaderGroupManager.from_url(scope, url) as rgm:
-        rgm.create_reader_group(
-            "billing",
-            ReaderGroupConfig(streams=[f"{scope}/orders"], auto_commit_interval=0.1, **config),
-        )
-
-
 @pytest.fixture
-def browser() -> Iterator[object]:
+def driver() -> Iterator[Any]:
     with chromium() as driver:
         yield driver
 
 
 def test_pages_render_without_errors_and_offer_no_actions_read_only(
-    browser: object, redis_url: str, scope: str
+    driver: Any, redis_url: str, scope: str
 ) -> None:
-    driver = browser
     make_stream(redis_url, scope, 4, 200)
-    make_group(redis_url, scope)
+    make_group(redis_url, scope, auto_commit_interval=0.1)
     with StreamManager.from_url(redis_url) as sm:
         sm.scale_stream(scope, "orders", [0], [(0.0, 0.125), (0.125, 0.25)])
     with console(redis_url) as url:
@@ -89,12 +67,9 @@ def test_pages_render_without_errors_and_offer_no_actions_read_only(
         assert javascript_errors(driver) == []
 
 
-def test_group_page_follows_lag_and_ownership_live(
-    browser: object, redis_url: str, scope: str
-) -> None:
-    driver = browser
+def test_group_page_follows_lag_and_ownership_live(driver: Any, redis_url: str, scope: str) -> None:
     make_stream(redis_url, scope, 4, 4000)
-    make_group(redis_url, scope, **FAST)
+    make_group(redis_url, scope, auto_commit_interval=0.1, **FAST)
     stop = threading.Event()
     with (
         console(redis_url) as url,
@@ -145,8 +120,7 @@ def test_group_page_follows_lag_and_ownership_live(
     assert javascript_errors(driver) == []
 
 
-def test_a_split_appears_on_the_stream_page(browser: object, redis_url: str, scope: str) -> None:
-    driver = browser
+def test_a_split_appears_on_the_stream_page(driver: Any, redis_url: str, scope: str) -> None:
     make_stream(redis_url, scope, 2, 50)
     with console(redis_url) as url:
         open_view(driver, f"{url}#/stream/{scope}/orders")
@@ -163,11 +137,10 @@ def test_a_split_appears_on_the_stream_page(browser: object, redis_url: str, sco
 
 
 def test_a_reset_through_the_console_moves_positions_like_the_cli(
-    browser: object, redis_url: str, scope: str
+    driver: Any, redis_url: str, scope: str
 ) -> None:
-    driver = browser
     make_stream(redis_url, scope, 3, 300)
-    make_group(redis_url, scope)
+    make_group(redis_url, scope, auto_commit_interval=0.1)
     with EventStreamClientFactory.from_url(scope, redis_url) as factory:
         reader = factory.create_reader("r1", "billing", UTF8StringSerializer())
         for _ in range(120):

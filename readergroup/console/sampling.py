@@ -1,8 +1,10 @@
 """What the console remembers between refreshes (in memory, nothing in Redis): event rates from
-successive counter readings, and each group's lag over the last minutes."""
+successive counter readings, and each group's lag over the last minutes. Both are thread-safe
+(views computed at the same time share them)."""
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
@@ -18,8 +20,13 @@ class RateMeter:
     """Readings closer together than this keep the previous rates (no noisy spikes)."""
     _last: dict[Hashable, tuple[float, dict[Hashable, int]]] = field(default_factory=dict)
     _rates: dict[Hashable, dict[Hashable, float]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def update(self, key: Hashable, now: float, counters: Mapping[Hashable, int]) -> None:
+        with self._lock:
+            self._update(key, now, counters)
+
+    def _update(self, key: Hashable, now: float, counters: Mapping[Hashable, int]) -> None:
         previous = self._last.get(key)
         if previous is not None and now - previous[0] < self.min_interval:
             return
@@ -33,10 +40,11 @@ class RateMeter:
 
     def rates(self, key: Hashable) -> dict[Hashable, float] | None:
         """Rate of each counter of ``key``; ``None`` before two readings."""
-        return self._rates.get(key)
+        with self._lock:
+            return self._rates.get(key)
 
     def total(self, key: Hashable) -> float | None:
-        rates = self._rates.get(key)
+        rates = self.rates(key)
         return None if rates is None else sum(rates.values())
 
 
@@ -48,11 +56,20 @@ class LagHistory:
     seconds: float = 900.0
     min_interval: float = 1.0
     _samples: dict[Hashable, deque[tuple[int, int, dict[str, int]]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(
         self, group: Hashable, server_ms: int, total: int, segments: Mapping[str, int]
     ) -> None:
+        with self._lock:
+            self._record(group, server_ms, total, segments)
+
+    def _record(
+        self, group: Hashable, server_ms: int, total: int, segments: Mapping[str, int]
+    ) -> None:
         samples = self._samples.setdefault(group, deque())
+        if samples and server_ms < samples[-1][0]:
+            return  # a view computed at the same time recorded a newer sample
         if samples and server_ms - samples[-1][0] < self.min_interval * 1000:
             samples.pop()
         samples.append((server_ms, total, dict(segments)))
@@ -62,7 +79,8 @@ class LagHistory:
     def series(self, group: Hashable, top: int = 8) -> dict[str, object]:
         """``{"times": [...], "total": [...], "segments": {name: [...]}}`` with the ``top``
         segments that lagged most over the window (a chart of 1,024 lines says nothing)."""
-        samples = list(self._samples.get(group, ()))
+        with self._lock:
+            samples = list(self._samples.get(group, ()))
         peaks: dict[str, int] = {}
         for _, _, segments in samples:
             for name, lag in segments.items():
@@ -75,4 +93,5 @@ class LagHistory:
         }
 
     def forget(self, group: Hashable) -> None:
-        self._samples.pop(group, None)
+        with self._lock:
+            self._samples.pop(group, None)

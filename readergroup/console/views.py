@@ -51,7 +51,8 @@ def segment_label(stream: str, segment: int) -> str:
 
 class ConsoleData:
     """The views, cached for ``tick`` seconds, with the rates and lag history the console
-    samples in memory. Thread-safe: every Redis read holds one lock."""
+    samples in memory. Thread-safe: each view is computed under its own lock (so a slow
+    overview does not hold up a group page), with group handles of its own kind."""
 
     def __init__(
         self,
@@ -66,8 +67,10 @@ class ConsoleData:
         self._clock = clock
         self._streams = StreamManager(connection)
         self._managers: dict[str, ReaderGroupManager] = {}
-        self._groups: dict[tuple[str, str], ReaderGroup] = {}
-        self._lock = threading.Lock()
+        self._groups: dict[tuple[str, str, str], ReaderGroup] = {}
+        self._guard = threading.Lock()
+        """Guards the dicts of locks, handles and cached views (held only briefly)."""
+        self._locks: dict[Hashable, threading.Lock] = {}
         self._cache: dict[Hashable, tuple[float, dict[str, Any]]] = {}
         self.rates = RateMeter()
         self.lag = LagHistory(seconds=history_seconds)
@@ -75,10 +78,11 @@ class ConsoleData:
     # -- caching ----------------------------------------------------------------------------
     def cached(self, key: Hashable, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """``compute()`` at most once per tick for ``key``, shared by every caller."""
-        with self._lock:
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
             hit = self._cache.get(key)
-            now = self._clock()
-            if hit is not None and now - hit[0] < self.tick:
+            if hit is not None and self._clock() - hit[0] < self.tick:
                 return hit[1]
             value = compute()
             self._cache[key] = (self._clock(), value)
@@ -94,18 +98,27 @@ class ConsoleData:
         return self.cached(("group", scope, name), lambda: self._group(scope, name))
 
     # -- handles ----------------------------------------------------------------------------
-    def _group_handle(self, scope: str, name: str) -> ReaderGroup:
-        handle = self._groups.get((scope, name))
-        if handle is None:
+    def _manager(self, scope: str) -> ReaderGroupManager:
+        with self._guard:
             manager = self._managers.get(scope)
             if manager is None:
                 manager = self._managers[scope] = ReaderGroupManager(scope, self.connection)
-            handle = self._groups[(scope, name)] = manager.get_reader_group(name)
+            return manager
+
+    def _group_handle(self, kind: str, scope: str, name: str) -> ReaderGroup:
+        """The handle the views of ``kind`` use on group ``scope/name`` (one per kind: views of
+        different kinds are computed at the same time)."""
+        with self._guard:
+            handle = self._groups.get((kind, scope, name))
+        if handle is None:
+            handle = self._manager(scope).get_reader_group(name)
+            with self._guard:
+                self._groups[(kind, scope, name)] = handle
         return handle
 
-    def _drop_group(self, scope: str, name: str) -> None:
-        self._groups.pop((scope, name), None)
-        self.lag.forget((scope, name))
+    def _drop_group(self, kind: str, scope: str, name: str) -> None:
+        with self._guard:
+            self._groups.pop((kind, scope, name), None)
 
     # -- the overview -----------------------------------------------------------------------
     def _overview(self) -> dict[str, Any]:
@@ -128,10 +141,7 @@ class ConsoleData:
         return {"scopes": scopes, "streams": streams, "groups": groups}
 
     def _list_groups(self, scope: str) -> list[str]:
-        manager = self._managers.get(scope)
-        if manager is None:
-            manager = self._managers[scope] = ReaderGroupManager(scope, self.connection)
-        return manager.list_reader_groups()
+        return self._manager(scope).list_reader_groups()
 
     def _stream_summary(
         self, scope: str, name: str, out_positions: dict[Hashable, int]
@@ -164,12 +174,13 @@ class ConsoleData:
         self, scope: str, name: str, out_positions: dict[str, dict[Hashable, int]]
     ) -> dict[str, Any]:
         try:
-            g = self._group_handle(scope, name)
+            g = self._group_handle("overview", scope, name)
             metrics = g.get_metrics()
             members = g.members()
             word = group_state_word(g.sync.state, members, g.missing_streams())
         except ReaderGroupError as exc:
-            self._drop_group(scope, name)
+            self._drop_group("overview", scope, name)
+            self.lag.forget((scope, name))
             logger.warning("console: group %s/%s: %s", scope, name, exc, exc_info=exc)
             return {"scope": scope, "group": name, "state": "unreadable", "error": error_text(exc)}
         self._record_lag(scope, name, metrics)
@@ -258,9 +269,9 @@ class ConsoleData:
         out = []
         for name in subscribers_of(self._streams.catalog(scope), stream):
             try:
-                positions = self._group_handle(scope, name).refresh().positions()
+                positions = self._group_handle("stream", scope, name).refresh().positions()
             except ReaderGroupError as exc:
-                self._drop_group(scope, name)
+                self._drop_group("stream", scope, name)
                 out.append({"group": name, "error": error_text(exc), "positions": {}})
                 continue
             mine = {str(seg): p for (s, seg), p in positions.items() if s == f"{scope}/{stream}"}
@@ -270,12 +281,13 @@ class ConsoleData:
     # -- one group --------------------------------------------------------------------------
     def _group(self, scope: str, name: str) -> dict[str, Any]:
         try:
-            g = self._group_handle(scope, name)
+            g = self._group_handle("group", scope, name)
             metrics = g.get_metrics()
             members = g.members()
             missing = g.missing_streams()
         except ReaderGroupNotFoundError:
-            self._drop_group(scope, name)
+            self._drop_group("group", scope, name)
+            self.lag.forget((scope, name))
             raise
         state = g.sync.state
         self._record_lag(scope, name, metrics)
