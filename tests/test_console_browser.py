@@ -117,7 +117,7 @@ def test_group_page_follows_lag_and_ownership_live(driver: Any, redis_url: str, 
             stop.set()
             thread.join(10)
             first.close()
-    assert javascript_errors(driver) == []
+        assert javascript_errors(driver) == []
 
 
 def test_a_split_appears_on_the_stream_page(driver: Any, redis_url: str, scope: str) -> None:
@@ -133,7 +133,7 @@ def test_a_split_appears_on_the_stream_page(driver: Any, redis_url: str, scope: 
         assert len(driver.find_elements(By.CSS_SELECTOR, "svg.segment-graph path.edge")) == 2
         assert len(driver.find_elements(By.CSS_SELECTOR, "svg.segment-graph rect.seg.sealed")) == 1
         screenshot(driver, "stream")
-    assert javascript_errors(driver) == []
+        assert javascript_errors(driver) == []
 
 
 def test_a_reset_through_the_console_moves_positions_like_the_cli(
@@ -169,7 +169,7 @@ def test_a_reset_through_the_console_moves_positions_like_the_cli(
         driver.find_element(By.ID, "apply-reset").click()
         driver.switch_to.alert.accept()
         wait_for(driver, "document.getElementById('reset-applied')", what="reset applied")
+        assert javascript_errors(driver) == []
     with ReaderGroupManager.from_url(scope, redis_url) as rgm:
         positions = rgm.get_reader_group("billing").refresh().positions()
     assert positions == expected
-    assert javascript_errors(driver) == []

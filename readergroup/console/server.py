@@ -43,6 +43,7 @@ class ConsoleServer:
             timeout_graceful_shutdown=2,  # live-update streams stay open until told to go
         )
         self._server = uvicorn.Server(config)
+        self._stopping: threading.Event | None = getattr(app.state, "stopping", None)
         self._thread: threading.Thread | None = None
 
     def serve(self, on_ready: Callable[[str], None] = lambda url: None) -> None:
@@ -64,6 +65,8 @@ class ConsoleServer:
         raise RuntimeError(f"the console's server on {self.url} did not start")
 
     def stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()  # live streams end within a push interval
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(10)

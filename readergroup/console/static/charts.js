@@ -142,6 +142,10 @@ const Charts = (() => {
       if (!points.length) return;
       const cls = name === "total" ? "line total" : "line";
       const stroke = name === "total" ? "" : ` stroke="${color(i - 1)}"`;
+      if (points.length === 1) {  /* one sample so far: a dot, a line needs two */
+        const [cx, cy] = points[0].split(",");
+        out.push(`<circle cx="${cx}" cy="${cy}" r="3" fill="${name === "total" ? "#111827" : color(i - 1)}"/>`);
+      }
       out.push(`<polyline class="${cls}"${stroke} points="${points.join(" ")}"><title>${esc(name)}</title></polyline>`);
     });
     out.push(`<line class="axis" x1="${left}" x2="${left}" y1="${top}" y2="${H - bottom}"/></svg>`);

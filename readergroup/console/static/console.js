@@ -118,8 +118,8 @@ function skeleton(view) {
     html = `<div class="toolbar"><input id="search" type="search" placeholder="Search scopes, ` +
       `streams, groups…" value="${esc(App.filter)}" size="40"></div>`;
   }
-  if (view.kind === "group" && App.config.actions) html += actionsSkeleton();
-  $("main").innerHTML = html + `<div id="content"><p class="muted">Loading…</p></div>`;
+  const actions = view.kind === "group" && App.config.actions ? actionsSkeleton() : "";
+  $("main").innerHTML = html + `<div id="content"><p class="muted">Loading…</p></div>` + actions;
   const search = $("search");
   if (search) {
     search.addEventListener("input", () => { App.filter = search.value; if (App.last) render(App.last); });
