@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -185,6 +186,7 @@ def test_the_console_reads_everything_with_the_read_only_role(valkey: LocalRedis
     make_group(url, "shop")
     with StreamManager.from_url(url) as sm:
         sm.scale_stream("shop", "orders", [0], [(0.0, 0.25), (0.25, 0.5)])
+    assert not acl.rules(acl.CONSOLE_ROLE).all_commands & acl.FORBIDDEN
     root = redis.Redis.from_url(url)
     root.execute_command(*acl.rules(acl.CONSOLE_ROLE).setuser_args("u-console", "pw-console"))
     root.close()
@@ -247,3 +249,28 @@ def test_the_demo_serves_the_console_with_a_flag(redis_url: str) -> None:
         if demo.poll() is None:
             demo.kill()
             demo.communicate()
+
+
+def test_the_cli_serves_until_interrupted(redis_url: str) -> None:
+    shown = redis_url.replace("redis://", "redis://default:pw-not-shown@")
+    served = subprocess.Popen(
+        [sys.executable, "-m", "readergroup.cli", "console", "--port", "0"],
+        env={**os.environ, "REDIS_URL": redis_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert served.stdout is not None
+        line = served.stdout.readline()
+        started = re.match(r"readergroup console: (http://127\.0\.0\.1:\d+/)  \(read-only", line)
+        assert started, line
+        status, body, _ = request(started[1] + "api/config")
+        assert status == 200 and json.loads(body)["actions"] is False
+    finally:
+        served.send_signal(signal.SIGINT)
+        _, stderr = served.communicate(timeout=30)
+    assert served.returncode == 0 and "Traceback" not in stderr, stderr
+    refused = cli(shown, "console", "--host", "0.0.0.0", ok=False)
+    assert "pw-not-shown" not in refused.stdout + refused.stderr

@@ -88,4 +88,7 @@ def console(
             )
             ctx.out.console.file.flush()
 
-        server.serve(ready)
+        try:
+            server.serve(ready)
+        except KeyboardInterrupt:  # Ctrl-C is how it stops (uvicorn re-raises it once done)
+            pass
