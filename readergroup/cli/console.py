@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextlib import closing
+from contextlib import closing, suppress
 
 import click
 
@@ -88,7 +88,5 @@ def console(
             )
             ctx.out.console.file.flush()
 
-        try:
+        with suppress(KeyboardInterrupt):  # Ctrl-C stops it (uvicorn re-raises it once done)
             server.serve(ready)
-        except KeyboardInterrupt:  # Ctrl-C is how it stops (uvicorn re-raises it once done)
-            pass
