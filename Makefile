@@ -57,6 +57,7 @@ bench: $(STAMP)
 	$(PY) bench/spark_bench.py
 	$(PY) bench/write_bench.py
 	$(PY) bench/acks_bench.py
+	$(PY) bench/console_bench.py
 
 clean:
 	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -216,19 +216,24 @@ def test_the_console_reads_everything_with_the_read_only_role(valkey: LocalRedis
             reader.close()
 
 
-DEMO_ARGS = ("--seconds", "4", "--no-spark", "--console", "--console-port", "0")
-
-
-@pytest.mark.long  # the demo runs ~20 s
-def test_the_demo_serves_the_console_with_a_flag(redis_url: str) -> None:
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "readergroup.demo", *DEMO_ARGS],
+def spawn(redis_url: str, module: str, *args: str) -> subprocess.Popen[str]:
+    """``python -m module args`` for ``redis_url``, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
         env={**os.environ, "REDIS_URL": redis_url, "COLUMNS": "160"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
     )
+
+
+DEMO_ARGS = ("--seconds", "4", "--no-spark", "--console", "--console-port", "0")
+
+
+@pytest.mark.long  # the demo runs ~20 s
+def test_the_demo_serves_the_console_with_a_flag(redis_url: str) -> None:
+    demo = spawn(redis_url, "readergroup.demo", *DEMO_ARGS)
     try:
         assert demo.stdout is not None
         lines = [demo.stdout.readline() for _ in range(2)]
@@ -253,14 +258,7 @@ def test_the_demo_serves_the_console_with_a_flag(redis_url: str) -> None:
 
 def test_the_cli_serves_until_interrupted(redis_url: str) -> None:
     shown = redis_url.replace("redis://", "redis://default:pw-not-shown@")
-    served = subprocess.Popen(
-        [sys.executable, "-m", "readergroup.cli", "console", "--port", "0"],
-        env={**os.environ, "REDIS_URL": redis_url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
+    served = spawn(redis_url, "readergroup.cli", "console", "--port", "0")
     try:
         assert served.stdout is not None
         line = served.stdout.readline()
