@@ -17,7 +17,7 @@ In one run, against one server:
   Prometheus scrape per second of the same groups (the exporter's commands per scrape,
   measured in the same run).
 
-Prints JSON.
+Prints JSON; screenshots of the two big pages go to ``.artifacts/console/``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from readergroup.admin.group_manager import join_group
 from readergroup.admin.metrics import register_metrics
 from readergroup.storage.connection import RedisConnection
 from readergroup.testing.embedded_redis import redis_server
-from tests.support.browser import chromium, console, open_view
+from tests.support.browser import chromium, console, open_view, screenshot
 from tests.support.console_setup import make_group, make_stream
 
 LONG_SESSION = {"session_timeout": 600.0, "heartbeat_interval": 60.0}
@@ -155,10 +155,12 @@ def main() -> None:
             render["stream_big"]["segments_drawn"] = driver.execute_script(
                 "return document.querySelectorAll('svg.segment-graph rect.seg').length"
             )
+            screenshot(driver, "bench-stream-1024-segments")
             open_view(driver, pages["group_big"], timeout=60)
             render["group_big"]["readers_drawn"] = driver.execute_script(
                 "return document.querySelectorAll('#ownership .reader[data-reader]').length"
             )
+            screenshot(driver, "bench-group-128-readers")
             results["render"] = render
         probe = redis.Redis.from_url(url)
         connection = RedisConnection.from_url(url)

@@ -48,6 +48,7 @@ def test_pages_render_without_errors_and_offer_no_actions_read_only(
     make_group(redis_url, scope, auto_commit_interval=0.1)
     with StreamManager.from_url(redis_url) as sm:
         sm.scale_stream(scope, "orders", [0], [(0.0, 0.125), (0.125, 0.25)])
+        sm.truncate_stream(scope, "orders", sm.tail_cut(scope, "orders"))  # a retention cut
     with console(redis_url) as url:
         open_view(driver, url)
         wait_for(driver, f"document.body.innerText.includes('{scope}')", what="scope listed")
@@ -64,6 +65,10 @@ def test_pages_render_without_errors_and_offer_no_actions_read_only(
             assert not driver.find_elements(By.ID, "actions")
             assert not driver.find_elements(By.CSS_SELECTOR, "form.action, button.remove-reader")
         assert driver.find_elements(By.CSS_SELECTOR, "#ownership .chip.waiting")
+        open_view(driver, f"{url}#/stream/{scope}/orders")
+        assert driver.find_elements(By.CSS_SELECTOR, "svg.segment-graph line.cut")
+        assert driver.find_elements(By.CSS_SELECTOR, "svg.segment-graph rect.seg.truncated")
+        assert driver.find_elements(By.CSS_SELECTOR, "svg.segment-graph circle.position")
         assert javascript_errors(driver) == []
 
 
@@ -132,7 +137,7 @@ def test_a_split_appears_on_the_stream_page(driver: Any, redis_url: str, scope: 
         wait_for(driver, f"{graph}.dataset.epochs == '2'", what="the new epoch drawn")
         assert len(driver.find_elements(By.CSS_SELECTOR, "svg.segment-graph path.edge")) == 2
         assert len(driver.find_elements(By.CSS_SELECTOR, "svg.segment-graph rect.seg.sealed")) == 1
-        screenshot(driver, "stream")
+        screenshot(driver, "stream-split")
         assert javascript_errors(driver) == []
 
 

@@ -85,10 +85,12 @@ const Charts = (() => {
       out.push(`<line class="cut" x1="${box.x0 + 1}" x2="${box.x0 + 1}" y1="${box.y0}"` +
         ` y2="${box.y1}"><title>retention cut: segment ${id} from offset ${offset}</title></line>`);
     }
+    let hidden = 0;
     s.groups.forEach((g, i) => {
       for (const [id, position] of Object.entries(g.positions)) {
         const box = byId.get(Number(id));
         if (!box) continue;
+        if (box.y1 - box.y0 < 3) { hidden++; continue; }  /* too thin to tell dots apart */
         const row = table.get(Number(id));
         const span = row && row.tail > row.head ? (position - row.head) / (row.tail - row.head) : 1;
         const xx = box.x0 + Math.min(1, Math.max(0, span)) * (box.x1 - box.x0 - 6) + 3;
@@ -105,6 +107,7 @@ const Charts = (() => {
       '<span><i style="background:#f3f4f6;border:1px dashed #9ca3af"></i>truncated</span>',
       '<span><i style="background:#b91c1c"></i>retention cut</span>',
       `<span>${edges} split/merge edges</span>`];
+    if (hidden) legend.push(`<span class="muted">${hidden} positions on segments too thin to mark (see the groups' pages)</span>`);
     s.groups.forEach((g, i) => legend.push(
       `<span><i style="background:${color(i)};border-radius:50%"></i>${esc(g.group)}</span>`));
     legend.push("</div>");

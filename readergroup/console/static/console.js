@@ -100,9 +100,14 @@ function render(data) {
     return;
   }
   const began = performance.now();
+  /* an update redraws the view: keep what the user opened and where they scrolled */
+  const opened = [...body.querySelectorAll("details")].map((d) => d.open);
+  const scrolled = [...body.querySelectorAll(".scroll")].map((d) => d.scrollTop);
   if (view.kind === "overview") renderOverview(data);
   else if (view.kind === "stream") renderStream(data);
   else renderGroup(data);
+  body.querySelectorAll("details").forEach((d, i) => { if (opened[i]) d.open = true; });
+  body.querySelectorAll(".scroll").forEach((d, i) => { d.scrollTop = scrolled[i] || 0; });
   /* what the bench reads: the last render's ms, and when the first one finished */
   window.consoleRenderMs = performance.now() - began;
   if (!window.consoleRenders) window.consoleFirstRenderAt = performance.now();
@@ -179,8 +184,8 @@ function renderStream(s) {
       ["rate", "events/s", { num: true, render: (r) => r.rate === null || r.rate === undefined ? "" : fmt(r.rate) }],
       ["sealed", "sealed", { render: (r) => r.sealed ? "yes" : "" }],
     ], s.table) + `</div></section>` +
-    `<section><h2>Cuts</h2><table><tr><td>retention (head)</td><td class="wrap">${esc(s.head_cut)}</td></tr>` +
-    `<tr><td>tail</td><td class="wrap">${esc(s.tail_cut)}</td></tr></table></section>`;
+    `<section><h2>Cuts</h2><details><summary>retention (head) cut</summary><p class="wrap cut-text">${esc(s.head_cut)}</p></details>` +
+    `<details><summary>tail cut</summary><p class="wrap cut-text">${esc(s.tail_cut)}</p></details></section>`;
 }
 
 /* -- group ----------------------------------------------------------------------------- */
