@@ -178,3 +178,5 @@ def test_a_reset_through_the_console_moves_positions_like_the_cli(
     with ReaderGroupManager.from_url(scope, redis_url) as rgm:
         positions = rgm.get_reader_group("billing").refresh().positions()
     assert positions == expected
+    history = as_json(redis_url, "group", "history", f"{scope}/billing")["entries"]
+    assert history[-1]["by"].startswith("console@") and "ResetGroup" in history[-1]["what"]

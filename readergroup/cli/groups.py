@@ -382,10 +382,11 @@ def summarize(update: Any) -> str:
 
 
 def writer_name(writer_id: str) -> str:
-    """Who wrote an entry: a reader's id, ``cli@HOST`` for this CLI, or the bare id."""
+    """Who wrote an entry: a reader's id, ``cli@HOST`` for this CLI, ``console@HOST`` for the
+    web console, or the bare id."""
     label = writer_id.split("/", maxsplit=1)[0]
     kind, _, host = label.partition(":")
-    return f"{kind}@{host}" if kind == "cli" and host else label
+    return f"{kind}@{host}" if kind in ("cli", "console") and host else label
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
