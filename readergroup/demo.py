@@ -7,12 +7,16 @@ same stream. The run ends with a verified summary: every event written was proce
 once; duplicates only after the kill), no key was processed out of order within an ownership, and
 Spark counted exactly what was written. Everything is removed at the end.
 
-    python -m readergroup.demo [--seconds 12] [--no-spark]
+    python -m readergroup.demo [--seconds 12] [--no-spark] [--console [--console-port 8080]]
+
+``--console`` also serves the web console (``readergroup console``) on 127.0.0.1 for the
+demo's Redis, so the group can be watched rebalancing in a browser.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import multiprocessing as mp
@@ -28,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
@@ -123,14 +127,21 @@ def main() -> int:  # noqa: PLR0915 - a script that tells one story, top to bott
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=12.0, help="how long the writer writes")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark part")
+    parser.add_argument("--console", action="store_true", help="serve the web console too")
+    parser.add_argument("--console-port", type=int, default=8080, help="its port (0: any)")
     args = parser.parse_args()
     console = console_for(as_json=False)  # piped: wide enough that nothing is cut
     ctx = mp.get_context("spawn")
     scope = f"demo{uuid.uuid4().hex[:6]}"
     began = time.monotonic()
-    with redis_server() as server, tempfile.TemporaryDirectory() as work:
+    with (
+        redis_server() as server,
+        tempfile.TemporaryDirectory() as work,
+        contextlib.ExitStack() as extras,
+    ):
         url, out = server.url, Path(work)
         console.print(f"[bold]Redis[/bold] {url} ({server.kind}); scope {scope}")
+        web_console(url, args, console, extras, scope)
         sm = StreamManager.from_url(url)
         sm.create_scope(scope)
         sm.create_stream(
@@ -274,6 +285,28 @@ def main() -> int:  # noqa: PLR0915 - a script that tells one story, top to bott
         else "[bold red]MISMATCH[/bold red]"
     )
     return 0 if ok else 1
+
+
+def web_console(
+    url: str, args: argparse.Namespace, out: Console, extras: contextlib.ExitStack, scope: str
+) -> None:
+    """With ``--console``: serve the web console for the demo's Redis until the demo ends
+    (its port taken, any free one) and print its URL; otherwise say how to get it."""
+    if not args.console:
+        out.print("[bold]Web console[/bold]: make demo DEMO_ARGS=--console (or add --console)")
+        return
+    from readergroup.console.app import ConsoleSettings, create_app
+    from readergroup.console.server import ConsoleServer
+    from readergroup.storage.connection import RedisConnection
+
+    connection = extras.enter_context(contextlib.closing(RedisConnection.from_url(url)))
+    app = create_app(ConsoleSettings(redis_url=url), connection)
+    try:
+        server = ConsoleServer(app, "127.0.0.1", args.console_port)
+    except OSError:  # the port is taken: any free one
+        server = ConsoleServer(app, "127.0.0.1", 0)
+    extras.enter_context(server)
+    out.print(f"[bold]Web console[/bold]: {server.url}#/group/{scope}/workers")
 
 
 def _start(workers: dict[str, Any], ctx: Any, name: str, url: str, scope: str, work: str) -> None:

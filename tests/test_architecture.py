@@ -55,7 +55,7 @@ def test_only_backend_modules_import_redis() -> None:
 
 # readergroup's layers, bottom first: a module may import its own layer and the ones below.
 LAYERS = ["core", "storage", "testing", "admin", "client", "app"]
-APP = {"cli", "spark", "demo", "__init__", "__main__"}
+APP = {"cli", "console", "spark", "demo", "__init__", "__main__"}
 
 
 def readergroup_layer(path: Path) -> str:

@@ -36,6 +36,10 @@ from statesync.errors import StateSyncError
 from statesync.names import validate_name as validate_prefix
 
 ROLES = ("writer", "reader", "admin", "operator")
+CONSOLE_ROLE = "console"
+"""The web console's read-only role (``readergroup console`` without ``--allow-actions``):
+every scope's keys, but only commands that read. Kept out of :data:`ROLES` (the README's
+table); ``rules("console")`` and ``readergroup acl rules --role console`` give it."""
 
 # What the library sends for each capability (redis-py's own commands, and what each Lua
 # script calls). Kept as small sets so a role is the union of what its calls need.
@@ -78,12 +82,14 @@ _READER = (
     | _SUBSCRIBERS
 )
 _ADMIN = _WRITER | _READER | _STATE_CREATE_DELETE | _SEGMENT_ADMIN | _SEGMENT_SEAL
+_CONSOLE = _CONNECT | _SCRIPTS | _STATE_READ | _SEGMENT_READ | {"hgetall", "hexists"}
 
 COMMANDS: dict[str, frozenset[str]] = {
     "writer": frozenset(_WRITER),
     "reader": frozenset(_READER),
     "admin": frozenset(_ADMIN),
     "operator": frozenset(_ADMIN),
+    CONSOLE_ROLE: frozenset(_CONSOLE),
 }
 
 FORBIDDEN = frozenset(
@@ -99,6 +105,7 @@ CAN: dict[str, str] = {
     "create, list and delete reader groups; retention; plus what writers and readers do",
     "operator": "everything, in every scope: create, list and delete scopes; "
     "`readergroup admin migrate`",
+    CONSOLE_ROLE: "read everything, in every scope: what the web console shows",
 }
 CANNOT: dict[str, str] = {
     "writer": "read or delete events; change stream metadata (scale, seal, truncate); touch "
@@ -106,6 +113,7 @@ CANNOT: dict[str, str] = {
     "reader": "append events; change stream metadata; create or delete groups; read the catalog",
     "admin": "create, delete or list scopes; read or write any other scope's keys",
     "operator": "run `@dangerous` commands, scan the keyspace, flush scripts or functions",
+    CONSOLE_ROLE: "write anything (the console's actions need an admin or operator user)",
 }
 
 
@@ -177,9 +185,9 @@ def rules(
 
 
 def _rules(role: str, scope: str | None, prefix: str) -> Rules:
-    if role not in ROLES:
+    if role not in (*ROLES, CONSOLE_ROLE):
         raise InvalidConfigError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    if role == "operator":
+    if role in ("operator", CONSOLE_ROLE):
         return Rules(role, (f"~{KeyLayout(prefix).everything()}",), _plus(set(COMMANDS[role])))
     if scope is None:
         raise InvalidConfigError(f"the {role} role needs a scope")

@@ -9,6 +9,7 @@ import click
 from readergroup import __version__
 from readergroup.cli.acl import acl, admin
 from readergroup.cli.common import CliGroup, log_verbosely, root_options
+from readergroup.cli.console import console
 from readergroup.cli.groups import group
 from readergroup.cli.metrics import metrics
 from readergroup.cli.scopes import scope
@@ -42,3 +43,4 @@ main.add_command(group)
 main.add_command(metrics)
 main.add_command(acl)
 main.add_command(admin)
+main.add_command(console)

@@ -20,8 +20,8 @@ def acl() -> None:
 
 
 @acl.command("rules")
-@click.option("--role", type=click.Choice(rules_of.ROLES), required=True)
-@click.option("--scope", help="The scope (required except for --role operator).")
+@click.option("--role", type=click.Choice([*rules_of.ROLES, rules_of.CONSOLE_ROLE]), required=True)
+@click.option("--scope", help="The scope (required except for --role operator and console).")
 @click.option("--user", help="ACL user name (default rg-ROLE-SCOPE).")
 @click.option(
     "--password-env",

@@ -424,10 +424,52 @@ def summarize(update: Any) -> str:
 
 
 def writer_name(writer_id: str) -> str:
-    """Who wrote an entry: a reader's id, ``cli@HOST`` for this CLI, or the bare id."""
+    """Who wrote an entry: a reader's id, ``cli@HOST`` for this CLI, ``console@HOST`` for the
+    web console, or the bare id."""
     label = writer_id.split("/", maxsplit=1)[0]
     kind, _, host = label.partition(":")
-    return f"{kind}@{host}" if kind == "cli" and host else label
+    return f"{kind}@{host}" if kind in ("cli", "console") and host else label
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One entry of a group's state log: who wrote it, when (server clock), and what."""
+
+    revision: int
+    server_ms: int
+    by: str
+    what: str
+    updates: tuple[Any, ...]
+    """The decoded updates (empty when the entry could not be decoded)."""
+
+    @property
+    def time(self) -> str:
+        when = dt.datetime.fromtimestamp(self.server_ms / 1000, dt.UTC)
+        return when.isoformat(timespec="milliseconds")
+
+
+def read_history(
+    connection: RedisConnection, scope: str, group_name: str, limit: int
+) -> tuple[list[HistoryEntry], int]:
+    """The last ``limit`` entries of the group's state log (oldest first) and its head
+    revision. An entry that cannot be decoded is shown as such, not skipped."""
+    with translate_errors("history"):
+        backend = connection.log_backend
+        sync_name = group_sync_name(scope, group_name)
+        head = backend.read(sync_name, 1 << 62, 1).head_revision
+        page = backend.read(sync_name, max(-1, head - limit), limit)
+        codec = Codec(TypeRegistry([*UPDATE_TYPES, *STATE_TYPES]))
+        entries = []
+        for raw in page.entries:
+            try:
+                entry = codec.decode_entry(raw.revision, raw.server_time_ms, raw.payload)
+                who = writer_name(entry.writer)
+                what = "; ".join(summarize(u) for u in entry.updates)
+                updates = tuple(entry.updates)
+            except DecodeError as exc:
+                who, what, updates = "?", f"undecodable entry: {exc}", ()
+            entries.append(HistoryEntry(raw.revision, raw.server_time_ms, who, what, updates))
+    return entries, head
 
 
 @group.command("history")
@@ -440,24 +482,9 @@ def history(ctx: Context, name: str, limit: int) -> None:
     with manager(ctx, scope) as rgm:
         rgm.get_reader_group(group_name)  # ReaderGroupNotFoundError for a missing group
     connection = RedisConnection.from_url(ctx.url, ctx.config)
-    with closing(connection), translate_errors("history"):
-        backend = connection.log_backend
-        sync_name = group_sync_name(scope, group_name)
-        head = backend.read(sync_name, 1 << 62, 1).head_revision
-        page = backend.read(sync_name, max(-1, head - limit), limit)
-        codec = Codec(TypeRegistry([*UPDATE_TYPES, *STATE_TYPES]))
-        rows = []
-        for raw in page.entries:
-            when = dt.datetime.fromtimestamp(raw.server_time_ms / 1000, dt.UTC).isoformat(
-                timespec="milliseconds"
-            )
-            try:
-                entry = codec.decode_entry(raw.revision, raw.server_time_ms, raw.payload)
-                who = writer_name(entry.writer)
-                what = "; ".join(summarize(u) for u in entry.updates)
-            except DecodeError as exc:
-                who, what = "?", f"undecodable entry: {exc}"
-            rows.append([raw.revision, when, who, what])
+    with closing(connection):
+        entries, head = read_history(connection, scope, group_name, limit)
+    rows = [[e.revision, e.time, e.by, e.what] for e in entries]
     ctx.out.emit(
         {"entries": [{"revision": r[0], "time": r[1], "by": r[2], "what": r[3]} for r in rows]},
         f"history of {scope}/{group_name} (revisions {rows[0][0] if rows else '-'}..{head})",
