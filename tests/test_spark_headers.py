@@ -21,7 +21,9 @@ from readergroup import (
 from readergroup.core.headers import encode_headers
 from readergroup.spark.options import SourceOptions
 from readergroup.spark.source import BASE_SCHEMA, HEADERS_FIELD, SegmentPartition, read_partition
+from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch
+from readergroup.storage.staging_store import StagedEvent
 
 SCHEMA = BASE_SCHEMA.add(HEADERS_FIELD)
 
@@ -124,14 +126,16 @@ def test_staged_events_keep_their_headers_and_old_staging_lists_still_commit(
     takes four items, one without three, as before headers existed; a list staged in the
     old layout commits unchanged."""
     write(redis_url, scope, 0)
-    staged = [
+    staged: list[StagedEvent] = [
         ("a", b"p0", 1, b""),
         (None, b"p1", 2, pack({"x": b"1"})),
         ("hk", b"p2", 3, pack({"y": b""})),
         (None, b"p3", 4, b""),
     ]
     with EventStreamClientFactory.from_url(scope, redis_url) as factory:
-        staging = factory.connection.staging
+        connection = factory.connection
+        assert isinstance(connection, RedisConnection)
+        staging = connection.staging
         new_list = staging.staging_key(scope, "s", "job", 0, "new")
         staging.stage(new_list, staged, 60)
         assert staging.read_staged(new_list) == staged
