@@ -341,20 +341,19 @@ def stored_events(entries: list[Any]) -> list[tuple[Any, ...]]:
     for entry_id, fields in entries:  # is_canonical() inlined: this runs once per event read
         if type(fields) is list:
             n = len(fields)
-            if n == 8:
+            if n == 10:
+                k, key, _, payload, _, writer_ms, _, server_ms, b, byte_offset = fields
+                if k == b"k" and b == b"b":
+                    append((entry_id, key, payload, writer_ms, server_ms, byte_offset, None))
+                    continue
+                if k == b"h" and b == b"b":  # headers, no key
+                    append((entry_id, None, payload, writer_ms, server_ms, byte_offset, key))
+                    continue
+            elif n == 8:
                 p, payload, _, writer_ms, _, server_ms, b, byte_offset = fields
                 if p == b"p" and b == b"b":
                     append((entry_id, None, payload, writer_ms, server_ms, byte_offset, None))
                     continue
-            elif n == 10:
-                k, key, _, payload, _, writer_ms, _, server_ms, b, byte_offset = fields
-                if b == b"b":
-                    if k == b"k":
-                        append((entry_id, key, payload, writer_ms, server_ms, byte_offset, None))
-                        continue
-                    if k == b"h":
-                        append((entry_id, None, payload, writer_ms, server_ms, byte_offset, key))
-                        continue
             elif n == 12 and fields[0] == b"k" and fields[2] == b"h" and fields[10] == b"b":
                 append((entry_id, fields[1], *fields[5::2], fields[3]))
                 continue
