@@ -31,8 +31,10 @@ class StagingStore:
     def staging_key(self, scope: str, stream: str, job: str, segment: int, part: str) -> str:
         return self._keys.staging(scope, stream, job, segment, part)
 
-    def stage(self, key: str, events: Sequence[StagedEvent], ttl_s: int) -> None:
-        """Append events ``(routing key, payload, writer ms, packed headers or b"")`` to a
+    def stage(
+        self, key: str, events: Sequence[StagedEvent | tuple[str | None, bytes, int]], ttl_s: int
+    ) -> None:
+        """Append events ``(routing key, payload, writer ms[, packed headers or b""])`` to a
         staging list (expires after ``ttl_s`` if never committed), in the layout
         ``commit_staged.lua`` reads: an event without headers as three items, as before
         headers existed; one with headers as four, its first item marked ``h``."""
@@ -40,9 +42,9 @@ class StagingStore:
             pipe = self._client.pipeline(transaction=False)
             for start in range(0, len(events), 1000):
                 flat: list[Any] = []
-                for routing_key, payload, writer_ms, headers in events[start : start + 1000]:
-                    if headers:
-                        flat += ("h" + wire_key(routing_key), payload, writer_ms, headers)
+                for routing_key, payload, writer_ms, *headers in events[start : start + 1000]:
+                    if headers and headers[0]:
+                        flat += ("h" + wire_key(routing_key), payload, writer_ms, headers[0])
                     else:
                         flat += (wire_key(routing_key), payload, writer_ms)
                 pipe.rpush(key, *flat)
