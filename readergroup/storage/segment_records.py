@@ -150,9 +150,9 @@ def segment_state_of(segment: int, fields: Sequence[Any]) -> SegmentState:
 class AppendBatch:
     """Events bound for one segment, sent as one idempotent ``append_events.lua`` call.
 
-    ``event_args`` is the flattened ARGV tail: per event (:data:`EVENT_ARGS` values) the
-    wire routing key (``""`` for none, else ``"k" + key``), the payload, the writer timestamp
-    in ms and the packed headers (``b""`` for none; :mod:`readergroup.core.headers`).
+    ``event_args`` is the flattened ARGV tail: per event four values, the wire routing key
+    (``""`` for none, else ``"k" + key``), the payload, the writer timestamp in ms and the
+    packed headers (``b""`` for none; :mod:`readergroup.core.headers`).
     """
 
     scope: str
@@ -224,10 +224,6 @@ class Replay:
     epoch: int
     server_ms: int
     created: str
-
-
-EVENT_ARGS = 4
-"""Values per event in :attr:`AppendBatch.event_args` (and ``append_events.lua``'s ARGV)."""
 
 
 def wire_key(routing_key: str | None) -> str:
