@@ -95,7 +95,8 @@ class EventRead(Generic[T]):
     @property
     def headers(self) -> Mapping[str, bytes]:
         """The event's headers, read-only; empty for an event without any and when not an
-        event. Decoded when first asked for (events without headers cost nothing). Raises
+        event. Decoded when asked for, on each access (keep the mapping to use it often); events
+        without headers cost nothing. Raises
         :class:`~readergroup.core.errors.SerializationError` naming the segment and offset
         if the stored headers are not a map of str to bytes (not written by this library)."""
         entry = self._entry
