@@ -52,7 +52,8 @@ def _setup(connection: Connection, scope: str, factory: EventStreamClientFactory
             )
     with factory.create_event_writer("orders", UTF8StringSerializer()) as writer:
         for i in range(EVENTS):
-            writer.write_event(f"e{i}", routing_key=f"k{i % 64}")
+            headers = {"trace-id": b"t%d" % i} if f"e{i}" == POISON else None
+            writer.write_event(f"e{i}", routing_key=f"k{i % 64}", headers=headers)
     with ReaderGroupManager(scope, connection) as rgm:
         rgm.create_reader_group(
             "g", ReaderGroupConfig(streams=[f"{scope}/orders"], commit_mode="manual")
@@ -99,11 +100,10 @@ def test_a_poison_event_is_parked_and_everything_else_is_handled(
         tails = group.get_metrics()
     assert tails.total.events == 0  # committed past every event, the parked one included
     assert sum(committed.values()) == EVENTS
-    letters = [
-        DeadLetter.from_bytes(e.payload)
-        for e in factory.create_batch_client().read_events("orders-dlq")
-    ]
+    parked = list(factory.create_batch_client().read_events("orders-dlq"))
+    letters = [DeadLetter.from_bytes(e.payload) for e in parked]
     assert len(letters) == 1
+    assert parked[0].headers == {"trace-id": b"t4242"}  # the letter keeps the event's headers
     letter = letters[0]
     assert (letter.attempts, letter.error_type, letter.payload) == (3, "RuntimeError", b"e4242")
     assert letter.error == "cannot price this order" and letter.routing_key == "k18"

@@ -13,7 +13,8 @@ once that write is acknowledged does the wrapper return: the run counts the even
 commits past it like any other. If the dead letter cannot be written, :class:`DeadLetterError`
 is raised and the run stops as it would without a policy (the event is not skipped).
 
-A dead letter keeps the event's routing key, so a key's dead letters stay in order;
+A dead letter keeps the event's routing key, so a key's dead letters stay in order, and its
+headers (as the letter's own, like Kafka Connect's dead-letter queue);
 :meth:`DeadLetter.from_bytes` decodes one (read the stream with ``BytesSerializer``).
 """
 
@@ -24,7 +25,7 @@ import json
 import logging
 import random
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Generic, TypeVar
 
@@ -137,9 +138,9 @@ class DeadLetterPolicy(Generic[T]):
             payload=event.payload or b"",
         )
         try:
-            self.writer.write_event(letter.to_bytes(), routing_key=event.routing_key).result(
-                self.write_timeout
-            )
+            self.writer.write_event(
+                letter.to_bytes(), routing_key=event.routing_key, headers=_headers_of(event)
+            ).result(self.write_timeout)
         except Exception as write_error:
             raise DeadLetterError(
                 f"{letter.stream} segment {letter.segment} offset {letter.offset}: the handler "
@@ -154,3 +155,19 @@ class DeadLetterPolicy(Generic[T]):
             attempts,
             exc_info=exc,
         )
+
+
+def _headers_of(event: EventRead[Any]) -> Mapping[str, bytes]:
+    """The parked event's headers, which its letter keeps (as Kafka Connect's dead-letter
+    queue does); none if they cannot be decoded (not written by this library)."""
+    try:
+        return event.headers
+    except ValueError as exc:  # a SerializationError naming the event
+        logger.warning(
+            "%s segment %s offset %s: its headers cannot be decoded; parked without them",
+            event.stream,
+            event.segment,
+            event.offset,
+            exc_info=exc,
+        )
+        return {}

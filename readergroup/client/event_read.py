@@ -8,7 +8,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from readergroup.core.group_state import SegKey
-from readergroup.storage.segment_records import event_offset, server_ms_of, writer_ms_of
+from readergroup.core.headers import NO_HEADERS, decode_headers
+from readergroup.storage.segment_records import (
+    event_offset,
+    raw_headers_of,
+    server_ms_of,
+    writer_ms_of,
+)
 
 T = TypeVar("T")
 
@@ -24,7 +30,8 @@ class EventRead(Generic[T]):
     segment after this event), ``timestamp`` (the writer's clock at ``write_event``, ms),
     ``server_time_ms`` (when Redis appended it), ``fencing_token`` (grows with every change of
     the segment's owner: pass it to your sink to refuse a reader that lost the segment),
-    ``is_checkpoint`` and ``checkpoint_name``.
+    ``headers`` (what the writer passed to ``write_event(..., headers=...)``: a read-only
+    mapping of str to bytes, empty when none), ``is_checkpoint`` and ``checkpoint_name``.
 
     One object per event: it keeps the stored event as a flat tuple of the bytes Redis returned
     (:func:`~readergroup.storage.segment_records.stored_events`) and decodes the details from it
@@ -84,6 +91,23 @@ class EventRead(Generic[T]):
             return None
         data: bytes = self._entry[2]
         return bytes(data)
+
+    @property
+    def headers(self) -> Mapping[str, bytes]:
+        """The event's headers, read-only; empty for an event without any and when not an
+        event. Decoded when asked for, on each access (keep the mapping to use it often); events
+        without headers cost nothing. Raises
+        :class:`~readergroup.core.errors.SerializationError` naming the segment and offset
+        if the stored headers are not a map of str to bytes (not written by this library)."""
+        entry = self._entry
+        if entry is None:
+            return NO_HEADERS
+        raw = raw_headers_of(entry)
+        if raw is None:
+            return NO_HEADERS
+        return decode_headers(
+            raw, f"stream {self.stream} segment {self.segment} offset {self.offset}"
+        )
 
     @property
     def offset(self) -> int | None:

@@ -69,6 +69,7 @@ from readergroup.core.errors import (
     WriterClosedError,
     WriterForkedError,
 )
+from readergroup.core.headers import Headers, encode_headers
 from readergroup.core.routing import key_position
 from readergroup.core.stream_metadata import StreamState
 from readergroup.storage import segment_status
@@ -151,6 +152,7 @@ class WriteFuture:
         "_offset",
         "_segment",
         "deadline",
+        "headers",
         "order",
         "payload",
         "position",
@@ -170,6 +172,7 @@ class WriteFuture:
         writer_ms: int,
         position: float,
         deadline: float,
+        headers: bytes = b"",
     ) -> None:
         self._completed = completed
         self._done = False
@@ -180,7 +183,8 @@ class WriteFuture:
         self.order = order
         self.wire_key = wire_key
         self.payload = payload
-        self.size = len(payload)
+        self.headers = headers  # packed (readergroup.core.headers); b"": none
+        self.size = len(payload) + len(headers)
         self.writer_ms = writer_ms
         self.position = position
         self.deadline = deadline  # the writer's monotonic clock: write time + delivery_timeout
@@ -224,7 +228,7 @@ class WriteFuture:
         """Called by the sender only; waiters are woken by its notify at the end of a round. A
         future without callbacks (the usual one) is completed without taking the lock."""
         self._segment, self._offset, self._error = segment, offset, error
-        self.payload = b""  # acknowledged or failed: the writer keeps no copy
+        self.payload = self.headers = b""  # acknowledged or failed: the writer keeps no copy
         if self._callbacks is None:
             self._done = True
             return
@@ -338,12 +342,27 @@ class EventStreamWriter(Generic[T]):
         self._sender.start()
 
     # -- public API -------------------------------------------------------------------------
-    def write_event(self, event: T, routing_key: str | None = None) -> WriteFuture:
+    def write_event(
+        self,
+        event: T,
+        routing_key: str | None = None,
+        *,
+        headers: Headers | None = None,
+    ) -> WriteFuture:
         """Queue ``event``; the future resolves once it is in Redis.
 
+        ``headers``: per-event metadata handed to readers as ``EventRead.headers`` (string
+        keys, bytes values; at most
+        :data:`~readergroup.core.headers.MAX_HEADERS` of them and
+        :data:`~readergroup.core.headers.MAX_HEADERS_BYTES` packed; they count against the
+        stream's ``max_event_size`` together with the payload). An event without headers is
+        stored exactly as before headers existed.
+
         Raises at once (nothing queued) on a serialization error or a serializer returning
-        anything but a bytes-like value (:class:`SerializationError`), an event over the
-        stream's ``max_event_size`` (:class:`EventTooLargeError`), a closed writer
+        anything but a bytes-like value (:class:`SerializationError`; also for a header key
+        that is not a non-empty ``str`` or a value that is not bytes-like, naming the header),
+        an event over the stream's ``max_event_size`` or headers over their bounds
+        (:class:`EventTooLargeError`), a closed writer
         (:class:`WriterClosedError`; :class:`WriterForkedError` in a process forked from the
         one that created it), or when no room frees up within ``max_block``
         (:class:`WriteFailedError`).
@@ -354,10 +373,15 @@ class EventStreamWriter(Generic[T]):
         if type(payload) is not bytes:
             payload = self._bytes_of(payload, routing_key)
         size = len(payload)
+        packed = b""
+        if headers:
+            packed = encode_headers(headers, self._event_name(routing_key))
+            size += len(packed)
         if size > self._max_event_size:
+            with_headers = f" ({len(packed)} of them headers)" if packed else ""
             raise EventTooLargeError(
-                f"event of {size} bytes exceeds max_event_size {self._max_event_size} of "
-                f"{self._scope}/{self._stream}; nothing was written"
+                f"event of {size} bytes{with_headers} exceeds max_event_size "
+                f"{self._max_event_size} of {self._scope}/{self._stream}; nothing was written"
             )
         if routing_key is None:
             position, wire = self._rng.random(), ""
@@ -373,6 +397,7 @@ class EventStreamWriter(Generic[T]):
             self._wall_ms(),
             position,
             self._monotonic() + self._delivery_timeout,
+            packed,
         )
         with self._accounting:
             if self._buffered + size > self._max_in_flight and self._buffered:
@@ -397,6 +422,9 @@ class EventStreamWriter(Generic[T]):
             f"{type(payload).__name__}, not bytes{hint}, for the event with routing key "
             f"{routing_key!r} of {self._scope}/{self._stream}; nothing was written"
         )
+
+    def _event_name(self, routing_key: str | None) -> str:
+        return f"the event with routing key {routing_key!r} of {self._scope}/{self._stream}"
 
     def _closed_error(self) -> WriterClosedError:
         if os.getpid() != self._pid:
@@ -806,7 +834,7 @@ class EventStreamWriter(Generic[T]):
             self._room.notify_all()
 
 
-_event_args = attrgetter("wire_key", "payload", "writer_ms")
+_event_args = attrgetter("wire_key", "payload", "writer_ms", "headers")
 """An event's part of a batch's ``event_args``."""
 
 _Sent = tuple[list[AppendBatch], list[list[WriteFuture]]]

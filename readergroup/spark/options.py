@@ -67,6 +67,9 @@ class SourceOptions:
     max_partitions: int = 64
     fail_on_data_loss: bool = True
     serializer: str = "bytes"
+    include_headers: bool = False
+    """Add the ``headers`` column (map<string, binary>; an empty map for an event without
+    headers), as Kafka's source does with ``includeHeaders``."""
     max_events_per_trigger: int | None = None
     subscriber_name: str | None = None
     key_prefix: str = "rg"
@@ -108,6 +111,7 @@ class SourceOptions:
             max_partitions=_int(lowered.get("max_partitions"), 64, "max_partitions", 1) or 64,
             fail_on_data_loss=_flag(lowered.get("fail_on_data_loss"), True, "fail_on_data_loss"),
             serializer=serializer,
+            include_headers=_flag(lowered.get("include_headers"), False, "include_headers"),
             max_events_per_trigger=_int(
                 lowered.get("max_events_per_trigger"), None, "max_events_per_trigger", 1
             ),

@@ -38,9 +38,10 @@ from readergroup.core.errors import (
     SegmentNotFoundError,
     TruncatedDataError,
 )
+from readergroup.core.headers import decode_headers
 from readergroup.core.routing import segment_name
 from readergroup.storage.connection import RedisConnection
-from readergroup.storage.segment_records import SegmentEvent
+from readergroup.storage.segment_records import SegmentEvent, is_canonical
 
 CHUNK_EVENTS = 1000
 """Events per ``XRANGE`` and per Arrow record batch."""
@@ -57,13 +58,15 @@ _INT64_MS = 2**63 // 1000  # writer ms beyond this do not fit a microsecond time
 @dataclass(frozen=True, slots=True)
 class Columns:
     """One chunk of a segment, column by column: offsets, raw routing keys (``None``: no
-    key), raw payloads, and the writers' timestamps (:data:`TIMESTAMP`)."""
+    key), raw payloads, the writers' timestamps (:data:`TIMESTAMP`) and the raw (packed)
+    headers (``None``: none)."""
 
     segment: int
     offsets: pa.Array
     keys: list[bytes | None]
     payloads: list[bytes]
     timestamps: pa.Array
+    headers: list[bytes | None]
 
 
 def read_partition_columns(
@@ -157,6 +160,7 @@ def _contiguous_columns(segment: int, start: int, entries: Any) -> Columns | Non
         return None
     fields = [entry[1] for entry in entries]
     widths = set(map(len, fields))
+    headers: list[bytes | None] = [None] * count
     if widths == {10} and _named(fields, _KEYED):
         keys: list[bytes | None] = list(map(itemgetter(1), fields))
         payloads = list(map(itemgetter(3), fields))
@@ -165,10 +169,11 @@ def _contiguous_columns(segment: int, start: int, entries: Any) -> Columns | Non
         keys = [None] * count
         payloads = list(map(itemgetter(1), fields))
         writer_ms = list(map(itemgetter(3), fields))
-    elif widths == {8, 10} and all(map(_library_layout, fields)):  # some keyed, some not
-        keys = [f[1] if len(f) == 10 else None for f in fields]
+    elif all(map(is_canonical, fields)):  # mixed: keyed or not, with headers or not
+        keys = [f[1] if f[0] == b"k" else None for f in fields]
         payloads = [f[-7] for f in fields]
         writer_ms = [f[-5] for f in fields]
+        headers = [_stored_headers(f) for f in fields]
     else:
         return None
     offsets = array.array("q", range(start, start + count))
@@ -178,6 +183,7 @@ def _contiguous_columns(segment: int, start: int, entries: Any) -> Columns | Non
         keys,
         payloads,
         _timestamps(writer_ms),
+        headers,
     )
 
 
@@ -187,11 +193,12 @@ def _named(fields: list[Any], names: tuple[tuple[int, bytes], ...]) -> bool:
     return all(list(map(itemgetter(i), fields)).count(name) == count for i, name in names)
 
 
-def _library_layout(fields: Any) -> bool:
-    """Whether one entry's fields are in either of the layouts :data:`_KEYED`, :data:`_PLAIN`."""
-    if len(fields) == 10:
-        return bool(fields[0] == b"k" and fields[8] == b"b")
-    return bool(fields[0] == b"p" and fields[6] == b"b")
+def _stored_headers(fields: list[Any]) -> bytes | None:
+    """The packed headers of an entry in ``append_events.lua``'s layout (``None``: none)."""
+    if len(fields) == 12:
+        raw: bytes = fields[3]
+        return raw
+    return fields[1] if fields[0] == b"h" else None
 
 
 def _event_columns(segment: int, events: Sequence[SegmentEvent]) -> Columns:
@@ -206,6 +213,7 @@ def _event_columns(segment: int, events: Sequence[SegmentEvent]) -> Columns:
         keys,
         [e.payload for e in events],
         _ms_timestamps([e.writer_ms for e in events]),
+        [e.raw_headers for e in events],
     )
 
 
@@ -244,10 +252,14 @@ def _texts(values: Sequence[bytes | None]) -> pa.Array:
         )
 
 
-def to_record_batch(columns: Columns, schema: pa.Schema, serializer: str) -> pa.RecordBatch:
+def to_record_batch(
+    columns: Columns, schema: pa.Schema, serializer: str, include_headers: bool = False
+) -> pa.RecordBatch:
     """``columns`` as one Arrow batch of ``schema`` (Spark's own Arrow form of the read
-    schema). With ``serializer="json"``, fields of ``schema`` other than the base columns are
-    taken by name from each event's JSON object (a non-object value is field ``value``)."""
+    schema). With ``include_headers``, the field ``headers`` holds each event's headers (an
+    empty map when none). With ``serializer="json"``, fields of ``schema`` other than the
+    base columns are taken by name from each event's JSON object (a non-object value is
+    field ``value``)."""
     decoded = _json_objects(columns) if serializer == "json" else None
     count = len(columns.payloads)
     arrays: list[pa.Array] = []
@@ -265,12 +277,27 @@ def to_record_batch(columns: Columns, schema: pa.Schema, serializer: str) -> pa.
             array = columns.offsets
         elif name == "timestamp":
             array = columns.timestamps
+        elif name == "headers" and include_headers:
+            array = _headers(columns, field.type)
         elif decoded is not None:
             array = pa.array([d.get(name) for d in decoded], type=field.type)
         else:
             array = pa.nulls(count, type=field.type)
         arrays.append(array if array.type == field.type else array.cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _headers(columns: Columns, kind: pa.DataType) -> pa.Array:
+    """The ``headers`` column: each event's headers decoded (an empty map when none); a field
+    not written by this library raises a SerializationError naming segment and offset."""
+    maps: list[list[tuple[str, bytes]]] = []
+    for index, raw in enumerate(columns.headers):
+        if raw is None:
+            maps.append([])
+            continue
+        where = f"segment {columns.segment} offset {columns.offsets[index].as_py()}"
+        maps.append(list(decode_headers(raw, where).items()))
+    return pa.array(maps, type=kind)
 
 
 def _json_objects(columns: Columns) -> list[dict[str, Any]]:

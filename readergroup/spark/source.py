@@ -30,6 +30,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import (
     BinaryType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -41,12 +42,14 @@ from readergroup.admin.stream_manager import StreamManager
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
     AccessDeniedError,
+    EventTooLargeError,
     InvalidConfigError,
     InvalidStreamCutError,
     ReaderGroupError,
     StreamSealedError,
     TruncatedDataError,
 )
+from readergroup.core.headers import encode_headers
 from readergroup.core.planning import completed_merge_siblings, plan_ranges, skip_lost
 from readergroup.core.routing import RangeMap, key_position
 from readergroup.core.stream_cut import StreamCut
@@ -64,6 +67,7 @@ from readergroup.spark.options import (
 from readergroup.spark.partition_reader import read_partition_columns, to_record_batch
 from readergroup.storage import segment_status
 from readergroup.storage.connection import RedisConnection
+from readergroup.storage.staging_store import StagedEvent
 from statesync.system_clock import SystemClock
 
 try:  # admission control and AvailableNow arrived in Spark 4.2
@@ -90,6 +94,11 @@ BASE_SCHEMA = StructType(
         StructField("timestamp", TimestampType(), False),
     ]
 )
+HEADERS_FIELD = StructField(
+    "headers", MapType(StringType(), BinaryType(), valueContainsNull=False), False
+)
+"""The ``headers`` column (option ``include_headers=true``): each event's headers, an empty
+map for an event without any."""
 STAGING_TTL_S = 24 * 3600
 log = logging.getLogger(__name__)
 
@@ -232,7 +241,9 @@ def read_partition(
                 piece.end,
                 skip_lost=not options.fail_on_data_loss,
             ):
-                yield to_record_batch(columns, arrow_schema, options.serializer)
+                yield to_record_batch(
+                    columns, arrow_schema, options.serializer, options.include_headers
+                )
     finally:
         connection.close()
 
@@ -383,17 +394,21 @@ class _Stager:
             ranges = _writable_ranges(state)
             limit = state.config.max_event_size
             part = uuid.uuid4().hex[:12]
-            by_segment: dict[int, list[tuple[str | None, bytes, int]]] = {}
+            by_segment: dict[int, list[StagedEvent]] = {}
             now = int(time.time() * 1000)
             for row in rows:
-                key, payload = _row_event(row)
-                if len(payload) > limit:
-                    raise ReaderGroupError(
-                        f"event of {len(payload)} bytes exceeds max_event_size {limit}; "
-                        "nothing from this write is committed"
+                key, payload, headers = _row_event(row)
+                size = len(payload) + len(headers)
+                if size > limit:
+                    with_headers = f" ({len(headers)} of them headers)" if headers else ""
+                    raise EventTooLargeError(
+                        f"event of {size} bytes{with_headers} exceeds max_event_size {limit} "
+                        f"of {o.scope}/{o.stream}; nothing from this write is committed"
                     )
                 position = key_position(key) if key is not None else _spread(payload)
-                by_segment.setdefault(ranges.segment_at(position), []).append((key, payload, now))
+                by_segment.setdefault(ranges.segment_at(position), []).append(
+                    (key, payload, now, headers)
+                )
             staged = []
             for segment, events in by_segment.items():
                 stage_key = connection.staging.staging_key(
@@ -421,7 +436,9 @@ def _spread(payload: bytes) -> float:
     return key_position(payload.hex()[:64])
 
 
-def _row_event(row: Any) -> tuple[str | None, bytes]:
+def _row_event(row: Any) -> tuple[str | None, bytes, bytes]:
+    """A row's routing key, payload and packed headers (``b""``: none): the ``event``
+    column, and the optional ``routing_key`` and ``headers`` (map of string to binary)."""
     fields = row.asDict() if hasattr(row, "asDict") else dict(row)
     if "event" not in fields:
         raise ReaderGroupError("rows written to readergroup need an 'event' column")
@@ -435,7 +452,9 @@ def _row_event(row: Any) -> tuple[str | None, bytes]:
             f"the 'event' column must be string or binary, not {type(event).__name__}"
         )
     key = fields.get("routing_key")
-    return (None if key is None else str(key)), payload
+    key = None if key is None else str(key)
+    where = f"the row with routing key {key!r}"
+    return key, payload, encode_headers(fields.get("headers"), where)
 
 
 def commit_job(options: SourceOptions, job: str, messages: Sequence[Any]) -> int:
@@ -479,11 +498,12 @@ def _restage(
         log.warning("job %s: cannot finish an interrupted scale: %s", job, exc, exc_info=exc)
         state = manager.stream_state(options.scope, options.stream)
     ranges = _writable_ranges(state)
-    regrouped: dict[int, list[tuple[str | None, bytes, int]]] = {}
+    regrouped: dict[int, list[StagedEvent]] = {}
     for _, key in staged:
-        for routing_key, payload, ms in connection.staging.read_staged(key):
+        for event in connection.staging.read_staged(key):
+            routing_key, payload = event[0], event[1]
             position = key_position(routing_key) if routing_key is not None else _spread(payload)
-            regrouped.setdefault(ranges.segment_at(position), []).append((routing_key, payload, ms))
+            regrouped.setdefault(ranges.segment_at(position), []).append(event)
     connection.staging.discard([key for _, key in staged])
     part = uuid.uuid4().hex[:12]
     out = []
@@ -553,13 +573,14 @@ class ReaderGroupDataSource(DataSource):
                 "serializer=json needs a schema: .schema('routing_key string, offset long, "
                 "amount int, ...'); event fields become columns by name"
             )
+        fields = list(BASE_SCHEMA.fields)
         if options.serializer == "utf8":
             fields = [
-                f if f.name != "event" else StructField("event", StringType(), True)
-                for f in BASE_SCHEMA.fields
+                f if f.name != "event" else StructField("event", StringType(), True) for f in fields
             ]
-            return StructType(fields)
-        return BASE_SCHEMA
+        if options.include_headers:
+            fields.append(HEADERS_FIELD)
+        return StructType(fields)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return ReaderGroupBatchReader(self._options(), schema)

@@ -218,11 +218,14 @@ def _xadds(
     events: str, tail: int, size: int, ms: int, epoch: int, batch: AppendBatch
 ) -> tuple[bytes | None, int]:
     """The batch's ``XADD``s, packed, and the segment's byte count after them; ``None`` if an
-    event is over the limit."""
+    event is over the limit (payload and headers, as ``append_events.lua`` counts it). Fields
+    in ``append_events.lua``'s order: ``k`` and ``h`` only when the event has them."""
     key = events.encode()
     key_part = b"$%d\r\n%s\r\n" % (len(key), key)
     keyed_head = b"*13\r\n$4\r\nXADD\r\n" + key_part
     keyless_head = b"*11\r\n$4\r\nXADD\r\n" + key_part
+    keyed_h_head = b"*15\r\n$4\r\nXADD\r\n" + key_part
+    keyless_h_head = b"*13\r\n$4\r\nXADD\r\n" + key_part
     epoch_part = b"-%d" % epoch
     time_part = b"$1\r\nt\r\n$%d\r\n%d\r\n$1\r\nb\r\n" % (len(b"%d" % ms), ms)
     limit = batch.max_event_size
@@ -235,10 +238,20 @@ def _xadds(
     # the lengths of the id and of the byte offset, kept up to date as they grow a digit
     id_length, id_bound = len(b"%d" % offset) + len(epoch_part), _next_power(offset)
     at_length, at_bound = len(b"%d" % size), _next_power(size)
-    for wire, payload, writer_ms in zip(args[0::3], args[1::3], args[2::3], strict=True):
+    for wire, payload, writer_ms, headers in zip(
+        args[0::4], args[1::4], args[2::4], args[3::4], strict=True
+    ):
         length = len(payload)
-        if length > limit:
+        if headers:
+            if length + len(headers) > limit:
+                return None, size
+            before = _fields_with_headers(wire, headers)
+            head = keyed_h_head if wire else keyless_h_head
+        elif length > limit:
             return None, size
+        else:
+            before = _fields_before_payload(wire)
+            head = keyed_head if wire else keyless_head
         if writer_ms != written_ms:
             text = b"%d" % writer_ms
             written_ms, written_part = writer_ms, b"$1\r\nw\r\n$%d\r\n%s\r\n" % (len(text), text)
@@ -249,11 +262,11 @@ def _xadds(
         append(
             b"%s$%d\r\n%d%s\r\n%s$%d\r\n%s\r\n%s%s$%d\r\n%d\r\n"
             % (
-                keyed_head if wire else keyless_head,
+                head,
                 id_length,
                 offset,
                 epoch_part,
-                _fields_before_payload(wire),
+                before,
                 length,
                 payload,
                 written_part,
@@ -281,6 +294,16 @@ def _fields_before_payload(wire: Any) -> bytes:
         return b"$1\r\np\r\n"
     routing = wire[1:].encode() if isinstance(wire, str) else bytes(wire[1:])
     return b"$1\r\nk\r\n$%d\r\n%s\r\n$1\r\np\r\n" % (len(routing), routing)
+
+
+_PAYLOAD_NAME = b"$1\r\np\r\n"
+
+
+def _fields_with_headers(wire: Any, headers: bytes) -> bytes:
+    """:func:`_fields_before_payload` for an event with (packed) headers: ``k`` (if any),
+    then ``h``, then ``p``'s name."""
+    keyed = _fields_before_payload(wire)[: -len(_PAYLOAD_NAME)]
+    return b"%s$1\r\nh\r\n$%d\r\n%s\r\n%s" % (keyed, len(headers), headers, _PAYLOAD_NAME)
 
 
 def _skip(connection: Any, count: int) -> None:

@@ -4,11 +4,12 @@ its reply. Parsing only, no I/O; the key layout is in :mod:`readergroup.storage.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from readergroup.core.errors import ReaderGroupError
+from readergroup.core.headers import NO_HEADERS, decode_headers
 
 
 class SegmentEvent:
@@ -16,7 +17,7 @@ class SegmentEvent:
 
     Attributes are decoded when read, so a reader that only needs payloads pays for nothing
     else. ``append_events.lua`` writes the fields in a fixed order (``k`` first when present,
-    then ``p w t b``); entries in any other shape are decoded by name.
+    then ``h`` when present, then ``p w t b``); entries in any other shape are decoded by name.
     """
 
     __slots__ = ("_base", "_fields", "_id", "segment")
@@ -45,10 +46,30 @@ class SegmentEvent:
 
     @property
     def routing_key(self) -> str | None:
-        if self._base == 0:
+        if self._base == 0 or self._fields[0] != b"k":
             return None
         key: bytes = self._fields[1]
         return key.decode("utf-8", "surrogateescape")
+
+    @property
+    def raw_headers(self) -> bytes | None:
+        """The stored ``h`` field (packed headers), ``None`` for an event without headers."""
+        fields = self._fields
+        if self._base == 4:
+            raw: bytes = fields[3]
+            return raw
+        return fields[1] if self._base == 2 and fields[0] == b"h" else None
+
+    @property
+    def headers(self) -> Mapping[str, bytes]:
+        """The event's headers (read-only; empty when it has none), decoded when read.
+        Raises :class:`~readergroup.core.errors.SerializationError` naming the segment and
+        offset if the stored field is not a map of str to bytes (not written by this
+        library)."""
+        raw = self.raw_headers
+        if raw is None:
+            return NO_HEADERS
+        return decode_headers(raw, f"segment {self.segment} offset {self.offset}")
 
     @property
     def payload(self) -> bytes:
@@ -70,7 +91,7 @@ class SegmentEvent:
         """Payload bytes before this event in its segment (for lag in bytes)."""
         return _int(self._fields[self._base + 7])
 
-    def as_tuple(self) -> tuple[int, int, str | None, bytes, int, int, int]:
+    def as_tuple(self) -> tuple[int, int, str | None, bytes, int, int, int, bytes | None]:
         return (
             self.segment,
             self.offset,
@@ -79,6 +100,7 @@ class SegmentEvent:
             self.writer_ms,
             self.server_ms,
             self.byte_offset,
+            self.raw_headers,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -128,8 +150,9 @@ def segment_state_of(segment: int, fields: Sequence[Any]) -> SegmentState:
 class AppendBatch:
     """Events bound for one segment, sent as one idempotent ``append_events.lua`` call.
 
-    ``event_args`` is the flattened ARGV tail: per event the wire routing key (``""`` for
-    none, else ``"k" + key``), the payload and the writer timestamp in ms.
+    ``event_args`` is the flattened ARGV tail: per event four values, the wire routing key
+    (``""`` for none, else ``"k" + key``), the payload, the writer timestamp in ms and the
+    packed headers (``b""`` for none; :mod:`readergroup.core.headers`).
     """
 
     scope: str
@@ -159,13 +182,14 @@ class AppendBatch:
         segment: int,
         writer: str,
         sequence: int,
-        events: Sequence[tuple[str | None, bytes, int]],
+        events: Sequence[tuple[str | None, bytes, int] | tuple[str | None, bytes, int, bytes]],
         max_event_size: int,
     ) -> AppendBatch:
-        """Build a batch from ``(routing key, payload, writer ms)`` tuples."""
+        """Build a batch from ``(routing key, payload, writer ms)`` tuples, each optionally
+        with its packed headers fourth (:func:`~readergroup.core.headers.encode_headers`)."""
         args: list[Any] = []
-        for key, payload, writer_ms in events:
-            args += (wire_key(key), payload, writer_ms)
+        for key, payload, writer_ms, *headers in events:
+            args += (wire_key(key), payload, writer_ms, headers[0] if headers else b"")
         return cls(scope, stream, segment, writer, sequence, len(events), args, max_event_size)
 
     def script_args(self, server: str = "") -> list[Any]:
@@ -265,15 +289,21 @@ def _int(value: bytes) -> int:
 
 def is_canonical(fields: Any) -> bool:
     """Whether an entry's fields are a list in the order ``append_events.lua`` writes them:
-    ``k <key>`` (when the event has a routing key), then ``p w t b`` with their values. The
-    payload is then ``fields[-7]``, the writer's ms ``fields[-5]``, the server's ms
-    ``fields[-3]``, the byte offset ``fields[-1]`` and the key ``fields[1]`` (10 fields)."""
+    ``k <key>`` (when the event has a routing key), ``h <headers>`` (when it has headers),
+    then ``p w t b`` with their values. The payload is then ``fields[-7]``, the writer's ms
+    ``fields[-5]``, the server's ms ``fields[-3]``, the byte offset ``fields[-1]``, the key
+    ``fields[1]`` (when ``fields[0]`` is ``k``) and the headers the value after ``h``."""
     if type(fields) is not list:
         return False
     n = len(fields)
     if n == 10:
-        return bool(fields[0] == b"k" and fields[8] == b"b")
+        return bool(fields[0] in _ONE_BEFORE_PAYLOAD and fields[8] == b"b")
+    if n == 12:
+        return bool(fields[0] == b"k" and fields[2] == b"h" and fields[10] == b"b")
     return bool(n == 8 and fields[0] == b"p" and fields[6] == b"b")
+
+
+_ONE_BEFORE_PAYLOAD = (b"k", b"h")
 
 
 def canonical_fields(fields: Any) -> list[Any]:
@@ -286,6 +316,8 @@ def canonical_fields(fields: Any) -> list[Any]:
         else dict(zip(fields[::2], fields[1::2], strict=False))
     )
     ordered: list[Any] = [b"k", named[b"k"]] if b"k" in named else []
+    if b"h" in named:
+        ordered += (b"h", named[b"h"])
     for name in (b"p", b"w", b"t", b"b"):
         ordered += (name, named.get(name, b"" if name == b"p" else b"0"))
     return ordered
@@ -293,9 +325,9 @@ def canonical_fields(fields: Any) -> list[Any]:
 
 def stored_events(entries: list[Any]) -> list[tuple[Any, ...]]:
     """Raw entries ``[id, fields]`` as flat tuples ``(id, routing key or None, payload, writer
-    ms, server ms, byte offset)``, the values still the bytes Redis returned (decoded on use);
-    fields in another order than ``append_events.lua``'s are decoded by name
-    (:func:`canonical_fields`).
+    ms, server ms, byte offset, packed headers or None)``, the values still the bytes Redis
+    returned (decoded on use); fields in another order than ``append_events.lua``'s are
+    decoded by name (:func:`canonical_fields`).
 
     One object per event, holding only bytes: Python's garbage collector stops tracking such a
     tuple the first time it sees it, so events held in a reader's buffers cost later
@@ -308,16 +340,23 @@ def stored_events(entries: list[Any]) -> list[tuple[Any, ...]]:
             if n == 10:
                 k, key, _, payload, _, writer_ms, _, server_ms, b, byte_offset = fields
                 if k == b"k" and b == b"b":
-                    append((entry_id, key, payload, writer_ms, server_ms, byte_offset))
+                    append((entry_id, key, payload, writer_ms, server_ms, byte_offset, None))
+                    continue
+                if k == b"h" and b == b"b":  # headers, no key
+                    append((entry_id, None, payload, writer_ms, server_ms, byte_offset, key))
                     continue
             elif n == 8:
                 p, payload, _, writer_ms, _, server_ms, b, byte_offset = fields
                 if p == b"p" and b == b"b":
-                    append((entry_id, None, payload, writer_ms, server_ms, byte_offset))
+                    append((entry_id, None, payload, writer_ms, server_ms, byte_offset, None))
                     continue
+            elif n == 12 and fields[0] == b"k" and fields[2] == b"h" and fields[10] == b"b":
+                append((entry_id, fields[1], *fields[5::2], fields[3]))
+                continue
         ordered = canonical_fields(fields)
-        key = ordered[1] if len(ordered) == 10 else None
-        append((entry_id, key, *ordered[-7::2]))
+        before_payload = ordered[: len(ordered) - 8]
+        named = dict(zip(before_payload[::2], before_payload[1::2], strict=True))
+        append((entry_id, named.get(b"k"), *ordered[-7::2], named.get(b"h")))
     return out
 
 
@@ -344,6 +383,12 @@ def writer_ms_of(event: tuple[Any, ...]) -> int:
 def server_ms_of(event: tuple[Any, ...]) -> int:
     """The server's ms of an event of :func:`stored_events`."""
     return _int(event[4])
+
+
+def raw_headers_of(event: tuple[Any, ...]) -> bytes | None:
+    """The packed headers of an event of :func:`stored_events` (``None``: none)."""
+    raw: bytes | None = event[6]
+    return raw
 
 
 def parse_event(segment: int, entry: Any) -> SegmentEvent:

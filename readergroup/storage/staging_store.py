@@ -15,6 +15,10 @@ from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import wire_key
 from readergroup.storage.translate import translate_errors
 
+StagedEvent = tuple[str | None, bytes, int, bytes]
+"""A staged event: routing key (``None``: none), payload, writer ms, packed headers (``b""``:
+none; :mod:`readergroup.core.headers`)."""
+
 
 class StagingStore:
     """Staging lists and staged commits under one key prefix. Thread-safe."""
@@ -27,25 +31,42 @@ class StagingStore:
     def staging_key(self, scope: str, stream: str, job: str, segment: int, part: str) -> str:
         return self._keys.staging(scope, stream, job, segment, part)
 
-    def stage(self, key: str, events: Sequence[tuple[str | None, bytes, int]], ttl_s: int) -> None:
-        """Append events to a staging list (expires after ``ttl_s`` if never committed)."""
+    def stage(
+        self, key: str, events: Sequence[StagedEvent | tuple[str | None, bytes, int]], ttl_s: int
+    ) -> None:
+        """Append events ``(routing key, payload, writer ms[, packed headers or b""])`` to a
+        staging list (expires after ``ttl_s`` if never committed), in the layout
+        ``commit_staged.lua`` reads: an event without headers as three items, as before
+        headers existed; one with headers as four, its first item marked ``h``."""
         with translate_errors("stage"):
             pipe = self._client.pipeline(transaction=False)
             for start in range(0, len(events), 1000):
                 flat: list[Any] = []
-                for routing_key, payload, writer_ms in events[start : start + 1000]:
-                    flat += (wire_key(routing_key), payload, writer_ms)
+                for routing_key, payload, writer_ms, *headers in events[start : start + 1000]:
+                    if headers and headers[0]:
+                        flat += ("h" + wire_key(routing_key), payload, writer_ms, headers[0])
+                    else:
+                        flat += (wire_key(routing_key), payload, writer_ms)
                 pipe.rpush(key, *flat)
             pipe.expire(key, ttl_s)
             pipe.execute()
 
-    def read_staged(self, key: str) -> list[tuple[str | None, bytes, int]]:
+    def read_staged(self, key: str) -> list[StagedEvent]:
+        """The events of a staging list, as :meth:`stage` takes them."""
         with translate_errors("read staged"):
             flat: list[bytes] = list(self._client.lrange(key, 0, -1))  # type: ignore[arg-type]
-        return [
-            (None if not k else k[1:].decode("utf-8", "surrogateescape"), p, int(w))
-            for k, p, w in zip(flat[::3], flat[1::3], flat[2::3], strict=False)
-        ]
+        out: list[StagedEvent] = []
+        at = 0
+        while at + 2 < len(flat):
+            wire, payload, writer_ms = flat[at : at + 3]
+            headers = b""
+            if wire[:1] == b"h":
+                wire, headers = wire[1:], flat[at + 3] if at + 3 < len(flat) else b""
+                at += 1
+            routing_key = None if not wire else wire[1:].decode("utf-8", "surrogateescape")
+            out.append((routing_key, payload, int(writer_ms), headers))
+            at += 3
+        return out
 
     def commit_staged(
         self, scope: str, stream: str, job: str, staged: Sequence[tuple[int, str]]

@@ -143,7 +143,7 @@ class MemorySegmentStore:
             return [segment_status.DUPLICATE, last]
         args = batch.event_args
         for index in range(batch.count):
-            size = len(_bytes(args[3 * index + 1]))
+            size = len(_bytes(args[4 * index + 1])) + len(_bytes(args[4 * index + 3]))
             if size > batch.max_event_size:
                 return [segment_status.TOO_LARGE, index + 1, size]
         ms = self._server_ms()
@@ -158,8 +158,10 @@ class MemorySegmentStore:
             ms = replay.server_ms
         first = found.tail
         for index in range(batch.count):
-            key, payload, writer_ms = args[3 * index : 3 * index + 3]
+            key, payload, writer_ms, headers = args[4 * index : 4 * index + 4]
             fields: list[bytes] = [] if key == "" else [b"k", _bytes(key[1:])]
+            if headers:
+                fields += [b"h", _bytes(headers)]
             data = _bytes(payload)
             fields += [b"p", data, b"w", _bytes(writer_ms), b"t", b"%d" % ms]
             fields += [b"b", b"%d" % found.bytes]

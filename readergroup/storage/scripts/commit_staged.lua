@@ -8,7 +8,10 @@
 -- ARGV[2]            n, the number of target segments
 --
 -- A staging list holds, per event, three items: routing key ("" for none, else "k" .. key),
--- payload, writer timestamp (ms). Events are appended exactly as append_events.lua would.
+-- payload, writer timestamp (ms); or, for an event with headers, four: "h" .. that routing
+-- key, payload, writer timestamp, headers packed with msgpack (readergroup/core/headers.py).
+-- Events are appended exactly as append_events.lua would (field h, between k and p, only for
+-- an event with headers).
 --
 -- Returns (status codes: readergroup/storage/segment_status.py):
 --   {0, events}     committed now; the staging lists are deleted
@@ -38,11 +41,26 @@ for i = 1, n do
   local bytes = tonumber(meta[2] or 0)
   local epoch = segment_epoch(meta_key, meta[3], meta[4], events, me)
   local staged = redis.call('LRANGE', stage_key, 0, -1)
-  for j = 1, #staged, 3 do
+  local j = 1
+  while j + 2 <= #staged do
     local key, payload, writer_ms = staged[j], staged[j + 1], staged[j + 2]
+    local headers = nil
+    j = j + 3
+    if string.sub(key, 1, 1) == 'h' then
+      key, headers = string.sub(key, 2), staged[j]
+      j = j + 1
+    end
     events = events + 1
     local id = string.format('%d-%d', events, epoch)
-    if key == '' then
+    if headers then
+      if key == '' then
+        redis.call('XADD', events_key, id, 'h', headers, 'p', payload, 'w', writer_ms,
+          't', ms, 'b', bytes)
+      else
+        redis.call('XADD', events_key, id, 'k', string.sub(key, 2), 'h', headers,
+          'p', payload, 'w', writer_ms, 't', ms, 'b', bytes)
+      end
+    elseif key == '' then
       redis.call('XADD', events_key, id, 'p', payload, 'w', writer_ms, 't', ms, 'b', bytes)
     else
       redis.call('XADD', events_key, id, 'k', string.sub(key, 2), 'p', payload,
