@@ -592,3 +592,36 @@ def test_a_segment_is_given_away_while_the_application_holds_an_event_of_another
         a.close()
         if b is not None:
             b.close()
+
+
+def test_a_commit_in_on_segments_released_lands_when_the_reader_closes(
+    connection: Connection, scope: str, factory: EventStreamClientFactory
+) -> None:
+    """Kafka's onPartitionsRevoked on close(): the listener commits what was processed."""
+    prepare(connection, scope, factory, 2, 100, commit_mode="manual", **FAST)
+    reader = factory.create_reader("r", "g", UTF8StringSerializer())
+    failures: list[BaseException] = []
+
+    class CommitOnRelease:
+        def on_segments_acquired(self, reader_id: str, segments: Any) -> None:
+            return None
+
+        def on_segments_released(self, reader_id: str, segments: Any) -> None:
+            try:
+                reader.commit()
+            except BaseException as exc:
+                failures.append(exc)
+
+    reader.add_rebalance_listener(CommitOnRelease())
+    got = []
+    while len(got) < 30:
+        got += reader.read_batch(10, timeout=1)
+    reader.close()
+    assert failures == []
+    with factory.create_reader("next", "g", UTF8StringSerializer()) as after:
+        rest = []
+        deadline = time.monotonic() + 20
+        while len(got) + len(rest) < 100 and time.monotonic() < deadline:
+            rest += after.read_batch(50, timeout=0.1)
+    assert sorted(e.event for e in got + rest) == sorted({e.event for e in got + rest})
+    assert len(got) + len(rest) == 100  # the next reader starts where the listener committed

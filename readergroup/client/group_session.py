@@ -95,6 +95,8 @@ class GroupSession(Generic[T]):
         self.gone = False
         """The group was deleted under this reader: every read raises ReaderGroupNotFoundError."""
         self.closed = False
+        self._closing = False
+        """``close()`` is telling the listeners: ``commit()`` still works (closed otherwise)."""
         self.quiet_until = 0.0
         """Until when (monotonic) reads may take the fast path (the gate's *window*): nothing is
         flagged for the reading thread, and the session is surely alive. Zeroed by whatever
@@ -209,7 +211,7 @@ class GroupSession(Generic[T]):
     def check_usable(self) -> None:
         """Raise if the reader may not hand out events: closed, group gone, or fenced (by the
         heartbeat thread, or because no heartbeat was renewed within the session timeout)."""
-        if self.closed:
+        if self.closed and not self._closing:
             raise ReaderClosedError(f"reader {self.reader_id!r} is closed")
         if self.gone:
             raise self.group_gone()
@@ -1089,10 +1091,14 @@ class GroupSession(Generic[T]):
                 owned_keys = self.machine.close()
                 for key in owned_keys:
                     self._fetcher.hold(key)
-            if removed is None:  # the application may commit them: they are still owned
-                self._notify_quietly(step.lost, (*step.completed, *owned_keys))
-            else:
-                self._notify_quietly((*step.lost, *owned_keys), step.completed)
+            self._closing = True  # a listener may commit(): the segments are still owned
+            try:
+                if removed is None:
+                    self._notify_quietly(step.lost, (*step.completed, *owned_keys))
+                else:
+                    self._notify_quietly((*step.lost, *owned_keys), step.completed)
+            finally:
+                self._closing = False
             with self.gate.closed():
                 owned_now = dict(self._fetcher.owned)
                 self._fetcher.clear()
