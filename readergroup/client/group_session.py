@@ -695,6 +695,11 @@ class GroupSession(Generic[T]):
             return
         mine = state.owned_by(me)
         count = len(segments_to_release(state, me, len(mine) + 1))
+        if not count and not any(
+            p in (SegmentPhase.RELEASING, SegmentPhase.RELEASABLE)
+            for p in list(machine.segments.values())  # (only this thread sends segments out)
+        ):
+            return  # nothing to give up, nothing on its way out: the gate stays open
         with self.gate.closed():
             table = self._fetcher.owned
             ready = [k for k in machine.in_phase(SegmentPhase.RELEASABLE) if k in mine]
