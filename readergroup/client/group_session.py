@@ -1107,33 +1107,8 @@ class GroupSession(Generic[T]):
             with self.gate.closed():
                 owned_now = dict(self._fetcher.owned)
                 self._fetcher.clear()
-            if removed is None and leave:
-                self._leave(owned_now)
-            elif removed is None:
-                self._stay(owned_now)
-
-    def _stay(self, owned_now: dict[SegKey, OwnedSegment]) -> None:
-        """A static leave: commit what was consumed (auto mode) and acknowledge a checkpoint
-        handed out, but stay a member: the segments wait for a restart under this id (which
-        takes them over at once) or for the session to expire."""
-        for owned in owned_now.values():
-            owned.consumed = owned.returned
-        try:
-            with translate_errors("leave"):
-                self._acknowledge_checkpoint(leaving=True)
-                if self._group.commit_mode == AUTO and not self._absorb_reset():
-                    self._commit(self._auto_positions(owned_now), table=owned_now)
-            logger.info(
-                "reader %r closed keeping its segments for a restart within the session",
-                self.reader_id,
-            )
-        except ReaderGroupError as exc:
-            logger.warning(
-                "reader %r: could not commit as it closed; a restart resumes at the last "
-                "committed positions",
-                self.reader_id,
-                exc_info=exc,
-            )
+            if removed is None:
+                self._leave(owned_now, stay=not leave)
 
     def _notify_quietly(self, lost: Sequence[SegKey], released: Sequence[SegKey]) -> None:
         """Tell the listeners as a reader closes (a listener's exception is logged: the
@@ -1145,7 +1120,11 @@ class GroupSession(Generic[T]):
                 "reader %r: a rebalance listener raised while closing", self.reader_id, exc_info=exc
             )
 
-    def _leave(self, owned_now: dict[SegKey, OwnedSegment]) -> None:
+    def _leave(self, owned_now: dict[SegKey, OwnedSegment], *, stay: bool = False) -> None:
+        """Acknowledge a checkpoint handed out, move positions back where losses were
+        reported, commit what was consumed (auto mode), then give the segments back; or
+        (``stay``, a static leave) keep them: they wait for a restart under this id (which
+        takes them over at once) or for the session to expire."""
         for owned in owned_now.values():
             owned.consumed = owned.returned
         try:
@@ -1156,14 +1135,23 @@ class GroupSession(Generic[T]):
                 self.send_rewinds(reported=True, table=owned_now)
                 if self._group.commit_mode == AUTO:  # manual mode commits only on commit()
                     self._commit(self._auto_positions(owned_now), table=owned_now)
+                if stay:
+                    logger.info(
+                        "reader %r closed keeping its segments for a restart within the session",
+                        self.reader_id,
+                    )
+                    return
                 at = {k: self._release_position(o) for k, o in owned_now.items()}
                 self.member.leave(at, self._fetcher.epochs_of(at.items(), owned_now))
             logger.debug("reader %r left its group", self.reader_id)
         except ReaderGroupError as exc:
             logger.warning(
-                "reader %r: could not leave its group; its session will expire and others "
-                "take over at the committed positions",
+                "reader %r: could not %s; %s at the committed positions",
                 self.reader_id,
+                "commit as it closed" if stay else "leave its group",
+                "a restart under its id resumes"
+                if stay
+                else "its session will expire and others take over",
                 exc_info=exc,
             )
 
