@@ -13,7 +13,6 @@ so retries happen one level up, where the same sequence number is re-sent.
 from __future__ import annotations
 
 import logging
-import math
 import socket
 import threading
 import time
@@ -29,8 +28,9 @@ from redis.commands.core import Script
 from redis.exceptions import RedisClusterException, SlotNotCoveredError
 from redis.retry import Retry
 
+from statesync import redis_wire as wire
 from statesync import status
-from statesync.backend import AppendOutcome, CompactOutcome, RawEntry, ReadResult
+from statesync.backend import AppendOutcome, CompactOutcome, ReadResult
 from statesync.durability import Acks
 from statesync.endpoints import is_sentinel_url, parse_sentinel_url
 from statesync.errors import (
@@ -43,19 +43,10 @@ from statesync.errors import (
     StateSyncError,
 )
 from statesync.names import KeyLayout, validate_name
+from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, ScriptCall
 from statesync.scripts import SCRIPT_NAMES, script_source
 
 logger = logging.getLogger(__name__)
-
-#: Longest single ``XREAD BLOCK`` (ms); waits loop over chunks so a dead server is noticed.
-_MAX_BLOCK_MS = 5_000
-FOLLOWER_WAKE_TTL_MS = 600_000
-"""A follower's wake stream expires this long after the newest wake-up naming it (a follower
-reading it later misses nothing it needs: it refreshes on its own too)."""
-LAST_SEQUENCE = 2**64 - 1
-"""The largest sequence part of a stream entry id: waiting after ``<revision>-LAST_SEQUENCE``
-skips every wake-up of that revision."""
-_BLOCKING_SOCKET_MARGIN = 5.0
 
 
 FAILOVER_REPLIES = frozenset(
@@ -590,7 +581,7 @@ class RedisLogBackend:
         else:
             pool = client.connection_pool
             blocking_kwargs = dict(pool.connection_kwargs)
-            blocking_kwargs["socket_timeout"] = _MAX_BLOCK_MS / 1000 + _BLOCKING_SOCKET_MARGIN
+            blocking_kwargs["socket_timeout"] = BLOCKING_SOCKET_TIMEOUT
             blocking_kwargs["retry"] = _no_retry()
             self._blocking = redis.Redis(
                 connection_pool=redis.ConnectionPool(
@@ -618,7 +609,7 @@ class RedisLogBackend:
             client, blocking = sentinel_clients(
                 url,
                 socket_timeout=socket_timeout,
-                blocking_socket_timeout=_MAX_BLOCK_MS / 1000 + _BLOCKING_SOCKET_MARGIN,
+                blocking_socket_timeout=BLOCKING_SOCKET_TIMEOUT,
                 retry=_no_retry(),
                 **redis_kwargs,
             )
@@ -657,32 +648,23 @@ class RedisLogBackend:
         several streams in one call (readergroup's readers: segments and state logs) adds
         this pair to its XREAD instead of building the log's key and ids itself.
         ``wakes_only``: only entries appended with ``wake`` count (the log's wake stream)."""
-        layout = self.keys(name)
-        if wakes_only:
-            return layout.wake, _past_wakes_of(after_revision)
-        return layout.log, f"{max(after_revision, 0)}-0"
+        return wire.wake_on(self.keys(name), after_revision, wakes_only=wakes_only)
 
     def follower_wake_on(self, name: str, after_revision: int, follower: str) -> tuple[str, str]:
         """The stream key and entry id an ``XREAD BLOCK`` waits on to wake when an entry of
         synchronizer ``name`` after ``after_revision`` names ``follower`` in its wake-up (see
         :meth:`~statesync.names.KeyLayout.follower_wake`); with :meth:`wake_on`'s
         ``wakes_only`` pair, every wake-up that concerns the follower."""
-        return self.keys(name).follower_wake(follower), _past_wakes_of(after_revision)
+        return self.keys(name).follower_wake(follower), wire.past_wakes_of(after_revision)
 
-    def _run(self, script: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        with translate_redis_errors(script, name):
-            return self._scripts[script](keys=list(keys), args=list(args))
+    def _run(self, name: str, call: ScriptCall) -> Any:
+        with translate_redis_errors(call.script, name):
+            return self._scripts[call.script](keys=call.keys, args=call.args)
 
     # -- LogBackend -------------------------------------------------------------------------
     def initialize(self, name: str, snapshot: bytes, incarnation: str) -> bool:
-        k = self.keys(name)
-        reply = self._run(
-            "initialize",
-            name,
-            [k.meta, k.snapshots, k.log, k.writers, k.wake],
-            [snapshot, incarnation, 1],
-        )
-        return status.raise_for_status("initialize", name, reply) == status.OK
+        call = wire.initialize_call(self.keys(name), snapshot, incarnation)
+        return wire.initialized(name, self._run(name, call))
 
     def append(
         self,
@@ -699,56 +681,34 @@ class RedisLogBackend:
         wake: bool | Collection[str] = True,
         keys: Sequence[str] | None = None,
     ) -> AppendOutcome:
-        k = self.keys(name)
-        named = not isinstance(wake, bool)
-        followers = sorted(wake) if not isinstance(wake, bool) else []
-        expected = -1 if expected_revision is None else expected_revision
-        reply = self._append_acknowledged(
-            name,
-            [k.meta, k.log, k.writers, k.wake, k.wakers, *map(k.follower_wake, followers)],
-            [
-                expected,
-                payload,
-                max_bytes,
-                writer,
-                sequence,
-                incarnation,
-                anchor_revision,
-                anchor_history,
-                1 if named or wake else 0,
-                "\n".join(keys or ()),
-                1 if named else 0,
-                "\n".join(followers),
-                FOLLOWER_WAKE_TTL_MS,
-            ],
+        call = wire.append_call(
+            self.keys(name),
+            payload,
+            expected_revision=expected_revision,
+            writer=writer,
+            sequence=sequence,
+            max_bytes=max_bytes,
+            incarnation=incarnation,
+            anchor_revision=anchor_revision,
+            anchor_history=anchor_history,
+            wake=wake,
+            keys=keys,
         )
-        code = status.raise_for_status("append", name, reply)
-        if code == status.OK:
-            return AppendOutcome(code, int(reply[1]), int(reply[2]), _text(reply[3]))
-        return AppendOutcome(code, int(reply[1]))
+        return wire.append_outcome(name, self._append_acknowledged(name, call))
 
     def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
-        if followers is not None and not followers:
-            return False  # nobody to wake ('' would mean every follower to wake.lua)
-        k = self.keys(name)
-        named = sorted(followers or ())
-        reply = self._run(
-            "wake",
-            name,
-            [k.meta, k.wake, k.wakers, *map(k.follower_wake, named)],
-            [revision, "\n".join(named), FOLLOWER_WAKE_TTL_MS],
-        )
-        return status.raise_for_status("wake", name, reply) == status.OK
+        call = wire.wake_call(self.keys(name), revision, followers)
+        return call is not None and wire.woke(name, self._run(name, call))
 
-    def _append_acknowledged(self, name: str, keys: list[str], args: list[Any]) -> Any:
+    def _append_acknowledged(self, name: str, call: ScriptCall) -> Any:
         """Run append.lua, then (unless acks=leader) the wait command on the same connection;
         a landed or duplicate append raises if it is not acknowledged as asked."""
         wait = self._acks.wait_command()
         if wait is None:
-            return self._run("append", name, keys, args)
+            return self._run(name, call)
         with translate_redis_errors("append", name):
             reply, acknowledged = run_acknowledged(
-                self._client, self._scripts["append"], keys, args, wait
+                self._client, self._scripts["append"], call.keys, call.args, wait
             )
             if isinstance(reply, Exception):
                 raise reply
@@ -765,35 +725,12 @@ class RedisLogBackend:
         max_entry_bytes: int | None = None,
         max_snapshot_bytes: int | None = None,
     ) -> ReadResult:
-        k = self.keys(name)
-        limits = [-1 if m is None else m for m in (max_entry_bytes, max_snapshot_bytes)]
+        call = wire.read_call(
+            self.keys(name), after_revision, limit, max_entry_bytes, max_snapshot_bytes
+        )
         with translate_redis_errors("read", name):
-            reply = run_read_only(
-                self._client,
-                self._scripts["read"],
-                [k.meta, k.log, k.snapshots],
-                [after_revision, limit, *limits],
-            )
-        status.raise_for_status("read", name, reply)
-        try:
-            _, head, incarnation, snapshot_revision, snapshot, entries, anchor, snap_history = (
-                reply[:8]
-            )
-            refused = reply[8] if len(reply) > 8 else 0
-            return ReadResult(
-                int(head),
-                _text(incarnation),
-                int(snapshot_revision),
-                snapshot,
-                [_raw_entry(entry) for entry in entries],
-                _text(anchor),
-                _text(snap_history),
-                int(refused),
-            )
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise BackendProtocolError(
-                f"synchronizer {name!r}: malformed read reply: {exc}"
-            ) from exc
+            reply = run_read_only(self._client, self._scripts["read"], call.keys, call.args)
+        return wire.read_result(name, reply)
 
     def wait(
         self,
@@ -804,18 +741,14 @@ class RedisLogBackend:
         wakes_only: bool = False,
         follower: str | None = None,
     ) -> bool:
-        log, last_id = self.wake_on(name, after_revision, wakes_only=wakes_only)
-        streams: dict[Any, Any] = {log: last_id}
-        if wakes_only and follower is not None:
-            streams.update([self.follower_wake_on(name, after_revision, follower)])
-        remaining_ms = max(1, math.ceil(timeout * 1000))
-        while remaining_ms > 0:
-            block = min(remaining_ms, _MAX_BLOCK_MS)
+        streams = wire.wait_streams(
+            self.keys(name), after_revision, wakes_only=wakes_only, follower=follower
+        )
+        for block in wire.block_chunks(timeout):
             with translate_redis_errors("wait", name):
                 reply = self._blocking.xread(streams, count=1, block=block)
             if reply:
                 return True
-            remaining_ms -= block
         return False
 
     def compact(
@@ -827,23 +760,14 @@ class RedisLogBackend:
         incarnation: str = "",
         history: str = "",
     ) -> CompactOutcome:
-        k = self.keys(name)
-        reply = self._run(
-            "compact",
-            name,
-            [k.meta, k.log, k.snapshots, k.writers],
-            [revision, snapshot, incarnation, history],
-        )
-        code = status.raise_for_status("compact", name, reply)
-        if code == status.OK:
-            return CompactOutcome(True, int(reply[1]), int(reply[2]))
-        return CompactOutcome(False, int(reply[1]), 0)
+        call = wire.compact_call(self.keys(name), revision, snapshot, incarnation, history)
+        return wire.compact_outcome(name, self._run(name, call))
 
     def delete(self, name: str) -> bool:
         k = self.keys(name)
 
         def delete_all(pipe: Any) -> None:  # (re-run if a wake-up named a follower meanwhile)
-            followers = [_text(f) for f in pipe.zrange(k.wakers, 0, -1)]
+            followers = [wire.text(f) for f in pipe.zrange(k.wakers, 0, -1)]
             pipe.multi()
             pipe.delete(*k.all, *map(k.follower_wake, followers))
 
@@ -851,46 +775,12 @@ class RedisLogBackend:
             replies: Any = command_client_for(self._client, k.meta).transaction(
                 delete_all, k.wakers
             )
-        return bool(replies) and int(replies[-1]) > 0
+        return wire.deleted(replies)
 
     def server_time_ms(self) -> int:
         with translate_redis_errors("time", "-"):
-            seconds, micros = self._client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+            return wire.time_ms(self._client.time())
 
     def close(self) -> None:
         self._blocking.close()
         self._client.close()
-
-
-def _past_wakes_of(revision: int) -> str:
-    """The wake-stream id past every wake-up of ``revision`` (wake.lua's second ones too)."""
-    return f"{max(revision, 0)}-{LAST_SEQUENCE}"
-
-
-def _text(value: Any) -> str:
-    """A Lua string reply as text; ``""`` for a nil/false reply (nothing known)."""
-    if value is None or value is False:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _raw_entry(entry: Any) -> RawEntry:
-    """Parse one XRANGE item; malformed items become a payload that fails to decode."""
-    entry_id, fields = entry
-    revision_part, _, sequence_part = entry_id.partition(b"-")
-    revision = int(revision_part)
-    values = dict(zip(fields[::2], fields[1::2], strict=False))
-    payload = values.get(b"d")
-    time_ms = values.get(b"t", b"0")
-    if sequence_part != b"0" or payload is None:
-        # Not written by append.lua. Keep the revision so the error can name it.
-        return RawEntry(revision, 0, b"")
-    try:
-        server_time = int(time_ms)
-    except ValueError:
-        server_time = 0
-    refused = values.get(b"x")  # read.lua left an over-limit payload in Redis
-    return RawEntry(
-        revision, server_time, payload, _text(values.get(b"h")), int(refused) if refused else 0
-    )
