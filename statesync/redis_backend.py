@@ -32,7 +32,7 @@ from statesync import redis_wire as wire
 from statesync import status
 from statesync.backend import AppendOutcome, CompactOutcome, ReadResult
 from statesync.durability import Acks
-from statesync.endpoints import is_sentinel_url, parse_sentinel_url
+from statesync.endpoints import is_sentinel_url, parse_sentinel_url, sentinel_setup
 from statesync.errors import (
     AckTimeoutError,
     AckUnsupportedError,
@@ -524,19 +524,11 @@ def sentinel_clients(
     from redis.sentinel import Sentinel
 
     target = parse_sentinel_url(url)
-    auth = {"username": target.username, "password": target.password}
-    # the URL's credentials win over the options' (as in redis-py's from_url); never both
-    options = {**options, **{name: value for name, value in auth.items() if value is not None}}
-    if target.tls:
-        options = {"ssl": True, **options}
+    options, sentinel_kwargs = sentinel_setup(
+        target, options, socket_timeout=socket_timeout, sentinel_options=sentinel_options
+    )
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        target.sentinels,
-        sentinel_kwargs={
-            "socket_timeout": min(socket_timeout, 5.0),
-            **(sentinel_options or {}),
-        },
-        socket_connect_timeout=options.pop("socket_connect_timeout", min(socket_timeout, 5.0)),
-        **options,
+        target.sentinels, sentinel_kwargs=sentinel_kwargs, **options
     )
     pool = _following_pool_class()
     client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]

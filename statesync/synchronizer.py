@@ -39,17 +39,15 @@ an internal lock, except ``wait_for_updates``, which never takes it.
 
 from __future__ import annotations
 
-import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
 from statesync.backend import CompactOutcome, LogBackend
-from statesync.clock import Clock
 from statesync.config import SyncConfig
-from statesync.core import SynchronizerCore, SynchronizerView, SyncStats
+from statesync.core import SyncStats
 from statesync.requests import Operation, run
-from statesync.system_clock import SYSTEM_CLOCK
+from statesync.shell import SynchronizerShell, backend_options
 from statesync.update import Decision, Update
 
 S = TypeVar("S")
@@ -59,7 +57,7 @@ R = TypeVar("R")
 __all__ = ["StateSynchronizer", "SyncStats"]
 
 
-class StateSynchronizer(SynchronizerView[S]):
+class StateSynchronizer(SynchronizerShell[S, LogBackend]):
     """A replicated state whose history is an append-only log in a backend (Redis).
 
     Example::
@@ -87,33 +85,8 @@ class StateSynchronizer(SynchronizerView[S]):
             every reader reads the newest (as reader groups negotiate it).
     """
 
-    def __init__(
-        self,
-        backend: LogBackend,
-        name: str,
-        *,
-        update_types: Iterable[type[Update]] = (),
-        state_types: Iterable[type] = (),
-        config: SyncConfig | None = None,
-        clock: Clock | None = None,
-        rng: random.Random | None = None,
-        writer_label: str | None = None,
-        close_backend: bool = False,
-        entry_version: Callable[[S], int] | None = None,
-    ) -> None:
-        self._core = SynchronizerCore(
-            name,
-            update_types=update_types,
-            state_types=state_types,
-            config=config or SyncConfig(),
-            clock=clock or SYSTEM_CLOCK,
-            rng=rng or random.Random(),  # noqa: S311 (backoff jitter, not secrets)
-            writer_label=writer_label,
-            entry_version=entry_version,
-        )
-        self._backend = backend
-        self._lock = threading.RLock()
-        self._close_backend = close_backend
+    def _new_lock(self) -> threading.RLock:
+        return threading.RLock()
 
     @classmethod
     def from_url(
@@ -129,13 +102,7 @@ class StateSynchronizer(SynchronizerView[S]):
         """Connect to the Redis at ``url`` with a backend owned by the new synchronizer."""
         from statesync.redis_backend import RedisLogBackend
 
-        config = config or SyncConfig()
-        backend = RedisLogBackend.from_url(
-            url,
-            key_prefix=config.key_prefix,
-            socket_timeout=config.socket_timeout,
-            acks=config.acks,
-        )
+        backend = RedisLogBackend.from_url(url, **backend_options(config))
         return cls(
             backend,
             name,
@@ -145,10 +112,6 @@ class StateSynchronizer(SynchronizerView[S]):
             close_backend=True,
             **kwargs,
         )
-
-    @property
-    def backend(self) -> LogBackend:
-        return self._backend
 
     def _run(self, operation: Operation[T]) -> T:
         """Drive one of the core's operations, serialized with this instance's others."""

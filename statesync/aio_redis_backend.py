@@ -1,0 +1,300 @@
+"""The ``redis.asyncio`` implementation of :class:`~statesync.aio_backend.AsyncLogBackend`.
+
+The same keys, Lua scripts, arguments and reply parsing as the blocking
+:class:`~statesync.redis_backend.RedisLogBackend` (:mod:`statesync.redis_wire`), and its
+error translation (:func:`~statesync.redis_backend.translate_redis_errors`): a threaded and
+an asyncio synchronizer of one log interoperate, each seeing the other's entries, conflicts
+and writer sequences. redis-py's own command retries are off, as there: a re-sent append
+carries the same writer sequence one level up.
+
+Endpoints: ``redis://``, ``rediss://`` (TLS), ``unix://``, ACL user and password (in the URL
+or as options), and ``redis+sentinel://`` (``redis.asyncio``'s Sentinel client: each new
+connection asks the Sentinels where the primary is). Not supported here, a typed
+:class:`~statesync.errors.BackendUnsupportedError` says so: a Redis Cluster client (use the
+threaded backend), since the writer-acknowledged append and the delete transaction run on
+the node holding the log, which ``redis.asyncio``'s cluster client gives no plain client for.
+
+Cancellation: ``redis.asyncio`` closes a connection whose command was cancelled before its
+reply was read, so a cancelled call never leaves a reply for the next one to misread; the
+command itself either ran whole on the server or not at all (one script each).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError, ResponseError
+
+from statesync import redis_wire as wire
+from statesync import status
+from statesync.backend import AppendOutcome, CompactOutcome, ReadResult
+from statesync.durability import Acks
+from statesync.endpoints import is_sentinel_url, parse_sentinel_url, sentinel_setup
+from statesync.errors import BackendUnsupportedError
+from statesync.names import KeyLayout, validate_name
+from statesync.redis_backend import check_acknowledged, translate_redis_errors
+from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, ScriptCall
+from statesync.scripts import SCRIPT_NAMES, script_source
+
+logger = logging.getLogger(__name__)
+
+
+def _no_retry() -> Retry:
+    return Retry(NoBackoff(), 0)
+
+
+class AsyncRedisLogBackend:
+    """Synchronizer logs in one Redis (or Valkey) server, for the tasks of one event loop.
+
+    Blocking waits (``XREAD BLOCK``) use a client of their own whose sockets outlast a block,
+    so a wait never makes an append or a read time out.
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        key_prefix: str = "statesync",
+        blocking_client: aioredis.Redis | None = None,
+        acks: Acks | None = None,
+    ) -> None:
+        """``client``: a ``redis.asyncio.Redis`` (a cluster client is refused, see the module).
+        ``acks``: when an append counts as acknowledged (:mod:`statesync.durability`)."""
+        if isinstance(client, RedisCluster):
+            raise BackendUnsupportedError(
+                "AsyncRedisLogBackend does not run on a Redis Cluster client (redis.asyncio's "
+                "cluster client has no per-node client for the acknowledged append and the "
+                "delete transaction); use statesync.redis_backend.RedisLogBackend"
+            )
+        self._prefix = validate_name(key_prefix, what="key prefix")
+        self._client = client
+        self._acks = acks or Acks()
+        if blocking_client is None:
+            pool = client.connection_pool
+            kwargs = dict(pool.connection_kwargs)
+            kwargs["socket_timeout"] = BLOCKING_SOCKET_TIMEOUT
+            kwargs["retry"] = _no_retry()
+            blocking_client = aioredis.Redis(
+                connection_pool=type(pool)(connection_class=pool.connection_class, **kwargs)
+            )
+        self._blocking = blocking_client
+        self._scripts: dict[str, AsyncScript] = {
+            script: client.register_script(script_source(script)) for script in SCRIPT_NAMES
+        }
+        self._layouts: dict[str, KeyLayout] = {}
+        self._no_evalsha_ro = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        key_prefix: str = "statesync",
+        socket_timeout: float = 10.0,
+        acks: Acks | None = None,
+        **redis_kwargs: Any,
+    ) -> AsyncRedisLogBackend:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://`` or
+        ``redis+sentinel://``, see :mod:`statesync.endpoints`); ``redis_kwargs`` go to
+        ``redis.asyncio`` (``username``, ``password``, ``ssl_*`` files...)."""
+        if is_sentinel_url(url):
+            from redis.asyncio.sentinel import Sentinel
+
+            target = parse_sentinel_url(url)
+            options, sentinel_kwargs = sentinel_setup(
+                target,
+                {"retry": _no_retry(), **redis_kwargs},
+                socket_timeout=socket_timeout,
+                sentinel_options=redis_kwargs.pop("sentinel_options", None),
+            )
+            sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                target.sentinels, sentinel_kwargs=sentinel_kwargs, **options
+            )
+            client = sentinel.master_for(
+                target.service, socket_timeout=socket_timeout, db=target.db
+            )
+            blocking = sentinel.master_for(
+                target.service, socket_timeout=BLOCKING_SOCKET_TIMEOUT, db=target.db
+            )
+            return cls(client, key_prefix=key_prefix, blocking_client=blocking, acks=acks)
+        client = aioredis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=min(socket_timeout, 5.0),
+            retry=_no_retry(),
+            retry_on_timeout=False,
+            **redis_kwargs,
+        )
+        return cls(client, key_prefix=key_prefix, acks=acks)
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The command client (for callers composing their own keys with this server)."""
+        return self._client
+
+    @property
+    def blocking_client(self) -> aioredis.Redis:
+        """A client whose sockets tolerate ``XREAD BLOCK`` of up to 5 s (its own pool)."""
+        return self._blocking
+
+    def keys(self, name: str) -> KeyLayout:
+        layout = self._layouts.get(name)
+        if layout is None:
+            layout = self._layouts[name] = KeyLayout(self._prefix, name)
+        return layout
+
+    def wake_on(
+        self, name: str, after_revision: int, *, wakes_only: bool = False
+    ) -> tuple[str, str]:
+        """As :meth:`RedisLogBackend.wake_on <statesync.redis_backend.RedisLogBackend.wake_on>`:
+        the stream and id an ``XREAD BLOCK`` of the caller's own waits after."""
+        return wire.wake_on(self.keys(name), after_revision, wakes_only=wakes_only)
+
+    async def _run(self, name: str, call: ScriptCall) -> Any:
+        with translate_redis_errors(call.script, name):
+            return await self._scripts[call.script](keys=call.keys, args=call.args)
+
+    async def _run_read_only(self, name: str, call: ScriptCall) -> Any:
+        """``EVALSHA_RO`` (so a read-only ACL user may read), ``EVALSHA`` before Redis 7: as
+        :func:`statesync.redis_backend.run_read_only`."""
+        script = self._scripts[call.script]
+        with translate_redis_errors(call.script, name):
+            if not self._no_evalsha_ro:
+                try:
+                    return await self._evalsha_ro(script, call)
+                except ResponseError as exc:
+                    if "unknown command" not in str(exc).lower():
+                        raise
+                    self._no_evalsha_ro = True
+            return await script(keys=call.keys, args=call.args)
+
+    async def _evalsha_ro(self, script: AsyncScript, call: ScriptCall) -> Any:
+        args = (script.sha, len(call.keys), *call.keys, *call.args)
+        try:
+            return await self._client.evalsha_ro(*args)
+        except NoScriptError:
+            await self._client.script_load(script.script)
+            return await self._client.evalsha_ro(*args)
+
+    # -- AsyncLogBackend --------------------------------------------------------------------
+    async def initialize(self, name: str, snapshot: bytes, incarnation: str) -> bool:
+        call = wire.initialize_call(self.keys(name), snapshot, incarnation)
+        return wire.initialized(name, await self._run(name, call))
+
+    async def append(
+        self,
+        name: str,
+        payload: bytes,
+        *,
+        expected_revision: int | None,
+        writer: str,
+        sequence: int,
+        max_bytes: int,
+        incarnation: str = "",
+        anchor_revision: int = -1,
+        anchor_history: str = "",
+        wake: bool | Collection[str] = True,
+        keys: Sequence[str] | None = None,
+    ) -> AppendOutcome:
+        call = wire.append_call(
+            self.keys(name),
+            payload,
+            expected_revision=expected_revision,
+            writer=writer,
+            sequence=sequence,
+            max_bytes=max_bytes,
+            incarnation=incarnation,
+            anchor_revision=anchor_revision,
+            anchor_history=anchor_history,
+            wake=wake,
+            keys=keys,
+        )
+        wait = self._acks.wait_command()
+        if wait is None:
+            return wire.append_outcome(name, await self._run(name, call))
+        with translate_redis_errors("append", name):
+            pipe = self._client.pipeline(transaction=False)
+            await self._scripts["append"](keys=call.keys, args=call.args, client=pipe)
+            pipe.execute_command(*wait)
+            reply, acknowledged = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, Exception):
+                raise reply
+        if int(reply[0]) in (status.OK, status.DUPLICATE):
+            check_acknowledged(self._acks, acknowledged, f"synchronizer {name!r}", self._client)
+        return wire.append_outcome(name, reply)
+
+    async def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
+        call = wire.wake_call(self.keys(name), revision, followers)
+        return call is not None and wire.woke(name, await self._run(name, call))
+
+    async def read(
+        self,
+        name: str,
+        after_revision: int,
+        limit: int,
+        *,
+        max_entry_bytes: int | None = None,
+        max_snapshot_bytes: int | None = None,
+    ) -> ReadResult:
+        call = wire.read_call(
+            self.keys(name), after_revision, limit, max_entry_bytes, max_snapshot_bytes
+        )
+        return wire.read_result(name, await self._run_read_only(name, call))
+
+    async def wait(
+        self,
+        name: str,
+        after_revision: int,
+        timeout: float,
+        *,
+        wakes_only: bool = False,
+        follower: str | None = None,
+    ) -> bool:
+        streams = wire.wait_streams(
+            self.keys(name), after_revision, wakes_only=wakes_only, follower=follower
+        )
+        for block in wire.block_chunks(timeout):
+            with translate_redis_errors("wait", name):
+                reply = await self._blocking.xread(streams, count=1, block=block)
+            if reply:
+                return True
+        return False
+
+    async def compact(
+        self,
+        name: str,
+        revision: int,
+        snapshot: bytes,
+        *,
+        incarnation: str = "",
+        history: str = "",
+    ) -> CompactOutcome:
+        call = wire.compact_call(self.keys(name), revision, snapshot, incarnation, history)
+        return wire.compact_outcome(name, await self._run(name, call))
+
+    async def delete(self, name: str) -> bool:
+        k = self.keys(name)
+
+        async def delete_all(pipe: Any) -> None:  # re-run if a wake-up named a follower
+            followers = [wire.text(f) for f in await pipe.zrange(k.wakers, 0, -1)]
+            pipe.multi()
+            pipe.delete(*k.all, *map(k.follower_wake, followers))
+
+        with translate_redis_errors("delete", name):
+            replies: Any = await self._client.transaction(delete_all, k.wakers)
+        return wire.deleted(replies)
+
+    async def server_time_ms(self) -> int:
+        with translate_redis_errors("time", "-"):
+            return wire.time_ms(await self._client.time())
+
+    async def close(self) -> None:
+        await self._blocking.aclose()
+        await self._client.aclose()
