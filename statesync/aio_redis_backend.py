@@ -144,6 +144,11 @@ class AsyncRedisLogBackend:
         """A client whose sockets tolerate ``XREAD BLOCK`` of up to 5 s (its own pool)."""
         return self._blocking
 
+    @property
+    def key_prefix(self) -> str:
+        """The first part of every key this backend uses."""
+        return self._prefix
+
     def keys(self, name: str) -> KeyLayout:
         layout = self._layouts.get(name)
         if layout is None:

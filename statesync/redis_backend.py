@@ -626,6 +626,11 @@ class RedisLogBackend:
         """The command client (for callers composing their own keys with this server)."""
         return self._client
 
+    @property
+    def key_prefix(self) -> str:
+        """The first part of every key this backend uses."""
+        return self._prefix
+
     def keys(self, name: str) -> KeyLayout:
         layout = self._layouts.get(name)
         if layout is None:
