@@ -47,7 +47,6 @@ from tests.support.model import (
     Put,
 )
 
-
 _FLAVOUR = ["sync"]
 _CLOSERS: list[Callable[[], None]] = []
 
