@@ -10,7 +10,8 @@ share a log by sharing the :class:`MemoryLogBackend` (:attr:`AsyncMemoryLogBacke
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
+from typing import Any
 
 from statesync.backend import AppendOutcome, CompactOutcome, ReadResult
 from statesync.memory_backend import MemoryLogBackend
@@ -36,70 +37,21 @@ class AsyncMemoryLogBackend:
     async def initialize(self, name: str, snapshot: bytes, incarnation: str) -> bool:
         return self._logs.initialize(name, snapshot, incarnation)
 
-    async def append(
-        self,
-        name: str,
-        payload: bytes,
-        *,
-        expected_revision: int | None,
-        writer: str,
-        sequence: int,
-        max_bytes: int,
-        incarnation: str = "",
-        anchor_revision: int = -1,
-        anchor_history: str = "",
-        wake: bool | Collection[str] = True,
-        keys: Sequence[str] | None = None,
-    ) -> AppendOutcome:
-        return self._logs.append(
-            name,
-            payload,
-            expected_revision=expected_revision,
-            writer=writer,
-            sequence=sequence,
-            max_bytes=max_bytes,
-            incarnation=incarnation,
-            anchor_revision=anchor_revision,
-            anchor_history=anchor_history,
-            wake=wake,
-            keys=keys,
-        )
+    async def append(self, name: str, payload: bytes, **options: Any) -> AppendOutcome:
+        return self._logs.append(name, payload, **options)
 
     async def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
         return self._logs.wake(name, revision, followers)
 
-    async def read(
-        self,
-        name: str,
-        after_revision: int,
-        limit: int,
-        *,
-        max_entry_bytes: int | None = None,
-        max_snapshot_bytes: int | None = None,
-    ) -> ReadResult:
-        return self._logs.read(
-            name,
-            after_revision,
-            limit,
-            max_entry_bytes=max_entry_bytes,
-            max_snapshot_bytes=max_snapshot_bytes,
-        )
+    async def read(self, name: str, after_revision: int, limit: int, **limits: Any) -> ReadResult:
+        return self._logs.read(name, after_revision, limit, **limits)
 
-    async def wait(
-        self,
-        name: str,
-        after_revision: int,
-        timeout: float,
-        *,
-        wakes_only: bool = False,
-        follower: str | None = None,
-    ) -> bool:
+    async def wait(self, name: str, after_revision: int, timeout: float, **which: Any) -> bool:
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
 
         def has_news() -> bool:
-            newest = self._logs.newest(name, wakes_only=wakes_only, follower=follower)
-            return newest > after_revision
+            return self._logs.newest(name, **which) > after_revision
 
         def watcher() -> None:  # any thread, the logs' lock held: only schedule
             loop.call_soon_threadsafe(changed.set)
@@ -119,17 +71,9 @@ class AsyncMemoryLogBackend:
                     return has_news()
 
     async def compact(
-        self,
-        name: str,
-        revision: int,
-        snapshot: bytes,
-        *,
-        incarnation: str = "",
-        history: str = "",
+        self, name: str, revision: int, snapshot: bytes, **anchors: Any
     ) -> CompactOutcome:
-        return self._logs.compact(
-            name, revision, snapshot, incarnation=incarnation, history=history
-        )
+        return self._logs.compact(name, revision, snapshot, **anchors)
 
     async def delete(self, name: str) -> bool:
         return self._logs.delete(name)

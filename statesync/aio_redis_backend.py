@@ -22,7 +22,7 @@ command itself either ran whole on the server or not at all (one script each).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -38,9 +38,8 @@ from statesync.backend import AppendOutcome, CompactOutcome, ReadResult
 from statesync.durability import Acks
 from statesync.endpoints import is_sentinel_url, parse_sentinel_url, sentinel_setup
 from statesync.errors import BackendUnsupportedError
-from statesync.names import KeyLayout, validate_name
 from statesync.redis_backend import check_acknowledged, translate_redis_errors
-from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, ScriptCall
+from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, RedisBackendBase, ScriptCall
 from statesync.scripts import SCRIPT_NAMES, script_source
 
 logger = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-class AsyncRedisLogBackend:
+class AsyncRedisLogBackend(RedisBackendBase[aioredis.Redis]):
     """Synchronizer logs in one Redis (or Valkey) server, for the tasks of one event loop.
 
     Blocking waits (``XREAD BLOCK``) use a client of their own whose sockets outlast a block,
@@ -73,94 +72,43 @@ class AsyncRedisLogBackend:
                 "cluster client has no per-node client for the acknowledged append and the "
                 "delete transaction); use statesync.redis_backend.RedisLogBackend"
             )
-        self._prefix = validate_name(key_prefix, what="key prefix")
-        self._client = client
-        self._acks = acks or Acks()
-        if blocking_client is None:
-            pool = client.connection_pool
-            kwargs = dict(pool.connection_kwargs)
-            kwargs["socket_timeout"] = BLOCKING_SOCKET_TIMEOUT
-            kwargs["retry"] = _no_retry()
-            blocking_client = aioredis.Redis(
-                connection_pool=type(pool)(connection_class=pool.connection_class, **kwargs)
-            )
-        self._blocking = blocking_client
+        super().__init__(client, key_prefix=key_prefix, blocking_client=blocking_client, acks=acks)
         self._scripts: dict[str, AsyncScript] = {
             script: client.register_script(script_source(script)) for script in SCRIPT_NAMES
         }
-        self._layouts: dict[str, KeyLayout] = {}
         self._no_evalsha_ro = False
 
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        key_prefix: str = "statesync",
-        socket_timeout: float = 10.0,
-        acks: Acks | None = None,
-        **redis_kwargs: Any,
-    ) -> AsyncRedisLogBackend:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://`` or
-        ``redis+sentinel://``, see :mod:`statesync.endpoints`); ``redis_kwargs`` go to
-        ``redis.asyncio`` (``username``, ``password``, ``ssl_*`` files...)."""
-        if is_sentinel_url(url):
-            from redis.asyncio.sentinel import Sentinel
-
-            target = parse_sentinel_url(url)
-            options, sentinel_kwargs = sentinel_setup(
-                target,
-                {"retry": _no_retry(), **redis_kwargs},
-                socket_timeout=socket_timeout,
-                sentinel_options=redis_kwargs.pop("sentinel_options", None),
-            )
-            sentinel = Sentinel(  # type: ignore[no-untyped-call]
-                target.sentinels, sentinel_kwargs=sentinel_kwargs, **options
-            )
-            client = sentinel.master_for(
-                target.service, socket_timeout=socket_timeout, db=target.db
-            )
-            blocking = sentinel.master_for(
-                target.service, socket_timeout=BLOCKING_SOCKET_TIMEOUT, db=target.db
-            )
-            return cls(client, key_prefix=key_prefix, blocking_client=blocking, acks=acks)
-        client = aioredis.Redis.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=min(socket_timeout, 5.0),
-            retry=_no_retry(),
-            retry_on_timeout=False,
-            **redis_kwargs,
+    def _blocking_twin(self, client: aioredis.Redis) -> aioredis.Redis:
+        pool = client.connection_pool
+        kwargs = wire.blocking_options(pool.connection_kwargs, _no_retry())
+        return aioredis.Redis(
+            connection_pool=type(pool)(connection_class=pool.connection_class, **kwargs)
         )
-        return cls(client, key_prefix=key_prefix, acks=acks)
 
-    @property
-    def client(self) -> aioredis.Redis:
-        """The command client (for callers composing their own keys with this server)."""
-        return self._client
+    @classmethod
+    def _connect(
+        cls, url: str, socket_timeout: float, redis_kwargs: dict[str, Any]
+    ) -> tuple[aioredis.Redis, aioredis.Redis | None]:
+        """``redis.asyncio`` clients: lazily connected, so made anywhere, used in one loop."""
+        if not is_sentinel_url(url):
+            options = wire.client_options(socket_timeout)
+            return aioredis.Redis.from_url(url, retry=_no_retry(), **options, **redis_kwargs), None
+        from redis.asyncio.sentinel import Sentinel
 
-    @property
-    def blocking_client(self) -> aioredis.Redis:
-        """A client whose sockets tolerate ``XREAD BLOCK`` of up to 5 s (its own pool)."""
-        return self._blocking
-
-    @property
-    def key_prefix(self) -> str:
-        """The first part of every key this backend uses."""
-        return self._prefix
-
-    def keys(self, name: str) -> KeyLayout:
-        layout = self._layouts.get(name)
-        if layout is None:
-            layout = self._layouts[name] = KeyLayout(self._prefix, name)
-        return layout
-
-    def wake_on(
-        self, name: str, after_revision: int, *, wakes_only: bool = False
-    ) -> tuple[str, str]:
-        """As :meth:`RedisLogBackend.wake_on <statesync.redis_backend.RedisLogBackend.wake_on>`:
-        the stream and id an ``XREAD BLOCK`` of the caller's own waits after."""
-        return wire.wake_on(self.keys(name), after_revision, wakes_only=wakes_only)
+        target = parse_sentinel_url(url)
+        primary = {"retry": _no_retry(), **redis_kwargs}
+        sentinels = primary.pop("sentinel_options", None)
+        options, sentinel_kwargs = sentinel_setup(
+            target, primary, socket_timeout=socket_timeout, sentinel_options=sentinels
+        )
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            target.sentinels, sentinel_kwargs=sentinel_kwargs, **options
+        )
+        client, blocking = (
+            sentinel.master_for(target.service, socket_timeout=timeout, db=target.db)
+            for timeout in (socket_timeout, BLOCKING_SOCKET_TIMEOUT)
+        )
+        return client, blocking
 
     async def _run(self, name: str, call: ScriptCall) -> Any:
         with translate_redis_errors(call.script, name):
@@ -193,34 +141,8 @@ class AsyncRedisLogBackend:
         call = wire.initialize_call(self.keys(name), snapshot, incarnation)
         return wire.initialized(name, await self._run(name, call))
 
-    async def append(
-        self,
-        name: str,
-        payload: bytes,
-        *,
-        expected_revision: int | None,
-        writer: str,
-        sequence: int,
-        max_bytes: int,
-        incarnation: str = "",
-        anchor_revision: int = -1,
-        anchor_history: str = "",
-        wake: bool | Collection[str] = True,
-        keys: Sequence[str] | None = None,
-    ) -> AppendOutcome:
-        call = wire.append_call(
-            self.keys(name),
-            payload,
-            expected_revision=expected_revision,
-            writer=writer,
-            sequence=sequence,
-            max_bytes=max_bytes,
-            incarnation=incarnation,
-            anchor_revision=anchor_revision,
-            anchor_history=anchor_history,
-            wake=wake,
-            keys=keys,
-        )
+    async def append(self, name: str, payload: bytes, **options: Any) -> AppendOutcome:
+        call = wire.append_call(self.keys(name), payload, **options)
         wait = self._acks.wait_command()
         if wait is None:
             return wire.append_outcome(name, await self._run(name, call))
@@ -239,32 +161,12 @@ class AsyncRedisLogBackend:
         call = wire.wake_call(self.keys(name), revision, followers)
         return call is not None and wire.woke(name, await self._run(name, call))
 
-    async def read(
-        self,
-        name: str,
-        after_revision: int,
-        limit: int,
-        *,
-        max_entry_bytes: int | None = None,
-        max_snapshot_bytes: int | None = None,
-    ) -> ReadResult:
-        call = wire.read_call(
-            self.keys(name), after_revision, limit, max_entry_bytes, max_snapshot_bytes
-        )
+    async def read(self, name: str, after_revision: int, limit: int, **limits: Any) -> ReadResult:
+        call = wire.read_call(self.keys(name), after_revision, limit, **limits)
         return wire.read_result(name, await self._run_read_only(name, call))
 
-    async def wait(
-        self,
-        name: str,
-        after_revision: int,
-        timeout: float,
-        *,
-        wakes_only: bool = False,
-        follower: str | None = None,
-    ) -> bool:
-        streams = wire.wait_streams(
-            self.keys(name), after_revision, wakes_only=wakes_only, follower=follower
-        )
+    async def wait(self, name: str, after_revision: int, timeout: float, **which: Any) -> bool:
+        streams = wire.wait_streams(self.keys(name), after_revision, **which)
         for block in wire.block_chunks(timeout):
             with translate_redis_errors("wait", name):
                 reply = await self._blocking.xread(streams, count=1, block=block)
@@ -273,15 +175,9 @@ class AsyncRedisLogBackend:
         return False
 
     async def compact(
-        self,
-        name: str,
-        revision: int,
-        snapshot: bytes,
-        *,
-        incarnation: str = "",
-        history: str = "",
+        self, name: str, revision: int, snapshot: bytes, **anchors: Any
     ) -> CompactOutcome:
-        call = wire.compact_call(self.keys(name), revision, snapshot, incarnation, history)
+        call = wire.compact_call(self.keys(name), revision, snapshot, **anchors)
         return wire.compact_outcome(name, await self._run(name, call))
 
     async def delete(self, name: str) -> bool:

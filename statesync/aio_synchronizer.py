@@ -25,14 +25,13 @@ this writer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
 from statesync.aio_backend import AsyncLogBackend
 from statesync.backend import CompactOutcome
-from statesync.config import SyncConfig
 from statesync.requests import Operation, clock_sleep, run_async
-from statesync.shell import SynchronizerShell, backend_options
+from statesync.shell import SynchronizerShell
 from statesync.update import Decision, Update
 
 S = TypeVar("S")
@@ -63,32 +62,10 @@ class AsyncStateSynchronizer(SynchronizerShell[S, AsyncLogBackend]):
         return asyncio.Lock()
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        name: str,
-        *,
-        update_types: Iterable[type[Update]] = (),
-        state_types: Iterable[type] = (),
-        config: SyncConfig | None = None,
-        **kwargs: Any,
-    ) -> AsyncStateSynchronizer[Any]:
-        """Connect to the Redis at ``url`` (``redis.asyncio``; see
-        :meth:`AsyncRedisLogBackend.from_url
-        <statesync.aio_redis_backend.AsyncRedisLogBackend.from_url>`) with a backend owned by
-        the new synchronizer. Connects lazily: call it anywhere, use it in one event loop."""
+    def _backend_from_url(cls, url: str, options: dict[str, Any]) -> AsyncLogBackend:
         from statesync.aio_redis_backend import AsyncRedisLogBackend
 
-        backend = AsyncRedisLogBackend.from_url(url, **backend_options(config))
-        return cls(
-            backend,
-            name,
-            update_types=update_types,
-            state_types=state_types,
-            config=config,
-            close_backend=True,
-            **kwargs,
-        )
+        return AsyncRedisLogBackend.from_url(url, **options)
 
     async def _run(self, operation: Operation[T]) -> T:
         """Drive one of the core's operations, serialized with this instance's others."""
@@ -97,21 +74,14 @@ class AsyncStateSynchronizer(SynchronizerShell[S, AsyncLogBackend]):
 
     # -- operations -------------------------------------------------------------------------
     async def initialize(self, initial_state: S) -> bool:
-        """Create the synchronizer with ``initial_state`` unless it exists, then load it.
-
-        Idempotent: returns ``True`` if this call created it; ``False`` if it existed, in which
-        case ``initial_state`` is ignored and the existing state is loaded.
-        """
+        """As :meth:`~statesync.synchronizer.StateSynchronizer.initialize`: create the log with
+        ``initial_state`` unless it exists, then load it; ``True`` if this call created it."""
         return await self._run(self._core.initialize(initial_state))
 
     async def fetch_updates(self) -> int:
-        """Apply every entry newer than :attr:`revision`; return how many were applied.
-
-        Raises :class:`~statesync.errors.BadEntryError` at a bad entry (the state stays at the
-        last good revision), :class:`~statesync.errors.SynchronizerNotFoundError` if the
-        synchronizer does not exist, :class:`~statesync.errors.BackendUnavailableError`
-        (retriable) if Redis cannot be reached.
-        """
+        """As :meth:`~statesync.synchronizer.StateSynchronizer.fetch_updates`: apply every
+        entry newer than :attr:`revision`; how many were applied. Cancelled: the replica keeps
+        the entries applied so far, whole."""
         return await self._run(self._core.fetch())
 
     # a list of updates: no result (listed first: a class may be both an Update and a Sequence)
@@ -131,51 +101,23 @@ class AsyncStateSynchronizer(SynchronizerShell[S, AsyncLogBackend]):
     async def update_state(
         self, generator: Callable[[S], Any], *, fetched_at: int | None = None
     ) -> Any:
-        """Append ``generator(state)``'s updates, conditional on the log not having moved.
+        """As :meth:`~statesync.synchronizer.StateSynchronizer.update_state` (the same generator
+        contract, fresh-state rule, ``fetched_at``, retries and errors): append
+        ``generator(state)``'s updates, conditional on the log not having moved; the result of
+        the run whose updates were appended.
 
-        ``generator`` must be pure: it may run several times, each time on a newer state. It
-        returns a list of updates, or ``(updates, result)`` (a :data:`~statesync.Decision`);
-        an empty list appends nothing. Returns ``result`` (``None`` if none) from the run whose
-        updates were appended, typed as the generator's result.
-
-        Every decision is made on fresh state: a run that appends nothing, or raises, counts
-        only if its state was fetched during this call; otherwise the log is read first and,
-        if it moved, the generator runs again on the newer state (so a stale handle cannot
-        silently decide "nothing to do", nor refuse on a state that no longer holds).
-        ``fetched_at``: the caller fetched (or appended) this replica at that revision during
-        the same step, so a first run on a replica still there counts as fresh (no second
-        read of the log just to confirm "nothing to do").
-
-        Raises :class:`~statesync.errors.UpdateRejectedError` if an update's ``apply_to``
-        raises on the current state (nothing appended),
-        :class:`~statesync.errors.ConflictRetriesExhaustedError` if the retry budget ran out,
-        :class:`~statesync.errors.BackendUnavailableError` if Redis stayed unreachable (the
-        update may have landed; the state shows whether it did, it never lands twice).
-        """
+        Cancelled while its append is in flight, the update may or may not have landed (as
+        after a lost reply): the next fetch shows which; it never lands twice."""
         return await self._run(self._core.update_state(generator, fetched_at))
 
     async def update_state_unconditionally(self, updates: Sequence[Update]) -> int:
-        """Append ``updates`` whatever the log's revision; return the revision they landed at.
-
-        The updates are first applied to the local state and rejected
-        (:class:`~statesync.errors.UpdateRejectedError`) if that raises. A replica known to
-        be stuck at a bad entry refuses before appending (the :class:`BadEntryError` says
-        nothing was appended); one whose history is not the log's gets
-        :class:`~statesync.errors.LogRegressedError`, nothing appended. When the updates
-        landed but the replica cannot catch up to them (it meets a bad entry on the way), the
-        call still returns their revision and :attr:`fetch_error` holds what stopped it.
-        """
+        """As :meth:`~statesync.synchronizer.StateSynchronizer.update_state_unconditionally`:
+        append ``updates`` whatever the log's revision; the revision they landed at."""
         return await self._run(self._core.update_unconditionally(updates))
 
     async def compact(self, snapshot_fn: Callable[[S], S] | None = None) -> CompactOutcome:
-        """Snapshot the state at the current head and truncate the log behind the previous
-        snapshot.
-
-        ``snapshot_fn`` may return an equivalent, smaller state to store (for example without
-        data no update will read again); this replica then adopts it, like every client that
-        loads the snapshot. ``compacted`` is False if a snapshot at this revision or a newer one
-        already existed.
-        """
+        """As :meth:`~statesync.synchronizer.StateSynchronizer.compact`: snapshot the state at
+        the head and truncate the log behind the previous snapshot."""
         return await self._run(self._core.compact(snapshot_fn))
 
     async def wait_for_updates(

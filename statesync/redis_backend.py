@@ -42,8 +42,7 @@ from statesync.errors import (
     BackendUnavailableError,
     StateSyncError,
 )
-from statesync.names import KeyLayout, validate_name
-from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, ScriptCall
+from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, RedisBackendBase, ScriptCall
 from statesync.scripts import SCRIPT_NAMES, script_source
 
 logger = logging.getLogger(__name__)
@@ -547,7 +546,7 @@ def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-class RedisLogBackend:
+class RedisLogBackend(RedisBackendBase[redis.Redis]):
     """Synchronizer logs stored in one Redis (or Valkey) server. Thread-safe.
 
     Who may call what: any thread may call any method; blocking waits use a separate
@@ -565,94 +564,32 @@ class RedisLogBackend:
         """``client`` may also be a ``redis.cluster.RedisCluster``; then pass a second cluster
         client (socket timeout above 5 s) as ``blocking_client``. ``acks``: when an append
         counts as acknowledged (default leader, see :mod:`statesync.durability`)."""
-        self._prefix = validate_name(key_prefix, what="key prefix")
-        self._client = client
-        self._acks = acks or Acks()
-        if blocking_client is not None:
-            self._blocking = blocking_client
-        else:
-            pool = client.connection_pool
-            blocking_kwargs = dict(pool.connection_kwargs)
-            blocking_kwargs["socket_timeout"] = BLOCKING_SOCKET_TIMEOUT
-            blocking_kwargs["retry"] = _no_retry()
-            self._blocking = redis.Redis(
-                connection_pool=redis.ConnectionPool(
-                    connection_class=pool.connection_class, **blocking_kwargs
-                )
-            )
+        super().__init__(client, key_prefix=key_prefix, blocking_client=blocking_client, acks=acks)
         self._scripts: dict[str, Script] = {
             script: client.register_script(script_source(script)) for script in SCRIPT_NAMES
         }
-        self._layouts: dict[str, KeyLayout] = {}
+
+    def _blocking_twin(self, client: redis.Redis) -> redis.Redis:
+        pool = client.connection_pool
+        kwargs = wire.blocking_options(pool.connection_kwargs, _no_retry())
+        return redis.Redis(
+            connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+        )
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        key_prefix: str = "statesync",
-        socket_timeout: float = 10.0,
-        acks: Acks | None = None,
-        **redis_kwargs: Any,
-    ) -> RedisLogBackend:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://`` or
-        ``redis+sentinel://``, see :mod:`statesync.endpoints`)."""
+    def _connect(
+        cls, url: str, socket_timeout: float, redis_kwargs: dict[str, Any]
+    ) -> tuple[redis.Redis, redis.Redis | None]:
         if is_sentinel_url(url):
-            client, blocking = sentinel_clients(
+            return sentinel_clients(
                 url,
                 socket_timeout=socket_timeout,
                 blocking_socket_timeout=BLOCKING_SOCKET_TIMEOUT,
                 retry=_no_retry(),
                 **redis_kwargs,
             )
-            return cls(client, key_prefix=key_prefix, blocking_client=blocking, acks=acks)
-        client = redis.Redis.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=min(socket_timeout, 5.0),
-            retry=_no_retry(),
-            retry_on_timeout=False,
-            **redis_kwargs,
-        )
-        return cls(client, key_prefix=key_prefix, acks=acks)
-
-    @property
-    def blocking_client(self) -> redis.Redis:
-        """A client whose sockets tolerate ``XREAD BLOCK`` of up to 5 s (its own pool)."""
-        return self._blocking
-
-    @property
-    def client(self) -> redis.Redis:
-        """The command client (for callers composing their own keys with this server)."""
-        return self._client
-
-    @property
-    def key_prefix(self) -> str:
-        """The first part of every key this backend uses."""
-        return self._prefix
-
-    def keys(self, name: str) -> KeyLayout:
-        layout = self._layouts.get(name)
-        if layout is None:
-            layout = self._layouts[name] = KeyLayout(self._prefix, name)
-        return layout
-
-    def wake_on(
-        self, name: str, after_revision: int, *, wakes_only: bool = False
-    ) -> tuple[str, str]:
-        """The stream key and entry id an ``XREAD BLOCK`` waits on to wake when synchronizer
-        ``name`` has an entry after ``after_revision`` (``-1``: any): a caller that blocks on
-        several streams in one call (readergroup's readers: segments and state logs) adds
-        this pair to its XREAD instead of building the log's key and ids itself.
-        ``wakes_only``: only entries appended with ``wake`` count (the log's wake stream)."""
-        return wire.wake_on(self.keys(name), after_revision, wakes_only=wakes_only)
-
-    def follower_wake_on(self, name: str, after_revision: int, follower: str) -> tuple[str, str]:
-        """The stream key and entry id an ``XREAD BLOCK`` waits on to wake when an entry of
-        synchronizer ``name`` after ``after_revision`` names ``follower`` in its wake-up (see
-        :meth:`~statesync.names.KeyLayout.follower_wake`); with :meth:`wake_on`'s
-        ``wakes_only`` pair, every wake-up that concerns the follower."""
-        return self.keys(name).follower_wake(follower), wire.past_wakes_of(after_revision)
+        options = wire.client_options(socket_timeout)
+        return redis.Redis.from_url(url, retry=_no_retry(), **options, **redis_kwargs), None
 
     def _run(self, name: str, call: ScriptCall) -> Any:
         with translate_redis_errors(call.script, name):
@@ -663,34 +600,8 @@ class RedisLogBackend:
         call = wire.initialize_call(self.keys(name), snapshot, incarnation)
         return wire.initialized(name, self._run(name, call))
 
-    def append(
-        self,
-        name: str,
-        payload: bytes,
-        *,
-        expected_revision: int | None,
-        writer: str,
-        sequence: int,
-        max_bytes: int,
-        incarnation: str = "",
-        anchor_revision: int = -1,
-        anchor_history: str = "",
-        wake: bool | Collection[str] = True,
-        keys: Sequence[str] | None = None,
-    ) -> AppendOutcome:
-        call = wire.append_call(
-            self.keys(name),
-            payload,
-            expected_revision=expected_revision,
-            writer=writer,
-            sequence=sequence,
-            max_bytes=max_bytes,
-            incarnation=incarnation,
-            anchor_revision=anchor_revision,
-            anchor_history=anchor_history,
-            wake=wake,
-            keys=keys,
-        )
+    def append(self, name: str, payload: bytes, **options: Any) -> AppendOutcome:
+        call = wire.append_call(self.keys(name), payload, **options)
         return wire.append_outcome(name, self._append_acknowledged(name, call))
 
     def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
@@ -713,34 +624,14 @@ class RedisLogBackend:
             check_acknowledged(self._acks, acknowledged, f"synchronizer {name!r}", self._client)
         return reply
 
-    def read(
-        self,
-        name: str,
-        after_revision: int,
-        limit: int,
-        *,
-        max_entry_bytes: int | None = None,
-        max_snapshot_bytes: int | None = None,
-    ) -> ReadResult:
-        call = wire.read_call(
-            self.keys(name), after_revision, limit, max_entry_bytes, max_snapshot_bytes
-        )
+    def read(self, name: str, after_revision: int, limit: int, **limits: Any) -> ReadResult:
+        call = wire.read_call(self.keys(name), after_revision, limit, **limits)
         with translate_redis_errors("read", name):
             reply = run_read_only(self._client, self._scripts["read"], call.keys, call.args)
         return wire.read_result(name, reply)
 
-    def wait(
-        self,
-        name: str,
-        after_revision: int,
-        timeout: float,
-        *,
-        wakes_only: bool = False,
-        follower: str | None = None,
-    ) -> bool:
-        streams = wire.wait_streams(
-            self.keys(name), after_revision, wakes_only=wakes_only, follower=follower
-        )
+    def wait(self, name: str, after_revision: int, timeout: float, **which: Any) -> bool:
+        streams = wire.wait_streams(self.keys(name), after_revision, **which)
         for block in wire.block_chunks(timeout):
             with translate_redis_errors("wait", name):
                 reply = self._blocking.xread(streams, count=1, block=block)
@@ -748,16 +639,8 @@ class RedisLogBackend:
                 return True
         return False
 
-    def compact(
-        self,
-        name: str,
-        revision: int,
-        snapshot: bytes,
-        *,
-        incarnation: str = "",
-        history: str = "",
-    ) -> CompactOutcome:
-        call = wire.compact_call(self.keys(name), revision, snapshot, incarnation, history)
+    def compact(self, name: str, revision: int, snapshot: bytes, **anchors: Any) -> CompactOutcome:
+        call = wire.compact_call(self.keys(name), revision, snapshot, **anchors)
         return wire.compact_outcome(name, self._run(name, call))
 
     def delete(self, name: str) -> bool:

@@ -10,14 +10,17 @@ its KEYS and its ARGV, in the order the script's header contract gives.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Self, TypeVar
 
 from statesync import status
 from statesync.backend import AppendOutcome, CompactOutcome, RawEntry, ReadResult
+from statesync.durability import Acks
 from statesync.errors import BackendProtocolError
-from statesync.names import KeyLayout
+from statesync.names import KeyLayout, validate_name
+
+C = TypeVar("C")
 
 MAX_BLOCK_MS = 5_000
 """Longest single ``XREAD BLOCK`` (ms); waits loop over chunks so a dead server is noticed."""
@@ -30,6 +33,105 @@ reading it later misses nothing it needs: it refreshes on its own too)."""
 LAST_SEQUENCE = 2**64 - 1
 """The largest sequence part of a stream entry id: waiting after ``<revision>-LAST_SEQUENCE``
 skips every wake-up of that revision."""
+
+
+class RedisBackendBase(Generic[C]):
+    """What both Redis backends hold: the key prefix and layouts, the command client ``C``
+    and the blocking one (``XREAD BLOCK`` on a pool of its own)."""
+
+    def __init__(
+        self,
+        client: C,
+        *,
+        key_prefix: str = "statesync",
+        blocking_client: C | None = None,
+        acks: Acks | None = None,
+    ) -> None:
+        self._prefix = validate_name(key_prefix, what="key prefix")
+        self._client = client
+        self._blocking = self._blocking_twin(client) if blocking_client is None else blocking_client
+        self._acks = acks or Acks()
+        self._layouts: dict[str, KeyLayout] = {}
+
+    def _blocking_twin(self, client: C) -> C:
+        """A client on ``client``'s server, with its own pool of sockets that outlast a block."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        key_prefix: str = "statesync",
+        socket_timeout: float = 10.0,
+        acks: Acks | None = None,
+        **redis_kwargs: Any,
+    ) -> Self:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://`` or
+        ``redis+sentinel://``, see :mod:`statesync.endpoints`); ``redis_kwargs`` go to the
+        Redis client (``username``, ``password``, ``ssl_*`` files...)."""
+        client, blocking = cls._connect(url, socket_timeout, redis_kwargs)
+        return cls(client, key_prefix=key_prefix, blocking_client=blocking, acks=acks)
+
+    @classmethod
+    def _connect(
+        cls, url: str, socket_timeout: float, redis_kwargs: dict[str, Any]
+    ) -> tuple[C, C | None]:
+        """(command client, blocking client or ``None`` for its twin) for ``url``."""
+        raise NotImplementedError
+
+    @property
+    def client(self) -> C:
+        """The command client (for callers composing their own keys with this server)."""
+        return self._client
+
+    @property
+    def blocking_client(self) -> C:
+        """A client whose sockets tolerate ``XREAD BLOCK`` of up to 5 s (its own pool)."""
+        return self._blocking
+
+    @property
+    def key_prefix(self) -> str:
+        """The first part of every key this backend uses."""
+        return self._prefix
+
+    def keys(self, name: str) -> KeyLayout:
+        layout = self._layouts.get(name)
+        if layout is None:
+            layout = self._layouts[name] = KeyLayout(self._prefix, name)
+        return layout
+
+    def wake_on(
+        self, name: str, after_revision: int, *, wakes_only: bool = False
+    ) -> tuple[str, str]:
+        """The stream key and entry id an ``XREAD BLOCK`` waits on to wake when synchronizer
+        ``name`` has an entry after ``after_revision`` (``-1``: any): a caller that blocks on
+        several streams in one call (readergroup's readers: segments and state logs) adds
+        this pair to its XREAD instead of building the log's key and ids itself.
+        ``wakes_only``: only entries appended with ``wake`` count (the log's wake stream)."""
+        return wake_on(self.keys(name), after_revision, wakes_only=wakes_only)
+
+    def follower_wake_on(self, name: str, after_revision: int, follower: str) -> tuple[str, str]:
+        """The stream key and entry id an ``XREAD BLOCK`` waits on to wake when an entry of
+        synchronizer ``name`` after ``after_revision`` names ``follower`` in its wake-up (see
+        :meth:`~statesync.names.KeyLayout.follower_wake`); with :meth:`wake_on`'s
+        ``wakes_only`` pair, every wake-up that concerns the follower."""
+        return self.keys(name).follower_wake(follower), past_wakes_of(after_revision)
+
+
+def client_options(socket_timeout: float) -> dict[str, Any]:
+    """The options of a backend's command client (its ``retry``, of its own kind, aside):
+    redis-py's retries off (a re-sent append carries its writer sequence one level up)."""
+    return {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": min(socket_timeout, 5.0),
+        "retry_on_timeout": False,
+    }
+
+
+def blocking_options(connection_kwargs: dict[str, Any], retry: Any) -> dict[str, Any]:
+    """A blocking client's connection options, made from the command client's."""
+    return {**connection_kwargs, "socket_timeout": BLOCKING_SOCKET_TIMEOUT, "retry": retry}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,37 +153,39 @@ def initialized(name: str, reply: Any) -> bool:
     return status.raise_for_status("initialize", name, reply) == status.OK
 
 
-def append_call(
-    k: KeyLayout,
-    payload: bytes,
-    *,
-    expected_revision: int | None,
-    writer: str,
-    sequence: int,
-    max_bytes: int,
-    incarnation: str,
-    anchor_revision: int,
-    anchor_history: str,
-    wake: bool | Collection[str],
-    keys: Sequence[str] | None,
-) -> ScriptCall:
+APPEND_DEFAULTS: dict[str, Any] = {
+    "expected_revision": None,
+    "incarnation": "",
+    "anchor_revision": -1,
+    "anchor_history": "",
+    "wake": True,
+    "keys": None,
+}
+"""The defaults of :meth:`statesync.backend.LogBackend.append`'s optional arguments."""
+
+
+def append_call(k: KeyLayout, payload: bytes, **options: Any) -> ScriptCall:
+    """append.lua for :meth:`statesync.backend.LogBackend.append`'s keyword arguments
+    (``writer``, ``sequence``, ``max_bytes`` and the optional ones)."""
+    o = {**APPEND_DEFAULTS, **options}
+    wake = o["wake"]
     named = not isinstance(wake, bool)
-    followers = sorted(wake) if not isinstance(wake, bool) else []
-    expected = -1 if expected_revision is None else expected_revision
+    followers = sorted(wake) if named else []
+    expected = o["expected_revision"]
     return ScriptCall(
         "append",
         [k.meta, k.log, k.writers, k.wake, k.wakers, *map(k.follower_wake, followers)],
         [
-            expected,
+            -1 if expected is None else expected,
             payload,
-            max_bytes,
-            writer,
-            sequence,
-            incarnation,
-            anchor_revision,
-            anchor_history,
+            o["max_bytes"],
+            o["writer"],
+            o["sequence"],
+            o["incarnation"],
+            o["anchor_revision"],
+            o["anchor_history"],
             1 if named or wake else 0,
-            "\n".join(keys or ()),
+            "\n".join(o["keys"] or ()),
             1 if named else 0,
             "\n".join(followers),
             FOLLOWER_WAKE_TTL_MS,
@@ -116,8 +220,9 @@ def read_call(
     k: KeyLayout,
     after_revision: int,
     limit: int,
-    max_entry_bytes: int | None,
-    max_snapshot_bytes: int | None,
+    *,
+    max_entry_bytes: int | None = None,
+    max_snapshot_bytes: int | None = None,
 ) -> ScriptCall:
     limits = [-1 if m is None else m for m in (max_entry_bytes, max_snapshot_bytes)]
     return ScriptCall("read", [k.meta, k.log, k.snapshots], [after_revision, limit, *limits])
@@ -143,7 +248,7 @@ def read_result(name: str, reply: Any) -> ReadResult:
 
 
 def compact_call(
-    k: KeyLayout, revision: int, snapshot: bytes, incarnation: str, history: str
+    k: KeyLayout, revision: int, snapshot: bytes, *, incarnation: str = "", history: str = ""
 ) -> ScriptCall:
     return ScriptCall(
         "compact",
@@ -168,7 +273,7 @@ def wake_on(k: KeyLayout, after_revision: int, *, wakes_only: bool) -> tuple[str
 
 
 def wait_streams(
-    k: KeyLayout, after_revision: int, *, wakes_only: bool, follower: str | None
+    k: KeyLayout, after_revision: int, *, wakes_only: bool = False, follower: str | None = None
 ) -> dict[Any, Any]:
     """The streams (and ids) one ``XREAD BLOCK`` of a ``wait`` blocks on."""
     streams: dict[Any, Any] = dict([wake_on(k, after_revision, wakes_only=wakes_only)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from statesync.clock import Clock
 from statesync.config import SyncConfig
@@ -49,6 +49,34 @@ class SynchronizerShell(SynchronizerView[S], Generic[S, B]):
         self._backend = backend
         self._close_backend = close_backend
         self._lock = self._new_lock()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        name: str,
+        *,
+        update_types: Iterable[type[Update]] = (),
+        state_types: Iterable[type] = (),
+        config: SyncConfig | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        """Connect to the Redis at ``url`` with a backend owned by the new synchronizer (the
+        config's key prefix, socket timeout and acks; ``kwargs`` as the constructor's)."""
+        return cls(
+            cls._backend_from_url(url, backend_options(config)),
+            name,
+            update_types=update_types,
+            state_types=state_types,
+            config=config,
+            close_backend=True,
+            **kwargs,
+        )
+
+    @classmethod
+    def _backend_from_url(cls, url: str, options: dict[str, Any]) -> B:
+        """A Redis backend of this shell's kind for ``url``."""
+        raise NotImplementedError
 
     def _new_lock(self) -> Any:
         """The lock serializing this instance's operations (a thread's, or a task's)."""

@@ -40,14 +40,13 @@ an internal lock, except ``wait_for_updates``, which never takes it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
 from statesync.backend import CompactOutcome, LogBackend
-from statesync.config import SyncConfig
 from statesync.core import SyncStats
 from statesync.requests import Operation, run
-from statesync.shell import SynchronizerShell, backend_options
+from statesync.shell import SynchronizerShell
 from statesync.update import Decision, Update
 
 S = TypeVar("S")
@@ -89,29 +88,10 @@ class StateSynchronizer(SynchronizerShell[S, LogBackend]):
         return threading.RLock()
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        name: str,
-        *,
-        update_types: Iterable[type[Update]] = (),
-        state_types: Iterable[type] = (),
-        config: SyncConfig | None = None,
-        **kwargs: Any,
-    ) -> StateSynchronizer[Any]:
-        """Connect to the Redis at ``url`` with a backend owned by the new synchronizer."""
+    def _backend_from_url(cls, url: str, options: dict[str, Any]) -> LogBackend:
         from statesync.redis_backend import RedisLogBackend
 
-        backend = RedisLogBackend.from_url(url, **backend_options(config))
-        return cls(
-            backend,
-            name,
-            update_types=update_types,
-            state_types=state_types,
-            config=config,
-            close_backend=True,
-            **kwargs,
-        )
+        return RedisLogBackend.from_url(url, **options)
 
     def _run(self, operation: Operation[T]) -> T:
         """Drive one of the core's operations, serialized with this instance's others."""
