@@ -7,6 +7,8 @@ Each path runs alone in a process of its own (spawned, released together with no
   (:class:`StateSynchronizer` on redis-py) against asyncio (:class:`AsyncStateSynchronizer`
   on ``redis.asyncio``); ``ratio`` = async / threaded (updates/s; latency: threaded / async, so
   above 1 is better for async in both).
+* ``client_baseline``: the same, for a bare ``PING`` of redis-py against ``redis.asyncio``
+  (what the client library alone costs: the ``one_client`` ratio is to be read against it).
 * ``many_clients``: ``--clients`` synchronizers in one process, each on a log of its own (no
   conflicts: how one process carries many clients), as that many threads against as many
   tasks of one event loop; total updates/s and per-call p50/p99.
@@ -27,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+import redis.asyncio as aioredis
 
 from bench.common import emit, median, run_processes
 from readergroup.testing.embedded_redis import redis_server
@@ -98,10 +103,42 @@ def _asynchronous(url: str, names: list[str], seconds: float, start: Any, result
     results.put(asyncio.run(main()))
 
 
-def _measure(url: str, clients: int, seconds: float, rounds: int) -> dict[str, Any]:
+def _ping_threaded(url: str, names: list[str], seconds: float, start: Any, results: Any) -> None:
+    client = redis.Redis.from_url(url)
+    client.ping()
+    start.wait()
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while (began := time.perf_counter()) < deadline:
+        client.ping()
+        latencies.append(time.perf_counter() - began)
+    results.put(_summary(latencies, seconds))
+
+
+def _ping_asynchronous(
+    url: str, names: list[str], seconds: float, start: Any, results: Any
+) -> None:
+    async def main() -> dict[str, float]:
+        client = aioredis.Redis.from_url(url)
+        await client.ping()
+        await asyncio.to_thread(start.wait)
+        latencies: list[float] = []
+        deadline = time.perf_counter() + seconds
+        while (began := time.perf_counter()) < deadline:
+            await client.ping()
+            latencies.append(time.perf_counter() - began)
+        await client.aclose()
+        return _summary(latencies, seconds)
+
+    results.put(asyncio.run(main()))
+
+
+def _measure(
+    url: str, clients: int, seconds: float, rounds: int, paths: tuple[Any, Any]
+) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {"threaded": [], "asyncio": []}
     for _ in range(rounds):  # alternate the paths, each alone in its own process
-        for path, target in (("threaded", _threaded), ("asyncio", _asynchronous)):
+        for path, target in zip(("threaded", "asyncio"), paths, strict=True):
             names = [f"bench-aio-{uuid.uuid4().hex[:8]}" for _ in range(clients)]
             for name in names:
                 StateSynchronizer.from_url(url, name, update_types=[Add]).initialize({"total": 0})
@@ -127,11 +164,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with redis_server() as server:
+        synchronizers = (_threaded, _asynchronous)
         results = {
-            "one_client": _measure(server.url, 1, args.seconds, args.rounds),
+            "one_client": _measure(server.url, 1, args.seconds, args.rounds, synchronizers),
+            "client_baseline": _measure(
+                server.url, 1, args.seconds, args.rounds, (_ping_threaded, _ping_asynchronous)
+            ),
             "many_clients": {
                 "clients": args.clients,
-                **_measure(server.url, args.clients, args.seconds, args.rounds),
+                **_measure(server.url, args.clients, args.seconds, args.rounds, synchronizers),
             },
         }
     emit("aio_statesync", results)

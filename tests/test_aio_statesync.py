@@ -344,3 +344,19 @@ def test_a_cluster_client_is_refused_with_a_typed_error() -> None:
     client = RedisCluster(host="127.0.0.1", port=7000)
     with pytest.raises(BackendUnsupportedError, match="RedisLogBackend"):
         AsyncRedisLogBackend(client)  # type: ignore[arg-type]
+
+
+def test_the_async_redis_backend_finds_the_primary_through_sentinels(unique_name: str) -> None:
+    from readergroup.testing.embedded_redis import local_sentinel_group
+
+    async def scenario(url: str) -> None:
+        async with AsyncStateSynchronizer.from_url(url, unique_name, update_types=TYPES) as sync:
+            await sync.initialize({"done": []})
+            await sync.update_state(record("through-sentinels"))
+
+    with local_sentinel_group(replicas=1, sentinels=3) as group:
+        asyncio.run(scenario(group.url))
+        primary = redis.Redis(port=group.primary_port())
+        with StateSynchronizer(RedisLogBackend(primary), unique_name, update_types=TYPES) as check:
+            check.fetch_updates()
+            assert check.state == {"done": ["through-sentinels"]}
