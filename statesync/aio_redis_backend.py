@@ -9,10 +9,10 @@ carries the same writer sequence one level up.
 
 Endpoints: ``redis://``, ``rediss://`` (TLS), ``unix://``, ACL user and password (in the URL
 or as options), and ``redis+sentinel://`` (``redis.asyncio``'s Sentinel client: each new
-connection asks the Sentinels where the primary is). Not supported here, a typed
-:class:`~statesync.errors.BackendUnsupportedError` says so: a Redis Cluster client (use the
-threaded backend), since the writer-acknowledged append and the delete transaction run on
-the node holding the log, which ``redis.asyncio``'s cluster client gives no plain client for.
+connection asks the Sentinels where the primary is). A Redis Cluster: pass a
+``redis.asyncio.cluster.RedisCluster`` and a second one for blocking reads (socket timeout
+above 5 s), as to the threaded backend; acknowledged appends (``acks``) then run on a plain
+client of the node holding the log, so the append and its ``WAIT`` share a connection.
 
 Cancellation: ``redis.asyncio`` closes a connection whose command was cancelled before its
 reply was read, so a cancelled call never leaves a reply for the next one to misread; the
@@ -30,7 +30,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError, SlotNotCoveredError
 
 from statesync import redis_wire as wire
 from statesync import status
@@ -38,7 +38,7 @@ from statesync.backend import AppendOutcome, CompactOutcome, ReadResult
 from statesync.durability import Acks
 from statesync.endpoints import is_sentinel_url, parse_sentinel_url, sentinel_setup
 from statesync.errors import BackendUnsupportedError
-from statesync.redis_backend import check_acknowledged, translate_redis_errors
+from statesync.redis_backend import check_acknowledged, slot_moved, translate_redis_errors
 from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, RedisBackendBase, ScriptCall
 from statesync.scripts import SCRIPT_NAMES, script_source
 
@@ -49,7 +49,11 @@ def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-class AsyncRedisLogBackend(RedisBackendBase[aioredis.Redis]):
+AsyncClient = aioredis.Redis | RedisCluster
+"""A ``redis.asyncio`` client: one server's (or the primary a Sentinel names), or a cluster's."""
+
+
+class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
     """Synchronizer logs in one Redis (or Valkey) server, for the tasks of one event loop.
 
     Blocking waits (``XREAD BLOCK``) use a client of their own whose sockets outlast a block,
@@ -58,27 +62,30 @@ class AsyncRedisLogBackend(RedisBackendBase[aioredis.Redis]):
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: AsyncClient,
         *,
         key_prefix: str = "statesync",
-        blocking_client: aioredis.Redis | None = None,
+        blocking_client: AsyncClient | None = None,
         acks: Acks | None = None,
     ) -> None:
-        """``client``: a ``redis.asyncio.Redis`` (a cluster client is refused, see the module).
-        ``acks``: when an append counts as acknowledged (:mod:`statesync.durability`)."""
-        if isinstance(client, RedisCluster):
+        """``client``: a ``redis.asyncio.Redis``, or a ``RedisCluster`` with a second one as
+        ``blocking_client`` (socket timeout above 5 s; required: a cluster client's options
+        cannot be copied). ``acks``: when an append counts as acknowledged
+        (:mod:`statesync.durability`)."""
+        if isinstance(client, RedisCluster) and blocking_client is None:
             raise BackendUnsupportedError(
-                "AsyncRedisLogBackend does not run on a Redis Cluster client (redis.asyncio's "
-                "cluster client has no per-node client for the acknowledged append and the "
-                "delete transaction); use statesync.redis_backend.RedisLogBackend"
+                "AsyncRedisLogBackend on a Redis Cluster needs blocking_client: a second "
+                "RedisCluster whose socket timeout is above 5 s, for blocking reads"
             )
+        self._node_clients: dict[str, aioredis.Redis] = {}
         super().__init__(client, key_prefix=key_prefix, blocking_client=blocking_client, acks=acks)
         self._scripts: dict[str, AsyncScript] = {
             script: client.register_script(script_source(script)) for script in SCRIPT_NAMES
         }
         self._no_evalsha_ro = False
 
-    def _blocking_twin(self, client: aioredis.Redis) -> aioredis.Redis:
+    def _blocking_twin(self, client: AsyncClient) -> AsyncClient:
+        assert isinstance(client, aioredis.Redis)  # a cluster's is given (see __init__)
         pool = client.connection_pool
         kwargs = wire.blocking_options(pool.connection_kwargs, _no_retry())
         return aioredis.Redis(
@@ -109,6 +116,26 @@ class AsyncRedisLogBackend(RedisBackendBase[aioredis.Redis]):
             for timeout in (socket_timeout, BLOCKING_SOCKET_TIMEOUT)
         )
         return client, blocking
+
+    def _node_client(self, key: str) -> aioredis.Redis:
+        """A plain client whose pipelines run on the server holding ``key`` (for a cluster, a
+        client of that node's own, kept per node), so an append and its ``WAIT`` share one
+        connection; pipelines there bypass the cluster's redirections (see
+        :func:`~statesync.redis_backend.slot_moved`)."""
+        client = self._client
+        if isinstance(client, aioredis.Redis):
+            return client
+        node = client.get_node_from_key(key)
+        if node is None:  # (translated: an outage, retried)
+            raise SlotNotCoveredError(f"no node serves the slot of {key!r}")
+        made = self._node_clients.get(node.name)
+        if made is None:
+            pool = aioredis.ConnectionPool(
+                connection_class=node.connection_class,
+                **{**node.connection_kwargs, "host": node.host, "port": node.port},
+            )
+            made = self._node_clients[node.name] = aioredis.Redis(connection_pool=pool)
+        return made
 
     async def _run(self, name: str, call: ScriptCall) -> Any:
         with translate_redis_errors(call.script, name):
@@ -147,10 +174,14 @@ class AsyncRedisLogBackend(RedisBackendBase[aioredis.Redis]):
         if wait is None:
             return wire.append_outcome(name, await self._run(name, call))
         with translate_redis_errors("append", name):
-            pipe = self._client.pipeline(transaction=False)
+            pipe = self._node_client(call.keys[0]).pipeline(transaction=False)
             await self._scripts["append"](keys=call.keys, args=call.args, client=pipe)
             pipe.execute_command(*wait)
             reply, acknowledged = await pipe.execute(raise_on_error=False)
+            moved = slot_moved(call.keys[0], reply)
+            if moved is not None and isinstance(self._client, RedisCluster):
+                await self._client.nodes_manager.initialize()
+                raise moved from reply
             if isinstance(reply, Exception):
                 raise reply
         if int(reply[0]) in (status.OK, status.DUPLICATE):
@@ -189,7 +220,8 @@ class AsyncRedisLogBackend(RedisBackendBase[aioredis.Redis]):
             pipe.delete(*k.all, *map(k.follower_wake, followers))
 
         with translate_redis_errors("delete", name):
-            replies: Any = await self._client.transaction(delete_all, k.wakers)
+            client: Any = self._client  # (a cluster's transaction is typed for coroutines)
+            replies: Any = await client.transaction(delete_all, k.wakers)
         return wire.deleted(replies)
 
     async def server_time_ms(self) -> int:
@@ -197,5 +229,6 @@ class AsyncRedisLogBackend(RedisBackendBase[aioredis.Redis]):
             return wire.time_ms(await self._client.time())
 
     async def close(self) -> None:
-        await self._blocking.aclose()
-        await self._client.aclose()
+        for client in [*self._node_clients.values(), self._blocking, self._client]:
+            await client.aclose()
+        self._node_clients.clear()

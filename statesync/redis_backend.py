@@ -192,15 +192,23 @@ def run_acknowledged(
     script(keys=list(keys), args=list(args), client=pipe)
     pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
     reply, acknowledged = pipe.execute(raise_on_error=False)
-    if isinstance(reply, (redis.exceptions.MovedError, redis.exceptions.AskError)):
+    moved = slot_moved(keys[0], reply)
+    if moved is not None:
         nodes = getattr(client, "nodes_manager", None)
         if nodes is not None:
             nodes.initialize()
-        raise BackendFailoverError(
-            f"the slot of {keys[0]!r} moved to {reply.host}:{reply.port} (a failover): {reply}",
-            "MOVED",
-        ) from reply
+        raise moved from reply
     return reply, acknowledged
+
+
+def slot_moved(key: str, reply: Any) -> BackendFailoverError | None:
+    """The retriable error for a ``MOVED``/``ASK`` reply to a command on ``key`` sent past the
+    cluster client's redirections (the caller refreshes the client's slot table first)."""
+    if not isinstance(reply, (redis.exceptions.MovedError, redis.exceptions.AskError)):
+        return None
+    return BackendFailoverError(
+        f"the slot of {key!r} moved to {reply.host}:{reply.port} (a failover): {reply}", "MOVED"
+    )
 
 
 def check_acknowledged(acks: Acks, reply: Any, where: str, client: Any = None) -> None:

@@ -19,6 +19,7 @@ import redis
 from redis.asyncio.cluster import RedisCluster
 
 from statesync import (
+    Acks,
     AsyncMemoryLogBackend,
     AsyncStateSynchronizer,
     BackendAccessError,
@@ -340,10 +341,44 @@ def test_the_async_redis_backend_speaks_tls(
         proxy.close()
 
 
-def test_a_cluster_client_is_refused_with_a_typed_error() -> None:
-    client = RedisCluster(host="127.0.0.1", port=7000)
-    with pytest.raises(BackendUnsupportedError, match="RedisLogBackend"):
-        AsyncRedisLogBackend(client)  # type: ignore[arg-type]
+def test_a_cluster_client_needs_its_blocking_twin() -> None:
+    client = RedisCluster(host="127.0.0.1", port=7000)  # (connects lazily: never here)
+    with pytest.raises(BackendUnsupportedError, match="blocking_client"):
+        AsyncRedisLogBackend(client)
+
+
+@pytest.mark.parametrize(
+    "replicas",
+    [0, pytest.param(1, marks=pytest.mark.long)],  # 1: about 8 s, six nodes started
+)
+def test_the_async_redis_backend_on_a_cluster(unique_name: str, replicas: int) -> None:
+    """On three primaries (``replicas``: each with that many replicas, and appends then
+    acknowledged by one of them: an append and its ``WAIT`` on one node's connection)."""
+    from readergroup.testing.embedded_redis import local_redis_cluster
+
+    async def scenario(url: str) -> None:
+        backend = AsyncRedisLogBackend(
+            RedisCluster.from_url(url),
+            blocking_client=RedisCluster.from_url(url, socket_timeout=10.0),
+            acks=Acks.parse(f"replicas={replicas}" if replicas else "leader"),
+        )
+        async with AsyncStateSynchronizer(
+            backend, unique_name, update_types=TYPES, close_backend=True
+        ) as sync:
+            await sync.initialize({"done": []})
+            follower = AsyncStateSynchronizer(backend, unique_name, update_types=TYPES)
+            await follower.fetch_updates()
+            waiting = asyncio.ensure_future(follower.wait_for_updates(30.0))
+            await sync.update_state(record("c1"))
+            assert await asyncio.wait_for(waiting, 10)
+            await sync.update_state_unconditionally([Record("c2", 1)])
+            assert (await sync.compact()).compacted
+            assert await follower.fetch_updates() == 2
+            assert follower.state == {"done": ["c1", "c2"]}
+            assert await sync.delete()
+
+    with local_redis_cluster(3, replicas=replicas) as cluster:
+        asyncio.run(scenario(cluster.url))
 
 
 def test_the_async_redis_backend_finds_the_primary_through_sentinels(unique_name: str) -> None:
