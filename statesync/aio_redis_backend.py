@@ -45,6 +45,13 @@ from statesync.scripts import SCRIPT_NAMES, script_source
 logger = logging.getLogger(__name__)
 
 
+MAX_CONNECTIONS = 2**31 - 1
+"""Connections a pool this backend makes may open: as many as tasks have commands (or waits)
+in flight, as the threaded backend's pools allow as many as threads do. ``redis.asyncio``'s
+default (100) made the 101st of a loop's concurrent calls fail at once (``Too many
+connections``); a client given to the constructor keeps its own pool's limit."""
+
+
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
@@ -89,7 +96,9 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
         pool = client.connection_pool
         kwargs = wire.blocking_options(pool.connection_kwargs, _no_retry())
         return aioredis.Redis(
-            connection_pool=type(pool)(connection_class=pool.connection_class, **kwargs)
+            connection_pool=aioredis.ConnectionPool(
+                connection_class=pool.connection_class, max_connections=MAX_CONNECTIONS, **kwargs
+            )
         )
 
     @classmethod
@@ -97,13 +106,14 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
         cls, url: str, socket_timeout: float, redis_kwargs: dict[str, Any]
     ) -> tuple[aioredis.Redis, aioredis.Redis | None]:
         """``redis.asyncio`` clients: lazily connected, so made anywhere, used in one loop."""
+        redis_kwargs = {"max_connections": MAX_CONNECTIONS, "retry": _no_retry(), **redis_kwargs}
         if not is_sentinel_url(url):
             options = wire.client_options(socket_timeout)
-            return aioredis.Redis.from_url(url, retry=_no_retry(), **options, **redis_kwargs), None
+            return aioredis.Redis.from_url(url, **options, **redis_kwargs), None
         from redis.asyncio.sentinel import Sentinel
 
         target = parse_sentinel_url(url)
-        primary = {"retry": _no_retry(), **redis_kwargs}
+        primary = dict(redis_kwargs)
         sentinels = primary.pop("sentinel_options", None)
         options, sentinel_kwargs = sentinel_setup(
             target, primary, socket_timeout=socket_timeout, sentinel_options=sentinels

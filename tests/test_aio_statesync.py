@@ -261,6 +261,34 @@ def test_a_waiting_task_does_not_block_the_loop_nor_hold_up_its_synchronizer(
     asyncio.run(scenario())
 
 
+def test_hundreds_of_followers_wait_in_one_loop_without_a_thread_each(
+    logs: Logs, unique_name: str
+) -> None:
+    writer = StateSynchronizer(logs.blocking, unique_name, update_types=TYPES)
+    writer.initialize({"done": []})
+
+    async def scenario() -> None:
+        backend = logs.new_async()
+        followers = [
+            AsyncStateSynchronizer(backend, unique_name, update_types=TYPES) for _ in range(300)
+        ]
+        try:
+            await asyncio.gather(*(f.fetch_updates() for f in followers))
+            threads = threading.active_count()
+            waits = [asyncio.ensure_future(f.wait_for_updates(30.0)) for f in followers]
+            await asyncio.sleep(0.1)  # every wait parked
+            assert threading.active_count() == threads  # tasks of this loop, no thread each
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, writer.update_state, record("all"))
+            assert await asyncio.wait_for(asyncio.gather(*waits), 20) == [True] * 300
+            assert await asyncio.gather(*(f.fetch_updates() for f in followers)) == [1] * 300
+            assert all(f.state == {"done": ["all"]} for f in followers)
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
 def test_an_async_writers_appends_are_read_by_a_threaded_follower_that_waits(
     logs: Logs, unique_name: str
 ) -> None:
