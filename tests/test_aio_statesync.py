@@ -423,3 +423,30 @@ def test_the_async_redis_backend_finds_the_primary_through_sentinels(unique_name
         with StateSynchronizer(RedisLogBackend(primary), unique_name, update_types=TYPES) as check:
             check.fetch_updates()
             assert check.state == {"done": ["through-sentinels"]}
+
+
+def test_a_lost_reply_to_an_async_append_is_resent_and_lands_once(
+    redis_handle: Any, unique_name: str
+) -> None:
+    from tests.support.proxy import ReplyDroppingProxy
+
+    target = redis.Redis.from_url(redis_handle.url).connection_pool.connection_kwargs
+
+    async def scenario(proxy: ReplyDroppingProxy) -> AsyncStateSynchronizer[Any]:
+        backend = AsyncRedisLogBackend.from_url(proxy.url)
+        sync = AsyncStateSynchronizer(backend, unique_name, update_types=TYPES, close_backend=True)
+        await sync.initialize({"done": []})
+        await sync.update_state(record("first"))  # the append script loaded: no NOSCRIPT below
+        for n in range(5):
+            proxy.drop_next_reply()  # the server runs the append; its reply never arrives
+            assert await sync.update_state(record(f"lost-{n}")) == f"lost-{n}"
+        await sync.close()
+        return sync
+
+    with ReplyDroppingProxy(target["host"], target["port"]) as proxy:
+        sync = asyncio.run(scenario(proxy))
+        assert proxy.dropped == 5
+    # each append landed once: re-sent with its writer sequence, found a duplicate
+    assert sync.stats.duplicates == 5 and sync.stats.appends == 1
+    logs = Logs(RedisLogBackend.from_url(redis_handle.url), redis_handle.url)
+    assert final_tokens(logs, unique_name) == ["first", *(f"lost-{n}" for n in range(5))]
