@@ -3,7 +3,7 @@ for asyncio code, on an :class:`~statesync.aio_backend.AsyncLogBackend`.
 
 The asyncio shell around the synchronizer's core (:mod:`statesync.core`): the same decisions,
 retries, conflict handling, wake-ups, compaction and errors as the threaded one, answered by
-awaiting the backend (:func:`statesync.requests.run_async`); backoffs await the event loop's
+awaiting the backend (:func:`run_async`); backoffs await the event loop's
 sleep (or advance an injected fake clock). Both shells speak the same wire format: a threaded
 and an asyncio synchronizer of one log (on Redis, or on one
 :class:`~statesync.memory_backend.MemoryLogBackend`) see each other's entries and conflict
@@ -25,18 +25,53 @@ this writer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import closing
 from typing import Any, TypeVar, overload
 
 from statesync.aio_backend import AsyncLogBackend
 from statesync.backend import CompactOutcome
-from statesync.requests import Operation, clock_sleep, run_async
+from statesync.clock import Clock
+from statesync.requests import Operation, Sleep, Steps
 from statesync.shell import SynchronizerShell
+from statesync.system_clock import SystemClock
 from statesync.update import Decision, Update
 
 S = TypeVar("S")
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+async def run_async(
+    operation: Operation[T], backend: Any, sleep: Callable[[float], Awaitable[None]]
+) -> T:
+    """Drive ``operation`` to its end on an :class:`~statesync.aio_backend.AsyncLogBackend`.
+    Cancelled while awaiting a request: the operation is closed where it stands."""
+    steps = Steps(operation)
+    with closing(operation):
+        while (request := steps.next_request()) is not None:
+            try:
+                if isinstance(request, Sleep):
+                    await sleep(request.seconds)
+                else:
+                    method = getattr(backend, request.method)
+                    steps.reply = await method(*request.args, **request.kwargs)
+            except Exception as exc:  # handed to the core, which decides what it means
+                steps.error = exc
+    return steps.result
+
+
+def clock_sleep(clock: Clock) -> Callable[[float], Awaitable[None]]:
+    """An awaitable backoff on ``clock``: the event loop's own sleep for the system clock, else
+    the clock's ``sleep`` (a fake clock advances at once) and a yield to the loop."""
+    if isinstance(clock, SystemClock):
+        return asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        await asyncio.sleep(0)
+
+    return sleep
 
 
 class AsyncStateSynchronizer(SynchronizerShell[S, AsyncLogBackend]):

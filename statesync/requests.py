@@ -7,8 +7,9 @@ the driver calls it and sends the reply back, or throws the exception it raised 
 generator (so the core's own ``try``/``except`` decides what an error means). A
 :class:`Sleep` is a backoff delay the core drew from its injected clock and random source.
 
-Two drivers: :func:`run` (threads: blocking calls, the clock's ``sleep``) and
-:func:`run_async` (one event loop: awaited calls, an awaitable sleep). A driver stopped
+Two drivers: :func:`run` here (threads: blocking calls, the clock's ``sleep``) and
+:func:`statesync.aio_synchronizer.run_async` (one event loop: awaited calls, an awaitable
+sleep); both hand requests out and replies in through :class:`Steps`. A driver stopped
 between two requests (an async driver's task cancelled while a call is in flight) closes the
 generator at its ``yield``: the core only changes its state between yields, so whatever it
 holds then is consistent.
@@ -16,8 +17,7 @@ holds then is consistent.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
@@ -52,7 +52,7 @@ Operation: TypeAlias = Generator[Request, Any, T]
 """One operation of the core: yields requests, receives replies, returns its result."""
 
 
-class _Steps(Generic[T]):
+class Steps(Generic[T]):
     """One operation being driven: hands out its requests and takes their outcomes."""
 
     def __init__(self, operation: Operation[T]) -> None:
@@ -76,7 +76,7 @@ class _Steps(Generic[T]):
 
 def run(operation: Operation[T], backend: Any, clock: Clock) -> T:
     """Drive ``operation`` to its end on a (blocking) :class:`~statesync.backend.LogBackend`."""
-    steps = _Steps(operation)
+    steps = Steps(operation)
     with closing(operation):
         while (request := steps.next_request()) is not None:
             try:
@@ -87,37 +87,3 @@ def run(operation: Operation[T], backend: Any, clock: Clock) -> T:
             except Exception as exc:  # handed to the core, which decides what it means
                 steps.error = exc
     return steps.result
-
-
-async def run_async(
-    operation: Operation[T], backend: Any, sleep: Callable[[float], Awaitable[None]]
-) -> T:
-    """Drive ``operation`` to its end on an :class:`~statesync.aio_backend.AsyncLogBackend`.
-    Cancelled while awaiting a request: the operation is closed where it stands."""
-    steps = _Steps(operation)
-    with closing(operation):
-        while (request := steps.next_request()) is not None:
-            try:
-                if isinstance(request, Sleep):
-                    await sleep(request.seconds)
-                else:
-                    method = getattr(backend, request.method)
-                    steps.reply = await method(*request.args, **request.kwargs)
-            except Exception as exc:  # handed to the core, which decides what it means
-                steps.error = exc
-    return steps.result
-
-
-def clock_sleep(clock: Clock) -> Callable[[float], Awaitable[None]]:
-    """An awaitable backoff on ``clock``: the event loop's own sleep for the system clock, else
-    the clock's ``sleep`` (a fake clock advances at once) and a yield to the loop."""
-    from statesync.system_clock import SystemClock
-
-    if isinstance(clock, SystemClock):
-        return asyncio.sleep
-
-    async def sleep(seconds: float) -> None:
-        clock.sleep(seconds)
-        await asyncio.sleep(0)
-
-    return sleep

@@ -16,7 +16,12 @@ from statesync.requests import BackendCall, Operation, Sleep
 from tests.support.model import ALL_TYPES, Add
 from tests.test_architecture import FORBIDDEN, ROOT, imported_roots
 
-PURE = ["statesync/core.py", "statesync/redis_wire.py", "statesync/aio_backend.py"]
+PURE = [
+    "statesync/core.py",
+    "statesync/requests.py",
+    "statesync/redis_wire.py",
+    "statesync/aio_backend.py",
+]
 
 
 @pytest.mark.parametrize("module", PURE)
