@@ -5,10 +5,10 @@
 Each operation (:meth:`SynchronizerCore.initialize`, ``fetch``, ``update_state``, ...) is a
 generator that yields :mod:`statesync.requests` (a backend call, a backoff sleep) and receives
 their replies; a driver (:func:`statesync.requests.run`,
-:func:`statesync.aio_synchronizer.run_async`) answers them. So what
-to read, how a page is applied, when a conflict re-runs the generator, the backoff drawn from
-the injected clock and random source, the second wake-up, the automatic compaction and what
-each error means are written once, here.
+:func:`statesync.aio_synchronizer.run_async`) answers them. So what to read, how a page is
+applied, when a conflict re-runs the generator, the backoff drawn from the injected clock and
+random source, the second wake-up, the automatic compaction and what each error means are
+written once, here.
 
 The core changes its state (the replica, the writer sequence, the counters) only between two
 yields: an operation abandoned at a ``yield`` (a thread's call raising, a task cancelled while
