@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +33,7 @@ from statesync.backend import (
 )
 from statesync.codec import Codec, TypeRegistry
 from statesync.redis_backend import RedisLogBackend
-from tests.support.async_adapter import FLAVOURS, make_synchronizer
+from tests.support.async_adapter import flavour, make_flavoured  # noqa: F401 (fixture)
 from tests.support.model import (
     ALL_TYPES,
     Add,
@@ -47,23 +46,12 @@ from tests.support.model import (
     Put,
 )
 
-_FLAVOUR = ["sync"]
-_CLOSERS: list[Callable[[], None]] = []
-
-
-@pytest.fixture(autouse=True, params=FLAVOURS)
-def flavour(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Which synchronizer :func:`make` makes: the threaded one, or the asyncio one (behind a
-    blocking adapter), on the test's backend."""
-    _FLAVOUR[0] = request.param
-    yield request.param
-    while _CLOSERS:
-        _CLOSERS.pop()()
+pytestmark = pytest.mark.usefixtures("flavour")
 
 
 def make(backend: LogBackend, name: str, **kwargs: Any) -> StateSynchronizer[Any]:
     kwargs.setdefault("update_types", ALL_TYPES)
-    made: StateSynchronizer[Any] = make_synchronizer(_FLAVOUR[0], backend, name, _CLOSERS, **kwargs)
+    made: StateSynchronizer[Any] = make_flavoured(backend, name, **kwargs)
     return made
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
+
+import pytest
 
 from statesync import AsyncMemoryLogBackend, AsyncStateSynchronizer, MemoryLogBackend
 from statesync.aio_backend import AsyncLogBackend
@@ -99,3 +101,23 @@ def make_synchronizer(
     )
     closers.append(adapter.close)
     return adapter
+
+
+_FLAVOUR = ["sync"]
+_CLOSERS: list[Callable[[], None]] = []
+
+
+@pytest.fixture(params=FLAVOURS)
+def flavour(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Which synchronizer :func:`make_flavoured` makes in this test: the threaded one, or the
+    asyncio one behind a blocking adapter (a module imports this fixture and uses it on every
+    test: ``pytestmark = pytest.mark.usefixtures("flavour")``)."""
+    _FLAVOUR[0] = request.param
+    yield request.param
+    while _CLOSERS:
+        _CLOSERS.pop()()
+
+
+def make_flavoured(backend: LogBackend, name: str, **kwargs: Any) -> Any:
+    """A synchronizer of the running test's :func:`flavour` on ``backend``'s logs."""
+    return make_synchronizer(_FLAVOUR[0], backend, name, _CLOSERS, **kwargs)
