@@ -21,7 +21,6 @@ command itself either ran whole on the server or not at all (one script each).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection
 from typing import Any
 
@@ -41,9 +40,6 @@ from statesync.errors import BackendUnsupportedError
 from statesync.redis_backend import check_acknowledged, slot_moved, translate_redis_errors
 from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, RedisBackendBase, ScriptCall
 from statesync.scripts import SCRIPT_NAMES, script_source
-
-logger = logging.getLogger(__name__)
-
 
 MAX_CONNECTIONS = 2**31 - 1
 """Connections a pool this backend makes may open: as many as tasks have commands (or waits)
