@@ -5,6 +5,9 @@ conditional appends against the revision it last saw (Pravega's State Synchroniz
 Nothing here knows about streams.
 """
 
+from statesync.aio_backend import AsyncLogBackend
+from statesync.aio_memory_backend import AsyncMemoryLogBackend
+from statesync.aio_synchronizer import AsyncStateSynchronizer
 from statesync.backend import CompactOutcome, LogBackend
 from statesync.clock import Clock, ManualClock
 from statesync.codec import FORMAT_VERSION
@@ -17,6 +20,7 @@ from statesync.errors import (
     BackendFailoverError,
     BackendProtocolError,
     BackendUnavailableError,
+    BackendUnsupportedError,
     BadEntryError,
     ConflictRetriesExhaustedError,
     CorruptEntryError,
@@ -42,10 +46,14 @@ __all__ = [
     "AckTimeoutError",
     "AckUnsupportedError",
     "Acks",
+    "AsyncLogBackend",
+    "AsyncMemoryLogBackend",
+    "AsyncStateSynchronizer",
     "BackendAccessError",
     "BackendFailoverError",
     "BackendProtocolError",
     "BackendUnavailableError",
+    "BackendUnsupportedError",
     "BadEntryError",
     "Clock",
     "CompactOutcome",

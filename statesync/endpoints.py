@@ -23,6 +23,7 @@ URL forms (parsed here, once, for every client of both packages):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote
 
 from statesync.errors import EndpointURLError
@@ -94,6 +95,25 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
         password,
         scheme.lower().startswith("rediss"),
     )
+
+
+def sentinel_setup(
+    target: SentinelTarget,
+    options: dict[str, Any],
+    *,
+    socket_timeout: float,
+    sentinel_options: dict[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the primary's connection options, the Sentinels' own) for ``target``: the URL's
+    credentials win over ``options``' (as in redis-py's ``from_url``; never both), TLS when the
+    URL asks for it, and a connect timeout of at most 5 s (for both, unless given)."""
+    auth = {"username": target.username, "password": target.password}
+    primary = {**options, **{name: value for name, value in auth.items() if value is not None}}
+    if target.tls:
+        primary = {"ssl": True, **primary}
+    primary.setdefault("socket_connect_timeout", min(socket_timeout, 5.0))
+    sentinels = {"socket_timeout": min(socket_timeout, 5.0), **(sentinel_options or {})}
+    return primary, sentinels
 
 
 def split_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:

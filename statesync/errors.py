@@ -182,6 +182,11 @@ class BackendAccessError(StateSyncError, PermissionError):
     """The backend refused the command: authentication or ACL permissions."""
 
 
+class BackendUnsupportedError(StateSyncError):
+    """The backend cannot run on the client or topology given (the message says which to use
+    instead). Not retriable."""
+
+
 class BackendProtocolError(StateSyncError):
     """The backend answered in a way the protocol does not allow (wrong key type, bad reply)."""
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from statesync import status
@@ -102,6 +103,27 @@ class MemoryLogBackend:
         self._changed = changed or threading.Condition()
         self._ticks = 0
         self._server_clock = server_clock or self._tick
+        self._watchers: list[Callable[[], None]] = []
+
+    @contextmanager
+    def watching(self, watcher: Callable[[], None]) -> Iterator[None]:
+        """Call ``watcher`` (under this backend's lock: it must only schedule, never block)
+        after every change of a log while the block runs: how an asyncio waiter
+        (:class:`~statesync.aio_memory_backend.AsyncMemoryLogBackend`) learns of appends
+        without blocking its event loop on the condition."""
+        with self._changed:
+            self._watchers.append(watcher)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._watchers.remove(watcher)
+
+    def _notify(self) -> None:
+        """Wake the threads waiting on the condition, and the watchers (lock held)."""
+        self._changed.notify_all()
+        for watcher in self._watchers:
+            watcher()
 
     def _tick(self) -> int:
         self._ticks += 1
@@ -122,7 +144,7 @@ class MemoryLogBackend:
             self._logs[name] = _Log(
                 incarnation, snapshots={0: snapshot}, histories={0: incarnation}
             )
-            self._changed.notify_all()
+            self._notify()
             return True
 
     def append(
@@ -172,7 +194,7 @@ class MemoryLogBackend:
             # ``wake`` if the entry landed past others)
             if wake is not False:
                 log.signal(log.revision, None if wake is True else wake)
-            self._changed.notify_all()
+            self._notify()
             return AppendOutcome(status.OK, log.revision, now, history)
 
     def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
@@ -180,7 +202,7 @@ class MemoryLogBackend:
             log = self._get(name)
             if revision > log.revision or not log.signal(revision, followers):
                 return False
-            self._changed.notify_all()
+            self._notify()
             return True
 
     def read(

@@ -13,7 +13,6 @@ so retries happen one level up, where the same sequence number is re-sent.
 from __future__ import annotations
 
 import logging
-import math
 import socket
 import threading
 import time
@@ -29,10 +28,11 @@ from redis.commands.core import Script
 from redis.exceptions import RedisClusterException, SlotNotCoveredError
 from redis.retry import Retry
 
+from statesync import redis_wire as wire
 from statesync import status
-from statesync.backend import AppendOutcome, CompactOutcome, RawEntry, ReadResult
+from statesync.backend import AppendOutcome, CompactOutcome, ReadResult
 from statesync.durability import Acks
-from statesync.endpoints import is_sentinel_url, parse_sentinel_url
+from statesync.endpoints import is_sentinel_url, parse_sentinel_url, sentinel_setup
 from statesync.errors import (
     AckTimeoutError,
     AckUnsupportedError,
@@ -42,20 +42,10 @@ from statesync.errors import (
     BackendUnavailableError,
     StateSyncError,
 )
-from statesync.names import KeyLayout, validate_name
+from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, RedisBackendBase, ScriptCall
 from statesync.scripts import SCRIPT_NAMES, script_source
 
 logger = logging.getLogger(__name__)
-
-#: Longest single ``XREAD BLOCK`` (ms); waits loop over chunks so a dead server is noticed.
-_MAX_BLOCK_MS = 5_000
-FOLLOWER_WAKE_TTL_MS = 600_000
-"""A follower's wake stream expires this long after the newest wake-up naming it (a follower
-reading it later misses nothing it needs: it refreshes on its own too)."""
-LAST_SEQUENCE = 2**64 - 1
-"""The largest sequence part of a stream entry id: waiting after ``<revision>-LAST_SEQUENCE``
-skips every wake-up of that revision."""
-_BLOCKING_SOCKET_MARGIN = 5.0
 
 
 FAILOVER_REPLIES = frozenset(
@@ -202,15 +192,23 @@ def run_acknowledged(
     script(keys=list(keys), args=list(args), client=pipe)
     pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
     reply, acknowledged = pipe.execute(raise_on_error=False)
-    if isinstance(reply, (redis.exceptions.MovedError, redis.exceptions.AskError)):
+    moved = slot_moved(keys[0], reply)
+    if moved is not None:
         nodes = getattr(client, "nodes_manager", None)
         if nodes is not None:
             nodes.initialize()
-        raise BackendFailoverError(
-            f"the slot of {keys[0]!r} moved to {reply.host}:{reply.port} (a failover): {reply}",
-            "MOVED",
-        ) from reply
+        raise moved from reply
     return reply, acknowledged
+
+
+def slot_moved(key: str, reply: Any) -> BackendFailoverError | None:
+    """The retriable error for a ``MOVED``/``ASK`` reply to a command on ``key`` sent past the
+    cluster client's redirections (the caller refreshes the client's slot table first)."""
+    if not isinstance(reply, (redis.exceptions.MovedError, redis.exceptions.AskError)):
+        return None
+    return BackendFailoverError(
+        f"the slot of {key!r} moved to {reply.host}:{reply.port} (a failover): {reply}", "MOVED"
+    )
 
 
 def check_acknowledged(acks: Acks, reply: Any, where: str, client: Any = None) -> None:
@@ -533,19 +531,11 @@ def sentinel_clients(
     from redis.sentinel import Sentinel
 
     target = parse_sentinel_url(url)
-    auth = {"username": target.username, "password": target.password}
-    # the URL's credentials win over the options' (as in redis-py's from_url); never both
-    options = {**options, **{name: value for name, value in auth.items() if value is not None}}
-    if target.tls:
-        options = {"ssl": True, **options}
+    options, sentinel_kwargs = sentinel_setup(
+        target, options, socket_timeout=socket_timeout, sentinel_options=sentinel_options
+    )
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        target.sentinels,
-        sentinel_kwargs={
-            "socket_timeout": min(socket_timeout, 5.0),
-            **(sentinel_options or {}),
-        },
-        socket_connect_timeout=options.pop("socket_connect_timeout", min(socket_timeout, 5.0)),
-        **options,
+        target.sentinels, sentinel_kwargs=sentinel_kwargs, **options
     )
     pool = _following_pool_class()
     client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
@@ -564,7 +554,7 @@ def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-class RedisLogBackend:
+class RedisLogBackend(RedisBackendBase[redis.Redis]):
     """Synchronizer logs stored in one Redis (or Valkey) server. Thread-safe.
 
     Who may call what: any thread may call any method; blocking waits use a separate
@@ -582,173 +572,59 @@ class RedisLogBackend:
         """``client`` may also be a ``redis.cluster.RedisCluster``; then pass a second cluster
         client (socket timeout above 5 s) as ``blocking_client``. ``acks``: when an append
         counts as acknowledged (default leader, see :mod:`statesync.durability`)."""
-        self._prefix = validate_name(key_prefix, what="key prefix")
-        self._client = client
-        self._acks = acks or Acks()
-        if blocking_client is not None:
-            self._blocking = blocking_client
-        else:
-            pool = client.connection_pool
-            blocking_kwargs = dict(pool.connection_kwargs)
-            blocking_kwargs["socket_timeout"] = _MAX_BLOCK_MS / 1000 + _BLOCKING_SOCKET_MARGIN
-            blocking_kwargs["retry"] = _no_retry()
-            self._blocking = redis.Redis(
-                connection_pool=redis.ConnectionPool(
-                    connection_class=pool.connection_class, **blocking_kwargs
-                )
-            )
+        super().__init__(client, key_prefix=key_prefix, blocking_client=blocking_client, acks=acks)
         self._scripts: dict[str, Script] = {
             script: client.register_script(script_source(script)) for script in SCRIPT_NAMES
         }
-        self._layouts: dict[str, KeyLayout] = {}
+
+    def _blocking_twin(self, client: redis.Redis) -> redis.Redis:
+        pool = client.connection_pool
+        kwargs = wire.blocking_options(pool.connection_kwargs, _no_retry())
+        return redis.Redis(
+            connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+        )
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        key_prefix: str = "statesync",
-        socket_timeout: float = 10.0,
-        acks: Acks | None = None,
-        **redis_kwargs: Any,
-    ) -> RedisLogBackend:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://`` or
-        ``redis+sentinel://``, see :mod:`statesync.endpoints`)."""
+    def _connect(
+        cls, url: str, socket_timeout: float, redis_kwargs: dict[str, Any]
+    ) -> tuple[redis.Redis, redis.Redis | None]:
         if is_sentinel_url(url):
-            client, blocking = sentinel_clients(
+            return sentinel_clients(
                 url,
                 socket_timeout=socket_timeout,
-                blocking_socket_timeout=_MAX_BLOCK_MS / 1000 + _BLOCKING_SOCKET_MARGIN,
+                blocking_socket_timeout=BLOCKING_SOCKET_TIMEOUT,
                 retry=_no_retry(),
                 **redis_kwargs,
             )
-            return cls(client, key_prefix=key_prefix, blocking_client=blocking, acks=acks)
-        client = redis.Redis.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=min(socket_timeout, 5.0),
-            retry=_no_retry(),
-            retry_on_timeout=False,
-            **redis_kwargs,
-        )
-        return cls(client, key_prefix=key_prefix, acks=acks)
+        options = wire.client_options(socket_timeout)
+        return redis.Redis.from_url(url, retry=_no_retry(), **options, **redis_kwargs), None
 
-    @property
-    def blocking_client(self) -> redis.Redis:
-        """A client whose sockets tolerate ``XREAD BLOCK`` of up to 5 s (its own pool)."""
-        return self._blocking
-
-    @property
-    def client(self) -> redis.Redis:
-        """The command client (for callers composing their own keys with this server)."""
-        return self._client
-
-    def keys(self, name: str) -> KeyLayout:
-        layout = self._layouts.get(name)
-        if layout is None:
-            layout = self._layouts[name] = KeyLayout(self._prefix, name)
-        return layout
-
-    def wake_on(
-        self, name: str, after_revision: int, *, wakes_only: bool = False
-    ) -> tuple[str, str]:
-        """The stream key and entry id an ``XREAD BLOCK`` waits on to wake when synchronizer
-        ``name`` has an entry after ``after_revision`` (``-1``: any): a caller that blocks on
-        several streams in one call (readergroup's readers: segments and state logs) adds
-        this pair to its XREAD instead of building the log's key and ids itself.
-        ``wakes_only``: only entries appended with ``wake`` count (the log's wake stream)."""
-        layout = self.keys(name)
-        if wakes_only:
-            return layout.wake, _past_wakes_of(after_revision)
-        return layout.log, f"{max(after_revision, 0)}-0"
-
-    def follower_wake_on(self, name: str, after_revision: int, follower: str) -> tuple[str, str]:
-        """The stream key and entry id an ``XREAD BLOCK`` waits on to wake when an entry of
-        synchronizer ``name`` after ``after_revision`` names ``follower`` in its wake-up (see
-        :meth:`~statesync.names.KeyLayout.follower_wake`); with :meth:`wake_on`'s
-        ``wakes_only`` pair, every wake-up that concerns the follower."""
-        return self.keys(name).follower_wake(follower), _past_wakes_of(after_revision)
-
-    def _run(self, script: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        with translate_redis_errors(script, name):
-            return self._scripts[script](keys=list(keys), args=list(args))
+    def _run(self, name: str, call: ScriptCall) -> Any:
+        with translate_redis_errors(call.script, name):
+            return self._scripts[call.script](keys=call.keys, args=call.args)
 
     # -- LogBackend -------------------------------------------------------------------------
     def initialize(self, name: str, snapshot: bytes, incarnation: str) -> bool:
-        k = self.keys(name)
-        reply = self._run(
-            "initialize",
-            name,
-            [k.meta, k.snapshots, k.log, k.writers, k.wake],
-            [snapshot, incarnation, 1],
-        )
-        return status.raise_for_status("initialize", name, reply) == status.OK
+        call = wire.initialize_call(self.keys(name), snapshot, incarnation)
+        return wire.initialized(name, self._run(name, call))
 
-    def append(
-        self,
-        name: str,
-        payload: bytes,
-        *,
-        expected_revision: int | None,
-        writer: str,
-        sequence: int,
-        max_bytes: int,
-        incarnation: str = "",
-        anchor_revision: int = -1,
-        anchor_history: str = "",
-        wake: bool | Collection[str] = True,
-        keys: Sequence[str] | None = None,
-    ) -> AppendOutcome:
-        k = self.keys(name)
-        named = not isinstance(wake, bool)
-        followers = sorted(wake) if not isinstance(wake, bool) else []
-        expected = -1 if expected_revision is None else expected_revision
-        reply = self._append_acknowledged(
-            name,
-            [k.meta, k.log, k.writers, k.wake, k.wakers, *map(k.follower_wake, followers)],
-            [
-                expected,
-                payload,
-                max_bytes,
-                writer,
-                sequence,
-                incarnation,
-                anchor_revision,
-                anchor_history,
-                1 if named or wake else 0,
-                "\n".join(keys or ()),
-                1 if named else 0,
-                "\n".join(followers),
-                FOLLOWER_WAKE_TTL_MS,
-            ],
-        )
-        code = status.raise_for_status("append", name, reply)
-        if code == status.OK:
-            return AppendOutcome(code, int(reply[1]), int(reply[2]), _text(reply[3]))
-        return AppendOutcome(code, int(reply[1]))
+    def append(self, name: str, payload: bytes, **options: Any) -> AppendOutcome:
+        call = wire.append_call(self.keys(name), payload, **options)
+        return wire.append_outcome(name, self._append_acknowledged(name, call))
 
     def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
-        if followers is not None and not followers:
-            return False  # nobody to wake ('' would mean every follower to wake.lua)
-        k = self.keys(name)
-        named = sorted(followers or ())
-        reply = self._run(
-            "wake",
-            name,
-            [k.meta, k.wake, k.wakers, *map(k.follower_wake, named)],
-            [revision, "\n".join(named), FOLLOWER_WAKE_TTL_MS],
-        )
-        return status.raise_for_status("wake", name, reply) == status.OK
+        call = wire.wake_call(self.keys(name), revision, followers)
+        return call is not None and wire.woke(name, self._run(name, call))
 
-    def _append_acknowledged(self, name: str, keys: list[str], args: list[Any]) -> Any:
+    def _append_acknowledged(self, name: str, call: ScriptCall) -> Any:
         """Run append.lua, then (unless acks=leader) the wait command on the same connection;
         a landed or duplicate append raises if it is not acknowledged as asked."""
         wait = self._acks.wait_command()
         if wait is None:
-            return self._run("append", name, keys, args)
+            return self._run(name, call)
         with translate_redis_errors("append", name):
             reply, acknowledged = run_acknowledged(
-                self._client, self._scripts["append"], keys, args, wait
+                self._client, self._scripts["append"], call.keys, call.args, wait
             )
             if isinstance(reply, Exception):
                 raise reply
@@ -756,94 +632,30 @@ class RedisLogBackend:
             check_acknowledged(self._acks, acknowledged, f"synchronizer {name!r}", self._client)
         return reply
 
-    def read(
-        self,
-        name: str,
-        after_revision: int,
-        limit: int,
-        *,
-        max_entry_bytes: int | None = None,
-        max_snapshot_bytes: int | None = None,
-    ) -> ReadResult:
-        k = self.keys(name)
-        limits = [-1 if m is None else m for m in (max_entry_bytes, max_snapshot_bytes)]
+    def read(self, name: str, after_revision: int, limit: int, **limits: Any) -> ReadResult:
+        call = wire.read_call(self.keys(name), after_revision, limit, **limits)
         with translate_redis_errors("read", name):
-            reply = run_read_only(
-                self._client,
-                self._scripts["read"],
-                [k.meta, k.log, k.snapshots],
-                [after_revision, limit, *limits],
-            )
-        status.raise_for_status("read", name, reply)
-        try:
-            _, head, incarnation, snapshot_revision, snapshot, entries, anchor, snap_history = (
-                reply[:8]
-            )
-            refused = reply[8] if len(reply) > 8 else 0
-            return ReadResult(
-                int(head),
-                _text(incarnation),
-                int(snapshot_revision),
-                snapshot,
-                [_raw_entry(entry) for entry in entries],
-                _text(anchor),
-                _text(snap_history),
-                int(refused),
-            )
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise BackendProtocolError(
-                f"synchronizer {name!r}: malformed read reply: {exc}"
-            ) from exc
+            reply = run_read_only(self._client, self._scripts["read"], call.keys, call.args)
+        return wire.read_result(name, reply)
 
-    def wait(
-        self,
-        name: str,
-        after_revision: int,
-        timeout: float,
-        *,
-        wakes_only: bool = False,
-        follower: str | None = None,
-    ) -> bool:
-        log, last_id = self.wake_on(name, after_revision, wakes_only=wakes_only)
-        streams: dict[Any, Any] = {log: last_id}
-        if wakes_only and follower is not None:
-            streams.update([self.follower_wake_on(name, after_revision, follower)])
-        remaining_ms = max(1, math.ceil(timeout * 1000))
-        while remaining_ms > 0:
-            block = min(remaining_ms, _MAX_BLOCK_MS)
+    def wait(self, name: str, after_revision: int, timeout: float, **which: Any) -> bool:
+        streams = wire.wait_streams(self.keys(name), after_revision, **which)
+        for block in wire.block_chunks(timeout):
             with translate_redis_errors("wait", name):
                 reply = self._blocking.xread(streams, count=1, block=block)
             if reply:
                 return True
-            remaining_ms -= block
         return False
 
-    def compact(
-        self,
-        name: str,
-        revision: int,
-        snapshot: bytes,
-        *,
-        incarnation: str = "",
-        history: str = "",
-    ) -> CompactOutcome:
-        k = self.keys(name)
-        reply = self._run(
-            "compact",
-            name,
-            [k.meta, k.log, k.snapshots, k.writers],
-            [revision, snapshot, incarnation, history],
-        )
-        code = status.raise_for_status("compact", name, reply)
-        if code == status.OK:
-            return CompactOutcome(True, int(reply[1]), int(reply[2]))
-        return CompactOutcome(False, int(reply[1]), 0)
+    def compact(self, name: str, revision: int, snapshot: bytes, **anchors: Any) -> CompactOutcome:
+        call = wire.compact_call(self.keys(name), revision, snapshot, **anchors)
+        return wire.compact_outcome(name, self._run(name, call))
 
     def delete(self, name: str) -> bool:
         k = self.keys(name)
 
         def delete_all(pipe: Any) -> None:  # (re-run if a wake-up named a follower meanwhile)
-            followers = [_text(f) for f in pipe.zrange(k.wakers, 0, -1)]
+            followers = [wire.text(f) for f in pipe.zrange(k.wakers, 0, -1)]
             pipe.multi()
             pipe.delete(*k.all, *map(k.follower_wake, followers))
 
@@ -851,46 +663,12 @@ class RedisLogBackend:
             replies: Any = command_client_for(self._client, k.meta).transaction(
                 delete_all, k.wakers
             )
-        return bool(replies) and int(replies[-1]) > 0
+        return wire.deleted(replies)
 
     def server_time_ms(self) -> int:
         with translate_redis_errors("time", "-"):
-            seconds, micros = self._client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+            return wire.time_ms(self._client.time())
 
     def close(self) -> None:
         self._blocking.close()
         self._client.close()
-
-
-def _past_wakes_of(revision: int) -> str:
-    """The wake-stream id past every wake-up of ``revision`` (wake.lua's second ones too)."""
-    return f"{max(revision, 0)}-{LAST_SEQUENCE}"
-
-
-def _text(value: Any) -> str:
-    """A Lua string reply as text; ``""`` for a nil/false reply (nothing known)."""
-    if value is None or value is False:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _raw_entry(entry: Any) -> RawEntry:
-    """Parse one XRANGE item; malformed items become a payload that fails to decode."""
-    entry_id, fields = entry
-    revision_part, _, sequence_part = entry_id.partition(b"-")
-    revision = int(revision_part)
-    values = dict(zip(fields[::2], fields[1::2], strict=False))
-    payload = values.get(b"d")
-    time_ms = values.get(b"t", b"0")
-    if sequence_part != b"0" or payload is None:
-        # Not written by append.lua. Keep the revision so the error can name it.
-        return RawEntry(revision, 0, b"")
-    try:
-        server_time = int(time_ms)
-    except ValueError:
-        server_time = 0
-    refused = values.get(b"x")  # read.lua left an over-limit payload in Redis
-    return RawEntry(
-        revision, server_time, payload, _text(values.get(b"h")), int(refused) if refused else 0
-    )

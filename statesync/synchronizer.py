@@ -1,8 +1,10 @@
 """The :class:`StateSynchronizer`: a local copy of a replicated state, kept in step with a log.
 
-The thin I/O shell around the pure core (:mod:`~statesync.codec`, :mod:`~statesync.replica`,
-:mod:`~statesync.retry`): it moves bytes between a :class:`~statesync.backend.LogBackend`
-and the local :class:`~statesync.replica.Replica`.
+The threaded shell around the synchronizer's core (:mod:`statesync.core`, which decides
+everything and does no I/O): it answers the core's requests on a
+:class:`~statesync.backend.LogBackend` (:func:`statesync.requests.run`) and serializes the
+operations of its threads. :class:`~statesync.aio_synchronizer.AsyncStateSynchronizer` is the
+asyncio shell around the same core.
 
 Transitions of the local copy (``revision`` is ``-1`` until loaded):
 
@@ -37,81 +39,24 @@ an internal lock, except ``wait_for_updates``, which never takes it.
 
 from __future__ import annotations
 
-import logging
-import random
 import threading
-import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, overload
 
-from statesync import snapshot_cache, status
-from statesync.backend import AppendOutcome, CompactOutcome, LogBackend, RawEntry, ReadResult
-from statesync.clock import Clock
-from statesync.codec import COMPACT_VERSION, Codec, TypeRegistry
-from statesync.config import SyncConfig
-from statesync.errors import (
-    ApplyError,
-    BackendProtocolError,
-    BackendUnavailableError,
-    BadEntryError,
-    ConflictRetriesExhaustedError,
-    CorruptEntryError,
-    DecodeError,
-    EntryTooLargeError,
-    LogRegressedError,
-    PoisonedEntryError,
-    ReplicaNotLoadedError,
-    RevisionGapError,
-    StateSyncError,
-    UnknownTypeError,
-    UnknownUpdateTypeError,
-    UpdateRejectedError,
-)
-from statesync.names import validate_name
-from statesync.replica import Replica, advance, apply_updates, split_generator_result
-from statesync.retry import RetryBudget
-from statesync.system_clock import SYSTEM_CLOCK
+from statesync.backend import CompactOutcome, LogBackend
+from statesync.core import SyncStats
+from statesync.requests import Operation, run
+from statesync.shell import SynchronizerShell
 from statesync.update import Decision, Update
 
 S = TypeVar("S")
 T = TypeVar("T")
 R = TypeVar("R")
 
-logger = logging.getLogger(__name__)
+__all__ = ["StateSynchronizer", "SyncStats"]
 
 
-@dataclass
-class SyncStats:
-    """Counters of one synchronizer client since it was created (read :attr:`stats`)."""
-
-    appends: int = 0
-    """Entries this client appended."""
-    conflicts: int = 0
-    """Conditional appends that found the log moved (each caused a fetch and a re-run)."""
-    duplicates: int = 0
-    """Appends found already landed after a lost reply (each would have been a double)."""
-    backend_retries: int = 0
-    """Operations re-tried after the backend was unavailable."""
-    entries_applied: int = 0
-    """Log entries applied by fetching (own appends are applied without a fetch)."""
-    snapshots_loaded: int = 0
-    """Times the local copy was replaced by a snapshot (fresh start or behind truncation)."""
-    auto_compactions: int = 0
-    """Compactions this client ran because of ``SyncConfig.compact_every``."""
-    resyncs: int = 0
-    """Times the local copy was dropped to adopt the log (:meth:`StateSynchronizer.resync`)."""
-    reads: int = 0
-    """Reads of the log (one per page fetched, including fetches that found nothing new)."""
-    disjoint_appends: int = 0
-    """Conditional appends that landed past entries concerning other keys (no conflict; see
-    :meth:`Update.conflict_keys`)."""
-    shared_applies: int = 0
-    """Log entries not decoded nor applied here: another synchronizer of this process had
-    the state after them (``SyncConfig.share_applied_states``)."""
-
-
-class StateSynchronizer(Generic[S]):
+class StateSynchronizer(SynchronizerShell[S, LogBackend]):
     """A replicated state whose history is an append-only log in a backend (Redis).
 
     Example::
@@ -139,128 +84,19 @@ class StateSynchronizer(Generic[S]):
             every reader reads the newest (as reader groups negotiate it).
     """
 
-    def __init__(
-        self,
-        backend: LogBackend,
-        name: str,
-        *,
-        update_types: Iterable[type[Update]] = (),
-        state_types: Iterable[type] = (),
-        config: SyncConfig | None = None,
-        clock: Clock | None = None,
-        rng: random.Random | None = None,
-        writer_label: str | None = None,
-        close_backend: bool = False,
-        entry_version: Callable[[S], int] | None = None,
-    ) -> None:
-        self._name = validate_name(name)
-        self._backend = backend
-        self._config = config or SyncConfig()
-        self._codec = Codec(TypeRegistry([*update_types, *state_types]))
-        self._entry_version = entry_version
-        self._clock: Clock = clock or SYSTEM_CLOCK
-        self._rng = rng or random.Random()  # noqa: S311 (backoff jitter, not secrets)
-        unique = uuid.uuid4().hex[:20]
-        self._writer_id = (
-            f"{validate_name(writer_label, what='writer label')}/{unique}"
-            if (writer_label)
-            else unique
-        )
-        self._sequence = 0
-        self._replica: Replica[S] | None = None
-        self._lock = threading.RLock()
-        self._close_backend = close_backend
-        self._stats = SyncStats()
-        self._fetch_error: BadEntryError | LogRegressedError | None = None
+    def _new_lock(self) -> threading.RLock:
+        return threading.RLock()
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        name: str,
-        *,
-        update_types: Iterable[type[Update]] = (),
-        state_types: Iterable[type] = (),
-        config: SyncConfig | None = None,
-        **kwargs: Any,
-    ) -> StateSynchronizer[Any]:
-        """Connect to the Redis at ``url`` with a backend owned by the new synchronizer."""
+    def _backend_from_url(cls, url: str, options: dict[str, Any]) -> LogBackend:
         from statesync.redis_backend import RedisLogBackend
 
-        config = config or SyncConfig()
-        backend = RedisLogBackend.from_url(
-            url,
-            key_prefix=config.key_prefix,
-            socket_timeout=config.socket_timeout,
-            acks=config.acks,
-        )
-        return cls(
-            backend,
-            name,
-            update_types=update_types,
-            state_types=state_types,
-            config=config,
-            close_backend=True,
-            **kwargs,
-        )
+        return RedisLogBackend.from_url(url, **options)
 
-    # -- read-only view ---------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def writer_id(self) -> str:
-        """This client's writer id, recorded in every entry it appends."""
-        return self._writer_id
-
-    @property
-    def backend(self) -> LogBackend:
-        return self._backend
-
-    @property
-    def config(self) -> SyncConfig:
-        return self._config
-
-    @property
-    def stats(self) -> SyncStats:
-        """A copy of this client's counters."""
-        return replace(self._stats)
-
-    @property
-    def is_loaded(self) -> bool:
-        return self._replica is not None
-
-    @property
-    def state(self) -> S:
-        """The local copy as of :attr:`revision`. Treat it as read-only."""
-        return self._loaded().state
-
-    @property
-    def revision(self) -> int:
-        """Revision of the last entry applied locally; ``-1`` before anything is loaded."""
-        replica = self._replica
-        return -1 if replica is None else replica.revision
-
-    @property
-    def fetch_error(self) -> BadEntryError | LogRegressedError | None:
-        """The error that stopped this replica's latest fetch (a bad entry, or a log that is
-        not this replica's history), or ``None`` once a fetch reached the head.
-
-        The way :meth:`update_state_unconditionally` reports, next to the revision its
-        updates landed at, that the replica could not catch up with them."""
-        return self._fetch_error
-
-    @property
-    def server_time_ms(self) -> int:
-        """Server time (ms) at which the entry at :attr:`revision` was appended."""
-        return self._loaded().server_time_ms
-
-    def _loaded(self) -> Replica[S]:
-        replica = self._replica
-        if replica is None:
-            raise ReplicaNotLoadedError(self._name)
-        return replica
+    def _run(self, operation: Operation[T]) -> T:
+        """Drive one of the core's operations, serialized with this instance's others."""
+        with self._lock:
+            return run(operation, self._backend, self._core.clock)
 
     # -- operations -------------------------------------------------------------------------
     def initialize(self, initial_state: S) -> bool:
@@ -269,11 +105,7 @@ class StateSynchronizer(Generic[S]):
         Idempotent: returns ``True`` if this call created it; ``False`` if it existed, in which
         case ``initial_state`` is ignored and the existing state is loaded.
         """
-        blob = self._codec.encode_snapshot(0, 0, initial_state)
-        with self._lock:
-            created = self._backend.initialize(self._name, blob, uuid.uuid4().hex)
-            self._fetch_locked()
-            return created
+        return self._run(self._core.initialize(initial_state))
 
     def fetch_updates(self) -> int:
         """Apply every entry newer than :attr:`revision`; return how many were applied.
@@ -283,8 +115,7 @@ class StateSynchronizer(Generic[S]):
         synchronizer does not exist, :class:`~statesync.errors.BackendUnavailableError`
         (retriable) if Redis cannot be reached.
         """
-        with self._lock:
-            return self._fetch_locked()
+        return self._run(self._core.fetch())
 
     # a list of updates: no result (listed first: a class may be both an Update and a Sequence)
     @overload
@@ -322,67 +153,7 @@ class StateSynchronizer(Generic[S]):
         :class:`~statesync.errors.BackendUnavailableError` if Redis stayed unreachable (the
         update may have landed; the state shows whether it did, it never lands twice).
         """
-        with self._lock:
-            budget = self._config.retry.start(self._clock, self._rng)
-            # the replica was fetched during this call (or the caller's step)
-            fresh = fetched_at is not None and self.revision == fetched_at
-            if self._replica is None:
-                self._retrying(budget, self._fetch_locked)
-                fresh = True
-            while True:
-                replica = self._loaded()
-                try:
-                    updates, result = split_generator_result(generator(replica.state))
-                except Exception:
-                    if fresh or not self._log_moved(budget):
-                        raise
-                    fresh = True
-                    continue  # decided on a stale replica: decide again on the newer state
-                if not updates:
-                    if fresh or not self._log_moved(budget):
-                        return result
-                    fresh = True
-                    continue
-                new_state = self._check_apply(replica, updates)
-                payload = self._encode(updates, replica.state)
-                wake = _wakes(updates, new_state)
-                outcome = self._append(
-                    budget,
-                    payload,
-                    replica,
-                    conditional=True,
-                    wake=wake,
-                    keys=_conflict_keys(updates),
-                )
-                if outcome.status == status.OK:
-                    if outcome.revision == replica.revision + 1:
-                        self._replica = _appended(replica, new_state, outcome)
-                        self._share(self._replica)
-                    else:  # landed after entries about other keys: apply them, then ours
-                        self._stats.disjoint_appends += 1
-                        self._retrying(budget, self._fetch_locked)
-                        self._wake_again(updates, wake, outcome.revision)
-                    self._maybe_compact(outcome.revision)
-                    return result
-                if outcome.status == status.DUPLICATE:
-                    # An earlier try of this very append landed; its reply was lost.
-                    self._retrying(budget, self._fetch_locked)
-                    self._wake_again(updates, wake, outcome.revision)
-                    return result
-                self._stats.conflicts += 1
-                delay = budget.next_delay()
-                if delay is None:
-                    raise ConflictRetriesExhaustedError(self._name, budget.attempts, budget.elapsed)
-                self._clock.sleep(delay)
-                self._retrying(budget, self._fetch_locked)
-                fresh = True
-
-    def _log_moved(self, budget: RetryBudget) -> bool:
-        """Fetch; whether the log had entries this replica had not applied."""
-        before = self._loaded()
-        self._retrying(budget, self._fetch_locked)
-        after = self._loaded()
-        return (after.revision, after.incarnation) != (before.revision, before.incarnation)
+        return self._run(self._core.update_state(generator, fetched_at))
 
     def update_state_unconditionally(self, updates: Sequence[Update]) -> int:
         """Append ``updates`` whatever the log's revision; return the revision they landed at.
@@ -395,71 +166,7 @@ class StateSynchronizer(Generic[S]):
         landed but the replica cannot catch up to them (it meets a bad entry on the way), the
         call still returns their revision and :attr:`fetch_error` holds what stopped it.
         """
-        with self._lock:
-            budget = self._config.retry.start(self._clock, self._rng)
-            if self._replica is None or isinstance(self._fetch_error, BadEntryError):
-                self._refuse_if_stuck(budget)
-            replica = self._loaded()
-            update_list = split_generator_result(list(updates))[0]
-            new_state = self._check_apply(replica, update_list)
-            wake = _wakes(update_list, new_state)
-            outcome = self._append(
-                budget,
-                self._encode(update_list, replica.state),
-                replica,
-                conditional=False,
-                wake=wake,
-                keys=_conflict_keys(update_list),
-            )
-            if outcome.status == status.OK and outcome.revision == replica.revision + 1:
-                # the script checked our history at replica.revision, then the head: ours
-                self._replica = _appended(replica, new_state, outcome)
-                self._share(self._replica)
-                return outcome.revision
-            try:
-                self._retrying(budget, self._fetch_locked)
-            except (BadEntryError, LogRegressedError) as exc:
-                logger.warning(
-                    "synchronizer %r: unconditional append landed at revision %d; this replica "
-                    "could not catch up to it",
-                    self._name,
-                    outcome.revision,
-                    exc_info=exc,
-                )
-            else:
-                self._wake_again(update_list, wake, outcome.revision)
-            return outcome.revision
-
-    def _wake_again(
-        self, updates: Sequence[Any], named: bool | frozenset[str], landed: int
-    ) -> None:
-        """After an entry of ``updates`` whose wake-ups named followers (``named``, decided on
-        a replica the log had moved past) landed at revision ``landed`` and this replica read
-        the log since: name them again on the state read (the log's as of now, or newer than
-        the entry's own). Whoever the entry woke by its first naming refreshes past it;
-        whoever the entries it landed after woke was named on their own writers' states. The
-        others the combined state gives something to do are woken here, unless a later
-        wake-up (decided on a state as new) already exists. Best effort: a wake-up is a hint
-        (followers also refresh on their own), so a failure is logged, never raised: the
-        entry has landed."""
-        replica = self._loaded()
-        if isinstance(named, bool) or replica.revision < landed:
-            return
-        again = _wakes(updates, replica.state)
-        if again is not True:  # those named the first time have refreshed past the entry
-            again = again and again - named
-            if not again:
-                return
-        try:
-            self._backend.wake(self._name, replica.revision, None if again is True else again)
-        except StateSyncError as exc:
-            logger.warning(
-                "synchronizer %r: the second wake-up at revision %d failed (followers wake on "
-                "their own refresh instead)",
-                self._name,
-                replica.revision,
-                exc_info=exc,
-            )
+        return self._run(self._core.update_unconditionally(updates))
 
     def compact(self, snapshot_fn: Callable[[S], S] | None = None) -> CompactOutcome:
         """Snapshot the state at the current head and truncate the log behind the previous
@@ -470,25 +177,7 @@ class StateSynchronizer(Generic[S]):
         loads the snapshot. ``compacted`` is False if a snapshot at this revision or a newer one
         already existed.
         """
-        with self._lock:
-            self._fetch_locked()
-            replica = self._loaded()
-            state = snapshot_fn(replica.state) if snapshot_fn else replica.state
-            blob = self._codec.encode_snapshot(replica.revision, replica.server_time_ms, state)
-            if len(blob) > self._config.max_snapshot_bytes:
-                raise EntryTooLargeError(
-                    self._name, len(blob), self._config.max_snapshot_bytes, "max_snapshot_bytes"
-                )
-            outcome = self._backend.compact(
-                self._name,
-                replica.revision,
-                blob,
-                incarnation=replica.incarnation,
-                history=replica.history,
-            )
-            if outcome.compacted and snapshot_fn is not None:
-                self._replica = replace(replica, state=state)
-            return outcome
+        return self._run(self._core.compact(snapshot_fn))
 
     def wait_for_updates(
         self, timeout: float, *, wakes_only: bool = False, follower: str | None = None
@@ -501,41 +190,24 @@ class StateSynchronizer(Generic[S]):
         names ``follower`` (:meth:`Update.wakes`; without a ``follower``, named wake-ups do
         not count).
         """
-        if timeout < 0:
-            raise ValueError("timeout must be >= 0")
-        return self._backend.wait(
-            self._name, self.revision, timeout, wakes_only=wakes_only, follower=follower
-        )
+        # not serialized: a wait must not hold up this instance's appends and fetches
+        return run(self._core.wait(timeout, wakes_only, follower), self._backend, self._core.clock)
 
     def resync(self) -> int:
         """Drop the local copy and load the log's state from scratch (after
         :class:`~statesync.errors.LogRegressedError`)."""
-        with self._lock:
-            self._replica = None
-            self._fetch_error = None
-            self._stats.resyncs += 1
-            return self._fetch_locked()
+        return self._run(self._core.resync())
 
     def follow(self) -> int:
         """:meth:`fetch_updates` for a client that only follows the log: when the log is not
         this replica's history any more (:class:`~statesync.errors.LogRegressedError`), adopt
         the log's state (:meth:`resync`, logged at WARNING) instead of raising. Returns the
         entries applied."""
-        with self._lock:
-            try:
-                return self._fetch_locked()
-            except LogRegressedError as exc:
-                logger.warning(
-                    "synchronizer %r: adopting the log's state", self._name, exc_info=exc
-                )
-                return self.resync()
+        return self._run(self._core.follow())
 
     def delete(self) -> bool:
         """Delete the synchronizer's log, snapshots and writer table for every client."""
-        with self._lock:
-            self._replica = None
-            self._fetch_error = None
-            return self._backend.delete(self._name)
+        return self._run(self._core.delete())
 
     def close(self) -> None:
         """Release the backend if this synchronizer owns it. Idempotent."""
@@ -547,313 +219,3 @@ class StateSynchronizer(Generic[S]):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"StateSynchronizer(name={self._name!r}, revision={self.revision})"
-
-    # -- internals --------------------------------------------------------------------------
-    def _maybe_compact(self, revision: int) -> None:
-        """Compact after landing a multiple of ``compact_every`` (best effort: an error here
-        leaves the log longer, never the state wrong)."""
-        every = self._config.compact_every
-        if every and revision % every == 0:
-            try:
-                self.compact()
-                self._stats.auto_compactions += 1
-            except StateSyncError as exc:
-                logger.warning(
-                    "synchronizer %r: compaction at revision %d failed, the log stays longer "
-                    "until the next one: %s",
-                    self._name,
-                    revision,
-                    exc,
-                    exc_info=exc,
-                )
-
-    def _retrying(self, budget: RetryBudget, operation: Callable[[], T]) -> T:
-        """Run ``operation``, retrying on :class:`BackendUnavailableError` within ``budget``."""
-        while True:
-            try:
-                return operation()
-            except BackendUnavailableError as exc:
-                delay = budget.next_delay()
-                if delay is None:
-                    raise
-                self._stats.backend_retries += 1
-                # the first retry of a loop at WARNING, the rest at DEBUG (an outage would
-                # otherwise log every backoff)
-                logger.log(
-                    logging.WARNING if budget.attempts == 2 else logging.DEBUG,
-                    "synchronizer %r: backend unavailable, retry %d within %.1fs: %s",
-                    self._name,
-                    budget.attempts - 1,
-                    budget.remaining,
-                    exc,
-                    exc_info=exc,
-                )
-                self._clock.sleep(delay)
-
-    def _refuse_if_stuck(self, budget: RetryBudget) -> None:
-        """Catch up before an unconditional append; a bad entry on the way refuses it."""
-        try:
-            self._retrying(budget, self._fetch_locked)
-        except BadEntryError as exc:
-            raise type(exc)(
-                self._name,
-                exc.revision,
-                exc.last_good_revision,
-                f"{exc.reason}; nothing was appended",
-            ) from exc
-
-    def _append(
-        self,
-        budget: RetryBudget,
-        payload: bytes,
-        replica: Replica[S],
-        *,
-        conditional: bool,
-        wake: bool | frozenset[str] = True,
-        keys: Sequence[str] | None = None,
-    ) -> AppendOutcome:
-        """Append once, re-sending the *same* sequence number after connection errors.
-
-        The append names ``replica``'s incarnation and its history at its revision, so it is
-        refused if the replica is not of the log's history; ``conditional`` makes it land only
-        if the log's head is still ``replica.revision``."""
-        self._sequence += 1
-        sequence = self._sequence
-        outcome = self._retrying(
-            budget,
-            lambda: self._backend.append(
-                self._name,
-                payload,
-                expected_revision=replica.revision if conditional else None,
-                writer=self._writer_id,
-                sequence=sequence,
-                max_bytes=self._config.max_entry_bytes,
-                incarnation=replica.incarnation,
-                anchor_revision=replica.revision,
-                anchor_history=replica.history,
-                wake=wake,
-                keys=keys,
-            ),
-        )
-        if outcome.status == status.OK:
-            self._stats.appends += 1
-        elif outcome.status == status.DUPLICATE:
-            self._stats.duplicates += 1
-        return outcome
-
-    def _check_apply(self, replica: Replica[S], updates: Sequence[Update]) -> S:
-        try:
-            return apply_updates(replica.state, updates, replica.revision + 1)
-        except ApplyError as exc:
-            raise UpdateRejectedError(self._name, replica.revision, exc.update) from exc.__cause__
-
-    def _encode(self, updates: Sequence[Update], state: S) -> bytes:
-        version = COMPACT_VERSION if self._entry_version is None else self._entry_version(state)
-        payload = self._codec.encode_entry(self._writer_id, updates, version=version)
-        if len(payload) > self._config.max_entry_bytes:
-            raise EntryTooLargeError(self._name, len(payload), self._config.max_entry_bytes)
-        return payload
-
-    def _fetch_locked(self) -> int:
-        try:
-            applied = self._fetch_pages()
-        except (BadEntryError, LogRegressedError) as exc:
-            self._fetch_error = exc
-            raise
-        self._fetch_error = None
-        return applied
-
-    def _fetch_pages(self) -> int:
-        applied = 0
-        while True:
-            self._stats.reads += 1
-            page = self._backend.read(
-                self._name,
-                self.revision,
-                self._config.read_batch,
-                max_entry_bytes=self._config.max_entry_bytes,
-                max_snapshot_bytes=self._config.max_snapshot_bytes,
-            )
-            replica = self._replica_for(page)
-            start = replica.revision
-            try:
-                for raw in page.entries:
-                    if raw.refused_size:
-                        raise CorruptEntryError(
-                            self._name,
-                            raw.revision,
-                            replica.revision,
-                            f"entry is {raw.refused_size} bytes, over max_entry_bytes "
-                            f"({self._config.max_entry_bytes}); left unread in Redis",
-                        )
-                    replica = self._apply_raw(replica, raw)
-            finally:  # keep the good prefix even when an entry is bad
-                self._replica = replica
-                applied += replica.revision - start
-                self._stats.entries_applied += replica.revision - start
-            if replica.revision >= page.head_revision:
-                return applied
-            if not page.entries:
-                raise CorruptEntryError(
-                    self._name,
-                    replica.revision + 1,
-                    replica.revision,
-                    f"missing from the log although its head is {page.head_revision}",
-                )
-
-    def _replica_for(self, page: ReadResult) -> Replica[S]:
-        """The replica the page's entries apply to: ours, or the page's snapshot."""
-        current = self._replica
-        if current is not None and page.incarnation != current.incarnation:
-            raise LogRegressedError(
-                self._name,
-                status.regressed_detail("read", page.head_revision, status.OTHER_INCARNATION),
-            )
-        if (
-            current is not None
-            and page.snapshot is None
-            and page.anchor
-            and current.history
-            and page.anchor != current.history
-        ):
-            raise LogRegressedError(
-                self._name,
-                status.regressed_detail("read", page.head_revision, status.OTHER_HISTORY)
-                + f"; at revision {current.revision}",
-            )
-        if page.snapshot is not None or page.snapshot_refused_size:
-            current = self._decode_snapshot(page, current)
-            self._stats.snapshots_loaded += 1
-        if current is None:
-            raise BackendProtocolError(f"synchronizer {self._name!r}: read gave no snapshot")
-        if current.revision > page.head_revision:
-            raise LogRegressedError(
-                self._name,
-                f"the log's head is revision {page.head_revision} but this replica already "
-                f"applied revision {current.revision} (Redis lost acknowledged writes)",
-            )
-        return current
-
-    def _decode_snapshot(self, page: ReadResult, current: Replica[S] | None) -> Replica[S]:
-        last_good = -1 if current is None else current.revision
-        if page.snapshot is None:
-            raise CorruptEntryError(
-                self._name,
-                page.snapshot_revision,
-                last_good,
-                f"snapshot is {page.snapshot_refused_size} bytes, over max_snapshot_bytes "
-                f"({self._config.max_snapshot_bytes}); left unread in Redis",
-            )
-        try:
-            if self._config.share_decoded_snapshots:
-                decoded = snapshot_cache.decode_shared(
-                    page.snapshot, self._codec.registry.fingerprint, self._codec.decode_snapshot
-                )
-            else:
-                decoded = self._codec.decode_snapshot(page.snapshot)
-        except UnknownTypeError as exc:
-            raise UnknownUpdateTypeError(
-                self._name, page.snapshot_revision, last_good, f"snapshot: {exc}"
-            ) from exc
-        except DecodeError as exc:
-            raise CorruptEntryError(
-                self._name, page.snapshot_revision, last_good, f"snapshot: {exc}"
-            ) from exc
-        if decoded.revision != page.snapshot_revision:
-            raise CorruptEntryError(
-                self._name,
-                page.snapshot_revision,
-                last_good,
-                f"snapshot says it is revision {decoded.revision}",
-            )
-        return Replica(
-            decoded.state,
-            decoded.revision,
-            page.incarnation,
-            decoded.server_time_ms,
-            page.snapshot_history,
-        )
-
-    def _share(self, replica: Replica[S]) -> None:
-        """Offer ``replica``'s state to this process's synchronizers of the same log (see
-        :mod:`statesync.snapshot_cache`)."""
-        if self._config.share_applied_states:
-            snapshot_cache.remember_state(
-                self._name,
-                replica.revision,
-                replica.history,
-                self._codec.registry.fingerprint,
-                replica.state,
-            )
-
-    def _apply_raw(self, replica: Replica[S], raw: RawEntry) -> Replica[S]:
-        revision, server_time_ms, payload, history = (
-            raw.revision,
-            raw.server_time_ms,
-            raw.payload,
-            raw.history,
-        )
-        share = self._config.share_applied_states and history
-        if share and revision == replica.revision + 1:
-            shared = snapshot_cache.state_after(
-                self._name, revision, history, self._codec.registry.fingerprint
-            )
-            if shared is not None:
-                self._stats.shared_applies += 1
-                return Replica(shared, revision, replica.incarnation, server_time_ms, history)
-        try:
-            entry = self._codec.decode_entry(revision, server_time_ms, payload)
-            applied = replace(advance(replica, [entry]), history=history)
-            if share:
-                self._share(applied)
-            return applied
-        except UnknownTypeError as exc:
-            raise UnknownUpdateTypeError(self._name, revision, replica.revision, str(exc)) from exc
-        except (DecodeError, RevisionGapError) as exc:
-            raise CorruptEntryError(self._name, revision, replica.revision, str(exc)) from exc
-        except ApplyError as exc:
-            raise PoisonedEntryError(
-                self._name,
-                revision,
-                replica.revision,
-                f"{type(exc.update).__name__}.apply_to raised {exc.__cause__!r}",
-            ) from exc.__cause__
-
-
-def _appended(replica: Replica[S], new_state: S, outcome: AppendOutcome) -> Replica[S]:
-    """The replica after our own append landed right after ``replica`` (at its revision + 1)."""
-    return Replica(
-        new_state, outcome.revision, replica.incarnation, outcome.server_time_ms, outcome.history
-    )
-
-
-def _wakes(updates: Sequence[Update], state: Any) -> bool | frozenset[str]:
-    """Whom an entry of ``updates`` leaving the log at ``state`` wakes: nobody (``False``) if
-    none of them wakes followers; every follower (``True``) if one of those that do names no
-    followers; else the followers they name (see :meth:`Update.wakes`)."""
-    named: set[str] = set()
-    waking = False
-    for update in updates:
-        if not getattr(update, "wakes_followers", True):
-            continue
-        waking = True
-        followers = update.wakes(state) if isinstance(update, Update) else None
-        if followers is None:
-            return True
-        named.update(followers)
-    return frozenset(named) if waking else False
-
-
-def _conflict_keys(updates: Sequence[Update]) -> tuple[str, ...] | None:
-    """What an entry of ``updates`` concerns: the union of their keys; ``None`` (the whole
-    state) if any of them concerns the whole state."""
-    keys: set[str] = set()
-    for update in updates:
-        concern = update.conflict_keys() if isinstance(update, Update) else None
-        if concern is None:
-            return None
-        keys.update(concern)
-    return tuple(sorted(keys)) or None

@@ -46,7 +46,7 @@ def test_no_pickle_anywhere() -> None:
 
 
 def test_only_backend_modules_import_redis() -> None:
-    allowed = {"statesync/redis_backend.py"}
+    allowed = {"statesync/redis_backend.py", "statesync/aio_redis_backend.py"}
     for path in ROOT.glob("statesync/**/*.py"):
         relative = str(path.relative_to(ROOT))
         if "redis" in imported_roots(path):

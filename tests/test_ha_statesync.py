@@ -1,6 +1,7 @@
 """Failover-safe state logs: incarnations and chained histories (issue 18, issue 19 items 11
 and 12). Run unchanged against both backends; a lossy failover is simulated by rolling the log
-back to a copy taken earlier (what a promoted replica that missed writes serves)."""
+back to a copy taken earlier (what a promoted replica that missed writes serves). Run on both
+synchronizers too (threaded, asyncio: ``flavour``, see :mod:`tests.support.async_adapter`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ import pytest
 from statesync import LogRegressedError, PoisonedEntryError, StateSynchronizer
 from statesync.backend import LogBackend
 from statesync.codec import Codec, TypeRegistry
+from tests.support.async_adapter import flavour, make_flavoured  # noqa: F401 (fixture)
 from tests.support.failover import remember
 from tests.support.model import ALL_TYPES, Add, Explode
 
+pytestmark = pytest.mark.usefixtures("flavour")
+
 
 def make(backend: LogBackend, name: str) -> StateSynchronizer[Any]:
-    return StateSynchronizer(backend, name, update_types=[*ALL_TYPES, Explode])
+    made: StateSynchronizer[Any] = make_flavoured(backend, name, update_types=[*ALL_TYPES, Explode])
+    return made
 
 
 def log_total(backend: LogBackend, name: str) -> tuple[int, int]:

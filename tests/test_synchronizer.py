@@ -1,4 +1,5 @@
-"""StateSynchronizer behaviour, run unchanged against every backend (in-memory and Redis)."""
+"""StateSynchronizer behaviour, run unchanged against every backend (in-memory and Redis) and
+both synchronizers (threaded, asyncio: ``flavour``, see :mod:`tests.support.async_adapter`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from statesync.backend import (
 )
 from statesync.codec import Codec, TypeRegistry
 from statesync.redis_backend import RedisLogBackend
+from tests.support.async_adapter import flavour, make_flavoured  # noqa: F401 (fixture)
 from tests.support.model import (
     ALL_TYPES,
     Add,
@@ -44,9 +46,13 @@ from tests.support.model import (
     Put,
 )
 
+pytestmark = pytest.mark.usefixtures("flavour")
+
 
 def make(backend: LogBackend, name: str, **kwargs: Any) -> StateSynchronizer[Any]:
-    return StateSynchronizer(backend, name, update_types=ALL_TYPES, **kwargs)
+    kwargs.setdefault("update_types", ALL_TYPES)
+    made: StateSynchronizer[Any] = make_flavoured(backend, name, **kwargs)
+    return made
 
 
 def append_raw(backend: LogBackend, name: str, payload: bytes) -> int:
@@ -441,7 +447,7 @@ def test_unknown_update_types_are_named(backend: LogBackend, unique_name: str) -
 
 
 def test_a_poisoned_entry_never_half_applies(backend: LogBackend, unique_name: str) -> None:
-    reader = StateSynchronizer(backend, unique_name, update_types=[*ALL_TYPES, Explode])
+    reader = make(backend, unique_name, update_types=[*ALL_TYPES, Explode])
     reader.initialize({"total": 0})
     payload = Codec(TypeRegistry([Add, Explode])).encode_entry("w", [Add(5), Explode()])
     revision = append_raw(backend, unique_name, payload)
@@ -454,7 +460,7 @@ def test_a_poisoned_entry_never_half_applies(backend: LogBackend, unique_name: s
 def test_a_writer_that_would_poison_the_log_is_stopped_first(
     backend: LogBackend, unique_name: str
 ) -> None:
-    sync = StateSynchronizer(backend, unique_name, update_types=[Add, Explode])
+    sync = make(backend, unique_name, update_types=[Add, Explode])
     sync.initialize({"total": 0})
     with pytest.raises(UpdateRejectedError):
         sync.update_state(lambda s: [Explode()])

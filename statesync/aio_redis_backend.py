@@ -1,0 +1,240 @@
+"""The ``redis.asyncio`` implementation of :class:`~statesync.aio_backend.AsyncLogBackend`.
+
+The same keys, Lua scripts, arguments and reply parsing as the blocking
+:class:`~statesync.redis_backend.RedisLogBackend` (:mod:`statesync.redis_wire`), and its
+error translation (:func:`~statesync.redis_backend.translate_redis_errors`): a threaded and
+an asyncio synchronizer of one log interoperate, each seeing the other's entries, conflicts
+and writer sequences. redis-py's own command retries are off, as there: a re-sent append
+carries the same writer sequence one level up.
+
+Endpoints: ``redis://``, ``rediss://`` (TLS), ``unix://``, ACL user and password (in the URL
+or as options), and ``redis+sentinel://`` (``redis.asyncio``'s Sentinel client: each new
+connection asks the Sentinels where the primary is). A Redis Cluster: pass a
+``redis.asyncio.cluster.RedisCluster`` and a second one for blocking reads (socket timeout
+above 5 s), as to the threaded backend; acknowledged appends (``acks``) then run on a plain
+client of the node holding the log, so the append and its ``WAIT`` share a connection.
+
+Cancellation: ``redis.asyncio`` closes a connection whose command was cancelled before its
+reply was read, so a cancelled call never leaves a reply for the next one to misread; the
+command itself either ran whole on the server or not at all (one script each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError, ResponseError, SlotNotCoveredError
+
+from statesync import redis_wire as wire
+from statesync import status
+from statesync.backend import AppendOutcome, CompactOutcome, ReadResult
+from statesync.durability import Acks
+from statesync.endpoints import is_sentinel_url, parse_sentinel_url, sentinel_setup
+from statesync.errors import BackendUnsupportedError
+from statesync.redis_backend import check_acknowledged, slot_moved, translate_redis_errors
+from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, RedisBackendBase, ScriptCall
+from statesync.scripts import SCRIPT_NAMES, script_source
+
+MAX_CONNECTIONS = 2**31 - 1
+"""Connections a pool this backend makes may open: as many as tasks have commands (or waits)
+in flight, as the threaded backend's pools allow as many as threads do. ``redis.asyncio``'s
+default (100) made the 101st of a loop's concurrent calls fail at once (``Too many
+connections``); a client given to the constructor keeps its own pool's limit."""
+
+
+def _no_retry() -> Retry:
+    return Retry(NoBackoff(), 0)
+
+
+AsyncClient = aioredis.Redis | RedisCluster
+"""A ``redis.asyncio`` client: one server's (or the primary a Sentinel names), or a cluster's."""
+
+
+class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
+    """Synchronizer logs in one Redis (or Valkey) server, for the tasks of one event loop.
+
+    Blocking waits (``XREAD BLOCK``) use a client of their own whose sockets outlast a block,
+    so a wait never makes an append or a read time out.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        key_prefix: str = "statesync",
+        blocking_client: AsyncClient | None = None,
+        acks: Acks | None = None,
+    ) -> None:
+        """``client``: a ``redis.asyncio.Redis``, or a ``RedisCluster`` with a second one as
+        ``blocking_client`` (socket timeout above 5 s; required: a cluster client's options
+        cannot be copied). ``acks``: when an append counts as acknowledged
+        (:mod:`statesync.durability`)."""
+        if isinstance(client, RedisCluster) and blocking_client is None:
+            raise BackendUnsupportedError(
+                "AsyncRedisLogBackend on a Redis Cluster needs blocking_client: a second "
+                "RedisCluster whose socket timeout is above 5 s, for blocking reads"
+            )
+        self._node_clients: dict[str, aioredis.Redis] = {}
+        super().__init__(client, key_prefix=key_prefix, blocking_client=blocking_client, acks=acks)
+        self._scripts: dict[str, AsyncScript] = {
+            script: client.register_script(script_source(script)) for script in SCRIPT_NAMES
+        }
+        self._no_evalsha_ro = False
+
+    def _blocking_twin(self, client: AsyncClient) -> AsyncClient:
+        assert isinstance(client, aioredis.Redis)  # a cluster's is given (see __init__)
+        pool = client.connection_pool
+        kwargs = wire.blocking_options(pool.connection_kwargs, _no_retry())
+        return aioredis.Redis(
+            connection_pool=aioredis.ConnectionPool(
+                connection_class=pool.connection_class, max_connections=MAX_CONNECTIONS, **kwargs
+            )
+        )
+
+    @classmethod
+    def _connect(
+        cls, url: str, socket_timeout: float, redis_kwargs: dict[str, Any]
+    ) -> tuple[aioredis.Redis, aioredis.Redis | None]:
+        """``redis.asyncio`` clients: lazily connected, so made anywhere, used in one loop."""
+        redis_kwargs = {"max_connections": MAX_CONNECTIONS, "retry": _no_retry(), **redis_kwargs}
+        if not is_sentinel_url(url):
+            options = wire.client_options(socket_timeout)
+            return aioredis.Redis.from_url(url, **options, **redis_kwargs), None
+        from redis.asyncio.sentinel import Sentinel
+
+        target = parse_sentinel_url(url)
+        primary = dict(redis_kwargs)
+        sentinels = primary.pop("sentinel_options", None)
+        options, sentinel_kwargs = sentinel_setup(
+            target, primary, socket_timeout=socket_timeout, sentinel_options=sentinels
+        )
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            target.sentinels, sentinel_kwargs=sentinel_kwargs, **options
+        )
+        client, blocking = (
+            sentinel.master_for(target.service, socket_timeout=timeout, db=target.db)
+            for timeout in (socket_timeout, BLOCKING_SOCKET_TIMEOUT)
+        )
+        return client, blocking
+
+    def _node_client(self, key: str) -> aioredis.Redis:
+        """A plain client whose pipelines run on the server holding ``key`` (for a cluster, a
+        client of that node's own, kept per node), so an append and its ``WAIT`` share one
+        connection; pipelines there bypass the cluster's redirections (see
+        :func:`~statesync.redis_backend.slot_moved`)."""
+        client = self._client
+        if isinstance(client, aioredis.Redis):
+            return client
+        node = client.get_node_from_key(key)
+        if node is None:  # (translated: an outage, retried)
+            raise SlotNotCoveredError(f"no node serves the slot of {key!r}")
+        made = self._node_clients.get(node.name)
+        if made is None:
+            pool = aioredis.ConnectionPool(
+                connection_class=node.connection_class,
+                **{**node.connection_kwargs, "host": node.host, "port": node.port},
+            )
+            made = self._node_clients[node.name] = aioredis.Redis(connection_pool=pool)
+        return made
+
+    async def _run(self, name: str, call: ScriptCall) -> Any:
+        with translate_redis_errors(call.script, name):
+            return await self._scripts[call.script](keys=call.keys, args=call.args)
+
+    async def _run_read_only(self, name: str, call: ScriptCall) -> Any:
+        """``EVALSHA_RO`` (so a read-only ACL user may read), ``EVALSHA`` before Redis 7: as
+        :func:`statesync.redis_backend.run_read_only`."""
+        script = self._scripts[call.script]
+        with translate_redis_errors(call.script, name):
+            if not self._no_evalsha_ro:
+                try:
+                    return await self._evalsha_ro(script, call)
+                except ResponseError as exc:
+                    if "unknown command" not in str(exc).lower():
+                        raise
+                    self._no_evalsha_ro = True
+            return await script(keys=call.keys, args=call.args)
+
+    async def _evalsha_ro(self, script: AsyncScript, call: ScriptCall) -> Any:
+        args = (script.sha, len(call.keys), *call.keys, *call.args)
+        try:
+            return await self._client.evalsha_ro(*args)
+        except NoScriptError:
+            await self._client.script_load(script.script)
+            return await self._client.evalsha_ro(*args)
+
+    # -- AsyncLogBackend --------------------------------------------------------------------
+    async def initialize(self, name: str, snapshot: bytes, incarnation: str) -> bool:
+        call = wire.initialize_call(self.keys(name), snapshot, incarnation)
+        return wire.initialized(name, await self._run(name, call))
+
+    async def append(self, name: str, payload: bytes, **options: Any) -> AppendOutcome:
+        call = wire.append_call(self.keys(name), payload, **options)
+        wait = self._acks.wait_command()
+        if wait is None:
+            return wire.append_outcome(name, await self._run(name, call))
+        with translate_redis_errors("append", name):
+            pipe = self._node_client(call.keys[0]).pipeline(transaction=False)
+            await self._scripts["append"](keys=call.keys, args=call.args, client=pipe)
+            pipe.execute_command(*wait)
+            reply, acknowledged = await pipe.execute(raise_on_error=False)
+            moved = slot_moved(call.keys[0], reply)
+            if moved is not None and isinstance(self._client, RedisCluster):
+                await self._client.nodes_manager.initialize()
+                raise moved from reply
+            if isinstance(reply, Exception):
+                raise reply
+        if int(reply[0]) in (status.OK, status.DUPLICATE):
+            check_acknowledged(self._acks, acknowledged, f"synchronizer {name!r}", self._client)
+        return wire.append_outcome(name, reply)
+
+    async def wake(self, name: str, revision: int, followers: Collection[str] | None) -> bool:
+        call = wire.wake_call(self.keys(name), revision, followers)
+        return call is not None and wire.woke(name, await self._run(name, call))
+
+    async def read(self, name: str, after_revision: int, limit: int, **limits: Any) -> ReadResult:
+        call = wire.read_call(self.keys(name), after_revision, limit, **limits)
+        return wire.read_result(name, await self._run_read_only(name, call))
+
+    async def wait(self, name: str, after_revision: int, timeout: float, **which: Any) -> bool:
+        streams = wire.wait_streams(self.keys(name), after_revision, **which)
+        for block in wire.block_chunks(timeout):
+            with translate_redis_errors("wait", name):
+                reply = await self._blocking.xread(streams, count=1, block=block)
+            if reply:
+                return True
+        return False
+
+    async def compact(
+        self, name: str, revision: int, snapshot: bytes, **anchors: Any
+    ) -> CompactOutcome:
+        call = wire.compact_call(self.keys(name), revision, snapshot, **anchors)
+        return wire.compact_outcome(name, await self._run(name, call))
+
+    async def delete(self, name: str) -> bool:
+        k = self.keys(name)
+
+        async def delete_all(pipe: Any) -> None:  # re-run if a wake-up named a follower
+            followers = [wire.text(f) for f in await pipe.zrange(k.wakers, 0, -1)]
+            pipe.multi()
+            pipe.delete(*k.all, *map(k.follower_wake, followers))
+
+        with translate_redis_errors("delete", name):
+            client: Any = self._client  # (a cluster's transaction is typed for coroutines)
+            replies: Any = await client.transaction(delete_all, k.wakers)
+        return wire.deleted(replies)
+
+    async def server_time_ms(self) -> int:
+        with translate_redis_errors("time", "-"):
+            return wire.time_ms(await self._client.time())
+
+    async def close(self) -> None:
+        for client in [*self._node_clients.values(), self._blocking, self._client]:
+            await client.aclose()
+        self._node_clients.clear()
