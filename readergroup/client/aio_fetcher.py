@@ -1,0 +1,167 @@
+"""The data side of an asyncio reader: :class:`AsyncFetcher`, which runs the plans of
+:class:`~readergroup.client.fetch_core.FetchCore` (the very decisions of the threaded
+:class:`~readergroup.client.fetcher.Fetcher`) with ``redis.asyncio``
+(:class:`~readergroup.storage.aio_reads.AsyncSegmentReads`). Reads ahead and parked ``XREAD
+BLOCK``\\ s run as tasks of the event loop; nothing blocks the loop and no thread is used.
+
+Cancellation: a task awaiting :meth:`AsyncFetcher.fetch` (or anything else here) may be
+cancelled at any await; nothing is lost. Events leave their buffers only when handed out
+(:meth:`~readergroup.client.fetch_core.FetchCore.take_one` and ``take`` never await); a reply
+is applied without awaiting, except for the rare checks of a segment's log (epochs, truncation,
+losses), each of which leaves the core consistent when abandoned; a read the cancelled task was
+waiting for runs on in its own task (the next fetch over the same positions takes its reply),
+and a plain read cancelled mid-reply closes its connection (``redis.asyncio``), so the pool
+holds no half-read reply. What was not applied is read again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+from readergroup.client.event_read import EventRead
+from readergroup.client.fetch_core import (
+    Ask,
+    Effect,
+    FetchCore,
+    FetchOutcome,
+    Outage,
+    OwnedSegment,
+    Pause,
+    Plan,
+    Read,
+    Ready,
+    Receive,
+    Start,
+    advance,
+)
+from readergroup.client.serializers import Serializer
+from readergroup.core.group_config import ReaderConfig
+from readergroup.core.group_state import SegKey
+from readergroup.storage.aio_reads import AsyncPendingRead, AsyncSegmentReads
+from statesync.clock import Clock
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+TURN = 0.001
+"""Most seconds :meth:`AsyncFetcher.pace` lets a consumer run on without yielding to the
+event loop (other tasks wait at most about this long behind a reader with events buffered)."""
+
+
+class AsyncFetcher(FetchCore[T]):
+    """Buffers, reads and hands out the events of a reader's owned segments, on
+    ``redis.asyncio``; one event loop (its tasks take turns: no locks). The segment table,
+    ``take_one``, ``take``, ``seek``, ``hold``/``serve``, ``moved_past``, ``epochs_of``,
+    ``looks``/``commit_limits`` are :class:`~readergroup.client.fetch_core.FetchCore`'s
+    (synchronous: they never wait)."""
+
+    def __init__(
+        self,
+        reads: AsyncSegmentReads,
+        serializer: Serializer[T],
+        config: ReaderConfig,
+        outage: Outage,
+        clock: Clock,
+        *,
+        switches: int = 0,
+    ) -> None:
+        super().__init__(serializer, config, outage, clock, switches=switches)
+        self._reads = reads
+        self._turn_ends = 0.0
+        self._running: set[asyncio.Future[Any]] = set()
+        """The tasks of the reads this fetcher started and that have not finished (given up
+        ones too, until their cancellation has closed their connections)."""
+
+    async def fetch(
+        self, block: float, logs: Mapping[str, str], *, hold: float = 0.0, switches: int = 0
+    ) -> FetchOutcome:
+        """See :meth:`FetchCore.plan_fetch`."""
+        return await self._run(self.plan_fetch(block, logs, hold, switches))
+
+    async def collect(self, timeout: float) -> bool:
+        """See :meth:`FetchCore.plan_collect`."""
+        return await self._run(self.plan_collect(timeout))
+
+    async def read_ahead(self) -> None:
+        """See :meth:`FetchCore.plan_read_ahead`."""
+        await self._run(self.plan_read_ahead())
+
+    async def check_idle(self) -> None:
+        """See :meth:`FetchCore.plan_check_idle`."""
+        await self._run(self.plan_check_idle())
+
+    async def verify(self, keys: Iterable[SegKey]) -> list[SegKey]:
+        """See :meth:`FetchCore.plan_verify`."""
+        return await self._run(self.plan_verify(keys))
+
+    async def histories(
+        self, segments: Sequence[OwnedSegment]
+    ) -> dict[SegKey, tuple[int, list[tuple[int, int]]]]:
+        """See :meth:`FetchCore.plan_histories`."""
+        return await self._run(self.plan_histories(segments))
+
+    async def take_refilled(self, max_events: int) -> list[EventRead[T]]:
+        """:meth:`~FetchCore.take` after applying a read ahead that has arrived when fewer than
+        ``max_events`` are buffered (the threaded ``take(refill=True)``; never waits for
+        Redis)."""
+        if self._ahead and sum(len(o.buffer) for o in self.owned.values()) < max_events:
+            await self.collect(0.0)
+        return self.take(max_events)
+
+    async def pace(self) -> None:
+        """Call between events handed out on the fast path: yields to the event loop once
+        :data:`TURN` s have passed since it last did, so a consumer with events buffered does
+        not starve the loop's other tasks (heartbeats, maintenance, other readers)."""
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._turn_ends:
+            await asyncio.sleep(0)
+            self._turn_ends = loop.time() + TURN
+
+    async def aclose(self) -> None:
+        """:meth:`~FetchCore.close`, then wait until every read it started (and those given
+        up before) has let go of its connection."""
+        self.close()
+        if self._running:
+            await asyncio.wait(self._running)
+
+    async def _run(self, plan: Plan[R]) -> R:
+        """Run ``plan``, performing its effects. A cancellation requested while an effect was
+        awaited is raised into the plan even when the await swallowed it (its outcome is
+        dropped: nothing of it was applied, so it is read again): Python 3.11's
+        ``asyncio.wait_for`` returns the result of an operation that finishes as the
+        cancellation lands, and redis-py's asyncio client sends every command through it, so a
+        task cancelled there went on reading."""
+        task = asyncio.current_task()
+        done, value = advance(plan, None, None)
+        while not done:
+            asked = task.cancelling() if task is not None else 0
+            try:
+                outcome, error = await self._perform(value), None
+                if task is not None and task.cancelling() > asked:
+                    raise asyncio.CancelledError  # (swallowed below)
+            except BaseException as exc:  # thrown into the plan (a cancellation passes through)
+                outcome, error = None, exc
+            done, value = advance(plan, outcome, error)
+        result: R = value
+        return result
+
+    async def _perform(self, effect: Effect) -> Any:
+        reads = self._reads
+        if isinstance(effect, Ask):
+            return await getattr(reads, effect.method)(*effect.args)
+        if isinstance(effect, Start):
+            started = reads.start(effect.positions, effect.limit, effect.block)
+            self._running.add(started.task)
+            started.task.add_done_callback(self._running.discard)
+            return started
+        if isinstance(effect, Read):
+            return await reads.read_keys(effect.positions, effect.block, effect.limit)
+        if isinstance(effect, Ready):
+            return await cast(AsyncPendingRead, effect.read).ready(effect.timeout)
+        if isinstance(effect, Receive):
+            return await cast(AsyncPendingRead, effect.read).result(effect.timeout)
+        if isinstance(effect, Pause):
+            await asyncio.sleep(effect.seconds)
+        return None

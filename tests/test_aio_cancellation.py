@@ -1,0 +1,135 @@
+"""Cancelling a task blocked in an async read loses nothing: random cancellations of reads of
+the asyncio fetcher, at every await point it has (a blocking ``XREAD`` cancelled mid-wait, a
+parked read, a read ahead awaited, a segment's log checked), while a writer appends
+concurrently; every event comes exactly once, in order per segment, and the connection pool is
+left with no connection in use."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from readergroup import ReaderConfig, ScalingPolicy, StreamConfiguration, StreamManager
+from readergroup.client.aio_fetcher import AsyncFetcher
+from readergroup.client.event_read import EventRead
+from readergroup.client.fetch_core import Outage, OwnedSegment
+from readergroup.client.serializers import UTF8StringSerializer
+from readergroup.storage.aio_reads import AsyncSegmentReads
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.segment_records import AppendBatch
+from statesync.system_clock import SYSTEM_CLOCK
+from tests.support.fetchers import async_client
+
+SEGMENTS = 3
+
+
+@pytest.fixture
+def connection(redis_url: str) -> Iterator[RedisConnection]:
+    conn = RedisConnection.from_url(redis_url)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def write_concurrently(
+    connection: RedisConnection, scope: str, per_segment: int, rng: random.Random
+) -> threading.Thread:
+    """A writer thread appending ``per_segment`` events to each segment in small batches of
+    random sizes (payload ``"<segment>:<n>"``)."""
+
+    def run() -> None:
+        written = dict.fromkeys(range(SEGMENTS), 0)
+        sequence = 0
+        while any(n < per_segment for n in written.values()):
+            segment = rng.choice([s for s, n in written.items() if n < per_segment])
+            size = min(rng.randint(1, 40), per_segment - written[segment])
+            events = [(None, f"{segment}:{written[segment] + i}".encode(), 0) for i in range(size)]
+            sequence += 1
+            batch = AppendBatch.of(scope, "s", segment, "w", sequence, events, 1 << 20)
+            (reply,) = connection.segments.append([batch])
+            assert reply.error is None, reply.error
+            written[segment] += size
+
+    thread = threading.Thread(target=run, name="writer", daemon=True)
+    thread.start()
+    return thread
+
+
+async def read_one(fetcher: AsyncFetcher[str], rng: random.Random) -> EventRead[str]:
+    """The next event (errors raised), as an async reader's read call would get it: the fast
+    path, else a fetch: a plain blocking XREAD or one parked across calls, at random."""
+    while True:
+        event = fetcher.take_one()
+        if event is not None:
+            return event
+        if fetcher.errors:
+            raise fetcher.errors.popleft()
+        taken = await fetcher.take_refilled(1)
+        if taken:
+            return taken[0]
+        if rng.random() < 0.5:
+            await fetcher.fetch(0.02, {})  # XREAD BLOCK 20 ms, awaited directly
+        else:
+            await fetcher.fetch(0.06, {}, hold=0.5)  # parked: outlives a cancelled call
+
+
+@pytest.mark.parametrize("cancellations", [pytest.param(1000, marks=pytest.mark.long), 150])
+def test_random_cancellations_of_async_reads_lose_and_repeat_nothing(
+    redis_url: str, scope: str, connection: RedisConnection, cancellations: int
+) -> None:
+    with StreamManager.from_url(redis_url) as sm:
+        policy = ScalingPolicy.fixed(SEGMENTS)
+        sm.create_stream(scope, "s", StreamConfiguration(scaling_policy=policy))
+    per_segment = cancellations * 3
+    rng = random.Random(29)
+    stats: dict[str, Any] = {}
+
+    async def main() -> dict[int, list[int]]:
+        client = async_client(redis_url)
+        reads = AsyncSegmentReads(client, connection.keys)
+        config = ReaderConfig(read_batch=16, max_buffered_events=64, prefetch_events=96)
+        fetcher = AsyncFetcher(
+            reads, UTF8StringSerializer(), config, Outage("t", 10.0), SYSTEM_CLOCK
+        )
+        for number in range(SEGMENTS):
+            data_key = connection.keys.segment(scope, "s", number).events
+            fetcher.add(OwnedSegment.at((f"{scope}/s", number), scope, "s", data_key, 1, 0))
+        writer = write_concurrently(connection, scope, per_segment, random.Random(7))
+        got: dict[int, list[int]] = {n: [] for n in range(SEGMENTS)}
+        cancelled = completed = 0
+        total = per_segment * SEGMENTS
+        while cancelled < cancellations or completed < total:
+            task = asyncio.ensure_future(read_one(fetcher, rng))
+            if cancelled < cancellations:
+                await asyncio.wait((task,), timeout=rng.choice((0, 0, 0.0005, 0.002, 0.01)))
+                task.cancel()
+            await asyncio.wait((task,))
+            if task.cancelled():
+                cancelled += 1
+                continue
+            event = task.result()
+            value = event.event
+            assert value is not None
+            segment, number = map(int, value.split(":"))
+            assert (segment, event.offset) == (event.segment, number)
+            got[segment].append(number)
+            completed += 1
+        writer.join(30)
+        await fetcher.aclose()
+        stats["in_use"] = len(client.connection_pool._in_use_connections)
+        stats["ping"] = await client.ping()
+        await client.aclose()
+        return got
+
+    got = asyncio.run(main())
+    assert stats == {"in_use": 0, "ping": True}
+    for segment in range(SEGMENTS):
+        assert got[segment] == list(range(per_segment)), segment  # exactly once, in order
+    assert redis.Redis.from_url(redis_url).ping()
