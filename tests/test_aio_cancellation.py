@@ -133,3 +133,41 @@ def test_random_cancellations_of_async_reads_lose_and_repeat_nothing(
     for segment in range(SEGMENTS):
         assert got[segment] == list(range(per_segment)), segment  # exactly once, in order
     assert redis.Redis.from_url(redis_url).ping()
+
+
+@pytest.mark.parametrize("parser", ["hiredis", "python"])
+def test_a_blocking_xread_cancelled_mid_wait_leaves_no_reply_on_a_pooled_connection(
+    redis_url: str, scope: str, connection: RedisConnection, parser: str
+) -> None:
+    """One pooled connection only: the reply the server sends the cancelled ``XREAD BLOCK``
+    when an event arrives must not be read as the answer to the next command."""
+    from redis._parsers import _AsyncHiredisParser, _AsyncRESP3Parser
+    from redis.asyncio import ConnectionPool
+
+    key = f"{scope}:a-stream"
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        parser_class = _AsyncHiredisParser if parser == "hiredis" else _AsyncRESP3Parser
+        pool = ConnectionPool.from_url(
+            redis_url, max_connections=1, socket_timeout=15, parser_class=parser_class
+        )
+        client = redis.asyncio.Redis(connection_pool=pool)
+        reads = AsyncSegmentReads(client, connection.keys)
+        await client.xadd(key, {"n": "0"}, id="1-0")
+        for round_ in range(3):
+            blocked = asyncio.ensure_future(reads.read_keys({key: f"{round_ + 1}-0"}, 2.0, 10))
+            await asyncio.wait((blocked,), timeout=0.1)  # (parked on the server by now)
+            blocked.cancel()
+            await asyncio.wait((blocked,))
+            connection.client.xadd(key, {"n": str(round_ + 1)}, id=f"{round_ + 2}-0")
+            seen[f"in use {round_}"] = len(pool._in_use_connections)
+            seen[f"get {round_}"] = await client.get(f"{scope}:nothing")
+            seen[f"read {round_}"] = list(await reads.read_keys({key: f"{round_ + 1}-0"}, 0.1, 10))
+        await client.aclose()
+
+    asyncio.run(main())
+    for round_ in range(3):
+        assert seen[f"in use {round_}"] == 0
+        assert seen[f"get {round_}"] is None  # not the cancelled XREAD's reply
+        assert seen[f"read {round_}"] == [key]
