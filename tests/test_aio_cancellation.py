@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,18 +23,12 @@ from readergroup.storage.aio_reads import AsyncSegmentReads
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch
 from statesync.system_clock import SYSTEM_CLOCK
+from tests.support import fetchers
 from tests.support.fetchers import async_client
 
+connection = fetchers.redis_connection  # (the fixture, under this name here)
+
 SEGMENTS = 3
-
-
-@pytest.fixture
-def connection(redis_url: str) -> Iterator[RedisConnection]:
-    conn = RedisConnection.from_url(redis_url)
-    try:
-        yield conn
-    finally:
-        conn.close()
 
 
 def write_concurrently(

@@ -23,18 +23,12 @@ from readergroup import (
 )
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch
+from tests.support import fetchers
 from tests.support.fetchers import KINDS, Driven
 
+connection = fetchers.redis_connection  # (the fixture, under this name here)
+
 Rows = list[Any]
-
-
-@pytest.fixture
-def connection(redis_url: str) -> Iterator[RedisConnection]:
-    conn = RedisConnection.from_url(redis_url)
-    try:
-        yield conn
-    finally:
-        conn.close()
 
 
 @pytest.fixture(params=KINDS)
@@ -71,6 +65,13 @@ def append(connection: RedisConnection, scope: str, segment: int, *payloads: str
     assert reply.error is None, reply.error
 
 
+def two_segments(url: str, scope: str, connection: RedisConnection, events: int) -> None:
+    """A two-segment stream, ``events`` events in each (``"<segment>:<n>"``)."""
+    make_stream(url, scope, 2)
+    for number in (0, 1):
+        append(connection, scope, number, *(f"{number}:{i}" for i in range(events)))
+
+
 def rogue_xadd(client: Any, events_key: str, offset: int, fields: Any) -> None:
     client.xadd(events_key, fields, id=f"{offset + 1}-0")
 
@@ -90,9 +91,7 @@ def split(rows: Rows) -> tuple[Rows, list[Exception]]:
 def test_every_segment_is_read_in_order_and_positions_advance(
     drive: Any, redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
-    make_stream(redis_url, scope, 2)
-    for number in (0, 1):
-        append(connection, scope, number, *(f"{number}:{i}" for i in range(30)))
+    two_segments(redis_url, scope, connection, 30)
     driven = drive()
     for number in (0, 1):
         driven.add(connection, scope, number)
@@ -110,9 +109,7 @@ def test_every_segment_is_read_in_order_and_positions_advance(
 def test_hand_out_is_round_robin_and_a_full_buffer_is_not_fetched(
     drive: Any, redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
-    make_stream(redis_url, scope, 2)
-    for number in (0, 1):
-        append(connection, scope, number, *(f"{number}:{i}" for i in range(30)))
+    two_segments(redis_url, scope, connection, 30)
     driven = drive(ReaderConfig(read_batch=10, max_buffered_events=10, prefetch_events=0))
     for number in (0, 1):
         driven.add(connection, scope, number)
@@ -275,9 +272,7 @@ def test_a_bounded_read_stops_at_its_end_offset(
 def test_hold_serve_and_seek(
     drive: Any, redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
-    make_stream(redis_url, scope, 2)
-    for number in (0, 1):
-        append(connection, scope, number, *(f"{number}:{i}" for i in range(10)))
+    two_segments(redis_url, scope, connection, 10)
     driven = drive()
     zero = driven.add(connection, scope, 0)
     driven.add(connection, scope, 1)

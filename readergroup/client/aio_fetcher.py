@@ -20,22 +20,9 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
+from readergroup.client import fetch_core as core
 from readergroup.client.event_read import EventRead
-from readergroup.client.fetch_core import (
-    Ask,
-    Effect,
-    FetchCore,
-    FetchOutcome,
-    Outage,
-    OwnedSegment,
-    Pause,
-    Plan,
-    Read,
-    Ready,
-    Receive,
-    Start,
-    advance,
-)
+from readergroup.client.fetch_core import FetchCore, FetchOutcome, Outage, OwnedSegment, Plan
 from readergroup.client.serializers import Serializer
 from readergroup.core.group_config import ReaderConfig
 from readergroup.core.group_state import SegKey
@@ -134,7 +121,7 @@ class AsyncFetcher(FetchCore[T]):
         cancellation lands, and redis-py's asyncio client sends every command through it, so a
         task cancelled there went on reading."""
         task = asyncio.current_task()
-        done, value = advance(plan, None, None)
+        done, value = core.advance(plan, None, None)
         while not done:
             asked = task.cancelling() if task is not None else 0
             try:
@@ -143,25 +130,25 @@ class AsyncFetcher(FetchCore[T]):
                     raise asyncio.CancelledError  # (swallowed below)
             except BaseException as exc:  # thrown into the plan (a cancellation passes through)
                 outcome, error = None, exc
-            done, value = advance(plan, outcome, error)
+            done, value = core.advance(plan, outcome, error)
         result: R = value
         return result
 
-    async def _perform(self, effect: Effect) -> Any:
+    async def _perform(self, effect: core.Effect) -> Any:
         reads = self._reads
-        if isinstance(effect, Ask):
+        if isinstance(effect, core.Ask):
             return await getattr(reads, effect.method)(*effect.args)
-        if isinstance(effect, Start):
+        if isinstance(effect, core.Start):
             started = reads.start(effect.positions, effect.limit, effect.block)
             self._running.add(started.task)
             started.task.add_done_callback(self._running.discard)
             return started
-        if isinstance(effect, Read):
+        if isinstance(effect, core.Read):
             return await reads.read_keys(effect.positions, effect.block, effect.limit)
-        if isinstance(effect, Ready):
+        if isinstance(effect, core.Ready):
             return await cast(AsyncPendingRead, effect.read).ready(effect.timeout)
-        if isinstance(effect, Receive):
+        if isinstance(effect, core.Receive):
             return await cast(AsyncPendingRead, effect.read).result(effect.timeout)
-        if isinstance(effect, Pause):
+        if isinstance(effect, core.Pause):
             await asyncio.sleep(effect.seconds)
         return None

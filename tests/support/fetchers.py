@@ -6,9 +6,10 @@ threaded :class:`~readergroup.client.fetcher.Fetcher` and the asyncio
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+import pytest
 import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -26,6 +27,18 @@ from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from statesync.system_clock import SYSTEM_CLOCK
 
 KINDS = ("sync", "async")
+
+
+@pytest.fixture
+def redis_connection(redis_url: str) -> Iterator[RedisConnection]:
+    """A readergroup connection to the test's server."""
+    connection = RedisConnection.from_url(redis_url)
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
 T = TypeVar("T")
 
 
