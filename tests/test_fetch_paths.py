@@ -136,6 +136,32 @@ def test_news_in_a_log_waited_on_is_reported(
     assert driven.fetch(0.05, {log: last}).woken == frozenset()
 
 
+def test_a_parked_read_outlives_the_call_and_its_reply_comes_to_the_next_one(
+    drive: Any, redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    make_stream(redis_url, scope)
+    log = f"{scope}:a-log"
+    connection.client.xadd(log, {"x": "1"}, id="1-0")
+    driven = drive()
+    driven.add(connection, scope, 0)
+    outcome = driven.fetch(0.06, {log: "1-0"}, hold=3.0)  # nothing yet: the XREAD stays
+    assert outcome.watched and not outcome.woken
+    parked = driven.core._parked
+    assert parked is not None
+    connection.client.xadd(log, {"x": "2"}, id="2-0")  # the parked XREAD is answered
+    seen: set[str] = set()
+    for _ in range(50):
+        seen |= driven.fetch(0.06, {log: "1-0"}, hold=3.0).woken
+        if seen:
+            break
+    assert seen == {log} and driven.core._parked is None  # its reply came to this call
+    answered = parked.task.done() if driven.kind == "async" else not parked._open
+    assert answered  # the very XREAD sent by the first call, not another
+    append(connection, scope, 0, "a", "b")
+    got = driven.results(lambda rows: len(rows) >= 2)
+    assert got == ["a", "b"]
+
+
 # -- hostile records -----------------------------------------------------------------------------
 def test_a_gap_stops_its_segment_after_the_events_before_it(
     drive: Any, redis_url: str, scope: str, connection: RedisConnection

@@ -33,8 +33,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 TURN = 0.001
-"""Most seconds :meth:`AsyncFetcher.pace` lets a consumer run on without yielding to the
-event loop (other tasks wait at most about this long behind a reader with events buffered)."""
+"""Most seconds a consumer on the fast path runs on without yielding to the event loop (see
+:meth:`AsyncFetcher.turn_due`): other tasks wait about this long at most behind a reader with
+events buffered."""
+
+TURN_EVENTS = 16
+"""Events handed out between looks at the clock for :data:`TURN` (a consumer spending more than
+``TURN / TURN_EVENTS`` s of CPU per event without awaiting anything holds the loop longer)."""
 
 
 class AsyncFetcher(FetchCore[T]):
@@ -56,7 +61,9 @@ class AsyncFetcher(FetchCore[T]):
     ) -> None:
         super().__init__(serializer, config, outage, clock, switches=switches)
         self._reads = reads
+        self._now = clock.monotonic
         self._turn_ends = 0.0
+        self._countdown = 1
         self._running: set[asyncio.Future[Any]] = set()
         """The tasks of the reads this fetcher started and that have not finished (given up
         ones too, until their cancellation has closed their connections)."""
@@ -97,14 +104,21 @@ class AsyncFetcher(FetchCore[T]):
             await self.collect(0.0)
         return self.take(max_events)
 
-    async def pace(self) -> None:
-        """Call between events handed out on the fast path: yields to the event loop once
-        :data:`TURN` s have passed since it last did, so a consumer with events buffered does
-        not starve the loop's other tasks (heartbeats, maintenance, other readers)."""
-        loop = asyncio.get_running_loop()
-        if loop.time() >= self._turn_ends:
-            await asyncio.sleep(0)
-            self._turn_ends = loop.time() + TURN
+    def turn_due(self) -> bool:
+        """Whether a consumer handing out events on the fast path should :meth:`take_turn` now:
+        :data:`TURN` s passed since it last did (the clock is read every
+        :data:`TURN_EVENTS` calls: this runs once per event)."""
+        self._countdown -= 1
+        if self._countdown > 0:
+            return False
+        self._countdown = TURN_EVENTS
+        return self._now() >= self._turn_ends
+
+    async def take_turn(self) -> None:
+        """Yield to the event loop once, so a consumer with events buffered does not starve the
+        loop's other tasks (heartbeats, maintenance, reads ahead, other readers)."""
+        await asyncio.sleep(0)
+        self._turn_ends = self._now() + TURN
 
     async def aclose(self) -> None:
         """:meth:`~FetchCore.close`, then wait until every read it started (and those given

@@ -78,12 +78,14 @@ class Driven:
         assert self.loop is not None
         return self.loop.run_until_complete(make())
 
-    def fetch(self, block: float = 0.05, logs: dict[str, str] | None = None) -> FetchOutcome:
+    def fetch(
+        self, block: float = 0.05, logs: dict[str, str] | None = None, hold: float = 0.0
+    ) -> FetchOutcome:
         core = self.core
         if isinstance(core, Fetcher):
-            return core.fetch(block, logs or {})
+            return core.fetch(block, logs or {}, hold=hold)
         assert isinstance(core, AsyncFetcher)
-        return self.run(lambda: core.fetch(block, logs or {}))
+        return self.run(lambda: core.fetch(block, logs or {}, hold=hold))
 
     def take(self, max_events: int) -> list[EventRead[Any]]:
         core = self.core
