@@ -164,3 +164,44 @@ def test_a_blocking_xread_cancelled_mid_wait_leaves_no_reply_on_a_pooled_connect
         assert seen[f"in use {round_}"] == 0
         assert seen[f"get {round_}"] is None  # not the cancelled XREAD's reply
         assert seen[f"read {round_}"] == [key]
+
+
+def test_a_parked_read_survives_the_cancelled_call_and_answers_the_next(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "s")
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        client = async_client(redis_url)
+        reads = AsyncSegmentReads(client, connection.keys)
+        fetcher = AsyncFetcher(
+            reads, UTF8StringSerializer(), ReaderConfig(), Outage("t", 10.0), SYSTEM_CLOCK
+        )
+        data_key = connection.keys.segment(scope, "s", 0).events
+        fetcher.add(OwnedSegment.at((f"{scope}/s", 0), scope, "s", data_key, 1, 0))
+        call = asyncio.ensure_future(fetcher.fetch(1.0, {}, hold=4.0))
+        while not fetcher._running:  # (the XREAD BLOCK is sent, its reply awaited)
+            await asyncio.sleep(0.01)
+        (sent,) = fetcher._running
+        call.cancel()
+        await asyncio.wait((call,))
+        seen["cancelled"] = call.cancelled()
+        parked = fetcher._parked
+        seen["still parked"] = parked is not None and parked.task is sent and not sent.done()
+        batch = AppendBatch.of(scope, "s", 0, "w", 1, [(None, b"late", 0)], 1 << 20)
+        connection.segments.append([batch])
+        await fetcher.fetch(1.0, {}, hold=4.0)
+        seen["answered the next call"] = sent.done() and fetcher._parked is None
+        seen["events"] = [e.event for e in fetcher.take(10)]
+        await fetcher.aclose()
+        await client.aclose()
+
+    asyncio.run(main())
+    assert seen == {
+        "cancelled": True,
+        "still parked": True,
+        "answered the next call": True,
+        "events": ["late"],
+    }

@@ -802,6 +802,9 @@ class FetchCore(Generic[T]):
         except ReaderGroupError:  # e.g. a key of the wrong type: a plain read names it
             fallback: dict[str, Any] = yield Read(positions, 0.0, limit, wait=False)
             return fallback
+        except BaseException:  # the call was abandoned (a cancelled task): the read waits on,
+            self._parked = parked  # for the next call (a read its driver gave up has no
+            raise  # positions left, so that call sends another)
         if answer is None:
             self._parked = parked
         return answer
