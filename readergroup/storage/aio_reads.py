@@ -36,24 +36,31 @@ from readergroup.storage.segment_records import (
 from readergroup.storage.translate import translate_errors
 
 
-def _raw_reply(response: Any, **options: Any) -> Any:
-    return response
+async def _raw(client: Redis, *command: Any) -> Any:
+    """``command``'s reply as the server sent it (no response callback: the client given is
+    left as it is), on a connection of ``client``'s pool. A connection a cancellation or an
+    error interrupts is closed before it goes back to the pool (``redis.asyncio`` disconnects
+    on any exception while it sends or reads)."""
+    pool = client.connection_pool
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await connection.send_command(*command)
+        return await connection.read_response()
+    finally:
+        await pool.release(connection)
 
 
 class AsyncSegmentReads:
     """Reads of segments under ``keys`` on ``client`` (a ``redis.asyncio.Redis`` returning
     bytes). ``blocking_client`` (default ``client``) carries ``XREAD BLOCK``: its socket timeout
     must be ``None`` or longer than :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`.
-    ``XREAD`` and ``XRANGE`` replies of both clients are left raw (parsed here, as the
-    threaded connection does)."""
+    ``XREAD`` and ``XRANGE`` replies are read raw (parsed here, as the threaded connection
+    does), without changing the clients' response callbacks."""
 
     def __init__(self, client: Redis, keys: KeyLayout, blocking_client: Redis | None = None):
         self._client = client
         self._blocking = blocking_client or client
         self._keys = keys
-        for each in {id(client): client, id(self._blocking): self._blocking}.values():
-            each.set_response_callback("XREAD", _raw_reply)
-            each.set_response_callback("XRANGE", _raw_reply)
 
     # -- reads over many keys ---------------------------------------------------------------
     async def read_keys(
@@ -85,8 +92,7 @@ class AsyncSegmentReads:
         """One ``XREAD COUNT limit`` (``block``: ``BLOCK``) of ``positions``: key -> raw
         entries (a key of the wrong type: a :class:`ReaderGroupError` naming ``WRONGTYPE``)."""
         with translate_errors("read"):
-            command = xread_command(positions, limit, block)
-            reply = await self._blocking.execute_command(*command)  # type: ignore[no-untyped-call]
+            reply = await _raw(self._blocking, *xread_command(positions, limit, block))
         return by_key(reply)
 
     def start(
@@ -138,7 +144,9 @@ class AsyncSegmentReads:
         """The raw ``XRANGE`` reply for events ``[start, stop)`` (``stop=-1``: to the tail)."""
         events = self._keys.segment(scope, stream, segment).events
         with translate_errors("read"):
-            return await self._client.xrange(events, *range_bounds(start, stop), count=limit)
+            return await _raw(
+                self._client, "XRANGE", events, *range_bounds(start, stop), "COUNT", limit
+            )
 
     @staticmethod
     async def _hmget_each(client: Redis, keys: Sequence[str], fields: Sequence[str]) -> list[Any]:
