@@ -205,3 +205,52 @@ def test_a_parked_read_survives_the_cancelled_call_and_answers_the_next(
         "answered the next call": True,
         "events": ["late"],
     }
+
+
+def test_the_fetcher_lets_go_of_the_readers_gate_only_while_it_waits_for_redis(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """Another task of the reader (its group maintenance) gets the gate while a fetch waits in
+    an ``XREAD BLOCK``; the fetch has it back when it returns."""
+    from contextlib import asynccontextmanager
+
+    with StreamManager.from_url(redis_url) as sm:
+        sm.create_stream(scope, "s")
+    seen: list[str] = []
+
+    async def main() -> None:
+        client = async_client(redis_url)
+        reads = AsyncSegmentReads(client, connection.keys)
+        fetcher = AsyncFetcher(
+            reads, UTF8StringSerializer(), ReaderConfig(), Outage("t", 10.0), SYSTEM_CLOCK
+        )
+        data_key = connection.keys.segment(scope, "s", 0).events
+        fetcher.add(OwnedSegment.at((f"{scope}/s", 0), scope, "s", data_key, 1, 0))
+        gate = asyncio.Lock()
+
+        @asynccontextmanager
+        async def released() -> Any:
+            gate.release()
+            try:
+                yield
+            finally:
+                await gate.acquire()
+
+        fetcher.unlocked = released
+
+        async def read() -> None:
+            async with gate:
+                await fetcher.fetch(0.5, {})
+                seen.append(f"fetched, gate held: {gate.locked()}")
+
+        async def maintain() -> None:
+            await asyncio.sleep(0.05)
+            async with gate:
+                seen.append("maintenance had the gate")
+
+        await asyncio.gather(read(), maintain())
+        await fetcher.aclose()
+        await client.aclose()
+
+    asyncio.run(main())
+    assert seen == ["maintenance had the gate", "fetched, gate held: True"]

@@ -17,7 +17,8 @@ holds no half-read reply. What was not applied is read again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, TypeVar, cast
 
 from readergroup.client import fetch_core as core
@@ -64,6 +65,12 @@ class AsyncFetcher(FetchCore[T]):
         self._now = clock.monotonic
         self._turn_ends = 0.0
         self._countdown = 1
+        self.unlocked: Callable[[], AbstractAsyncContextManager[Any]] = nullcontext
+        """Wraps every wait of :meth:`fetch` for Redis (as the threaded fetcher's ``unlocked``):
+        a reader whose other tasks change the segment table (a group session's maintenance)
+        holds its hand-out gate, an ``asyncio.Lock``, around the fetcher's calls and lets go
+        of it only there. Elsewhere a plan may await a segment's log (``Ask``) in the middle
+        of a decision, with the gate held."""
         self._running: set[asyncio.Future[Any]] = set()
         """The tasks of the reads this fetcher started and that have not finished (given up
         ones too, until their cancellation has closed their connections)."""
@@ -157,12 +164,14 @@ class AsyncFetcher(FetchCore[T]):
             self._running.add(started.task)
             started.task.add_done_callback(self._running.discard)
             return started
-        if isinstance(effect, core.Read):
-            return await reads.read_keys(effect.positions, effect.block, effect.limit)
-        if isinstance(effect, core.Ready):
-            return await cast(AsyncPendingRead, effect.read).ready(effect.timeout)
-        if isinstance(effect, core.Receive):
-            return await cast(AsyncPendingRead, effect.read).result(effect.timeout)
-        if isinstance(effect, core.Pause):
-            await asyncio.sleep(effect.seconds)
-        return None
+        waiting = isinstance(effect, core.Pause) or effect.wait
+        async with self.unlocked() if waiting else nullcontext():
+            if isinstance(effect, core.Read):
+                return await reads.read_keys(effect.positions, effect.block, effect.limit)
+            if isinstance(effect, core.Ready):
+                return await cast(AsyncPendingRead, effect.read).ready(effect.timeout)
+            if isinstance(effect, core.Receive):
+                return await cast(AsyncPendingRead, effect.read).result(effect.timeout)
+            if isinstance(effect, core.Pause):
+                await asyncio.sleep(effect.seconds)
+            return None
