@@ -64,6 +64,7 @@ from readergroup.storage.connection import RedisConnection
 from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from readergroup.testing.embedded_redis import redis_server
 from statesync.system_clock import SYSTEM_CLOCK
+from tests.support.fetchers import next_event
 
 PATHS = (
     "sync_fetcher",
@@ -97,22 +98,6 @@ def _next_event(fetcher: Fetcher[bytes]) -> EventRead[bytes]:
         fetcher.fetch(0.05, {}, hold=0.5)
 
 
-async def _next_event_async(fetcher: AsyncFetcher[bytes]) -> EventRead[bytes]:
-    """The same from the asyncio fetcher (a turn of the loop at least every millisecond)."""
-    while True:
-        event = fetcher.take_one()
-        if event is not None:
-            if fetcher.turn_due():
-                await fetcher.take_turn()
-            return event
-        if fetcher.errors:
-            raise fetcher.errors.popleft()
-        taken = await fetcher.take_refilled(1)
-        if taken:
-            return taken[0]
-        await fetcher.fetch(0.05, {}, hold=0.5)
-
-
 def _events(fetcher: Fetcher[bytes]) -> Iterator[EventRead[bytes]]:
     """``for event in reader``'s shape: a generator (the fast path inlined, as there)."""
     while True:
@@ -125,7 +110,7 @@ async def _events_async(fetcher: AsyncFetcher[bytes]) -> AsyncIterator[EventRead
     while True:
         event = fetcher.take_one()
         if event is None:
-            event = await _next_event_async(fetcher)
+            event = await next_event(fetcher)
         elif fetcher.turn_due():
             await fetcher.take_turn()
         yield event
@@ -188,7 +173,7 @@ async def _async_fetcher(
     count = 0
     if how.endswith("50k"):
         while count < events:
-            await _next_event_async(fetcher)
+            await next_event(fetcher)
             count += 1
             if count % 100 == 0:  # hold the pace: wait for this event's slot
                 await asyncio.sleep(max(0.0, began + count / PACED_RATE - time.perf_counter()))
@@ -199,7 +184,7 @@ async def _async_fetcher(
                 break
     else:
         while count < events:
-            await _next_event_async(fetcher)
+            await next_event(fetcher)
             count += 1
     row.update(events=count, seconds=time.perf_counter() - began, cpu=time.process_time() - used)
     running = False

@@ -16,7 +16,6 @@ import redis
 
 from readergroup import ReaderConfig, ScalingPolicy, StreamConfiguration, StreamManager
 from readergroup.client.aio_fetcher import AsyncFetcher
-from readergroup.client.event_read import EventRead
 from readergroup.client.fetch_core import Outage, OwnedSegment
 from readergroup.client.serializers import UTF8StringSerializer
 from readergroup.storage.aio_reads import AsyncSegmentReads
@@ -24,7 +23,7 @@ from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch
 from statesync.system_clock import SYSTEM_CLOCK
 from tests.support import fetchers
-from tests.support.fetchers import async_client
+from tests.support.fetchers import async_client, next_event
 
 connection = fetchers.redis_connection  # (the fixture, under this name here)
 
@@ -55,22 +54,19 @@ def write_concurrently(
     return thread
 
 
-async def read_one(fetcher: AsyncFetcher[str], rng: random.Random) -> EventRead[str]:
-    """The next event (errors raised), as an async reader's read call would get it: the fast
-    path, else a fetch: a plain blocking XREAD or one parked across calls, at random."""
-    while True:
-        event = fetcher.take_one()
-        if event is not None:
-            return event
-        if fetcher.errors:
-            raise fetcher.errors.popleft()
-        taken = await fetcher.take_refilled(1)
-        if taken:
-            return taken[0]
-        if rng.random() < 0.5:
-            await fetcher.fetch(0.02, {})  # XREAD BLOCK 20 ms, awaited directly
-        else:
-            await fetcher.fetch(0.06, {}, hold=0.5)  # parked: outlives a cancelled call
+def fetcher_on(
+    url: str, connection: RedisConnection, scope: str, segments: int = 1, **config: Any
+) -> tuple[Any, AsyncFetcher[str]]:
+    """A ``redis.asyncio`` client and an asyncio fetcher owning ``segments`` of stream ``s``."""
+    client = async_client(url)
+    reads = AsyncSegmentReads(client, connection.keys)
+    fetcher = AsyncFetcher(
+        reads, UTF8StringSerializer(), ReaderConfig(**config), Outage("t", 10.0), SYSTEM_CLOCK
+    )
+    for number in range(segments):
+        data_key = connection.keys.segment(scope, "s", number).events
+        fetcher.add(OwnedSegment.at((f"{scope}/s", number), scope, "s", data_key, 1, 0))
+    return client, fetcher
 
 
 @pytest.mark.parametrize("cancellations", [pytest.param(1000, marks=pytest.mark.long), 150])
@@ -85,21 +81,23 @@ def test_random_cancellations_of_async_reads_lose_and_repeat_nothing(
     stats: dict[str, Any] = {}
 
     async def main() -> dict[int, list[int]]:
-        client = async_client(redis_url)
-        reads = AsyncSegmentReads(client, connection.keys)
-        config = ReaderConfig(read_batch=16, max_buffered_events=64, prefetch_events=96)
-        fetcher = AsyncFetcher(
-            reads, UTF8StringSerializer(), config, Outage("t", 10.0), SYSTEM_CLOCK
+        client, fetcher = fetcher_on(
+            redis_url,
+            connection,
+            scope,
+            SEGMENTS,
+            read_batch=16,
+            max_buffered_events=64,
+            prefetch_events=96,
         )
-        for number in range(SEGMENTS):
-            data_key = connection.keys.segment(scope, "s", number).events
-            fetcher.add(OwnedSegment.at((f"{scope}/s", number), scope, "s", data_key, 1, 0))
         writer = write_concurrently(connection, scope, per_segment, random.Random(7))
         got: dict[int, list[int]] = {n: [] for n in range(SEGMENTS)}
         cancelled = completed = 0
         total = per_segment * SEGMENTS
         while cancelled < cancellations or completed < total:
-            task = asyncio.ensure_future(read_one(fetcher, rng))
+            # a plain XREAD BLOCK awaited directly, or one parked across calls, at random
+            block, hold = rng.choice(((0.02, 0.0), (0.06, 0.5)))
+            task = asyncio.ensure_future(next_event(fetcher, block, hold))
             if cancelled < cancellations:
                 await asyncio.wait((task,), timeout=rng.choice((0, 0, 0.0005, 0.002, 0.01)))
                 task.cancel()
@@ -174,13 +172,7 @@ def test_a_parked_read_survives_the_cancelled_call_and_answers_the_next(
     seen: dict[str, Any] = {}
 
     async def main() -> None:
-        client = async_client(redis_url)
-        reads = AsyncSegmentReads(client, connection.keys)
-        fetcher = AsyncFetcher(
-            reads, UTF8StringSerializer(), ReaderConfig(), Outage("t", 10.0), SYSTEM_CLOCK
-        )
-        data_key = connection.keys.segment(scope, "s", 0).events
-        fetcher.add(OwnedSegment.at((f"{scope}/s", 0), scope, "s", data_key, 1, 0))
+        client, fetcher = fetcher_on(redis_url, connection, scope)
         call = asyncio.ensure_future(fetcher.fetch(1.0, {}, hold=4.0))
         while not fetcher._running:  # (the XREAD BLOCK is sent, its reply awaited)
             await asyncio.sleep(0.01)
@@ -219,13 +211,7 @@ def test_the_fetcher_lets_go_of_the_readers_gate_only_while_it_waits_for_redis(
     seen: list[str] = []
 
     async def main() -> None:
-        client = async_client(redis_url)
-        reads = AsyncSegmentReads(client, connection.keys)
-        fetcher = AsyncFetcher(
-            reads, UTF8StringSerializer(), ReaderConfig(), Outage("t", 10.0), SYSTEM_CLOCK
-        )
-        data_key = connection.keys.segment(scope, "s", 0).events
-        fetcher.add(OwnedSegment.at((f"{scope}/s", 0), scope, "s", data_key, 1, 0))
+        client, fetcher = fetcher_on(redis_url, connection, scope)
         gate = asyncio.Lock()
 
         @asynccontextmanager

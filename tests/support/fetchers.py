@@ -134,3 +134,24 @@ class Driven:
             self.loop.close()
         else:
             core.close()
+
+
+async def next_event(
+    fetcher: AsyncFetcher[T], block: float = 0.05, hold: float = 0.5
+) -> EventRead[T]:
+    """The next event of the asyncio fetcher (errors raised), as an async reader's per-event
+    read gets it: the fast path (a turn of the loop when due), else what a read ahead brought,
+    else a fetch (``hold`` longer than ``block``: parked across calls; else a plain XREAD
+    BLOCK awaited directly)."""
+    while True:
+        event = fetcher.take_one()
+        if event is not None:
+            if fetcher.turn_due():
+                await fetcher.take_turn()
+            return event
+        if fetcher.errors:
+            raise fetcher.errors.popleft()
+        taken = await fetcher.take_refilled(1)
+        if taken:
+            return taken[0]
+        await fetcher.fetch(block, {}, hold=hold)
