@@ -45,7 +45,8 @@ TURN_EVENTS = 16
 
 class AsyncFetcher(FetchCore[T]):
     """Buffers, reads and hands out the events of a reader's owned segments, on
-    ``redis.asyncio``; one event loop (its tasks take turns: no locks). The segment table,
+    ``redis.asyncio``, in one event loop (a reader whose other tasks change the segment table
+    guards it with its hand-out gate: see ``unlocked``). The segment table,
     ``take_one``, ``take``, ``seek``, ``hold``/``serve``, ``moved_past``, ``epochs_of``,
     ``looks``/``commit_limits`` are :class:`~readergroup.client.fetch_core.FetchCore`'s
     (synchronous: they never wait)."""
