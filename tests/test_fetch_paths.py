@@ -350,3 +350,34 @@ def test_cancelling_the_redis_read_of_a_dropped_read_ahead_leaves_no_connection_
     finally:
         driven.close()
     assert redis.Redis.from_url(redis_url).ping()
+
+
+# -- outages -------------------------------------------------------------------------------------
+def test_reads_return_nothing_in_an_outage_then_go_on_where_they_stopped(
+    kind: str, private_redis: Any
+) -> None:
+    """Redis goes away under the fetcher: its reads return nothing (no exception; the outage
+    is recorded), and once Redis is back every event comes, once, in order."""
+    url = private_redis.url
+    scope = "outage"
+    with StreamManager.from_url(url) as sm:
+        sm.create_scope(scope)
+    make_stream(url, scope)
+    connection = RedisConnection.from_url(url)
+    driven = Driven(kind, connection, url, ReaderConfig(read_batch=10, prefetch_events=0))
+    try:
+        append(connection, scope, 0, *(f"e{i}" for i in range(20)))
+        driven.add(connection, scope, 0)
+        got = driven.results(lambda rows: len(rows) >= 10)
+        assert len(got) == 10  # (one batch: the rest is read after the outage)
+        private_redis.stop()
+        for _ in range(3):
+            outcome = driven.fetch(0.05)
+            got += [e.event for e in driven.take(100)]
+        assert driven.core._outage.error is not None and not outcome.woken
+        private_redis.start()
+        got += driven.results(lambda rows: len(rows) >= 20 - len(got))
+        assert got == [f"e{i}" for i in range(20)] and driven.core._outage.error is None
+    finally:
+        driven.close()
+        connection.close()
