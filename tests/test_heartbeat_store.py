@@ -1,13 +1,15 @@
-"""Heartbeats, run unchanged on both stores: ``RedisHeartbeatStore`` (``heartbeat.lua``, the
-server's clock) and ``MemoryHeartbeatStore`` (an injected clock, for simulations). A zombie
+"""Heartbeats, run unchanged on every store: ``RedisHeartbeatStore`` (``heartbeat.lua``, the
+server's clock), its asyncio twin ``AsyncHeartbeatStore`` (driven here through an event loop of
+its own) and ``MemoryHeartbeatStore`` (an injected clock, for simulations). A zombie
 (an older generation of the same reader id) can neither overwrite nor delete its
 replacement's heartbeat; a claim writes whatever is stored; an observer changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,19 +17,66 @@ import pytest
 from readergroup.core.group_state import ReaderRecord
 from readergroup.core.membership import HeartbeatStore
 from readergroup.core.names import group_sync_name
+from readergroup.storage.aio_heartbeat_store import AsyncHeartbeatStore
 from readergroup.storage.connection import RedisConnection
 from readergroup.testing.memory_heartbeats import MemoryHeartbeatStore
+from tests.support.fetchers import async_client
 
 
-@pytest.fixture(params=["memory", "redis"])
+class Awaited:
+    """An asyncio store's methods called as plain ones, each run on ``loop``."""
+
+    def __init__(self, store: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.store, self.loop = store, loop
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.store, name)
+        return lambda *args, **kwargs: self.loop.run_until_complete(method(*args, **kwargs))
+
+
+@pytest.fixture(params=["memory", "redis", "aio"])
 def beats(request: pytest.FixtureRequest) -> Iterator[Any]:
     if request.param == "memory":
         ticks = itertools.count(1_700_000_000_000)
         yield MemoryHeartbeatStore(lambda: next(ticks))
         return
-    connection = RedisConnection.from_url(request.getfixturevalue("redis_url"))
+    url = request.getfixturevalue("redis_url")
+    connection = RedisConnection.from_url(url)
+    name = group_sync_name("s", f"g{uuid.uuid4().hex[:10]}")
     try:
-        yield connection.heartbeat_store(group_sync_name("s", f"g{uuid.uuid4().hex[:10]}"))
+        if request.param == "redis":
+            yield connection.heartbeat_store(name)
+            return
+        loop = asyncio.new_event_loop()
+        client = async_client(url)
+        yield Awaited(AsyncHeartbeatStore(client, connection.keys, name), loop)
+        loop.run_until_complete(client.aclose())
+        loop.close()
+    finally:
+        connection.close()
+
+
+def test_threaded_and_asyncio_readers_share_one_groups_heartbeats(redis_url: str) -> None:
+    connection = RedisConnection.from_url(redis_url)
+    name = group_sync_name("s", f"g{uuid.uuid4().hex[:10]}")
+    threaded = connection.heartbeat_store(name)
+
+    async def beat_async() -> tuple[int, dict[str, tuple[int, int]]]:
+        client = async_client(redis_url)
+        try:
+            store = AsyncHeartbeatStore(client, connection.keys, name)
+            await store.register("a", "host/2")
+            return await store.beat("a", 3)
+        finally:
+            await client.aclose()
+
+    try:
+        threaded.beat("t", 1)
+        threaded.register("t", "host/1")
+        _, seen = asyncio.run(beat_async())
+        assert {reader: entry[0] for reader, entry in seen.items()} == {"t": 1, "a": 3}
+        assert threaded.clients() == {"t": "host/1", "a": "host/2"}
+        threaded.delete()
     finally:
         connection.close()
 

@@ -4,7 +4,6 @@ contiguity, hand-out) and the group session (membership, rebalance, commits, com
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,18 +27,13 @@ from readergroup.core.errors import ReaderGroupError, SerializationError
 from readergroup.storage.connection import RedisConnection
 from statesync import ManualClock
 from statesync.system_clock import SYSTEM_CLOCK
+from tests.support import fetchers
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.05}
 
 
-@pytest.fixture
-def connection(redis_url: str) -> Iterator[RedisConnection]:
-    conn = RedisConnection.from_url(redis_url)
-    try:
-        yield conn
-    finally:
-        conn.close()
+connection = fetchers.redis_connection  # (the fixture, under this name here)
 
 
 def make_stream(redis_url: str, scope: str, segments: int = 2) -> None:

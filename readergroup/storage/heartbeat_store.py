@@ -3,7 +3,11 @@ its state (same hash tag), stamped by the server's clock inside ``heartbeat.lua`
 ``host/pid`` each reader registered when it joined, and the log format each announced (see
 :mod:`readergroup.core.log_format`). The in-memory twin for simulations is
 :class:`~readergroup.testing.memory_heartbeats.MemoryHeartbeatStore`; both implement
-:class:`~readergroup.core.membership.HeartbeatStore`."""
+:class:`~readergroup.core.membership.HeartbeatStore`. The asyncio twin,
+:class:`~readergroup.storage.aio_heartbeat_store.AsyncHeartbeatStore`, shares this module's pure
+parts: the script's arguments (:func:`beat_args`, :func:`renew_args`) and the parsing of its
+replies and of the hashes (:func:`beats_of`, :func:`renewal_of`, :func:`clients_of`,
+:func:`announcements_of`, :func:`withdrawn`)."""
 
 from __future__ import annotations
 
@@ -34,9 +38,7 @@ class RedisHeartbeatStore:
     ) -> None:
         self._client = client
         self._script = scripts["heartbeat"]
-        self.key = keys.heartbeats(sync_name)
-        self.clients_key = keys.reader_clients(sync_name)
-        self.formats_key = keys.reader_formats(sync_name)
+        self.key, self.clients_key, self.formats_key = heartbeat_keys(keys, sync_name)
 
     def beat(
         self, reader_id: str, generation: int, *, claim: bool = False
@@ -44,7 +46,7 @@ class RedisHeartbeatStore:
         """Renew ``reader_id``'s heartbeat unless a newer generation holds it (``claim``: write
         whatever is stored; ``reader_id=""``: change none); return the server time and every
         reader's ``(generation, server ms)``."""
-        return self._run(reader_id, generation, "claim" if claim else "beat")
+        return beats_of(self._call(beat_args(reader_id, generation, claim)))
 
     def renew(
         self,
@@ -56,21 +58,13 @@ class RedisHeartbeatStore:
         judge: bool = False,
     ) -> Renewal:
         """See :meth:`~readergroup.core.membership.HeartbeatStore.renew`."""
-        args = [reader_id, generation, "renew", session_ms, judge_every_ms, "1" if judge else ""]
-        reply = self._call(args)
-        beats = _beats(reply[2]) if int(reply[4]) else None
-        return Renewal(int(reply[1]), _entry(reply[3]), beats)
+        args = renew_args(reader_id, generation, session_ms, judge_every_ms, judge)
+        return renewal_of(self._call(args))
 
     def forget(self, reader_id: str, generation: int) -> None:
         """Delete ``reader_id``'s heartbeat and registered client if its heartbeat is of
         ``generation`` or older (one atomic step: the reader left or was removed for good)."""
-        self._run(reader_id, generation, "forget")
-
-    def _run(
-        self, reader_id: str, generation: int, action: str
-    ) -> tuple[int, dict[str, tuple[int, int]]]:
-        reply = self._call([reader_id, generation, action])
-        return int(reply[1]), _beats(reply[2])
+        self._call([reader_id, generation, "forget"])
 
     def _call(self, args: list[Any]) -> Any:
         with translate_errors("heartbeat"):
@@ -86,8 +80,7 @@ class RedisHeartbeatStore:
 
     def clients(self) -> dict[str, str]:
         with translate_errors("read readers"):
-            raw: Mapping[Any, Any] = self._client.hgetall(self.clients_key)
-        return {as_text(k): as_text(v) for k, v in raw.items()}
+            return clients_of(self._client.hgetall(self.clients_key))
 
     def announce(self, record: ReaderRecord, log_format: int) -> None:
         """Record that the member of ``record`` reads group log formats up to ``log_format``
@@ -99,16 +92,14 @@ class RedisHeartbeatStore:
     def announcements(self) -> dict[str, Announcement]:
         """Every reader's announcement: reader id -> (generation, joined ms, newest format)."""
         with translate_errors("read the readers' log formats"):
-            raw: Mapping[Any, Any] = self._client.hgetall(self.formats_key)
-        return parse_announcements({as_text(k): as_text(v) for k, v in raw.items()})
+            return announcements_of(self._client.hgetall(self.formats_key))
 
     def withdraw(self, reader_id: str, generation: int) -> None:
         """Delete ``reader_id``'s announcement if it is of ``generation`` or older. (Read, then
         deleted: a newer incarnation announcing in between loses its announcement, which only
         keeps the group on the older format until its next join.)"""
         with translate_errors("withdraw the reader's log format"):
-            stored = self.announcements().get(reader_id)
-            if stored is not None and stored[0] <= generation:
+            if withdrawn(self.announcements(), reader_id, generation):
                 self._client.hdel(self.formats_key, reader_id)
 
     def delete(self) -> None:
@@ -116,6 +107,55 @@ class RedisHeartbeatStore:
         is being deleted)."""
         with translate_errors("delete reader group"):
             self._client.delete(self.key, self.clients_key, self.formats_key)
+
+
+def heartbeat_keys(keys: KeyLayout, sync_name: str) -> tuple[str, str, str]:
+    """A group's heartbeats, registered clients and announced formats keys (one hash tag)."""
+    return (
+        keys.heartbeats(sync_name),
+        keys.reader_clients(sync_name),
+        keys.reader_formats(sync_name),
+    )
+
+
+def beat_args(reader_id: str, generation: int, claim: bool) -> list[Any]:
+    """``heartbeat.lua``'s ARGV for a beat (``claim``: write whatever is stored)."""
+    return [reader_id, generation, "claim" if claim else "beat"]
+
+
+def renew_args(
+    reader_id: str, generation: int, session_ms: int, judge_every_ms: int, judge: bool
+) -> list[Any]:
+    """``heartbeat.lua``'s ARGV for a renewal."""
+    return [reader_id, generation, "renew", session_ms, judge_every_ms, "1" if judge else ""]
+
+
+def beats_of(reply: Any) -> tuple[int, dict[str, tuple[int, int]]]:
+    """A beat's reply: the server time and every reader's ``(generation, server ms)``."""
+    return int(reply[1]), _beats(reply[2])
+
+
+def renewal_of(reply: Any) -> Renewal:
+    """A renewal's reply (every heartbeat only when this member judged expiries)."""
+    beats = _beats(reply[2]) if int(reply[4]) else None
+    return Renewal(int(reply[1]), _entry(reply[3]), beats)
+
+
+def clients_of(raw: Mapping[Any, Any]) -> dict[str, str]:
+    """The registered clients' hash as text."""
+    return {as_text(k): as_text(v) for k, v in raw.items()}
+
+
+def announcements_of(raw: Mapping[Any, Any]) -> dict[str, Announcement]:
+    """The announced formats' hash, parsed (see :mod:`readergroup.core.log_format`)."""
+    return parse_announcements(clients_of(raw))
+
+
+def withdrawn(announced: Mapping[str, Announcement], reader_id: str, generation: int) -> bool:
+    """Whether ``reader_id``'s announcement goes when its ``generation`` leaves (it is of that
+    generation or older)."""
+    stored = announced.get(reader_id)
+    return stored is not None and stored[0] <= generation
 
 
 def _entry(value: bytes) -> tuple[int, int] | None:

@@ -15,10 +15,34 @@ MAX_BLOCK_SECONDS = 5.0
 """Longest single blocking read; callers loop for longer waits (a dead server is noticed)."""
 
 
-def _by_key(reply: Any) -> dict[str, Any]:
+def by_key(reply: Any) -> dict[str, Any]:
     """An XREAD reply (RESP3 map or RESP2 list) as key -> entries."""
     items = reply.items() if isinstance(reply, dict) else (reply or [])
     return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in items}
+
+
+def block_ms(timeout: float) -> int:
+    """``XREAD BLOCK``'s milliseconds for a wait of ``timeout`` s (at least 1, at most
+    :data:`MAX_BLOCK_SECONDS`: longer waits are several reads)."""
+    return max(1, int(min(timeout, MAX_BLOCK_SECONDS) * 1000))
+
+
+def xread_command(
+    positions: Mapping[str, str], limit: int, block: float | None = None
+) -> tuple[Any, ...]:
+    """The ``XREAD COUNT limit [BLOCK ms] STREAMS ...`` command of ``positions`` (key -> the
+    entry id to read after), as arguments for ``send_command``/``execute_command``."""
+    waits: tuple[Any, ...] = () if block is None else ("BLOCK", block_ms(block))
+    return ("XREAD", "COUNT", limit, *waits, "STREAMS", *positions, *positions.values())
+
+
+def not_streams(keys: Sequence[str], types: Sequence[Any]) -> list[str]:
+    """Those of ``keys`` whose ``TYPE`` (``types``, in order) exists and is not a stream."""
+    return [
+        key
+        for key, kind in zip(keys, types, strict=True)
+        if (kind.decode() if isinstance(kind, bytes) else str(kind)) not in ("stream", "none")
+    ]
 
 
 class MultiKeyReader:
@@ -39,11 +63,10 @@ class MultiKeyReader:
         try:
             if self._cluster:
                 return self._read_keys_by_slot(positions, timeout, limit)
-            block = max(1, int(min(timeout, MAX_BLOCK_SECONDS) * 1000))
             streams: dict[Any, Any] = dict(positions)
             with translate_errors("read"):
-                reply: Any = self._blocking.xread(streams, count=limit, block=block)
-            return _by_key(reply)
+                reply: Any = self._blocking.xread(streams, count=limit, block=block_ms(timeout))
+            return by_key(reply)
         except ReaderGroupError as exc:
             if "WRONGTYPE" not in str(exc):
                 raise
@@ -71,11 +94,7 @@ class MultiKeyReader:
             for key in keys:
                 pipe.type(key)
             types = pipe.execute()
-        return [
-            key
-            for key, kind in zip(keys, types, strict=True)
-            if (kind.decode() if isinstance(kind, bytes) else str(kind)) not in ("stream", "none")
-        ]
+        return not_streams(keys, types)
 
     def _read_keys_by_slot(
         self, positions: Mapping[str, str], timeout: float, limit: int
@@ -93,11 +112,11 @@ class MultiKeyReader:
             replies = pipe.execute()
             result: dict[str, Any] = {}
             for reply in replies:
-                result.update(_by_key(reply))
+                result.update(by_key(reply))
             if result:
                 return result
             first = next(iter(positions))
             block = max(1, int(min(timeout, 0.1) * 1000))
             single: dict[Any, Any] = {first: positions[first]}
             reply = self._blocking.xread(single, count=limit, block=block)
-        return _by_key(reply)
+        return by_key(reply)

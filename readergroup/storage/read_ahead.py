@@ -15,8 +15,7 @@ from typing import Any
 
 import redis
 
-from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
-from readergroup.storage.multi_read import _by_key as by_key
+from readergroup.storage.multi_read import by_key, xread_command
 from readergroup.storage.translate import translate_errors
 
 logger = logging.getLogger(__name__)
@@ -26,31 +25,21 @@ class ReadAhead:
     """One ``XREAD COUNT limit`` of ``positions`` (key -> the entry id to read after), sent and
     not yet answered. Call :meth:`result` (or :meth:`cancel`) exactly once.
 
-    ``block`` (seconds, at most :data:`MAX_BLOCK_SECONDS`): an ``XREAD BLOCK`` that waits on
-    the server for news; an idle reader keeps one outstanding across its read calls, so it sends
-    one ``XREAD`` per ``block`` whatever its read timeout (as Kafka's fetch request stays in
-    flight across ``poll`` calls)."""
+    ``block`` (seconds, at most :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`): an
+    ``XREAD BLOCK`` that waits on the server for news; an idle reader keeps one outstanding
+    across its read calls, so it sends one ``XREAD`` per ``block`` whatever its read timeout (as
+    Kafka's fetch request stays in flight across ``poll`` calls)."""
 
     def __init__(
         self, pool: Any, positions: Mapping[str, str], limit: int, *, block: float | None = None
     ):
         self.positions = dict(positions)
         self._pool = pool
-        waits: tuple[Any, ...] = ()
-        if block is not None:
-            waits = ("BLOCK", max(1, int(min(block, MAX_BLOCK_SECONDS) * 1000)))
+        self._open = True
         with translate_errors("read ahead"):
             self._conn: Any = self._pool.get_connection()
             try:
-                self._conn.send_command(
-                    "XREAD",
-                    "COUNT",
-                    limit,
-                    *waits,
-                    "STREAMS",
-                    *self.positions,
-                    *self.positions.values(),
-                )
+                self._conn.send_command(*xread_command(self.positions, limit, block))
             except BaseException:
                 self._discard()
                 raise
@@ -75,14 +64,21 @@ class ReadAhead:
         except BaseException:
             self._discard()
             raise
+        self._open = False
         self._pool.release(self._conn)
         return by_key(reply)
 
     def cancel(self) -> None:
-        """Give the request up: its connection is closed (the reply may still be on the way)."""
+        """Give the request up: its connection is closed (the reply may still be on the way).
+        Idempotent."""
         self._discard()
 
     def _discard(self) -> None:
+        """Close the connection and give it back, once; the read no longer matches any
+        positions (a reader that had parked it sends another)."""
+        if not self._open:
+            return
+        self._open, self.positions = False, {}
         try:
             self._conn.disconnect()
         except (redis.RedisError, OSError) as exc:

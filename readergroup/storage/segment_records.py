@@ -265,6 +265,11 @@ def position_id(position: int, epoch: int) -> str:
     return f"{position}-{epoch}"
 
 
+def range_bounds(start: int, stop: int) -> tuple[str, str]:
+    """``XRANGE`` bounds of the events ``[start, stop)`` (``stop=-1``: to the tail)."""
+    return f"{start + 1}-0", "+" if stop < 0 else f"{stop}-{LAST_EPOCH}"
+
+
 def parse_epochs(text: Any) -> list[tuple[int, int]]:
     """A segment's epochs, ``(epoch, first offset)`` oldest first, from its meta field
     ``epochs`` (``"<epoch>:<first offset>,"`` per epoch, written by ``epoch.lua``). Epoch 0
@@ -277,6 +282,43 @@ def parse_epochs(text: Any) -> list[tuple[int, int]]:
         if epoch.isdigit() and start.isdigit():
             out.append((int(epoch), int(start)))
     return out
+
+
+HISTORY_FIELDS = ("created_ms", "events", "epochs")
+"""Meta fields read for a segment's log history: whether it exists, its tail, its epochs."""
+
+
+def histories_of(
+    segments: Sequence[int], replies: Sequence[Sequence[Any]]
+) -> dict[int, tuple[int, list[tuple[int, int]]]]:
+    """Each existing segment's ``(tail, epochs)`` from ``HMGET meta`` of
+    :data:`HISTORY_FIELDS` per segment (a segment that does not exist is left out)."""
+    return {
+        segment: (int(tail or 0), parse_epochs(epochs))
+        for segment, (created, tail, epochs) in zip(segments, replies, strict=True)
+        if created is not None
+    }
+
+
+def parse_lost_ranges(recorded: Any) -> list[tuple[int, int]]:
+    """Offset ranges ``[from, to)`` a segment lost in failovers, from its meta field ``lost``
+    (``"<from>-<to>,"`` per range, recorded by ``append_events.lua``)."""
+    text = recorded.decode() if isinstance(recorded, bytes) else str(recorded or "")
+    ranges = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and high.isdigit():
+            ranges.append((int(low), int(high)))
+    return ranges
+
+
+def lost_between(ranges: Sequence[tuple[int, int]], begin: int, end: int) -> bool:
+    """Whether offsets ``[begin, end)`` are all within the lost ``ranges``."""
+    covered = begin
+    for low, high in sorted(ranges):
+        if low <= covered < high:
+            covered = high
+    return covered >= end
 
 
 def _int(value: bytes) -> int:

@@ -20,6 +20,7 @@ from readergroup.storage.multi_read import MultiKeyReader
 from readergroup.storage.native_append import append_natively
 from readergroup.storage.script_append import append_by_script
 from readergroup.storage.segment_records import (
+    HISTORY_FIELDS,
     LAST_EPOCH,
     META_FIELDS,
     REFUSED,
@@ -27,8 +28,12 @@ from readergroup.storage.segment_records import (
     AppendReply,
     SegmentEvent,
     SegmentState,
+    histories_of,
+    lost_between,
     parse_epochs,
     parse_event,
+    parse_lost_ranges,
+    range_bounds,
     segment_state_of,
 )
 from readergroup.storage.translate import translate_errors
@@ -122,10 +127,6 @@ class SegmentStorage(Protocol):
     def epoch_histories(
         self, scope: str, stream: str, segments: Sequence[int]
     ) -> dict[int, tuple[int, list[tuple[int, int]]]]: ...
-
-
-HISTORY = ("events", "epochs")
-"""Meta fields of a segment's log history: its tail and its epochs (``epoch.lua``)."""
 
 
 class SegmentStore:
@@ -323,23 +324,15 @@ class SegmentStore:
         proves the reply by itself (the Spark partition reader) and falls back to
         :meth:`read_range` when it cannot."""
         events = self._keys.segment(scope, stream, segment).events
-        last = "+" if stop < 0 else f"{stop}-{LAST_EPOCH}"
         with translate_errors("read"):
-            return self._client.xrange(events, f"{start + 1}-0", last, count=limit)
+            return self._client.xrange(events, *range_bounds(start, stop), count=limit)
 
     def lost_ranges(self, scope: str, stream: str, segment: int) -> list[tuple[int, int]]:
         """Offset ranges ``[from, to)`` the segment lost in failovers and never reuses (meta
         field ``lost``, recorded by ``append_events.lua``), oldest first."""
         meta = self._keys.segment(scope, stream, segment).meta
         with translate_errors("read"):
-            recorded: Any = self._client.hget(meta, "lost")
-        text = recorded.decode() if isinstance(recorded, bytes) else str(recorded or "")
-        ranges = []
-        for part in text.split(","):
-            low, _, high = part.partition("-")
-            if low.isdigit() and high.isdigit():
-                ranges.append((int(low), int(high)))
-        return ranges
+            return parse_lost_ranges(self._client.hget(meta, "lost"))
 
     def epochs(self, scope: str, stream: str, segment: int) -> list[tuple[int, int]]:
         """The segment's epochs, ``(epoch, first offset)`` oldest first (meta field ``epochs``,
@@ -354,20 +347,11 @@ class SegmentStore:
         """Each existing segment's tail and :meth:`epochs`, in one round trip, from the
         server reads go to (a reader checking that the log still holds what it read)."""
         metas = [self._keys.segment(scope, stream, segment).meta for segment in segments]
-        replies = self._reads.hash_fields(metas, ("created_ms", *HISTORY))
-        return {
-            segment: (int(tail or 0), parse_epochs(epochs))
-            for segment, (created, tail, epochs) in zip(segments, replies, strict=True)
-            if created is not None
-        }
+        return histories_of(segments, self._reads.hash_fields(metas, HISTORY_FIELDS))
 
     def lost_in_failover(self, scope: str, stream: str, segment: int, begin: int, end: int) -> bool:
         """Whether offsets ``[begin, end)`` are within :meth:`lost_ranges`."""
-        covered = begin
-        for low, high in sorted(self.lost_ranges(scope, stream, segment)):
-            if low <= covered < high:
-                covered = high
-        return covered >= end
+        return lost_between(self.lost_ranges(scope, stream, segment), begin, end)
 
     def segment_states(
         self, scope: str, stream: str, segments: Sequence[int]

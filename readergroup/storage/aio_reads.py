@@ -1,0 +1,192 @@
+"""The segment data plane's reads on ``redis.asyncio``: :class:`AsyncSegmentReads`, the awaitable
+twin of the reads of :class:`~readergroup.storage.segment_store.SegmentStore` and
+:class:`~readergroup.storage.multi_read.MultiKeyReader` that a reader's data side needs (``XREAD
+BLOCK`` over segments and state logs, reads started without waiting for their replies, and the
+checks of a segment's log: epochs, tail, head, offsets lost in failovers). The same commands,
+and the same pure parsing (:mod:`readergroup.storage.segment_records`,
+:mod:`readergroup.storage.multi_read`); errors translated the same way.
+
+Not for a cluster (one connection pool). Cancelling a task awaiting one of these reads closes
+the connection it was using (redis-py's asyncio client disconnects on any ``BaseException``
+while it reads a reply), so no half-read reply is left on a pooled connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+
+from readergroup.core.errors import ReaderGroupError, WrongKeyTypeError
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.multi_read import by_key, not_streams, xread_command
+from readergroup.storage.segment_records import (
+    HISTORY_FIELDS,
+    META_FIELDS,
+    SegmentState,
+    histories_of,
+    lost_between,
+    parse_epochs,
+    parse_lost_ranges,
+    range_bounds,
+    segment_state_of,
+)
+from readergroup.storage.translate import translate_errors
+
+
+async def _raw(client: Redis, *command: Any) -> Any:
+    """``command``'s reply as the server sent it (no response callback: the client given is
+    left as it is), on a connection of ``client``'s pool. A connection a cancellation or an
+    error interrupts is closed before it goes back to the pool (``redis.asyncio`` disconnects
+    on any exception while it sends or reads)."""
+    pool = client.connection_pool
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await connection.send_command(*command)
+        return await connection.read_response()
+    finally:
+        await pool.release(connection)
+
+
+class AsyncSegmentReads:
+    """Reads of segments under ``keys`` on ``client`` (a ``redis.asyncio.Redis`` returning
+    bytes). ``blocking_client`` (default ``client``) carries ``XREAD BLOCK``: its socket timeout
+    must be ``None`` or longer than :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`.
+    ``XREAD`` and ``XRANGE`` replies are read raw (parsed here, as the threaded connection
+    does), without changing the clients' response callbacks."""
+
+    def __init__(self, client: Redis, keys: KeyLayout, blocking_client: Redis | None = None):
+        self._client = client
+        self._blocking = blocking_client or client
+        self._keys = keys
+
+    # -- reads over many keys ---------------------------------------------------------------
+    async def read_keys(
+        self, positions: Mapping[str, str], timeout: float, limit: int
+    ) -> dict[str, Any]:
+        """``XREAD BLOCK`` over stream keys (segments and state logs) in one call: key -> raw
+        entries of the keys that had something (at most 5 s per call). Raises
+        :class:`WrongKeyTypeError` naming the keys that are not streams."""
+        if not positions:
+            return {}
+        try:
+            return await self.xread(positions, limit, timeout)
+        except ReaderGroupError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            keys = list(positions)
+            with translate_errors("read"):
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for key in keys:
+                        pipe.type(key)
+                    wrong = not_streams(keys, await pipe.execute())
+            if not wrong:
+                raise
+            raise WrongKeyTypeError(wrong) from exc
+
+    async def xread(
+        self, positions: Mapping[str, str], limit: int, block: float | None = None
+    ) -> dict[str, Any]:
+        """One ``XREAD COUNT limit`` (``block``: ``BLOCK``) of ``positions``: key -> raw
+        entries (a key of the wrong type: a :class:`ReaderGroupError` naming ``WRONGTYPE``)."""
+        with translate_errors("read"):
+            reply = await _raw(self._blocking, *xread_command(positions, limit, block))
+        return by_key(reply)
+
+    def start(
+        self, positions: Mapping[str, str], limit: int, block: float | None = None
+    ) -> AsyncPendingRead:
+        """Send :meth:`xread` in a task of its own now; its reply is awaited later."""
+        task = asyncio.ensure_future(self.xread(positions, limit, block))
+        return AsyncPendingRead(positions, task)
+
+    # -- one segment's log -----------------------------------------------------------------
+    async def epochs(self, scope: str, stream: str, segment: int) -> list[tuple[int, int]]:
+        """The segment's epochs, ``(epoch, first offset)`` oldest first (see
+        :meth:`~readergroup.storage.segment_store.SegmentStore.epochs`)."""
+        meta = self._keys.segment(scope, stream, segment).meta
+        with translate_errors("read"):
+            return parse_epochs(await self._client.hget(meta, "epochs"))
+
+    async def epoch_histories(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, tuple[int, list[tuple[int, int]]]]:
+        """Each existing segment's tail and epochs, in one round trip, on the connections
+        reads use."""
+        metas = [self._keys.segment(scope, stream, segment).meta for segment in segments]
+        return histories_of(segments, await self._hmget_each(self._blocking, metas, HISTORY_FIELDS))
+
+    async def segment_states(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, SegmentState]:
+        """Head, tail, bytes and sealed flag of each segment, in one round trip."""
+        metas = [self._keys.segment(scope, stream, segment).meta for segment in segments]
+        replies = await self._hmget_each(self._client, metas, META_FIELDS)
+        return {
+            segment: segment_state_of(segment, fields)
+            for segment, fields in zip(segments, replies, strict=True)
+        }
+
+    async def lost_in_failover(
+        self, scope: str, stream: str, segment: int, begin: int, end: int
+    ) -> bool:
+        """Whether offsets ``[begin, end)`` were all lost in failovers (meta field ``lost``)."""
+        meta = self._keys.segment(scope, stream, segment).meta
+        with translate_errors("read"):
+            ranges = parse_lost_ranges(await self._client.hget(meta, "lost"))
+        return lost_between(ranges, begin, end)
+
+    async def read_raw(
+        self, scope: str, stream: str, segment: int, start: int, stop: int, limit: int
+    ) -> Any:
+        """The raw ``XRANGE`` reply for events ``[start, stop)`` (``stop=-1``: to the tail)."""
+        events = self._keys.segment(scope, stream, segment).events
+        with translate_errors("read"):
+            return await _raw(
+                self._client, "XRANGE", events, *range_bounds(start, stop), "COUNT", limit
+            )
+
+    @staticmethod
+    async def _hmget_each(client: Redis, keys: Sequence[str], fields: Sequence[str]) -> list[Any]:
+        with translate_errors("read"):
+            async with client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hmget(key, *fields)
+                replies: list[Any] = await pipe.execute()
+        return replies
+
+
+class AsyncPendingRead:
+    """A read started by :meth:`AsyncSegmentReads.start`, running in its own task: the
+    handle :class:`~readergroup.client.fetch_core.FetchCore` keeps. Cancelling the task that
+    awaits it does not cancel it (the reply waits for the next call); :meth:`cancel` does."""
+
+    def __init__(self, positions: Mapping[str, str], task: asyncio.Future[dict[str, Any]]):
+        self.positions = dict(positions)
+        self.task = task
+
+    async def ready(self, timeout: float) -> bool:
+        """Whether the reply (or an error) is there within ``timeout`` s (not cancelling the
+        read when the wait is cancelled)."""
+        task = self.task
+        if not task.done() and timeout > 0:
+            await asyncio.wait((task,), timeout=timeout)
+        return task.done()
+
+    async def result(self, timeout: float) -> dict[str, Any] | None:
+        """The reply if it is there within ``timeout`` s, else ``None`` (it stays outstanding);
+        its error is raised."""
+        if not await self.ready(timeout):
+            return None
+        return self.task.result()
+
+    def cancel(self) -> None:
+        """Give the read up (its connection is closed). Idempotent."""
+        self.positions = {}
+        if self.task.done():
+            if not self.task.cancelled():
+                self.task.exception()  # (retrieved: not logged as never retrieved)
+            return
+        self.task.cancel()
