@@ -43,6 +43,11 @@ SEGMENT_CODES = {
         "REGRESSED",
         "SEALED",
         "PAST_TAIL",
+        "CONFLICT",
+        "TXN_FENCED",
+        "TXN_CLOSED",
+        "TXN_EXPIRED",
+        "TXN_UNKNOWN",
     )
 }
 

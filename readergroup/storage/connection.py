@@ -41,6 +41,7 @@ from readergroup.storage.multi_read import MAX_BLOCK_SECONDS, MultiKeyReader
 from readergroup.storage.scripts import SCRIPT_NAMES, script_source
 from readergroup.storage.segment_store import SegmentStore
 from readergroup.storage.staging_store import StagingStore
+from readergroup.storage.txn_store import TxnStore
 from readergroup.storage.subscriber_store import SubscriberStore
 from readergroup.storage.translate import translate_errors
 from statesync import SyncConfig
@@ -256,6 +257,10 @@ class RedisConnection(SynchronizerSource):
 
     def close(self) -> None:
         self.log_backend.close()
+
+    def transactions(self, scope: str, stream: str) -> TxnStore:
+        """The transactions of ``scope/stream`` (:mod:`readergroup.core.transactions`)."""
+        return TxnStore(self.client, self.keys, scope, stream)
 
     def heartbeat_store(self, sync_name: str) -> RedisHeartbeatStore:
         """The heartbeats of the reader group whose synchronizer is ``sync_name``."""

@@ -1,0 +1,569 @@
+"""``TransactionalEventStreamWriter`` and ``Transaction``: all-or-nothing writes to a stream.
+
+States, keys and guarantees: :mod:`readergroup.core.transactions`. Here:
+
+* :class:`TransactionalEventStreamWriter` (``factory.create_transactional_writer``): one
+  instance of a transactional id. Creating it bumps the id's epoch, fencing every older
+  instance; ``begin()`` starts a :class:`Transaction`, ``get_txn(id)`` resumes one begun by
+  any instance (also of another process that died), taking it over.
+* :class:`Transaction`: ``write_event`` buffers; events are staged (never in a segment) by
+  ``flush()``, by every ``stage_events`` events, and by ``commit()``, which stages the rest
+  and records the decision in one script, then completes it.
+* :class:`TxnCompleter`: completes a COMMITTING transaction, whoever began it: one idempotent
+  append per plan entry (re-routing entries whose segment was sealed before taking them),
+  then the group positions of a consume-transform-produce commit, then COMMITTED.
+* :func:`sweep`: aborts transactions past their lease, completes committing ones whose
+  committer vanished; run by writers on ``begin`` now and then, by ``get_txn``, and by the
+  ``readergroup txn`` commands, so no live writer is needed.
+
+Consume-transform-produce (``commit(positions=..., reader=...)`` or ``send_positions``): the
+reader's ownership of every consumed segment is checked on the group's state right before
+the decision, and the positions are committed to the group by the completer right after it,
+under the reader's fencing tokens. A reader that lost a segment before the check fails the
+commit (:class:`~readergroup.core.errors.TransactionPositionsError`) and nothing lands.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from readergroup.client.metadata_cache import StreamMetadataCache
+from readergroup.client.serializers import Serializer
+from readergroup.core.errors import (
+    EventTooLargeError,
+    InvalidConfigError,
+    ReaderGroupError,
+    SegmentNotFoundError,
+    SerializationError,
+    StreamSealedError,
+    TransactionClosedError,
+    TransactionError,
+    TransactionNotFoundError,
+    WriterClosedError,
+)
+from readergroup.core.headers import Headers, encode_headers
+from readergroup.core.routing import key_position
+from readergroup.core.transactions import (
+    CommitPlan,
+    PlanEntry,
+    TxnRecord,
+    TxnStatus,
+    validate_transactional_id,
+)
+from readergroup.storage import segment_status
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.segment_records import AppendBatch
+from readergroup.storage.staging_store import StagedEvent
+from readergroup.storage.txn_store import TxnStore
+from statesync.clock import Clock
+from statesync.system_clock import SYSTEM_CLOCK
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+PositionsHook = Callable[[TxnRecord], None]
+"""Commits a decided transaction's consumed positions to its reader group (idempotent)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TransactionalWriterConfig:
+    """Transactional writer settings.
+
+    Attributes:
+        transactional_id: names this writer across restarts (Kafka's ``transactional.id``):
+            a new instance fences every older one of the same id. 1-200 characters.
+        lease: seconds a transaction stays open without a write, flush or ``ping`` before the
+            system aborts it (default 60.0; 0.05-86400).
+        stage_events: events buffered before they are staged (default 1000; 1-100000).
+        retention: seconds a finished transaction's record is kept for ``status``/``get_txn``
+            (default 86400.0; >= 1).
+        completion_grace: seconds a committing transaction is left to its committer before
+            any client completes it (default 10.0; > 0).
+        sweep_every: seconds between two sweeps by this writer's ``begin`` (default 5.0;
+            >= 0, 0: every ``begin``).
+    """
+
+    transactional_id: str
+    lease: float = 60.0
+    stage_events: int = 1000
+    retention: float = 86400.0
+    completion_grace: float = 10.0
+    sweep_every: float = 5.0
+
+    def __post_init__(self) -> None:
+        validate_transactional_id(self.transactional_id)
+        if not 0.05 <= self.lease <= 86400:
+            raise InvalidConfigError(f"lease must be 0.05..86400 seconds, got {self.lease}")
+        if not 1 <= self.stage_events <= 100_000:
+            raise InvalidConfigError(f"stage_events must be 1..100000, got {self.stage_events}")
+        if not self.retention >= 1 or not self.completion_grace > 0 or not self.sweep_every >= 0:
+            raise InvalidConfigError(
+                "retention must be >= 1, completion_grace > 0 and sweep_every >= 0 seconds"
+            )
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease * 1000)
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self.retention * 1000)
+
+    @property
+    def grace_ms(self) -> int:
+        return int(self.completion_grace * 1000)
+
+
+class TxnCompleter:
+    """Completes committing transactions of one stream (any client may)."""
+
+    _MAX_ROUNDS = 50
+
+    def __init__(
+        self,
+        connection: RedisConnection,
+        metadata: StreamMetadataCache,
+        store: TxnStore,
+        *,
+        retention_ms: int,
+        positions_hook: PositionsHook | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._connection = connection
+        self._metadata = metadata
+        self._store = store
+        self._retention_ms = retention_ms
+        self._positions_hook = positions_hook
+        self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
+        self.after_entry: Callable[[PlanEntry], None] | None = None
+        """Test hook: called after each plan entry landed (then entries go one per round),
+        to kill the committer between segments."""
+
+    def complete(self, record: TxnRecord, staged: Sequence[StagedEvent] | None = None) -> None:
+        """Complete ``record`` (COMMITTING): every plan entry in its segment, the positions,
+        then COMMITTED. ``staged``: its staged events if the caller holds them (else read)."""
+        store = self._store
+        txn_id = record.txn_id
+        if record.status is TxnStatus.COMMITTED:
+            return
+        if record.status is not TxnStatus.COMMITTING or record.plan is None:
+            raise TransactionClosedError(
+                f"{store.subject(txn_id)} is {record.status.value}, not committing",
+                txn_id=txn_id,
+                status=record.status.value,
+            )
+        if staged is None:
+            staged = self._connection.staging.read_staged(store.staged_key(txn_id))
+        if len(staged) != record.events:
+            refreshed = store.record(txn_id)
+            if refreshed is not None and refreshed.status is TxnStatus.COMMITTED:
+                return  # completed meanwhile by another client (its staged list is gone)
+            raise ReaderGroupError(
+                f"{store.subject(txn_id)}: {len(staged)} staged events, record says "
+                f"{record.events}; not completed"
+            )
+        plan, version = record.plan, record.plan_version
+        landed: set[int] = set()
+        for _ in range(self._MAX_ROUNDS):
+            sealed = self._apply(txn_id, plan, staged, landed)
+            if not sealed:
+                break
+            plan, version = self._reroute(record, plan, version, sealed, staged)
+        else:
+            raise ReaderGroupError(
+                f"{store.subject(txn_id)}: segments kept sealing under its commit for "
+                f"{self._MAX_ROUNDS} rounds; it stays committing (any client completes it)"
+            )
+        if record.positions and self._positions_hook is not None:
+            self._positions_hook(record)
+        store.finish(txn_id, "commit", self._retention_ms)
+
+    def _apply(
+        self, txn_id: str, plan: CommitPlan, staged: Sequence[StagedEvent], landed: set[int]
+    ) -> list[PlanEntry]:
+        """Append every entry of ``plan`` not landed yet; returns the entries whose segment
+        was sealed (or is gone) without holding them."""
+        store, scope, stream = self._store, self._store.scope, self._store.stream
+        max_size = self._metadata.get(scope, stream).config.max_event_size
+        todo = [e for e in plan.entries if e.tag not in landed]
+        rounds = [[e] for e in todo] if self.after_entry is not None else [todo]
+        sealed: list[PlanEntry] = []
+        for entries in rounds:
+            batches = [
+                AppendBatch.of(
+                    scope,
+                    stream,
+                    entry.segment,
+                    _entry_writer(txn_id, entry),
+                    1,
+                    [staged[i] for i in entry.indexes],
+                    max(max_size, 1),
+                )
+                for entry in entries
+            ]
+            replies = self._connection.segments.append(batches) if batches else []
+            for entry, reply in zip(entries, replies, strict=True):
+                error = reply.error
+                if reply.status in (segment_status.OK, segment_status.DUPLICATE) and not error:
+                    landed.add(entry.tag)
+                elif reply.status == segment_status.SEALED or isinstance(
+                    error, SegmentNotFoundError
+                ):
+                    if store.applied(entry.segment, _entry_writer(txn_id, entry)):
+                        landed.add(entry.tag)  # it landed before the seal
+                    else:
+                        sealed.append(entry)
+                elif error is not None:
+                    raise error
+                if entry.tag in landed and self.after_entry is not None:
+                    self.after_entry(entry)
+        return sealed
+
+    def _reroute(
+        self,
+        record: TxnRecord,
+        plan: CommitPlan,
+        version: int,
+        sealed: list[PlanEntry],
+        staged: Sequence[StagedEvent],
+    ) -> tuple[CommitPlan, int]:
+        """Route the events of ``sealed`` entries to the segments current now; agree on the
+        new plan with any other completer (compare-and-set)."""
+        store = self._store
+        self._metadata.invalidate(store.scope, store.stream)
+        state = self._metadata.get(store.scope, store.stream)
+        if state.sealed:
+            raise StreamSealedError(
+                f"{store.subject(record.txn_id)}: stream sealed while committing; it stays "
+                "committing until the stream takes writes again"
+            )
+        ranges = state.range_map()
+        new = plan
+        for entry in sealed:
+            routes = {i: ranges.segment_at(_position(staged[i], self._rng)) for i in entry.indexes}
+            new = new.rerouted(entry.tag, routes)
+        if store.replan(record.txn_id, version, new):
+            logger.info(
+                "%s: %d plan entries re-routed off sealed segments",
+                store.subject(record.txn_id),
+                len(sealed),
+            )
+            return new, version + 1
+        current = store.record(record.txn_id)  # another completer's plan: follow it
+        if current is None or current.plan is None:
+            raise TransactionNotFoundError(
+                f"{store.subject(record.txn_id)} vanished while committing", txn_id=record.txn_id
+            )
+        return current.plan, current.plan_version
+
+
+def sweep(store: TxnStore, completer: TxnCompleter, now_ms: int, retention_ms: int) -> int:
+    """Finish the stream's transactions past their deadline (server ms ``now_ms``): abort
+    OPEN ones, complete COMMITTING ones. Returns how many it finished."""
+    finished = 0
+    for txn_id, _ in store.unfinished(until_ms=now_ms):
+        try:
+            record = store.record(txn_id)
+            if record is None or record.status is TxnStatus.OPEN:
+                if store.finish(txn_id, "expire", retention_ms):
+                    logger.info("%s: lease expired, aborted", store.subject(txn_id))
+                    finished += 1
+            elif record.status is TxnStatus.COMMITTING:
+                completer.complete(record)
+                logger.info("%s: completed for a committer gone", store.subject(txn_id))
+                finished += 1
+        except TransactionError as exc:  # finished meanwhile by someone else
+            logger.info("%s: not swept: %s", store.subject(txn_id), exc)
+        except ReaderGroupError as exc:
+            logger.warning("%s: sweep failed: %s", store.subject(txn_id), exc, exc_info=exc)
+    return finished
+
+
+class TransactionalEventStreamWriter(Generic[T]):
+    """Writes events of type ``T`` to one stream in transactions. Create with
+    :meth:`EventStreamClientFactory.create_transactional_writer`."""
+
+    def __init__(
+        self,
+        connection: RedisConnection,
+        metadata: StreamMetadataCache,
+        scope: str,
+        stream: str,
+        serializer: Serializer[T],
+        config: TransactionalWriterConfig,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        positions_hook: PositionsHook | None = None,
+        wall_clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self._connection = connection
+        self._metadata = metadata
+        self._wall_ms = wall_clock_ms or _wall_clock_ms
+        self.scope = scope
+        self.stream = stream
+        self._serializer = serializer
+        self.config = config
+        self._clock = clock or SYSTEM_CLOCK
+        self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
+        metadata.get(scope, stream)  # StreamNotFoundError now, not at the first commit
+        self.store = connection.transactions(scope, stream)
+        self.completer = TxnCompleter(
+            connection,
+            metadata,
+            self.store,
+            retention_ms=config.retention_ms,
+            positions_hook=positions_hook,
+            rng=self._rng,
+        )
+        self.transactional_id = config.transactional_id
+        self.epoch = self.store.next_epoch(self.transactional_id)
+        self.holder = f"{self.epoch}:{self.transactional_id}"
+        logger.info(
+            "transactional writer %r of %s/%s: epoch %d (older instances fenced)",
+            self.transactional_id,
+            scope,
+            stream,
+            self.epoch,
+        )
+        self._closed = False
+        self._last_sweep = float("-inf")
+        self.sweep()
+
+    # -- public API -------------------------------------------------------------------------
+    def begin(self) -> Transaction[T]:
+        """Begin a transaction (OPEN for ``lease`` seconds, renewed by every write)."""
+        self._check_open()
+        if self._clock.monotonic() - self._last_sweep >= self.config.sweep_every:
+            self.sweep()
+        txn_id = uuid.uuid4().hex
+        self.store.begin(txn_id, self.transactional_id, self.epoch, self.config.lease_ms)
+        return Transaction(self, txn_id, [])
+
+    def get_txn(self, txn_id: str) -> Transaction[T]:
+        """The transaction ``txn_id``, begun by any writer of this stream, also one whose
+        process died: an open one is taken over by this writer (the instance that held it is
+        fenced from it), to commit or abort; a committing one is completed first."""
+        self._check_open()
+        self.store.adopt(txn_id, self.transactional_id, self.epoch)
+        txn: Transaction[T] = Transaction(self, txn_id, None)
+        txn.status()  # completes it if committing
+        return txn
+
+    def sweep(self) -> int:
+        """Abort this stream's transactions past their lease and complete committing ones
+        whose committer vanished; returns how many were finished."""
+        self._last_sweep = self._clock.monotonic()
+        return sweep(
+            self.store, self.completer, self._connection.server_time_ms(), self.config.retention_ms
+        )
+
+    def close(self) -> None:
+        """Close the writer. Open transactions are left to commit by ``get_txn`` elsewhere, or
+        to expire."""
+        self._closed = True
+
+    def __enter__(self) -> TransactionalEventStreamWriter[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WriterClosedError(
+                f"transactional writer {self.transactional_id!r} of {self.scope}/{self.stream} "
+                "is closed"
+            )
+
+    def _serialize(self, event: T, routing_key: str | None, headers: Headers | None) -> StagedEvent:
+        payload = self._serializer.serialize(event)
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise SerializationError(
+                f"serializer {type(self._serializer).__name__} returned "
+                f"{type(payload).__name__}, not bytes (routing key {routing_key!r})"
+            )
+        packed = encode_headers(headers, f"the event with routing key {routing_key!r}")
+        data = bytes(payload)
+        limit = self._metadata.get(self.scope, self.stream).config.max_event_size
+        if len(data) + len(packed) > limit:
+            raise EventTooLargeError(
+                f"event of {len(data) + len(packed)} bytes exceeds max_event_size {limit} of "
+                f"{self.scope}/{self.stream} (routing key {routing_key!r})"
+            )
+        return routing_key, data, self._wall_ms(), packed
+
+
+class Transaction(Generic[T]):
+    """One transaction (Pravega's ``Transaction``). Thread-safe."""
+
+    def __init__(
+        self,
+        writer: TransactionalEventStreamWriter[T],
+        txn_id: str,
+        events: list[StagedEvent] | None,
+    ) -> None:
+        self._writer = writer
+        self.id = txn_id
+        # every event of this transaction in order (None: resumed, read from Redis at commit)
+        self._events = events
+        self._pending: list[StagedEvent] = []
+        self._staged = 0 if events is not None else -1
+        self._lock = threading.Lock()
+        self._renewed = writer._clock.monotonic()
+        self._ended: TxnStatus | None = None  # set by this object's commit or abort
+
+    def __repr__(self) -> str:
+        return f"Transaction({self.id!r} of {self._writer.scope}/{self._writer.stream})"
+
+    def write_event(
+        self, event: T, routing_key: str | None = None, *, headers: Headers | None = None
+    ) -> None:
+        """Add an event; per routing key, events keep this order when committed."""
+        staged = self._writer._serialize(event, routing_key, headers)
+        with self._lock:
+            self._check_writable()
+            self._pending.append(staged)
+            due = len(self._pending) >= self._writer.config.stage_events or (
+                self._writer._clock.monotonic() - self._renewed > self._writer.config.lease / 3
+            )
+            if due:
+                self._stage()
+
+    def flush(self) -> None:
+        """Stage every event written so far (renewing the lease)."""
+        with self._lock:
+            self._check_writable()
+            self._stage()
+
+    def ping(self) -> None:
+        """Renew the lease (Pravega's ``pingTxn``); flushes too."""
+        self.flush()
+
+    def commit(self) -> None:
+        """Commit: every event becomes visible, all or nothing, in per-key write order after
+        everything committed before.
+
+        Raises :class:`TransactionClosedError` (not open), ``TransactionExpiredError``,
+        ``TransactionFencedError``: nothing landed then."""
+        self._commit("")
+
+    def _commit(self, extra: str) -> None:
+        writer = self._writer
+        with self._lock:
+            self._check_writable()
+            events = self._all_events()
+            state = writer._metadata.get(writer.scope, writer.stream)
+            if state.sealed:
+                raise StreamSealedError(f"stream {writer.scope}/{writer.stream} is sealed")
+            ranges = state.range_map()
+            plan = CommitPlan.route([ranges.segment_at(_position(e, writer._rng)) for e in events])
+            tail, self._pending = self._pending, []
+            code, total, decided = writer.store.stage(
+                self.id,
+                writer.holder,
+                tail,
+                writer.config.retention_ms,
+                (len(events), plan, extra, writer.config.grace_ms),
+            )
+            if code == segment_status.CONFLICT:
+                raise TransactionError(
+                    f"{writer.store.subject(self.id)}: {total} events staged, this client "
+                    f"wrote {len(events)} (a stage retried after a lost reply?); not committed",
+                    txn_id=self.id,
+                    status=TxnStatus.OPEN.value,
+                )
+            self._events = events
+            self._ended = TxnStatus.COMMITTING
+        record = TxnRecord(
+            txn_id=self.id,
+            status=TxnStatus.COMMITTING,
+            transactional_id=writer.transactional_id,
+            epoch=writer.epoch,
+            created_ms=0,
+            deadline_ms=0,
+            lease_ms=writer.config.lease_ms,
+            events=len(events),
+            size=sum(len(e[1]) for e in events),
+            plan=plan,
+            plan_version=1,
+            positions=extra,
+            decided_ms=decided,
+        )
+        writer.completer.complete(record, events)
+        self._ended = TxnStatus.COMMITTED
+
+    def abort(self) -> None:
+        """Abort: nothing of it will ever be visible."""
+        writer = self._writer
+        with self._lock:
+            self._check_writable()
+            self._pending = []
+            if not writer.store.finish(self.id, "abort", writer.config.retention_ms, writer.holder):
+                self._ended = TxnStatus.ABORTED
+                raise TransactionClosedError(
+                    f"{writer.store.subject(self.id)} was aborted already",
+                    txn_id=self.id,
+                    status=TxnStatus.ABORTED.value,
+                )
+            self._ended = TxnStatus.ABORTED
+
+    def status(self) -> TxnStatus:
+        """Where it is now; a committing transaction is completed first (whoever began it)."""
+        writer = self._writer
+        record = writer.store.record(self.id)
+        if record is None:
+            raise TransactionNotFoundError(
+                f"{writer.store.subject(self.id)} does not exist", txn_id=self.id
+            )
+        if record.status is TxnStatus.COMMITTING:
+            writer.completer.complete(record)
+            return TxnStatus.COMMITTED
+        return record.effective_status(writer._connection.server_time_ms())
+
+    # -- internals (under _lock) -------------------------------------------------------------
+    def _check_writable(self) -> None:
+        self._writer._check_open()
+        if self._ended is not None:
+            raise TransactionClosedError(
+                f"{self._writer.store.subject(self.id)} is {self._ended.value}",
+                txn_id=self.id,
+                status=self._ended.value,
+            )
+
+    def _stage(self) -> None:
+        writer = self._writer
+        pending, self._pending = self._pending, []
+        writer.store.stage(self.id, writer.holder, pending, writer.config.retention_ms)
+        self._renewed = writer._clock.monotonic()
+        if self._events is not None:
+            self._events.extend(pending)
+
+    def _all_events(self) -> list[StagedEvent]:
+        """Every event of the transaction in order: staged, then still buffered."""
+        if self._events is None:
+            key = self._writer.store.staged_key(self.id)
+            self._events = list(self._writer._connection.staging.read_staged(key))
+        return [*self._events, *self._pending]
+
+
+def _entry_writer(txn_id: str, entry: PlanEntry) -> str:
+    """The writer id a plan entry is appended under (its segment's writer table dedupes)."""
+    return f"txn:{txn_id}:{entry.tag}"
+
+
+def _position(event: StagedEvent, rng: random.Random) -> float:
+    """An event's key-space position: its routing key's, or a random one without a key."""
+    return key_position(event[0]) if event[0] is not None else rng.random()
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,99 @@
+-- txn_stage.lua: stage events of an open transaction (never in a segment), renewing its
+-- lease; or, with "decide", stage the last events and decide the commit.
+--
+-- Preludes: time.lua.
+--
+-- KEYS[1]  the transaction's record (hash)
+-- KEYS[2]  its staging list (the layout of readergroup/storage/staging_store.py)
+-- KEYS[3]  the stream's open transactions (sorted set: id -> deadline, server ms)
+-- KEYS[4]  the stream's transactional id epochs (hash: transactional id -> epoch)
+-- ARGV[1]  transaction id
+-- ARGV[2]  the caller: "<epoch>:<transactional id>"
+-- ARGV[3]  retention of the staging list past the deadline, ms (its Redis TTL)
+-- ARGV[4]  n, the number of events
+-- ARGV[5 .. 4 + 4n]  per event: routing key ("" for none, else "k" .. key), payload,
+--          writer ms, packed headers ("" for none)
+-- ARGV[5 + 4n]  "" to stage only; "decide" to decide the commit after staging, then:
+-- ARGV[6 + 4n]  the events the plan covers (must be all staged events, these included)
+-- ARGV[7 + 4n]  the commit plan (JSON, readergroup/core/transactions.py CommitPlan)
+-- ARGV[8 + 4n]  the consume-transform-produce positions (JSON, "" for none)
+-- ARGV[9 + 4n]  how long after the decision a completer not finished is taken for dead, ms
+--
+-- Stages only while OPEN (else {23, state}), by the epoch holding the record while that is
+-- still its transactional id's current epoch (else {22}), before the deadline (else the
+-- transaction is aborted here: state ABORTED, staging list deleted, {24}). Each call renews
+-- the lease (deadline = now + lease); n = 0 only renews it.
+--
+-- Returns (status codes: readergroup/storage/segment_status.py):
+--   {0, events, deadline_ms}   staged (events: the transaction's total so far)
+--   {0, events, decided_ms}    "decide": COMMITTING with that plan
+--   {1, events}                "decide": the plan does not cover the staged events (events:
+--                              how many there are); the events of this call not staged
+--   {22}                       fenced: nothing staged
+--   {23, state}                not open: nothing staged
+--   {24}                       expired (aborted now): nothing staged
+--   {25}                       no such transaction
+local record = redis.call('HMGET', KEYS[1], 'state', 'tid', 'epoch', 'deadline', 'lease',
+  'events', 'bytes')
+if not record[1] then
+  return {25}
+end
+if record[1] ~= 'OPEN' then
+  return {23, record[1]}
+end
+if ARGV[2] ~= record[3] .. ':' .. record[2]
+    or redis.call('HGET', KEYS[4], record[2]) ~= record[3] then
+  return {22}
+end
+local now = server_ms()
+if now > tonumber(record[4]) then
+  redis.call('HSET', KEYS[1], 'state', 'ABORTED', 'finished', now)
+  redis.call('DEL', KEYS[2])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+  return {24}
+end
+local n = tonumber(ARGV[4])
+local events = tonumber(record[6]) + n
+local mode = ARGV[5 + 4 * n]
+if mode == 'decide' and events ~= tonumber(ARGV[6 + 4 * n]) then
+  return {1, tonumber(record[6])}
+end
+local bytes = tonumber(record[7])
+local flat = {}
+for i = 1, n do
+  local base = 4 * i
+  local key, payload, headers = ARGV[base + 1], ARGV[base + 2], ARGV[base + 4]
+  if headers == '' then
+    flat[#flat + 1] = key
+  else
+    flat[#flat + 1] = 'h' .. key
+  end
+  flat[#flat + 1] = payload
+  flat[#flat + 1] = ARGV[base + 3]
+  if headers ~= '' then
+    flat[#flat + 1] = headers
+  end
+  bytes = bytes + string.len(payload)
+  if #flat >= 4000 then
+    redis.call('RPUSH', KEYS[2], unpack(flat))
+    flat = {}
+  end
+end
+if #flat > 0 then
+  redis.call('RPUSH', KEYS[2], unpack(flat))
+end
+if mode == 'decide' then
+  redis.call('HSET', KEYS[1], 'state', 'COMMITTING', 'events', events, 'bytes', bytes,
+    'plan', ARGV[7 + 4 * n], 'pv', 1, 'positions', ARGV[8 + 4 * n], 'decided', now)
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[9 + 4 * n]), ARGV[1])
+  redis.call('PERSIST', KEYS[2])
+  return {0, events, now}
+end
+local deadline = now + tonumber(record[5])
+redis.call('HSET', KEYS[1], 'events', events, 'bytes', bytes, 'deadline', deadline)
+redis.call('ZADD', KEYS[3], deadline, ARGV[1])
+if n > 0 or redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('PEXPIRE', KEYS[2], deadline - now + tonumber(ARGV[3]))
+end
+return {0, events, deadline}

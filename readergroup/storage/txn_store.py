@@ -1,0 +1,153 @@
+"""A stream's transactions on Redis: :class:`TxnStore` runs the ``txn_*.lua`` scripts (states
+and keys: :mod:`readergroup.core.transactions`) and reads records. Thread-safe."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from readergroup.core.errors import TransactionError
+from readergroup.core.transactions import CommitPlan, TxnRecord
+from readergroup.storage import segment_status
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.scripts import script_source
+from readergroup.storage.segment_records import wire_key
+from readergroup.storage.staging_store import StagedEvent
+from readergroup.storage.translate import as_text, translate_errors
+
+_SCRIPTS = ("txn_begin", "txn_stage", "txn_replan", "txn_finish", "txn_adopt")
+
+
+class TxnStore:
+    """The transactions of one stream ``scope/stream``."""
+
+    def __init__(self, client: redis.Redis, keys: KeyLayout, scope: str, stream: str) -> None:
+        self._client = client
+        self._keys = keys
+        self.scope = scope
+        self.stream = stream
+        self._scripts: dict[str, Script] = {
+            name: client.register_script(script_source(name)) for name in _SCRIPTS
+        }
+        self.open_key = keys.txn_open(scope, stream)
+        self.epochs_key = keys.txn_epochs(scope, stream)
+
+    def record_key(self, txn_id: str) -> str:
+        return self._keys.txn_record(self.scope, self.stream, txn_id)
+
+    def staged_key(self, txn_id: str) -> str:
+        return self._keys.txn_staged(self.scope, self.stream, txn_id)
+
+    def subject(self, txn_id: str) -> str:
+        return f"transaction {txn_id} of {self.scope}/{self.stream}"
+
+    def _run(self, script: str, txn_id: str, keys: list[str], args: list[Any]) -> list[Any]:
+        with translate_errors(f"{script} of {self.subject(txn_id)}"):
+            reply: list[Any] = self._scripts[script](keys=keys, args=args)
+        try:
+            segment_status.check(script, self.subject(txn_id), reply)
+        except TransactionError as exc:
+            exc.txn_id = txn_id
+            if int(reply[0]) == segment_status.TXN_CLOSED:
+                exc.status = as_text(reply[1])
+            raise
+        return reply
+
+    # -- transactional ids ------------------------------------------------------------------
+    def next_epoch(self, transactional_id: str) -> int:
+        """Bump ``transactional_id``'s epoch (a new writer instance): fences the older ones."""
+        with translate_errors(f"epoch of transactional id {transactional_id!r}"):
+            return int(self._client.hincrby(self.epochs_key, transactional_id, 1))
+
+    # -- steps ------------------------------------------------------------------------------
+    def begin(
+        self, txn_id: str, transactional_id: str, epoch: int, lease_ms: int
+    ) -> tuple[int, int]:
+        """Begin an OPEN transaction; returns (created, deadline) server ms."""
+        keys = [self.record_key(txn_id), self.open_key, self.epochs_key]
+        reply = self._run("txn_begin", txn_id, keys, [txn_id, transactional_id, epoch, lease_ms])
+        return int(reply[1]), int(reply[2])
+
+    def stage(
+        self,
+        txn_id: str,
+        caller: str,
+        events: Sequence[StagedEvent],
+        retention_ms: int,
+        decide: tuple[int, CommitPlan, str, int] | None = None,
+    ) -> tuple[int, int, int]:
+        """Stage ``events`` (renewing the lease) as ``caller`` (``"<epoch>:<transactional
+        id>"``), and with ``decide`` = (events covered, plan,
+        positions JSON, completion grace ms) decide the commit after them. Returns (status,
+        events staged in all, deadline or decision server ms); status ``CONFLICT``: the plan
+        does not cover the staged events, nothing was written."""
+        args: list[Any] = [txn_id, caller, retention_ms, len(events)]
+        for routing_key, payload, writer_ms, headers in events:
+            args += (wire_key(routing_key), payload, writer_ms, headers)
+        if decide is None:
+            args.append("")
+        else:
+            covered, plan, positions, grace_ms = decide
+            args += ("decide", covered, plan.to_json(), positions, grace_ms)
+        keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key, self.epochs_key]
+        reply = self._run("txn_stage", txn_id, keys, args)
+        return int(reply[0]), int(reply[1]), int(reply[2]) if len(reply) > 2 else 0
+
+    def replan(self, txn_id: str, version: int, plan: CommitPlan) -> bool:
+        """Compare-and-set a committing transaction's plan; False: it changed meanwhile."""
+        reply = self._run(
+            "txn_replan", txn_id, [self.record_key(txn_id)], [version, plan.to_json()]
+        )
+        return int(reply[0]) == segment_status.OK
+
+    def finish(self, txn_id: str, mode: str, retention_ms: int, caller: str = "") -> bool:
+        """End it (``mode``: commit, abort, force, expire: see ``txn_finish.lua``; ``caller``:
+        ``"<epoch>:<transactional id>"`` for abort); False: it had ended so before."""
+        keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key]
+        reply = self._run("txn_finish", txn_id, keys, [txn_id, mode, retention_ms, caller])
+        return int(reply[0]) == segment_status.OK
+
+    def adopt(self, txn_id: str, transactional_id: str, epoch: int) -> None:
+        """Take an open transaction over for ``transactional_id`` at ``epoch``."""
+        keys = [self.record_key(txn_id), self.epochs_key]
+        self._run("txn_adopt", txn_id, keys, [transactional_id, epoch])
+
+    # -- reads ------------------------------------------------------------------------------
+    def record(self, txn_id: str) -> TxnRecord | None:
+        """The record, or None if there is none."""
+        with translate_errors(f"read {self.subject(txn_id)}"):
+            fields: dict[Any, Any] = self._client.hgetall(self.record_key(txn_id))
+        return TxnRecord.from_hash(txn_id, fields) if fields else None
+
+    def unfinished(self, until_ms: float = float("inf")) -> list[tuple[str, int]]:
+        """Unfinished transactions (id, deadline ms) with a deadline at or before ``until_ms``,
+        earliest first."""
+        top = "+inf" if until_ms == float("inf") else int(until_ms)
+        with translate_errors(f"list transactions of {self.scope}/{self.stream}"):
+            rows: Any = self._client.zrangebyscore(self.open_key, "-inf", top, withscores=True)
+        return [(as_text(member), int(score)) for member, score in rows]
+
+    def applied(self, segment: int, writer: str) -> bool:
+        """Whether a segment's writer table records ``writer`` (a plan entry landed there)."""
+        key = self._keys.segment(self.scope, self.stream, segment).writers
+        with translate_errors(f"read {key}"):
+            return bool(self._client.hexists(key, writer))
+
+    def delete_all(self) -> int:
+        """Delete every transaction key of the stream (it is being deleted); returns how
+        many keys went."""
+        deleted = 0
+        with translate_errors(f"delete transactions of {self.scope}/{self.stream}"):
+            pattern = self._keys.txn_pattern(self.scope, self.stream)
+            batch: list[Any] = []
+            for key in self._client.scan_iter(match=pattern, count=500):
+                batch.append(key)
+                if len(batch) >= 500:
+                    deleted += int(self._client.delete(*batch))
+                    batch = []
+            if batch:
+                deleted += int(self._client.delete(*batch))
+        return deleted
