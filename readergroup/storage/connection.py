@@ -41,9 +41,9 @@ from readergroup.storage.multi_read import MAX_BLOCK_SECONDS, MultiKeyReader
 from readergroup.storage.scripts import SCRIPT_NAMES, script_source
 from readergroup.storage.segment_store import SegmentStore
 from readergroup.storage.staging_store import StagingStore
-from readergroup.storage.txn_store import TxnStore
 from readergroup.storage.subscriber_store import SubscriberStore
 from readergroup.storage.translate import translate_errors
+from readergroup.storage.txn_store import TxnStore
 from statesync import SyncConfig
 from statesync.endpoints import is_sentinel_url, split_seeds
 from statesync.errors import EndpointURLError
