@@ -48,6 +48,7 @@ SEGMENT_CODES = {
         "TXN_CLOSED",
         "TXN_EXPIRED",
         "TXN_UNKNOWN",
+        "TXN_POSITIONS",
     )
 }
 

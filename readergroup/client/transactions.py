@@ -30,12 +30,19 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from readergroup.client.metadata_cache import StreamMetadataCache
+from readergroup.client.reader import EventStreamReader
 from readergroup.client.serializers import Serializer
+from readergroup.client.txn_positions import (
+    PositionsClaim,
+    bind_reader,
+    mirror_positions,
+    positions_claim,
+)
 from readergroup.core.errors import (
     EventTooLargeError,
     InvalidConfigError,
@@ -48,6 +55,7 @@ from readergroup.core.errors import (
     TransactionNotFoundError,
     WriterClosedError,
 )
+from readergroup.core.group_state import SegKey
 from readergroup.core.headers import Headers, encode_headers
 from readergroup.core.routing import key_position
 from readergroup.core.transactions import (
@@ -61,16 +69,13 @@ from readergroup.storage import segment_status
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch
 from readergroup.storage.staging_store import StagedEvent
-from readergroup.storage.txn_store import TxnStore
+from readergroup.storage.txn_store import Decision, TxnStore
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-PositionsHook = Callable[[TxnRecord], None]
-"""Commits a decided transaction's consumed positions to its reader group (idempotent)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -134,14 +139,12 @@ class TxnCompleter:
         store: TxnStore,
         *,
         retention_ms: int,
-        positions_hook: PositionsHook | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self._connection = connection
         self._metadata = metadata
         self._store = store
         self._retention_ms = retention_ms
-        self._positions_hook = positions_hook
         self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
         self.after_entry: Callable[[PlanEntry], None] | None = None
         """Test hook: called after each plan entry landed (then entries go one per round),
@@ -182,8 +185,6 @@ class TxnCompleter:
                 f"{store.subject(txn_id)}: segments kept sealing under its commit for "
                 f"{self._MAX_ROUNDS} rounds; it stays committing (any client completes it)"
             )
-        if record.positions and self._positions_hook is not None:
-            self._positions_hook(record)
         store.finish(txn_id, "commit", self._retention_ms)
 
     def _apply(
@@ -302,7 +303,6 @@ class TransactionalEventStreamWriter(Generic[T]):
         *,
         clock: Clock | None = None,
         rng: random.Random | None = None,
-        positions_hook: PositionsHook | None = None,
         wall_clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self._connection = connection
@@ -321,7 +321,6 @@ class TransactionalEventStreamWriter(Generic[T]):
             metadata,
             self.store,
             retention_ms=config.retention_ms,
-            positions_hook=positions_hook,
             rng=self._rng,
         )
         self.transactional_id = config.transactional_id
@@ -335,6 +334,7 @@ class TransactionalEventStreamWriter(Generic[T]):
             self.epoch,
         )
         self._closed = False
+        self._bound_readers: set[int] = set()  # id() of readers bound (bind_reader)
         self._last_sweep = float("-inf")
         self.sweep()
 
@@ -357,6 +357,19 @@ class TransactionalEventStreamWriter(Generic[T]):
         txn: Transaction[T] = Transaction(self, txn_id, None)
         txn.status()  # completes it if committing
         return txn
+
+    def bind_reader(self, reader: EventStreamReader[Any]) -> None:
+        """Make ``reader`` a consumer of this writer's consume-transform-produce pipeline:
+        when it acquires a segment it claims it (a commit of the segment's previous owner not
+        decided yet is then refused) and resumes after what transactions already decided
+        consumed of it. Bind every reader of the pipeline's group, right after creating it."""
+        bind_reader(self, reader)
+
+    def positions_claim(
+        self, reader: EventStreamReader[Any], positions: Mapping[SegKey, int] | None
+    ) -> PositionsClaim:
+        """The claim a commit of ``reader``'s ``positions`` makes (see :meth:`bind_reader`)."""
+        return positions_claim(self, reader, positions)
 
     def sweep(self) -> int:
         """Abort this stream's transactions past their lease and complete committing ones
@@ -420,6 +433,7 @@ class Transaction(Generic[T]):
         self._lock = threading.Lock()
         self._renewed = writer._clock.monotonic()
         self._ended: TxnStatus | None = None  # set by this object's commit or abort
+        self._consumed: tuple[EventStreamReader[Any], dict[SegKey, int] | None] | None = None
 
     def __repr__(self) -> str:
         return f"Transaction({self.id!r} of {self._writer.scope}/{self._writer.stream})"
@@ -448,16 +462,46 @@ class Transaction(Generic[T]):
         """Renew the lease (Pravega's ``pingTxn``); flushes too."""
         self.flush()
 
-    def commit(self) -> None:
+    def send_positions(
+        self, reader: EventStreamReader[Any], positions: Mapping[SegKey, int] | None = None
+    ) -> None:
+        """Commit ``reader``'s positions with this transaction (Kafka's
+        ``sendOffsetsToTransaction``): ``positions`` (segment -> position), by default the
+        position of every owned segment (every event handed out). The reader must be bound
+        to the writer (:meth:`TransactionalEventStreamWriter.bind_reader`)."""
+        chosen = dict(positions) if positions is not None else None
+        with self._lock:
+            self._check_writable()
+            self._consumed = (reader, chosen)
+
+    def commit(
+        self,
+        positions: Mapping[SegKey, int] | None = None,
+        *,
+        reader: EventStreamReader[Any] | None = None,
+    ) -> None:
         """Commit: every event becomes visible, all or nothing, in per-key write order after
-        everything committed before.
+        everything committed before. With ``reader`` (and optionally ``positions``), its
+        positions are committed with the output, as :meth:`send_positions` does.
 
         Raises :class:`TransactionClosedError` (not open), ``TransactionExpiredError``,
-        ``TransactionFencedError``: nothing landed then."""
-        self._commit("")
+        ``TransactionFencedError``, :class:`TransactionPositionsError` (the reader lost an
+        input segment to another reader): nothing landed then."""
+        if reader is not None:
+            self.send_positions(reader, positions)
+        elif positions is not None:
+            raise InvalidConfigError("commit(positions=...) needs the reader they are of")
+        consumed = self._consumed
+        claim = None if consumed is None else self._writer.positions_claim(*consumed)
+        self._commit(claim)
+        if consumed is not None and claim is not None:
+            mirror_positions(consumed[0], claim.positions)
 
-    def _commit(self, extra: str) -> None:
+    def _commit(self, claim: PositionsClaim | None) -> None:
         writer = self._writer
+        consumed: tuple[str, str, tuple[tuple[str, int, int], ...]] = (
+            ("", "", ()) if claim is None else (claim.text, claim.group_sync, claim.claims)
+        )
         with self._lock:
             self._check_writable()
             events = self._all_events()
@@ -467,12 +511,9 @@ class Transaction(Generic[T]):
             ranges = state.range_map()
             plan = CommitPlan.route([ranges.segment_at(_position(e, writer._rng)) for e in events])
             tail, self._pending = self._pending, []
+            decision = Decision(len(events), plan, writer.config.grace_ms, *consumed)
             code, total, decided = writer.store.stage(
-                self.id,
-                writer.holder,
-                tail,
-                writer.config.retention_ms,
-                (len(events), plan, extra, writer.config.grace_ms),
+                self.id, writer.holder, tail, writer.config.retention_ms, decision
             )
             if code == segment_status.CONFLICT:
                 raise TransactionError(
@@ -495,7 +536,7 @@ class Transaction(Generic[T]):
             size=sum(len(e[1]) for e in events),
             plan=plan,
             plan_version=1,
-            positions=extra,
+            positions=consumed[0],
             decided_ms=decided,
         )
         writer.completer.complete(record, events)

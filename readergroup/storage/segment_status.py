@@ -21,6 +21,7 @@ from readergroup.core.errors import (
     TransactionExpiredError,
     TransactionFencedError,
     TransactionNotFoundError,
+    TransactionPositionsError,
 )
 from statesync.status import (
     CONFLICT,
@@ -45,6 +46,7 @@ __all__ = [
     "TXN_CLOSED",
     "TXN_EXPIRED",
     "TXN_FENCED",
+    "TXN_POSITIONS",
     "TXN_UNKNOWN",
     "check",
 ]
@@ -63,6 +65,9 @@ TXN_EXPIRED = FIRST_APPLICATION_CODE + 4
 """The transaction's lease ran out: the script aborted it; nothing was written."""
 TXN_UNKNOWN = FIRST_APPLICATION_CODE + 5
 """No transaction of that id (never begun, or its finished record expired)."""
+TXN_POSITIONS = FIRST_APPLICATION_CODE + 6
+"""A consume-transform-produce decision found an input segment claimed by a later owner: the
+transaction was aborted; nothing of it landed."""
 
 Reply = Sequence[object]
 
@@ -99,6 +104,13 @@ ERRORS: dict[int, tuple[type[ReaderGroupError], Callable[[str, Reply], str]]] = 
         TransactionNotFoundError,
         lambda txn, reply: f"{txn} does not exist (never begun, or finished long ago)",
     ),
+    TXN_POSITIONS: (
+        TransactionPositionsError,
+        lambda txn, reply: (
+            f"{txn}: its reader lost input segment {_state(reply)} to another reader; the "
+            "transaction was aborted and nothing of it landed"
+        ),
+    ),
 }
 """Status code -> the exception it raises when the script's caller does not expect it, and
 that exception's message from the segment's name and the reply. ``OK``, ``DUPLICATE`` and
@@ -121,6 +133,7 @@ _EXPECTED: dict[str, frozenset[int]] = {
     "txn_replan": frozenset({OK, CONFLICT}),
     "txn_finish": frozenset({OK, DUPLICATE}),
     "txn_adopt": frozenset({OK}),
+    "txn_claim": frozenset({OK}),
 }
 
 

@@ -4,6 +4,7 @@ and keys: :mod:`readergroup.core.transactions`) and reads records. Thread-safe."
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -18,7 +19,21 @@ from readergroup.storage.segment_records import wire_key
 from readergroup.storage.staging_store import StagedEvent
 from readergroup.storage.translate import as_text, translate_errors
 
-_SCRIPTS = ("txn_begin", "txn_stage", "txn_replan", "txn_finish", "txn_adopt")
+_SCRIPTS = ("txn_begin", "txn_stage", "txn_replan", "txn_finish", "txn_adopt", "txn_claim")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What ``txn_stage.lua`` needs to decide a commit: the events the plan covers, the plan,
+    the consumed positions (JSON, ``""``: none) with the reader group's synchronizer name and
+    per input segment (field, fencing token, position), and the completion grace (ms)."""
+
+    covered: int
+    plan: CommitPlan
+    grace_ms: int
+    positions: str = ""
+    group_sync: str = ""
+    claims: tuple[tuple[str, int, int], ...] = ()
 
 
 class TxnStore:
@@ -77,7 +92,7 @@ class TxnStore:
         caller: str,
         events: Sequence[StagedEvent],
         retention_ms: int,
-        decide: tuple[int, CommitPlan, str, int] | None = None,
+        decide: Decision | None = None,
     ) -> tuple[int, int, int]:
         """Stage ``events`` (renewing the lease) as ``caller`` (``"<epoch>:<transactional
         id>"``), and with ``decide`` = (events covered, plan,
@@ -87,14 +102,35 @@ class TxnStore:
         args: list[Any] = [txn_id, caller, retention_ms, len(events)]
         for routing_key, payload, writer_ms, headers in events:
             args += (wire_key(routing_key), payload, writer_ms, headers)
+        keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key, self.epochs_key]
         if decide is None:
             args.append("")
         else:
-            covered, plan, positions, grace_ms = decide
-            args += ("decide", covered, plan.to_json(), positions, grace_ms)
-        keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key, self.epochs_key]
+            args += ("decide", decide.covered, decide.plan.to_json(), decide.positions)
+            args += (decide.grace_ms, len(decide.claims))
+            for claim in decide.claims:
+                args += claim
+            if decide.claims:
+                keys.append(self.consumed_key(decide.group_sync))
         reply = self._run("txn_stage", txn_id, keys, args)
         return int(reply[0]), int(reply[1]), int(reply[2]) if len(reply) > 2 else 0
+
+    def consumed_key(self, group_sync: str) -> str:
+        return self._keys.txn_consumed(self.scope, self.stream, group_sync)
+
+    def claim(self, group_sync: str, claims: Sequence[tuple[str, int]]) -> list[tuple[int, str]]:
+        """Claim input segments (field, fencing token) for a reader of ``group_sync``; returns
+        per segment where decided transactions left it: (position or -1, txn id or "")."""
+        args: list[Any] = [len(claims)]
+        for field, token in claims:
+            args += (field, token)
+        with translate_errors(f"claim consumed segments in {self.scope}/{self.stream}"):
+            reply: list[Any] = self._scripts["txn_claim"](
+                keys=[self.consumed_key(group_sync)], args=args
+            )
+        segment_status.check("txn_claim", f"{self.scope}/{self.stream}", reply)
+        values = reply[1:]
+        return [(int(values[i]), as_text(values[i + 1])) for i in range(0, len(values), 2)]
 
     def replan(self, txn_id: str, version: int, plan: CommitPlan) -> bool:
         """Compare-and-set a committing transaction's plan; False: it changed meanwhile."""

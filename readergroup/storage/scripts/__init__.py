@@ -26,6 +26,7 @@ SCRIPT_NAMES = (
     "txn_replan",
     "txn_finish",
     "txn_adopt",
+    "txn_claim",
 )
 PRELUDES: dict[str, tuple[str, ...]] = {
     "append_events": ("time",),

@@ -7,6 +7,9 @@
 -- KEYS[2]  its staging list (the layout of readergroup/storage/staging_store.py)
 -- KEYS[3]  the stream's open transactions (sorted set: id -> deadline, server ms)
 -- KEYS[4]  the stream's transactional id epochs (hash: transactional id -> epoch)
+-- KEYS[5]  "decide" with consumed positions only: the consumed positions of the reader group
+--          (hash: "<scope>/<stream>/<segment>" of the input -> "<fencing token> <position>
+--          <txn id>"; readergroup/core/transactions.py, consume-transform-produce)
 -- ARGV[1]  transaction id
 -- ARGV[2]  the caller: "<epoch>:<transactional id>"
 -- ARGV[3]  retention of the staging list past the deadline, ms (its Redis TTL)
@@ -18,6 +21,12 @@
 -- ARGV[7 + 4n]  the commit plan (JSON, readergroup/core/transactions.py CommitPlan)
 -- ARGV[8 + 4n]  the consume-transform-produce positions (JSON, "" for none)
 -- ARGV[9 + 4n]  how long after the decision a completer not finished is taken for dead, ms
+-- ARGV[10 + 4n] m, the number of consumed positions (0 for none), then per position:
+--          the input segment's field, the reader's fencing token of it, the position
+--
+-- A decision with consumed positions claims each input segment for the reader's token: if a
+-- higher token claimed one (another reader acquired it since), the transaction is aborted
+-- here and nothing of it lands ({26, field}).
 --
 -- Stages only while OPEN (else {23, state}), by the epoch holding the record while that is
 -- still its transactional id's current epoch (else {22}), before the deadline (else the
@@ -33,6 +42,7 @@
 --   {23, state}                not open: nothing staged
 --   {24}                       expired (aborted now): nothing staged
 --   {25}                       no such transaction
+--   {26, field}                "decide": the reader lost that input segment: aborted now
 local record = redis.call('HMGET', KEYS[1], 'state', 'tid', 'epoch', 'deadline', 'lease',
   'events', 'bytes')
 if not record[1] then
@@ -58,6 +68,24 @@ local events = tonumber(record[6]) + n
 local mode = ARGV[5 + 4 * n]
 if mode == 'decide' and events ~= tonumber(ARGV[6 + 4 * n]) then
   return {1, tonumber(record[6])}
+end
+local claims = {}
+if mode == 'decide' then
+  local at = 11 + 4 * n
+  for i = 1, tonumber(ARGV[10 + 4 * n] or 0) do
+    local field, token = ARGV[at], tonumber(ARGV[at + 1])
+    local stored = redis.call('HGET', KEYS[5], field)
+    if stored and tonumber(string.match(stored, '^(%S+)')) > token then
+      redis.call('HSET', KEYS[1], 'state', 'ABORTED', 'finished', now)
+      redis.call('DEL', KEYS[2])
+      redis.call('ZREM', KEYS[3], ARGV[1])
+      redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+      return {26, field}
+    end
+    claims[#claims + 1] = field
+    claims[#claims + 1] = token .. ' ' .. ARGV[at + 2] .. ' ' .. ARGV[1]
+    at = at + 3
+  end
 end
 local bytes = tonumber(record[7])
 local flat = {}
@@ -88,6 +116,9 @@ if mode == 'decide' then
     'plan', ARGV[7 + 4 * n], 'pv', 1, 'positions', ARGV[8 + 4 * n], 'decided', now)
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[9 + 4 * n]), ARGV[1])
   redis.call('PERSIST', KEYS[2])
+  if #claims > 0 then
+    redis.call('HSET', KEYS[5], unpack(claims))
+  end
   return {0, events, now}
 end
 local deadline = now + tonumber(record[5])
