@@ -270,6 +270,7 @@ def sweep(store: TxnStore, completer: TxnCompleter, now_ms: int, retention_ms: i
     """Finish the stream's transactions past their deadline (server ms ``now_ms``): abort
     OPEN ones, complete COMMITTING ones. Returns how many it finished."""
     finished = 0
+    store.forget_finished(now_ms - retention_ms)
     for txn_id, _ in store.unfinished(until_ms=now_ms):
         try:
             record = store.record(txn_id)
@@ -345,7 +346,10 @@ class TransactionalEventStreamWriter(Generic[T]):
         if self._clock.monotonic() - self._last_sweep >= self.config.sweep_every:
             self.sweep()
         txn_id = uuid.uuid4().hex
-        self.store.begin(txn_id, self.transactional_id, self.epoch, self.config.lease_ms)
+        config = self.config
+        self.store.begin(
+            txn_id, self.transactional_id, self.epoch, config.lease_ms, config.retention_ms
+        )
         return Transaction(self, txn_id, [])
 
     def get_txn(self, txn_id: str) -> Transaction[T]:

@@ -2,8 +2,9 @@
 (Kafka's ``sendOffsetsToTransaction`` with its fencing of a partition's previous owner).
 
 Where the positions live, atomically with the decision: the output stream's *consumed
-positions* hash of the group (``{txn:<out scope>/<out stream>}:ctp:<group>``, on the same slot
-as the decision), one field per input segment: ``"<fencing token> <position> <txn id>"``.
+positions* hash (``{txn:<out scope>/<out stream>}:consumed``, on the same slot as the
+decision), one field per reader group and input segment (``"<group>|<scope>/<stream>/<seg>"``):
+``"<fencing token> <position> <txn id>"``.
 
 * A commit with positions (``txn.commit(reader=...)``/``send_positions``) first checks
   locally that the reader owns each input segment, then its decision (``txn_stage.lua``)

@@ -22,7 +22,14 @@ every control step is one script on one slot, on Redis Cluster too; see
   :mod:`readergroup.storage.staging_store`), in write order;
 * ``...:open``: sorted set of the transactions not finished (id -> server ms by which it
   must be finished: an OPEN one's lease deadline, a COMMITTING one's completion deadline);
-* ``...:epochs``: hash of transactional id -> current epoch.
+* ``...:all``: sorted set of every transaction whose record may exist (id -> created, then
+  finished, server ms), so deleting the stream deletes every key without a keyspace scan;
+* ``...:epochs``: hash of transactional id -> current epoch;
+* ``...:consumed``: consume-transform-produce positions (:mod:`readergroup.client.txn_positions`).
+
+Expiry without any client: an OPEN record and its staging list carry a Redis TTL of deadline
++ ``retention`` (renewed with the lease; removed by the decision), a finished record one of
+``retention``.
 
 States and transitions (each one script, atomic; ``S`` the server clock)::
 

@@ -254,6 +254,7 @@ class RedisConnection(SynchronizerSource):
         """See :meth:`~readergroup.storage.connection_api.Connection.forget_stream`."""
         self.subscribers.delete(scope, stream)
         self.staging.forget_jobs(scope, stream)
+        self.transactions(scope, stream).delete_all()
 
     def close(self) -> None:
         self.log_backend.close()

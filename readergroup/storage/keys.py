@@ -23,7 +23,7 @@ script or a transaction touches together share one, so they share a slot.
   ``<prefix>:{stage:<scope>/<stream>}:<job>:<part>:<segment>`` and ``...:jobs``;
 * a stream's transactions (:mod:`readergroup.core.transactions`), one hash tag per stream:
   ``<prefix>:{txn:<scope>/<stream>}:t:<id>`` (record), ``...:s:<id>`` (staged events),
-  ``...:open``, ``...:epochs`` and per reader group ``...:ctp:<group sync name>``.
+  ``...:open``, ``...:all``, ``...:epochs`` and ``...:consumed``.
 
 State synchronizers (stream metadata, catalogs, groups) keep their own keys, laid out by
 :mod:`statesync` under the same prefix with the synchronizer's name as hash tag.
@@ -111,14 +111,15 @@ class KeyLayout:
         """A stream's transactional ids' epochs (hash)."""
         return f"{self.prefix}:{{txn:{scope}/{stream}}}:epochs"
 
-    def txn_consumed(self, scope: str, stream: str, group_sync: str) -> str:
-        """The input positions consumed by a reader group's transactions into this stream
+    def txn_consumed(self, scope: str, stream: str) -> str:
+        """The input positions consumed by reader groups' transactions into this stream
         (hash; consume-transform-produce)."""
-        return f"{self.prefix}:{{txn:{scope}/{stream}}}:ctp:{group_sync}"
+        return f"{self.prefix}:{{txn:{scope}/{stream}}}:consumed"
 
-    def txn_pattern(self, scope: str, stream: str) -> str:
-        """Glob pattern (SCAN ``MATCH``) of every transaction key of one stream."""
-        return f"{self.prefix}:{{txn:{scope}/{stream}}}:*"
+    def txn_all(self, scope: str, stream: str) -> str:
+        """Every transaction of the stream whose record may still exist (sorted set: id ->
+        created server ms), so deleting the stream finds every key without a scan."""
+        return f"{self.prefix}:{{txn:{scope}/{stream}}}:all"
 
     def everything(self) -> str:
         """Glob pattern (Redis ACL ``~`` syntax) of every key under the prefix."""

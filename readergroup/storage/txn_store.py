@@ -48,7 +48,9 @@ class TxnStore:
             name: client.register_script(script_source(name)) for name in _SCRIPTS
         }
         self.open_key = keys.txn_open(scope, stream)
+        self.all_key = keys.txn_all(scope, stream)
         self.epochs_key = keys.txn_epochs(scope, stream)
+        self.consumed_key = keys.txn_consumed(scope, stream)
 
     def record_key(self, txn_id: str) -> str:
         return self._keys.txn_record(self.scope, self.stream, txn_id)
@@ -79,11 +81,12 @@ class TxnStore:
 
     # -- steps ------------------------------------------------------------------------------
     def begin(
-        self, txn_id: str, transactional_id: str, epoch: int, lease_ms: int
+        self, txn_id: str, transactional_id: str, epoch: int, lease_ms: int, retention_ms: int
     ) -> tuple[int, int]:
         """Begin an OPEN transaction; returns (created, deadline) server ms."""
-        keys = [self.record_key(txn_id), self.open_key, self.epochs_key]
-        reply = self._run("txn_begin", txn_id, keys, [txn_id, transactional_id, epoch, lease_ms])
+        keys = [self.record_key(txn_id), self.open_key, self.epochs_key, self.all_key]
+        args = [txn_id, transactional_id, epoch, lease_ms, retention_ms]
+        reply = self._run("txn_begin", txn_id, keys, args)
         return int(reply[1]), int(reply[2])
 
     def stage(
@@ -103,31 +106,27 @@ class TxnStore:
         for routing_key, payload, writer_ms, headers in events:
             args += (wire_key(routing_key), payload, writer_ms, headers)
         keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key, self.epochs_key]
+        keys.append(self.all_key)
         if decide is None:
             args.append("")
         else:
             args += ("decide", decide.covered, decide.plan.to_json(), decide.positions)
             args += (decide.grace_ms, len(decide.claims))
-            for claim in decide.claims:
-                args += claim
+            for field, token, position in decide.claims:
+                args += (consumed_field(decide.group_sync, field), token, position)
             if decide.claims:
-                keys.append(self.consumed_key(decide.group_sync))
+                keys.append(self.consumed_key)
         reply = self._run("txn_stage", txn_id, keys, args)
         return int(reply[0]), int(reply[1]), int(reply[2]) if len(reply) > 2 else 0
-
-    def consumed_key(self, group_sync: str) -> str:
-        return self._keys.txn_consumed(self.scope, self.stream, group_sync)
 
     def claim(self, group_sync: str, claims: Sequence[tuple[str, int]]) -> list[tuple[int, str]]:
         """Claim input segments (field, fencing token) for a reader of ``group_sync``; returns
         per segment where decided transactions left it: (position or -1, txn id or "")."""
         args: list[Any] = [len(claims)]
         for field, token in claims:
-            args += (field, token)
+            args += (consumed_field(group_sync, field), token)
         with translate_errors(f"claim consumed segments in {self.scope}/{self.stream}"):
-            reply: list[Any] = self._scripts["txn_claim"](
-                keys=[self.consumed_key(group_sync)], args=args
-            )
+            reply: list[Any] = self._scripts["txn_claim"](keys=[self.consumed_key], args=args)
         segment_status.check("txn_claim", f"{self.scope}/{self.stream}", reply)
         values = reply[1:]
         return [(int(values[i]), as_text(values[i + 1])) for i in range(0, len(values), 2)]
@@ -142,7 +141,7 @@ class TxnStore:
     def finish(self, txn_id: str, mode: str, retention_ms: int, caller: str = "") -> bool:
         """End it (``mode``: commit, abort, force, expire: see ``txn_finish.lua``; ``caller``:
         ``"<epoch>:<transactional id>"`` for abort); False: it had ended so before."""
-        keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key]
+        keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key, self.all_key]
         reply = self._run("txn_finish", txn_id, keys, [txn_id, mode, retention_ms, caller])
         return int(reply[0]) == segment_status.OK
 
@@ -158,6 +157,15 @@ class TxnStore:
             fields: dict[Any, Any] = self._client.hgetall(self.record_key(txn_id))
         return TxnRecord.from_hash(txn_id, fields) if fields else None
 
+    def records(self, txn_ids: Sequence[str]) -> list[TxnRecord]:
+        """The records of ``txn_ids`` that exist, in one round trip."""
+        with translate_errors(f"read transactions of {self.scope}/{self.stream}"):
+            pipe = self._client.pipeline(transaction=False)
+            for txn_id in txn_ids:
+                pipe.hgetall(self.record_key(txn_id))
+            replies: list[Any] = pipe.execute()
+        return [TxnRecord.from_hash(t, f) for t, f in zip(txn_ids, replies, strict=True) if f]
+
     def unfinished(self, until_ms: float = float("inf")) -> list[tuple[str, int]]:
         """Unfinished transactions (id, deadline ms) with a deadline at or before ``until_ms``,
         earliest first."""
@@ -172,18 +180,27 @@ class TxnStore:
         with translate_errors(f"read {key}"):
             return bool(self._client.hexists(key, writer))
 
+    def forget_finished(self, before_ms: int) -> None:
+        """Drop from the index of every transaction those finished before ``before_ms`` (their
+        records expired: kept ``retention`` after they finished)."""
+        with translate_errors(f"trim transactions of {self.scope}/{self.stream}"):
+            self._client.zremrangebyscore(self.all_key, "-inf", f"({before_ms}")
+
     def delete_all(self) -> int:
-        """Delete every transaction key of the stream (it is being deleted); returns how
-        many keys went."""
+        """Delete every transaction key of the stream (it is being deleted), found through
+        its indexes (no keyspace scan); returns how many keys went."""
         deleted = 0
         with translate_errors(f"delete transactions of {self.scope}/{self.stream}"):
-            pattern = self._keys.txn_pattern(self.scope, self.stream)
-            batch: list[Any] = []
-            for key in self._client.scan_iter(match=pattern, count=500):
-                batch.append(key)
-                if len(batch) >= 500:
-                    deleted += int(self._client.delete(*batch))
-                    batch = []
-            if batch:
-                deleted += int(self._client.delete(*batch))
+            members: Any = self._client.zrange(self.all_key, 0, -1)
+            ids = {as_text(m) for m in members} | {t for t, _ in self.unfinished()}
+            keys = [self.open_key, self.all_key, self.epochs_key, self.consumed_key]
+            for txn_id in sorted(ids):
+                keys += (self.record_key(txn_id), self.staged_key(txn_id))
+            for start in range(0, len(keys), 500):
+                deleted += int(self._client.delete(*keys[start : start + 500]))
         return deleted
+
+
+def consumed_field(group_sync: str, segment_field: str) -> str:
+    """A consumed-positions field: the reader group, then the input segment."""
+    return f"{group_sync}|{segment_field}"

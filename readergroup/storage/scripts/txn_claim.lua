@@ -3,7 +3,7 @@
 -- that a decision of an earlier owner that has not landed yet is refused from now on, and
 -- learns where transactions already decided left each segment.
 --
--- KEYS[1]  the consumed positions of the reader group (hash: input segment field ->
+-- KEYS[1]  the consumed positions (hash: "<group>|<input segment>" ->
 --          "<fencing token> <position> <txn id>"; see txn_stage.lua)
 -- ARGV[1]  m, the number of segments
 -- ARGV[2 ..]  per segment: its field, the reader's fencing token of it

@@ -5,6 +5,7 @@
 -- KEYS[1]  the transaction's record (hash)
 -- KEYS[2]  its staging list
 -- KEYS[3]  the stream's open transactions (sorted set)
+-- KEYS[4]  the stream's transactions (sorted set: id -> created, or finished, server ms)
 -- ARGV[1]  transaction id
 -- ARGV[2]  "commit": COMMITTING -> COMMITTED (every plan entry is in its segment);
 --          "abort": OPEN -> ABORTED by the caller ARGV[4] holding it;
@@ -53,5 +54,6 @@ end
 redis.call('HSET', KEYS[1], 'state', target, 'finished', now)
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[4], now, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
 return {0, target}

@@ -7,12 +7,14 @@
 -- KEYS[2]  its staging list (the layout of readergroup/storage/staging_store.py)
 -- KEYS[3]  the stream's open transactions (sorted set: id -> deadline, server ms)
 -- KEYS[4]  the stream's transactional id epochs (hash: transactional id -> epoch)
--- KEYS[5]  "decide" with consumed positions only: the consumed positions of the reader group
---          (hash: "<scope>/<stream>/<segment>" of the input -> "<fencing token> <position>
---          <txn id>"; readergroup/core/transactions.py, consume-transform-produce)
+-- KEYS[5]  the stream's transactions (sorted set: id -> created, or finished, server ms)
+-- KEYS[6]  "decide" with consumed positions only: the consumed positions of the reader group
+--          (hash: "<group sync name>|<scope>/<stream>/<segment>" of the input ->
+--          "<fencing token> <position> <txn id>"; consume-transform-produce)
 -- ARGV[1]  transaction id
 -- ARGV[2]  the caller: "<epoch>:<transactional id>"
--- ARGV[3]  retention of the staging list past the deadline, ms (its Redis TTL)
+-- ARGV[3]  retention past the deadline, ms: the Redis TTL of the record and the staging
+--          list while open (a decision removes both TTLs; a finish sets the record's)
 -- ARGV[4]  n, the number of events
 -- ARGV[5 .. 4 + 4n]  per event: routing key ("" for none, else "k" .. key), payload,
 --          writer ms, packed headers ("" for none)
@@ -60,6 +62,7 @@ if now > tonumber(record[4]) then
   redis.call('HSET', KEYS[1], 'state', 'ABORTED', 'finished', now)
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZADD', KEYS[5], now, ARGV[1])
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
   return {24}
 end
@@ -74,11 +77,12 @@ if mode == 'decide' then
   local at = 11 + 4 * n
   for i = 1, tonumber(ARGV[10 + 4 * n] or 0) do
     local field, token = ARGV[at], tonumber(ARGV[at + 1])
-    local stored = redis.call('HGET', KEYS[5], field)
+    local stored = redis.call('HGET', KEYS[6], field)
     if stored and tonumber(string.match(stored, '^(%S+)')) > token then
       redis.call('HSET', KEYS[1], 'state', 'ABORTED', 'finished', now)
       redis.call('DEL', KEYS[2])
       redis.call('ZREM', KEYS[3], ARGV[1])
+      redis.call('ZADD', KEYS[5], now, ARGV[1])
       redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
       return {26, field}
     end
@@ -116,14 +120,16 @@ if mode == 'decide' then
     'plan', ARGV[7 + 4 * n], 'pv', 1, 'positions', ARGV[8 + 4 * n], 'decided', now)
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[9 + 4 * n]), ARGV[1])
   redis.call('PERSIST', KEYS[2])
+  redis.call('PERSIST', KEYS[1])
   if #claims > 0 then
-    redis.call('HSET', KEYS[5], unpack(claims))
+    redis.call('HSET', KEYS[6], unpack(claims))
   end
   return {0, events, now}
 end
 local deadline = now + tonumber(record[5])
 redis.call('HSET', KEYS[1], 'events', events, 'bytes', bytes, 'deadline', deadline)
 redis.call('ZADD', KEYS[3], deadline, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], deadline - now + tonumber(ARGV[3]))
 if n > 0 or redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('PEXPIRE', KEYS[2], deadline - now + tonumber(ARGV[3]))
 end
