@@ -383,3 +383,60 @@ def test_a_scale_between_the_decision_and_the_appends_reroutes_what_was_not_take
     assert by_key(seen) == by_key(written)
     record = txn_writer.store.record(txn.id)
     assert record is not None and record.plan_version > 1  # re-routed
+
+
+COMMIT_AND_DIE = """
+import os, signal, sys
+from readergroup import BytesSerializer, EventStreamClientFactory
+from readergroup.client.transactions import TransactionalWriterConfig
+
+url, scope = sys.argv[1], sys.argv[2]
+factory = EventStreamClientFactory.from_url(scope, url)
+writer = factory.create_transactional_writer(
+    "out",
+    BytesSerializer(),
+    TransactionalWriterConfig(transactional_id="doomed", completion_grace=0.2),
+)
+txn = writer.begin()
+for i in range(4):
+    for k in range(16):
+        txn.write_event(f"{k}:{i}".encode(), routing_key=f"k{k}")
+print(txn.id, flush=True)
+writer.completer.after_entry = lambda entry: os.kill(os.getpid(), signal.SIGKILL)
+txn.commit()
+"""
+
+
+def test_a_committer_killed_between_segments_is_completed_by_the_sweep(
+    factory: EventStreamClientFactory, stream: str, redis_url: str, scope: str
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", COMMIT_AND_DIE, redis_url, scope],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    txn_id = done.stdout.strip()
+    partial = visible(factory)
+    assert 0 < len(partial) < 64
+    survivor = factory.create_transactional_writer(
+        stream,
+        BytesSerializer(),
+        TransactionalWriterConfig(transactional_id="survivor"),
+    )
+    record = survivor.store.record(txn_id)
+    assert record is not None and record.status is TxnStatus.COMMITTING
+    # a committing transaction whose committer is gone: the sweep (run by any writer's begin,
+    # `readergroup txn list`) completes it once the committer's completion grace passed
+    wait_for(lambda: survivor.sweep() > 0 or visible(factory) != partial)
+    seen = visible(factory)
+    assert len(seen) == 64 and len(set(seen)) == 64
+    assert by_key(seen) == {f"k{k}": [f"{k}:{i}".encode() for i in range(4)] for k in range(16)}
+    final = survivor.store.record(txn_id)
+    assert final is not None and final.status is TxnStatus.COMMITTED
