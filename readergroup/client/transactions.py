@@ -25,6 +25,7 @@ commit (:class:`~readergroup.core.errors.TransactionPositionsError`) and nothing
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -87,7 +88,8 @@ class TransactionalWriterConfig:
             a new instance fences every older one of the same id. 1-200 characters.
         lease: seconds a transaction stays open without a write, flush or ``ping`` before the
             system aborts it (default 60.0; 0.05-86400).
-        stage_events: events buffered before they are staged (default 1000; 1-100000).
+        stage_events: events buffered before they are staged (default 1000; 1-100000); a
+            transaction of at most this many is staged by its commit, in the same call.
         retention: seconds a finished transaction's record is kept for ``status``/``get_txn``
             (default 86400.0; >= 1).
         completion_grace: seconds a committing transaction is left to its committer before
@@ -164,7 +166,7 @@ class TxnCompleter:
                 status=record.status.value,
             )
         if staged is None:
-            staged = self._connection.staging.read_staged(store.staged_key(txn_id))
+            staged = store.staged(txn_id)
         if len(staged) != record.events:
             refreshed = store.record(txn_id)
             if refreshed is not None and refreshed.status is TxnStatus.COMMITTED:
@@ -315,7 +317,8 @@ class TransactionalEventStreamWriter(Generic[T]):
         self.config = config
         self._clock = clock or SYSTEM_CLOCK
         self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
-        metadata.get(scope, stream)  # StreamNotFoundError now, not at the first commit
+        # StreamNotFoundError now, not at the first commit; the limit is refreshed by begin()
+        self._max_event_size = metadata.get(scope, stream).config.max_event_size
         self.store = connection.transactions(scope, stream)
         self.completer = TxnCompleter(
             connection,
@@ -346,6 +349,7 @@ class TransactionalEventStreamWriter(Generic[T]):
         if self._clock.monotonic() - self._last_sweep >= self.config.sweep_every:
             self.sweep()
         txn_id = uuid.uuid4().hex
+        self._max_event_size = self._metadata.get(self.scope, self.stream).config.max_event_size
         config = self.config
         self.store.begin(
             txn_id, self.transactional_id, self.epoch, config.lease_ms, config.retention_ms
@@ -408,9 +412,13 @@ class TransactionalEventStreamWriter(Generic[T]):
                 f"serializer {type(self._serializer).__name__} returned "
                 f"{type(payload).__name__}, not bytes (routing key {routing_key!r})"
             )
-        packed = encode_headers(headers, f"the event with routing key {routing_key!r}")
+        packed = (
+            encode_headers(headers, f"the event with routing key {routing_key!r}")
+            if headers
+            else b""
+        )
         data = bytes(payload)
-        limit = self._metadata.get(self.scope, self.stream).config.max_event_size
+        limit = self._max_event_size
         if len(data) + len(packed) > limit:
             raise EventTooLargeError(
                 f"event of {len(data) + len(packed)} bytes exceeds max_event_size {limit} of "
@@ -433,7 +441,6 @@ class Transaction(Generic[T]):
         # every event of this transaction in order (None: resumed, read from Redis at commit)
         self._events = events
         self._pending: list[StagedEvent] = []
-        self._staged = 0 if events is not None else -1
         self._lock = threading.Lock()
         self._renewed = writer._clock.monotonic()
         self._ended: TxnStatus | None = None  # set by this object's commit or abort
@@ -450,7 +457,7 @@ class Transaction(Generic[T]):
         with self._lock:
             self._check_writable()
             self._pending.append(staged)
-            due = len(self._pending) >= self._writer.config.stage_events or (
+            due = len(self._pending) > self._writer.config.stage_events or (
                 self._writer._clock.monotonic() - self._renewed > self._writer.config.lease / 3
             )
             if due:
@@ -595,8 +602,7 @@ class Transaction(Generic[T]):
     def _all_events(self) -> list[StagedEvent]:
         """Every event of the transaction in order: staged, then still buffered."""
         if self._events is None:
-            key = self._writer.store.staged_key(self.id)
-            self._events = list(self._writer._connection.staging.read_staged(key))
+            self._events = self._writer.store.staged(self.id)
         return [*self._events, *self._pending]
 
 
@@ -607,7 +613,11 @@ def _entry_writer(txn_id: str, entry: PlanEntry) -> str:
 
 def _position(event: StagedEvent, rng: random.Random) -> float:
     """An event's key-space position: its routing key's, or a random one without a key."""
-    return key_position(event[0]) if event[0] is not None else rng.random()
+    return _key_position(event[0]) if event[0] is not None else rng.random()
+
+
+_key_position = functools.lru_cache(maxsize=65536)(key_position)
+"""Routing keys repeat: their positions are kept (as the plain writer does)."""
 
 
 def _wall_clock_ms() -> int:

@@ -18,8 +18,8 @@ every control step is one script on one slot, on Redis Cluster too; see
   under), ``created``/``deadline``/``finished`` (server ms), ``lease`` (ms), ``events``,
   ``bytes``; from the decision on ``plan`` (JSON, :class:`CommitPlan`), ``pv`` (the plan's
   version), ``positions`` (JSON, consume-transform-produce), ``decided`` (server ms);
-* ``...:s:<txn id>``: its staged events (list, the layout of the Spark sink's staging lists,
-  :mod:`readergroup.storage.staging_store`), in write order;
+* ``...:s:<txn id>``: its staged events (list: one msgpack item per stage call,
+  :func:`readergroup.storage.txn_store.pack_events`), in write order;
 * ``...:open``: sorted set of the transactions not finished (id -> server ms by which it
   must be finished: an OPEN one's lease deadline, a COMMITTING one's completion deadline);
 * ``...:all``: sorted set of every transaction whose record may exist (id -> created, then

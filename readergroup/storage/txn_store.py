@@ -7,15 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
 import redis
 from redis.commands.core import Script
 
-from readergroup.core.errors import TransactionError
+from readergroup.core.errors import ReaderGroupError, TransactionError
 from readergroup.core.transactions import CommitPlan, TxnRecord
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.scripts import script_source
-from readergroup.storage.segment_records import wire_key
 from readergroup.storage.staging_store import StagedEvent
 from readergroup.storage.translate import as_text, translate_errors
 
@@ -102,9 +102,8 @@ class TxnStore:
         positions JSON, completion grace ms) decide the commit after them. Returns (status,
         events staged in all, deadline or decision server ms); status ``CONFLICT``: the plan
         does not cover the staged events, nothing was written."""
-        args: list[Any] = [txn_id, caller, retention_ms, len(events)]
-        for routing_key, payload, writer_ms, headers in events:
-            args += (wire_key(routing_key), payload, writer_ms, headers)
+        size = sum(len(event[1]) for event in events)
+        args: list[Any] = [txn_id, caller, retention_ms, len(events), size, pack_events(events)]
         keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key, self.epochs_key]
         keys.append(self.all_key)
         if decide is None:
@@ -157,6 +156,12 @@ class TxnStore:
             fields: dict[Any, Any] = self._client.hgetall(self.record_key(txn_id))
         return TxnRecord.from_hash(txn_id, fields) if fields else None
 
+    def staged(self, txn_id: str) -> list[StagedEvent]:
+        """A transaction's staged events, in write order."""
+        with translate_errors(f"read the staged events of {self.subject(txn_id)}"):
+            chunks: list[Any] = self._client.lrange(self.staged_key(txn_id), 0, -1)
+        return [event for chunk in chunks for event in unpack_events(chunk)]
+
     def records(self, txn_ids: Sequence[str]) -> list[TxnRecord]:
         """The records of ``txn_ids`` that exist, in one round trip."""
         with translate_errors(f"read transactions of {self.scope}/{self.stream}"):
@@ -204,3 +209,22 @@ class TxnStore:
 def consumed_field(group_sync: str, segment_field: str) -> str:
     """A consumed-positions field: the reader group, then the input segment."""
     return f"{group_sync}|{segment_field}"
+
+
+def pack_events(events: Sequence[StagedEvent]) -> bytes:
+    """Staged events as one staging list item (``b""``: none): a msgpack array of
+    ``[routing key or nil, payload, writer ms, packed headers]`` per event."""
+    if not events:
+        return b""
+    return bytes(msgpack.packb([list(event) for event in events], use_bin_type=True))
+
+
+def unpack_events(chunk: bytes) -> list[StagedEvent]:
+    """The events of one staging list item (see :func:`pack_events`)."""
+    try:
+        rows = msgpack.unpackb(chunk, raw=False)
+        return [
+            (key, bytes(payload), int(ms), bytes(headers)) for key, payload, ms, headers in rows
+        ]
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ReaderGroupError(f"unreadable staged events ({len(chunk)} bytes): {exc!r}") from exc

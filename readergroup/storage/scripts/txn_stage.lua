@@ -4,26 +4,27 @@
 -- Preludes: time.lua.
 --
 -- KEYS[1]  the transaction's record (hash)
--- KEYS[2]  its staging list (the layout of readergroup/storage/staging_store.py)
+-- KEYS[2]  its staging list: one item per stage call holding that call's events, packed
+--          with msgpack by the client (readergroup/storage/txn_store.py), in write order
 -- KEYS[3]  the stream's open transactions (sorted set: id -> deadline, server ms)
 -- KEYS[4]  the stream's transactional id epochs (hash: transactional id -> epoch)
 -- KEYS[5]  the stream's transactions (sorted set: id -> created, or finished, server ms)
--- KEYS[6]  "decide" with consumed positions only: the consumed positions of the reader group
+-- KEYS[6]  "decide" with consumed positions only: the consumed positions
 --          (hash: "<group sync name>|<scope>/<stream>/<segment>" of the input ->
 --          "<fencing token> <position> <txn id>"; consume-transform-produce)
 -- ARGV[1]  transaction id
 -- ARGV[2]  the caller: "<epoch>:<transactional id>"
 -- ARGV[3]  retention past the deadline, ms: the Redis TTL of the record and the staging
 --          list while open (a decision removes both TTLs; a finish sets the record's)
--- ARGV[4]  n, the number of events
--- ARGV[5 .. 4 + 4n]  per event: routing key ("" for none, else "k" .. key), payload,
---          writer ms, packed headers ("" for none)
--- ARGV[5 + 4n]  "" to stage only; "decide" to decide the commit after staging, then:
--- ARGV[6 + 4n]  the events the plan covers (must be all staged events, these included)
--- ARGV[7 + 4n]  the commit plan (JSON, readergroup/core/transactions.py CommitPlan)
--- ARGV[8 + 4n]  the consume-transform-produce positions (JSON, "" for none)
--- ARGV[9 + 4n]  how long after the decision a completer not finished is taken for dead, ms
--- ARGV[10 + 4n] m, the number of consumed positions (0 for none), then per position:
+-- ARGV[4]  n, the number of events (0: none, only a lease renewal or a decision)
+-- ARGV[5]  their payload bytes
+-- ARGV[6]  the events, packed ("" when n is 0)
+-- ARGV[7]  "" to stage only; "decide" to decide the commit after staging, then:
+-- ARGV[8]  the events the plan covers (must be all staged events, these included)
+-- ARGV[9]  the commit plan (JSON, readergroup/core/transactions.py CommitPlan)
+-- ARGV[10] the consume-transform-produce positions (JSON, "" for none)
+-- ARGV[11] how long after the decision a completer not finished is taken for dead, ms
+-- ARGV[12] m, the number of consumed positions (0 for none), then per position:
 --          the input segment's field, the reader's fencing token of it, the position
 --
 -- A decision with consumed positions claims each input segment for the reader's token: if a
@@ -33,7 +34,7 @@
 -- Stages only while OPEN (else {23, state}), by the epoch holding the record while that is
 -- still its transactional id's current epoch (else {22}), before the deadline (else the
 -- transaction is aborted here: state ABORTED, staging list deleted, {24}). Each call renews
--- the lease (deadline = now + lease); n = 0 only renews it.
+-- the lease (deadline = now + lease).
 --
 -- Returns (status codes: readergroup/storage/segment_status.py):
 --   {0, events, deadline_ms}   staged (events: the transaction's total so far)
@@ -58,32 +59,32 @@ if ARGV[2] ~= record[3] .. ':' .. record[2]
   return {22}
 end
 local now = server_ms()
-if now > tonumber(record[4]) then
+local function abort()
   redis.call('HSET', KEYS[1], 'state', 'ABORTED', 'finished', now)
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('ZADD', KEYS[5], now, ARGV[1])
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+end
+if now > tonumber(record[4]) then
+  abort()
   return {24}
 end
 local n = tonumber(ARGV[4])
 local events = tonumber(record[6]) + n
-local mode = ARGV[5 + 4 * n]
-if mode == 'decide' and events ~= tonumber(ARGV[6 + 4 * n]) then
-  return {1, tonumber(record[6])}
-end
+local bytes = tonumber(record[7]) + tonumber(ARGV[5])
+local decide = ARGV[7] == 'decide'
 local claims = {}
-if mode == 'decide' then
-  local at = 11 + 4 * n
-  for i = 1, tonumber(ARGV[10 + 4 * n] or 0) do
+if decide then
+  if events ~= tonumber(ARGV[8]) then
+    return {1, tonumber(record[6])}
+  end
+  local at = 13
+  for i = 1, tonumber(ARGV[12]) do
     local field, token = ARGV[at], tonumber(ARGV[at + 1])
     local stored = redis.call('HGET', KEYS[6], field)
     if stored and tonumber(string.match(stored, '^(%S+)')) > token then
-      redis.call('HSET', KEYS[1], 'state', 'ABORTED', 'finished', now)
-      redis.call('DEL', KEYS[2])
-      redis.call('ZREM', KEYS[3], ARGV[1])
-      redis.call('ZADD', KEYS[5], now, ARGV[1])
-      redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+      abort()
       return {26, field}
     end
     claims[#claims + 1] = field
@@ -91,34 +92,13 @@ if mode == 'decide' then
     at = at + 3
   end
 end
-local bytes = tonumber(record[7])
-local flat = {}
-for i = 1, n do
-  local base = 4 * i
-  local key, payload, headers = ARGV[base + 1], ARGV[base + 2], ARGV[base + 4]
-  if headers == '' then
-    flat[#flat + 1] = key
-  else
-    flat[#flat + 1] = 'h' .. key
-  end
-  flat[#flat + 1] = payload
-  flat[#flat + 1] = ARGV[base + 3]
-  if headers ~= '' then
-    flat[#flat + 1] = headers
-  end
-  bytes = bytes + string.len(payload)
-  if #flat >= 4000 then
-    redis.call('RPUSH', KEYS[2], unpack(flat))
-    flat = {}
-  end
+if n > 0 then
+  redis.call('RPUSH', KEYS[2], ARGV[6])
 end
-if #flat > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(flat))
-end
-if mode == 'decide' then
+if decide then
   redis.call('HSET', KEYS[1], 'state', 'COMMITTING', 'events', events, 'bytes', bytes,
-    'plan', ARGV[7 + 4 * n], 'pv', 1, 'positions', ARGV[8 + 4 * n], 'decided', now)
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[9 + 4 * n]), ARGV[1])
+    'plan', ARGV[9], 'pv', 1, 'positions', ARGV[10], 'decided', now)
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[11]), ARGV[1])
   redis.call('PERSIST', KEYS[2])
   redis.call('PERSIST', KEYS[1])
   if #claims > 0 then
