@@ -180,3 +180,50 @@ def test_a_new_owner_resumes_after_a_dead_owners_decided_transaction(
         assert again == []  # resumed after the decided transaction
         assert sorted(output(factory)) == sorted(b"out-" + e for e in events)
         r2.close()
+
+
+def test_a_segment_given_up_before_the_commit_fails_it_and_its_input_comes_again(
+    factory: EventStreamClientFactory,
+    streams: str,
+    txn_writer: TransactionalEventStreamWriter[bytes],
+) -> None:
+    """r1 read events of both segments; a second reader joins and r1 gives one up (in its
+    next read call) before committing: the commit cannot carry that segment's position, so
+    it fails, nothing lands, and r1 gets the events of the segment it kept again."""
+    setup_group(factory, streams, heartbeat_interval=0.2, session_timeout=1.0)
+    events = write_input(factory, 30)
+    r1 = factory.create_reader("r1", "g", BytesSerializer())
+    txn_writer.bind_reader(r1)
+    first = r1.read_batch(30, timeout=2)
+    assert len(first) == 30 and len(r1.owned_segments()) == 2
+    txn = txn_writer.begin()
+    for event in first:
+        txn.write_event(bytes(event.event or b""), routing_key=event.routing_key)
+    r2 = factory.create_reader("r2", "g", BytesSerializer())
+    txn_writer.bind_reader(r2)
+    deadline = time.monotonic() + 10
+    while len(r1.owned_segments()) == 2 and time.monotonic() < deadline:
+        assert not [e for e in r1.read_batch(10, timeout=0.1) if e.is_event]
+        r2.read_batch(10, timeout=0.05)
+    (kept,) = r1.owned_segments()
+    with pytest.raises(TransactionPositionsError):
+        txn.commit(reader=r1)
+    assert output(factory) == []
+    assert txn.status() is TxnStatus.ABORTED
+    again = r1.read_batch(30, timeout=1)
+    assert {(e.stream, e.segment) for e in again} == {kept}
+    assert sorted(bytes(e.event or b"") for e in again) == sorted(
+        bytes(e.event or b"") for e in first if (e.stream, e.segment) == kept
+    )
+    retry = txn_writer.begin()
+    for event in again:
+        retry.write_event(bytes(event.event or b""), routing_key=event.routing_key)
+    retry.commit(reader=r1)
+    theirs = r2.read_batch(30, timeout=2)
+    other = txn_writer.begin()
+    for event in theirs:
+        other.write_event(bytes(event.event or b""), routing_key=event.routing_key)
+    other.commit(reader=r2)
+    assert sorted(output(factory)) == sorted(events)
+    r1.close()
+    r2.close()

@@ -39,10 +39,13 @@ from readergroup.client.metadata_cache import StreamMetadataCache
 from readergroup.client.reader import EventStreamReader
 from readergroup.client.serializers import Serializer
 from readergroup.client.txn_positions import (
+    Claimer,
     PositionsClaim,
     bind_reader,
+    committed,
     mirror_positions,
     positions_claim,
+    rewind,
 )
 from readergroup.core.errors import (
     EventTooLargeError,
@@ -338,7 +341,7 @@ class TransactionalEventStreamWriter(Generic[T]):
             self.epoch,
         )
         self._closed = False
-        self._bound_readers: set[int] = set()  # id() of readers bound (bind_reader)
+        self._claimers: dict[int, Claimer] = {}  # id() of a bound reader -> its listener
         self._last_sweep = float("-inf")
         self.sweep()
 
@@ -496,17 +499,34 @@ class Transaction(Generic[T]):
         positions are committed with the output, as :meth:`send_positions` does.
 
         Raises :class:`TransactionClosedError` (not open), ``TransactionExpiredError``,
-        ``TransactionFencedError``, :class:`TransactionPositionsError` (the reader lost an
-        input segment to another reader): nothing landed then."""
+        ``TransactionFencedError``, :class:`TransactionPositionsError` (the reader gave up or
+        lost an input segment since its last commit, or another reader claimed one): nothing
+        landed then, and a ``reader``'s owned segments are rewound to where committed
+        transactions left them, so the events of this one are handed out again. After any
+        other error (Redis unreachable) the outcome is unknown: ``status()`` tells it once
+        Redis answers; recreate the reader to resume from what was committed."""
         if reader is not None:
             self.send_positions(reader, positions)
         elif positions is not None:
             raise InvalidConfigError("commit(positions=...) needs the reader they are of")
         consumed = self._consumed
-        claim = None if consumed is None else self._writer.positions_claim(*consumed)
-        self._commit(claim)
-        if consumed is not None and claim is not None:
-            mirror_positions(consumed[0], claim.positions)
+        if consumed is None:
+            self._commit(None)
+            return
+        reader = consumed[0]
+        try:
+            claim = self._writer.positions_claim(*consumed)
+        except TransactionError:
+            self.abort()
+            rewind(self._writer, reader)  # this transaction's input is handed out again
+            raise
+        try:
+            self._commit(claim)
+        except TransactionError:
+            rewind(self._writer, reader)
+            raise
+        committed(self._writer, reader)
+        mirror_positions(reader, claim.positions)
 
     def _commit(self, claim: PositionsClaim | None) -> None:
         writer = self._writer

@@ -69,17 +69,29 @@ def positions_claim(
     reader: EventStreamReader[Any],
     positions: Mapping[SegKey, int] | None,
 ) -> PositionsClaim:
-    """The claim committing ``positions`` of ``reader`` makes (default: every owned segment's
-    position). Raises :class:`TransactionPositionsError` for a segment it does not own."""
-    if id(reader) not in writer._bound_readers:
+    """The claim committing ``positions`` of ``reader`` makes (default: the position of every
+    segment it holds). Raises :class:`TransactionPositionsError` when the reader gave up or
+    lost a segment since its last commit through this writer (events handed out of it would
+    be committed without their position), or when ``positions`` name a segment it does not
+    own."""
+    claimer = writer._claimers.get(id(reader))
+    if claimer is None:
         raise ReaderGroupError(
             f"reader {reader.reader_id!r} is not bound to transactional writer "
             f"{writer.transactional_id!r}: call writer.bind_reader(reader) once, right after "
             "creating it"
         )
     owned = reader.owned_segments()
-    chosen = dict(positions) if positions is not None else {k: reader.position(k) for k in owned}
-    lost = sorted(set(chosen) - set(owned))
+    gone = set(claimer.dropped) | {k for k, t in claimer.held.items() if owned.get(k) != t}
+    chosen = dict(positions) if positions is not None else {}
+    if positions is None:
+        if gone:
+            raise TransactionPositionsError(
+                f"reader {reader.reader_id!r} gave up or lost {sorted(gone)} since its last "
+                "commit; nothing committed"
+            )
+        chosen = {k: reader.position(k) for k in claimer.held}
+    lost = sorted(k for k in chosen if k not in owned or k in gone)
     if lost:
         raise TransactionPositionsError(
             f"reader {reader.reader_id!r} does not own {lost} any more; nothing committed"
@@ -88,6 +100,39 @@ def positions_claim(
     claims = tuple((segment_field(k), owned[k], p) for k, p in sorted(chosen.items()))
     text = encode_positions(chosen, {"group": group, "reader": reader.reader_id})
     return PositionsClaim(chosen, text, group, claims)
+
+
+def committed(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]) -> None:
+    """A commit with ``reader``'s positions landed: start counting drops afresh."""
+    claimer = writer._claimers.get(id(reader))
+    if claimer is not None:
+        claimer.dropped.clear()
+
+
+def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]) -> None:
+    """A commit with ``reader``'s positions failed: hand out again, from where committed
+    transactions (or the group) left each owned segment, the events whose output it lost."""
+    claimer = writer._claimers.get(id(reader))
+    if claimer is None:
+        return
+    owned = reader.owned_segments()
+    if owned:
+        found = writer.store.claim(
+            group_of(reader), [(segment_field(k), t) for k, t in owned.items()]
+        )
+        group = reader.committed()
+        for (segment, _), (position, _) in zip(owned.items(), found, strict=True):
+            target = max(position, group.get(segment, 0))
+            if reader.position(segment) > target:
+                logger.warning(
+                    "reader %r: its transaction failed; %s goes back to %d",
+                    reader.reader_id,
+                    segment,
+                    target,
+                )
+                reader.seek(segment, target)
+    claimer.held = dict(owned)
+    claimer.dropped.clear()
 
 
 def mirror_positions(reader: EventStreamReader[Any], positions: Mapping[SegKey, int]) -> None:
@@ -105,7 +150,7 @@ def mirror_positions(reader: EventStreamReader[Any], positions: Mapping[SegKey, 
         )
 
 
-class _Claimer:
+class Claimer:
     """The rebalance listener :func:`bind_reader` installs."""
 
     def __init__(
@@ -113,6 +158,8 @@ class _Claimer:
     ) -> None:
         self._writer = writer
         self._reader = reader
+        self.held: dict[SegKey, int] = {}  # segment -> token, as claimed on acquisition
+        self.dropped: set[SegKey] = set()  # given up or lost since the last commit
 
     def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None:
         reader, writer = self._reader, self._writer
@@ -120,6 +167,8 @@ class _Claimer:
         mine = [k for k in segments if k in owned]
         if not mine:
             return
+        for segment in mine:
+            self.held[segment] = owned[segment]
         claims = [(segment_field(k), owned[k]) for k in mine]
         found = writer.store.claim(group_of(reader), claims)
         for segment, (position, txn_id) in zip(mine, found, strict=True):
@@ -138,22 +187,27 @@ class _Claimer:
                 reader.seek(segment, position)
 
     def on_segments_released(self, reader_id: str, segments: Sequence[SegKey]) -> None:
-        return None
+        for segment in segments:
+            if self.held.pop(segment, None) is not None:
+                self.dropped.add(segment)
+
+    def on_segments_lost(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        self.on_segments_released(reader_id, segments)
 
 
 def bind_reader(
     writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]
 ) -> None:
     """See :meth:`TransactionalEventStreamWriter.bind_reader`."""
-    if id(reader) in writer._bound_readers:
+    if id(reader) in writer._claimers:
         return
     if reader.commit_mode != "manual":
         raise InvalidConfigError(
             f"reader {reader.reader_id!r}: a consume-transform-produce group commits only with "
             "its transactions: create it with ReaderGroupConfig(commit_mode='manual')"
         )
-    writer._bound_readers.add(id(reader))
-    claimer = _Claimer(writer, reader)
+    claimer = Claimer(writer, reader)
+    writer._claimers[id(reader)] = claimer
     reader.add_rebalance_listener(claimer)
     owned = reader.owned_segments()
     if owned:  # segments acquired before binding: claim them now
