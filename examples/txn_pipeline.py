@@ -41,6 +41,7 @@ from readergroup import (
     StreamConfiguration,
     StreamManager,
     TransactionalWriterConfig,
+    TransactionPositionsError,
 )
 from readergroup.testing.embedded_redis import local_redis_server, redis_server
 
@@ -49,6 +50,12 @@ CUSTOMERS = 25
 
 
 # -- a worker (its own process) ------------------------------------------------------------
+def die_mid_commit(entry: Any) -> None:
+    """The chaos hook: one segment's share of a commit landed, the others not yet."""
+    print(f"killed mid-commit after segment {entry.segment}", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def work(url: str, scope: str, name: str, kill_mid_commit: float) -> int:
     """Read orders, write invoices with the positions; any error ends the process (the
     supervisor starts it again: it resumes where its committed transactions left off)."""
@@ -62,7 +69,7 @@ def work(url: str, scope: str, name: str, kill_mid_commit: float) -> int:
             TransactionalWriterConfig(transactional_id=f"invoicer-{name}", completion_grace=1.0),
         )
         if kill_mid_commit and rng.random() < kill_mid_commit:  # this life ends mid-commit
-            invoices.completer.after_entry = lambda entry: os.kill(os.getpid(), signal.SIGKILL)
+            invoices.completer.after_entry = die_mid_commit
         reader = factory.create_reader(name, "invoicing", JsonSerializer())
         invoices.bind_reader(reader)
         while not stop.is_set():
@@ -74,7 +81,10 @@ def work(url: str, scope: str, name: str, kill_mid_commit: float) -> int:
                 order = event.event
                 invoice = {"order": order["id"], "customer": order["customer"], "n": order["n"]}
                 txn.write_event(invoice, routing_key=order["customer"])
-            txn.commit(reader=reader)
+            try:
+                txn.commit(reader=reader)
+            except TransactionPositionsError:
+                continue  # a rebalance took a segment: the reader was rewound, read again
         reader.close()
     return 0
 
@@ -83,11 +93,15 @@ def work(url: str, scope: str, name: str, kill_mid_commit: float) -> int:
 class Worker:
     """One worker slot: a process, started again whenever it exits (until stopped)."""
 
-    def __init__(self, url: str, scope: str, name: str, kill_mid_commit: float) -> None:
+    def __init__(
+        self, url: str, scope: str, name: str, kill_mid_commit: float, first: float
+    ) -> None:
         self.args = [sys.executable, __file__, "--worker", name, "--url", url, "--scope", scope]
-        self.args += ["--kill-mid-commit", str(kill_mid_commit)]
+        self.kill_mid_commit, self.first = kill_mid_commit, first
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.kills = 0  # SIGKILLs sent by the supervisor
+        self.died = 0  # lives ended by SIGKILL: the supervisor's, or a kill mid-commit
         self.stopping = False
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.supervise, daemon=True)
@@ -98,15 +112,19 @@ class Worker:
             with self.lock:
                 if self.stopping:
                     return
-                self.process = subprocess.Popen(self.args)
+                chance = self.first if self.starts == 0 else self.kill_mid_commit
+                args = [*self.args, "--kill-mid-commit", str(chance)]
+                self.process = subprocess.Popen(args)
                 self.starts += 1
-            self.process.wait()
+            if self.process.wait() == -signal.SIGKILL:
+                self.died += 1
             time.sleep(0.2)
 
     def kill(self) -> None:
         with self.lock:
             if self.process is not None and self.process.poll() is None:
                 self.process.kill()
+                self.kills += 1
 
     def stop(self) -> None:
         with self.lock:
@@ -152,7 +170,12 @@ def run(url: str, orders: int, workers: int, chaos: bool, restart: Any) -> bool:
             "invoicing",
             ReaderGroupConfig(streams=[f"{scope}/orders"], commit_mode="manual", **TIMING),
         )
-    pool = [Worker(url, scope, f"w{i}", 0.15 if chaos else 0.0) for i in range(workers)]
+    # under chaos each worker's first life dies in the middle of its first commit, later lives
+    # with a chance of 0.15
+    pool = [
+        Worker(url, scope, f"w{i}", 0.15 if chaos else 0.0, 1.0 if chaos else 0.0)
+        for i in range(workers)
+    ]
     rng = random.Random(7)
     written = 0
     with EventStreamClientFactory.from_url(scope, url) as factory:
@@ -164,8 +187,9 @@ def run(url: str, orders: int, workers: int, chaos: bool, restart: Any) -> bool:
                 writer.write_event(order, routing_key=customer)
             written += orders // 10
             writer.flush()
-            if chaos:
-                rng.choice(pool).kill()
+            veterans = [worker for worker in pool if worker.starts > 1]  # first lives end
+            if chaos and veterans:  # mid-commit; later ones are killed at random as well
+                rng.choice(veterans).kill()
                 if step == 3:
                     with StreamManager.from_url(url) as sm:
                         split_all(sm, scope, "orders")
@@ -196,9 +220,11 @@ def run(url: str, orders: int, workers: int, chaos: bool, restart: Any) -> bool:
     for numbers in by_customer.values():
         in_order = in_order and numbers == sorted(numbers)
     starts = sum(worker.starts for worker in pool)
+    mid_commit = sum(worker.died - worker.kills for worker in pool)
     print(
         f"orders={written} invoices={len(invoices)} distinct={len(set(ids))} "
-        f"worker_starts={starts} exact={exact} per_customer_order={in_order}"
+        f"worker_starts={starts} killed_mid_commit={mid_commit} exact={exact} "
+        f"per_customer_order={in_order}"
     )
     return exact and in_order
 
@@ -216,7 +242,8 @@ def main() -> int:
     if args.worker:
         try:
             return work(args.url, args.scope, args.worker, args.kill_mid_commit)
-        except (ReaderGroupError, OSError):
+        except (ReaderGroupError, OSError) as exc:
+            print(f"worker {args.worker} exits: {exc!r}", file=sys.stderr)
             return 1  # the supervisor starts this worker again
     if args.chaos:  # a server of our own, restartable, keeping what it acknowledged
         with local_redis_server(persistent=True) as server:

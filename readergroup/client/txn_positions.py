@@ -33,6 +33,7 @@ from readergroup.client.reader import EventStreamReader
 from readergroup.core.errors import (
     InvalidConfigError,
     ReaderGroupError,
+    SegmentNotOwnedError,
     TransactionPositionsError,
 )
 from readergroup.core.group_state import SegKey
@@ -123,14 +124,17 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
         group = reader.committed()
         for (segment, _), (position, _) in zip(owned.items(), found, strict=True):
             target = max(position, group.get(segment, 0))
-            if reader.position(segment) > target:
-                logger.warning(
-                    "reader %r: its transaction failed; %s goes back to %d",
-                    reader.reader_id,
-                    segment,
-                    target,
-                )
-                reader.seek(segment, target)
+            try:
+                if reader.position(segment) > target:
+                    logger.warning(
+                        "reader %r: its transaction failed; %s goes back to %d",
+                        reader.reader_id,
+                        segment,
+                        target,
+                    )
+                    reader.seek(segment, target)
+            except SegmentNotOwnedError:
+                continue  # gone meanwhile: its next owner starts from what was committed
     claimer.held = dict(owned)
     claimer.dropped.clear()
 
