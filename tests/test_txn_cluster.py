@@ -101,6 +101,6 @@ def test_transactions_on_the_cluster(cluster: LocalRedisCluster) -> None:
     with StreamManager.from_url(url, CLUSTER) as sm:
         sm.seal_stream("tx", "out")
         assert sm.delete_stream("tx", "out")
-    left = [k for k in root.scan_iter(match="rg:{txn:tx/out}*", target_nodes="all")]
+    left = list(root.scan_iter(match="rg:{txn:tx/out}*", target_nodes="all"))
     assert left == []
     root.close()
