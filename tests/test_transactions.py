@@ -71,6 +71,23 @@ def write_keys(txn: Any, keys: int, per_key: int, tag: str = "") -> list[tuple[s
     return written
 
 
+def new_writer(
+    factory: EventStreamClientFactory, transactional_id: str, **config: Any
+) -> TransactionalEventStreamWriter[bytes]:
+    """A transactional writer of ``out`` (bytes events)."""
+    settings = TransactionalWriterConfig(transactional_id=transactional_id, **config)
+    return factory.create_transactional_writer(STREAM, BytesSerializer(), settings)
+
+
+def wait_past_lease(
+    factory: EventStreamClientFactory, writer: TransactionalEventStreamWriter[Any], txn_id: str
+) -> None:
+    """Until the server's clock is past the transaction's lease deadline."""
+    record = writer.store.record(txn_id)
+    assert record is not None
+    wait_for(lambda: factory.connection.server_time_ms() > record.deadline_ms)
+
+
 def wait_for(predicate: Any, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -165,20 +182,14 @@ def test_config_is_validated() -> None:
 def test_a_lease_running_out_aborts_the_transaction_with_no_writer_alive(
     factory: EventStreamClientFactory, stream: str
 ) -> None:
-    config = TransactionalWriterConfig(transactional_id="lease", lease=0.2, sweep_every=0)
-    writer = factory.create_transactional_writer(stream, BytesSerializer(), config)
+    writer = new_writer(factory, "lease", lease=0.2, sweep_every=0)
     txn = writer.begin()
     txn.write_event(b"never", routing_key="k")
     txn.flush()
     writer.close()  # every writer gone
     staged = factory.connection.client.exists  # type: ignore[attr-defined]
-    record = writer.store.record(txn.id)
-    assert record is not None
-    wait_for(lambda: factory.connection.server_time_ms() > record.deadline_ms)
-    # no client at all: the scripts already refuse it
-    other = factory.create_transactional_writer(
-        stream, BytesSerializer(), TransactionalWriterConfig(transactional_id="other")
-    )  # ... and any client's sweep aborts it and deletes its staged events
+    wait_past_lease(factory, writer, txn.id)  # no client at all: the scripts already refuse it
+    other = new_writer(factory, "other")  # ... and any client's sweep aborts it, staged data gone
     after = other.store.record(txn.id)
     assert after is not None and after.status is TxnStatus.ABORTED
     assert not staged(writer.store.staged_key(txn.id))
@@ -190,12 +201,9 @@ def test_a_lease_running_out_aborts_the_transaction_with_no_writer_alive(
 def test_a_commit_after_the_lease_ran_out_fails_expired_and_lands_nothing(
     factory: EventStreamClientFactory, stream: str
 ) -> None:
-    config = TransactionalWriterConfig(transactional_id="late", lease=0.1, sweep_every=3600)
-    writer = factory.create_transactional_writer(stream, BytesSerializer(), config)
+    writer = new_writer(factory, "late", lease=0.1, sweep_every=3600)
     txn = writer.begin()
-    record = writer.store.record(txn.id)
-    assert record is not None
-    wait_for(lambda: factory.connection.server_time_ms() > record.deadline_ms)
+    wait_past_lease(factory, writer, txn.id)
     assert txn.status() is TxnStatus.ABORTED
     with pytest.raises(TransactionExpiredError):  # (the write stages: renewal is due)
         txn.write_event(b"late", routing_key="k")

@@ -5,14 +5,11 @@ consume-transform-produce commit; deleting the stream deletes its transactions."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis.cluster
 
 from readergroup import (
     BytesSerializer,
-    ClientConfig,
     EventStreamClientFactory,
     ReaderGroupConfig,
     ReaderGroupManager,
@@ -22,28 +19,17 @@ from readergroup import (
     TransactionalWriterConfig,
     TxnStatus,
 )
-from readergroup.core.errors import EmbeddedRedisError
 from readergroup.core.transactions import PlanEntry
 from readergroup.storage.keys import KeyLayout
-from readergroup.testing.embedded_redis import LocalRedisCluster, local_redis_cluster
-
-CLUSTER = ClientConfig(cluster=True)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalRedisCluster]:
-    try:
-        with local_redis_cluster(3) as started:
-            yield started
-    except EmbeddedRedisError as exc:
-        pytest.fail(f"a local Redis Cluster is required: {exc}", pytrace=False)
+from readergroup.testing.embedded_redis import LocalRedisCluster
+from tests.test_cluster import CLUSTER, cluster  # noqa: F401 (a fixture)
 
 
 class Crash(BaseException):
     """The committing process dying between two segments."""
 
 
-def test_transactions_on_the_cluster(cluster: LocalRedisCluster) -> None:
+def test_transactions_on_the_cluster(cluster: LocalRedisCluster) -> None:  # noqa: F811
     url = cluster.url
     with StreamManager.from_url(url, CLUSTER) as sm:
         sm.create_scope("tx")

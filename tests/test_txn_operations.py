@@ -7,32 +7,29 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from readergroup import (
-    BytesSerializer,
     EventStreamClientFactory,
     ScalingPolicy,
     StreamConfiguration,
     StreamManager,
 )
 from readergroup.admin.metrics import register_metrics
-from readergroup.client.transactions import TransactionalWriterConfig
 from readergroup.core.errors import TransactionClosedError
 from readergroup.storage.connection import RedisConnection
 from tests.support.cli import as_json, refused
 from tests.test_cli_metrics import samples, value
+from tests.test_transactions import STREAM, new_writer
 
 
 @pytest.fixture
 def stream(manager: StreamManager, scope: str) -> str:
-    manager.create_stream(scope, "out", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
-    return "out"
+    manager.create_stream(scope, STREAM, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    return STREAM
 
 
 def test_txn_list_shows_open_transactions_and_txn_abort_aborts_one(
     factory: EventStreamClientFactory, stream: str, scope: str, redis_url: str
 ) -> None:
-    writer = factory.create_transactional_writer(
-        stream, BytesSerializer(), TransactionalWriterConfig(transactional_id="ops")
-    )
+    writer = new_writer(factory, "ops")
     kept = writer.begin()
     for i in range(5):
         kept.write_event(b"x" * 10, routing_key=f"k{i}")
@@ -63,9 +60,7 @@ def test_txn_list_shows_open_transactions_and_txn_abort_aborts_one(
 def test_metrics_count_unfinished_transactions_and_the_oldest_age(
     factory: EventStreamClientFactory, stream: str, scope: str, redis_url: str
 ) -> None:
-    writer = factory.create_transactional_writer(
-        stream, BytesSerializer(), TransactionalWriterConfig(transactional_id="m")
-    )
+    writer = new_writer(factory, "m")
     first = writer.begin()
     second = writer.begin()
     second.write_event(b"z", routing_key="k")
