@@ -595,7 +595,9 @@ def _transactions(url: str, config: ClientConfig, scope: str) -> None:
     """A transactional writer's life (issue 31): stage, renew, commit, abort, resume, claim,
     and the sweep of an expired one."""
     with EventStreamClientFactory.from_url(scope, url, config) as factory:
-        fast = TransactionalWriterConfig(transactional_id="t", lease=0.1, sweep_every=0)
+        fast = TransactionalWriterConfig(
+            transactional_id="t", lease=0.1, sweep_every=0, retention=1.0
+        )
         writer = factory.create_transactional_writer("s", UTF8StringSerializer(), fast)
         expired = writer.begin()
         txn = writer.begin()
@@ -610,6 +612,12 @@ def _transactions(url: str, config: ClientConfig, scope: str) -> None:
             what="the lease to run out",
         )
         writer.sweep()
+        root = redis.Redis.from_url(url)  # (the default user: looks, the role acts)
+        wait_until(
+            lambda: writer.sweep() >= 0 and not root.zcard(store.landed_key),
+            what="the retention to run out (the writer table forgets the transaction)",
+        )
+        root.close()
         slow = TransactionalWriterConfig(transactional_id="u")
         other = factory.create_transactional_writer("s", UTF8StringSerializer(), slow)
         held = other.begin()

@@ -448,3 +448,26 @@ def test_a_committer_killed_between_segments_is_completed_by_the_sweep(
     assert by_key(seen) == {f"k{k}": [f"{k}:{i}".encode() for i in range(4)] for k in range(16)}
     final = survivor.store.record(txn_id)
     assert final is not None and final.status is TxnStatus.COMMITTED
+
+
+def test_the_segments_writer_table_forgets_committed_transactions_after_the_retention(
+    factory: EventStreamClientFactory, stream: str
+) -> None:
+    writer = new_writer(factory, "short", retention=1.0, sweep_every=0)
+    txn = writer.begin()
+    write_keys(txn, keys=8, per_key=2)
+    txn.commit()
+    client = factory.connection.client  # type: ignore[attr-defined]
+    layout = factory.connection.keys
+    tables = [layout.segment(factory.scope, stream, s).writers for s in range(4)]
+
+    def fields() -> list[bytes]:
+        return [f for table in tables for f in client.hkeys(table) if txn.id.encode() in f]
+
+    assert len(fields()) == 4  # one per segment: what makes a replay of its share a no-op
+    record = writer.store.record(txn.id)
+    assert record is not None
+    wait_for(lambda: factory.connection.server_time_ms() > record.finished_ms + 1000)
+    writer.sweep()
+    assert fields() == []
+    assert client.zcard(writer.store.landed_key) == 0

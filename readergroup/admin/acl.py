@@ -69,7 +69,8 @@ _STAGING |= {"info|server"}  # commit_staged.lua's epoch.lua
 _TXN = {"hget", "hmget", "hset", "hgetall", "hincrby", "zadd", "zrem", "zrangebyscore"}
 _TXN |= {"zremrangebyscore", "rpush", "lrange", "del", "pexpire", "persist", "exists"}
 # (txn_*.lua scripts, records, epochs, sweeps; readergroup/core/transactions.py)
-_TXN_SEGMENT = {"hexists"}  # whether a segment's writer table holds a transaction's entry
+_TXN_SEGMENT = {"hexists", "hdel"}  # a segment's writer table: whether it holds a
+# transaction's entry; the entry forgotten after the retention
 _TXN_ADMIN = {"zrange", "del"}  # deleting a stream deletes its transactions
 
 _WRITER = _CONNECT | _SCRIPTS | _PIPELINED_SCRIPTS | _STATE_READ | _SEGMENT_APPEND | _STAGING

@@ -136,6 +136,8 @@ class TxnCompleter:
     """Completes committing transactions of one stream (any client may)."""
 
     _MAX_ROUNDS = 50
+    _RECHECK_AFTER = 30.0
+    """Seconds after which a completion re-reads the record before appending more."""
 
     def __init__(
         self,
@@ -145,7 +147,9 @@ class TxnCompleter:
         *,
         retention_ms: int,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._clock = clock
         self._connection = connection
         self._metadata = metadata
         self._store = store
@@ -180,7 +184,10 @@ class TxnCompleter:
             )
         plan, version = record.plan, record.plan_version
         landed: set[int] = set()
+        began = self._clock()
         for _ in range(self._MAX_ROUNDS):
+            if self._clock() - began > self._RECHECK_AFTER and not self._still_committing(txn_id):
+                return  # finished by another client meanwhile: append nothing more
             sealed = self._apply(txn_id, plan, staged, landed)
             if not sealed:
                 break
@@ -190,7 +197,15 @@ class TxnCompleter:
                 f"{store.subject(txn_id)}: segments kept sealing under its commit for "
                 f"{self._MAX_ROUNDS} rounds; it stays committing (any client completes it)"
             )
-        store.finish(txn_id, "commit", self._retention_ms)
+        entries = [(e.segment, _entry_writer(txn_id, e)) for e in plan.entries]
+        store.finish(txn_id, "commit", self._retention_ms, landed=entries)
+
+    def _still_committing(self, txn_id: str) -> bool:
+        """Whether the record still says COMMITTING (a completer that took long checks before
+        appending more: the writer table fields that make a replay a no-op are deleted
+        ``retention`` after the transaction finished)."""
+        record = self._store.record(txn_id)
+        return record is not None and record.status is TxnStatus.COMMITTING
 
     def _apply(
         self, txn_id: str, plan: CommitPlan, staged: Sequence[StagedEvent], landed: set[int]

@@ -25,7 +25,11 @@ every control step is one script on one slot, on Redis Cluster too; see
 * ``...:all``: sorted set of every transaction whose record may exist (id -> created, then
   finished, server ms), so deleting the stream deletes every key without a keyspace scan;
 * ``...:epochs``: hash of transactional id -> current epoch;
-* ``...:consumed``: consume-transform-produce positions (:mod:`readergroup.client.txn_positions`).
+* ``...:consumed``: consume-transform-produce positions (:mod:`readergroup.client.txn_positions`);
+* ``...:landed``: committed transactions' plan entries (``"<segment>|<writer id>"`` ->
+  finished server ms): the sweep deletes their fields from the segments' writer tables once
+  older than ``retention`` (a completer working longer than 30 s re-reads the record before
+  appending more, so no replay comes after that).
 
 Expiry without any client: an OPEN record and its staging list carry a Redis TTL of deadline
 + ``retention`` (renewed with the lease; removed by the decision), a finished record one of

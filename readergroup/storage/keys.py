@@ -23,7 +23,7 @@ script or a transaction touches together share one, so they share a slot.
   ``<prefix>:{stage:<scope>/<stream>}:<job>:<part>:<segment>`` and ``...:jobs``;
 * a stream's transactions (:mod:`readergroup.core.transactions`), one hash tag per stream:
   ``<prefix>:{txn:<scope>/<stream>}:t:<id>`` (record), ``...:s:<id>`` (staged events),
-  ``...:open``, ``...:all``, ``...:epochs`` and ``...:consumed``.
+  ``...:open``, ``...:all``, ``...:epochs``, ``...:consumed`` and ``...:landed``.
 
 State synchronizers (stream metadata, catalogs, groups) keep their own keys, laid out by
 :mod:`statesync` under the same prefix with the synchronizer's name as hash tag.
@@ -115,6 +115,12 @@ class KeyLayout:
         """The input positions consumed by reader groups' transactions into this stream
         (hash; consume-transform-produce)."""
         return f"{self.prefix}:{{txn:{scope}/{stream}}}:consumed"
+
+    def txn_landed(self, scope: str, stream: str) -> str:
+        """Committed transactions' plan entries (sorted set: ``"<segment>|<writer id>"`` ->
+        finished server ms), so their fields in the segments' writer tables are deleted after
+        the retention."""
+        return f"{self.prefix}:{{txn:{scope}/{stream}}}:landed"
 
     def txn_all(self, scope: str, stream: str) -> str:
         """Every transaction of the stream whose record may still exist (sorted set: id ->

@@ -51,6 +51,7 @@ class TxnStore:
         self.all_key = keys.txn_all(scope, stream)
         self.epochs_key = keys.txn_epochs(scope, stream)
         self.consumed_key = keys.txn_consumed(scope, stream)
+        self.landed_key = keys.txn_landed(scope, stream)
 
     def record_key(self, txn_id: str) -> str:
         return self._keys.txn_record(self.scope, self.stream, txn_id)
@@ -137,11 +138,23 @@ class TxnStore:
         )
         return int(reply[0]) == segment_status.OK
 
-    def finish(self, txn_id: str, mode: str, retention_ms: int, caller: str = "") -> bool:
+    def finish(
+        self,
+        txn_id: str,
+        mode: str,
+        retention_ms: int,
+        caller: str = "",
+        landed: Sequence[tuple[int, str]] = (),
+    ) -> bool:
         """End it (``mode``: commit, abort, force, expire: see ``txn_finish.lua``; ``caller``:
-        ``"<epoch>:<transactional id>"`` for abort); False: it had ended so before."""
+        ``"<epoch>:<transactional id>"`` for abort; ``landed``: a commit's plan entries as
+        (segment, writer id)); False: it had ended so before."""
         keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key, self.all_key]
-        reply = self._run("txn_finish", txn_id, keys, [txn_id, mode, retention_ms, caller])
+        args: list[Any] = [txn_id, mode, retention_ms, caller]
+        if landed:
+            keys.append(self.landed_key)
+            args += (f"{segment}|{writer}" for segment, writer in landed)
+        reply = self._run("txn_finish", txn_id, keys, args)
         return int(reply[0]) == segment_status.OK
 
     def adopt(self, txn_id: str, transactional_id: str, epoch: int) -> None:
@@ -185,11 +198,28 @@ class TxnStore:
         with translate_errors(f"read {key}"):
             return bool(self._client.hexists(key, writer))
 
-    def forget_finished(self, before_ms: int) -> None:
+    def forget_finished(self, before_ms: int, limit: int = 1000) -> int:
         """Drop from the index of every transaction those finished before ``before_ms`` (their
-        records expired: kept ``retention`` after they finished)."""
+        records expired: kept ``retention`` after they finished), and delete the writer table
+        fields of plan entries committed before it (at most ``limit``); returns how many
+        fields went."""
         with translate_errors(f"trim transactions of {self.scope}/{self.stream}"):
             self._client.zremrangebyscore(self.all_key, "-inf", f"({before_ms}")
+            old: Any = self._client.zrangebyscore(
+                self.landed_key, "-inf", f"({before_ms}", start=0, num=limit
+            )
+            if not old:
+                return 0
+            fields: dict[int, list[str]] = {}
+            for member in map(as_text, old):
+                number, _, writer = member.partition("|")
+                fields.setdefault(int(number), []).append(writer)
+            pipe = self._client.pipeline(transaction=False)
+            for segment, writers in fields.items():
+                pipe.hdel(self._keys.segment(self.scope, self.stream, segment).writers, *writers)
+            pipe.execute()
+            self._client.zrem(self.landed_key, *old)
+        return len(old)
 
     def delete_all(self) -> int:
         """Delete every transaction key of the stream (it is being deleted), found through
@@ -199,6 +229,7 @@ class TxnStore:
             members: Any = self._client.zrange(self.all_key, 0, -1)
             ids = {as_text(m) for m in members} | {t for t, _ in self.unfinished()}
             keys = [self.open_key, self.all_key, self.epochs_key, self.consumed_key]
+            keys.append(self.landed_key)
             for txn_id in sorted(ids):
                 keys += (self.record_key(txn_id), self.staged_key(txn_id))
             for start in range(0, len(keys), 500):

@@ -6,6 +6,9 @@
 -- KEYS[2]  its staging list
 -- KEYS[3]  the stream's open transactions (sorted set)
 -- KEYS[4]  the stream's transactions (sorted set: id -> created, or finished, server ms)
+-- KEYS[5]  "commit" only: the stream's landed plan entries (sorted set: "<segment>|<writer
+--          id>" -> finished server ms), whose fields in the segments' writer tables the
+--          sweep deletes once they are older than the retention
 -- ARGV[1]  transaction id
 -- ARGV[2]  "commit": COMMITTING -> COMMITTED (every plan entry is in its segment);
 --          "abort": OPEN -> ABORTED by the caller ARGV[4] holding it;
@@ -13,6 +16,7 @@
 --          "expire": OPEN -> ABORTED only past its deadline (the sweeper)
 -- ARGV[3]  how long the finished record is kept, ms
 -- ARGV[4]  the caller, "<epoch>:<transactional id>" ("abort")
+-- ARGV[5 ..] "commit": the landed entries, "<segment>|<writer id>" each
 --
 -- Returns (status codes: readergroup/storage/segment_status.py):
 --   {0, state}     finished now (state: COMMITTED or ABORTED)
@@ -56,4 +60,7 @@ redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], now, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+for i = 5, #ARGV do
+  redis.call('ZADD', KEYS[5], now, ARGV[i])
+end
 return {0, target}
