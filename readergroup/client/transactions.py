@@ -325,7 +325,11 @@ class TransactionalEventStreamWriter(Generic[T]):
         clock: Clock | None = None,
         rng: random.Random | None = None,
         wall_clock_ms: Callable[[], int] | None = None,
+        epoch: int | None = None,
     ) -> None:
+        """``epoch``: act as the instance of that epoch instead of a new one (a Spark sink's
+        driver committing what its tasks staged); ``None``: a new instance, fencing the
+        older ones."""
         self._connection = connection
         self._metadata = metadata
         self._wall_ms = wall_clock_ms or _wall_clock_ms
@@ -346,7 +350,7 @@ class TransactionalEventStreamWriter(Generic[T]):
             rng=self._rng,
         )
         self.transactional_id = config.transactional_id
-        self.epoch = self.store.next_epoch(self.transactional_id)
+        self.epoch = self.store.next_epoch(self.transactional_id) if epoch is None else epoch
         self.holder = f"{self.epoch}:{self.transactional_id}"
         logger.info(
             "transactional writer %r of %s/%s: epoch %d (older instances fenced)",

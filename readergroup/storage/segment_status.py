@@ -134,6 +134,7 @@ _EXPECTED: dict[str, frozenset[int]] = {
     "txn_finish": frozenset({OK, DUPLICATE}),
     "txn_adopt": frozenset({OK}),
     "txn_claim": frozenset({OK}),
+    "txn_merge": frozenset({OK, DUPLICATE}),
 }
 
 

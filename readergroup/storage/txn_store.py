@@ -19,7 +19,15 @@ from readergroup.storage.scripts import script_source
 from readergroup.storage.staging_store import StagedEvent
 from readergroup.storage.translate import as_text, translate_errors
 
-_SCRIPTS = ("txn_begin", "txn_stage", "txn_replan", "txn_finish", "txn_adopt", "txn_claim")
+_SCRIPTS = (
+    "txn_begin",
+    "txn_stage",
+    "txn_replan",
+    "txn_finish",
+    "txn_adopt",
+    "txn_claim",
+    "txn_merge",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +164,32 @@ class TxnStore:
             args += (f"{segment}|{writer}" for segment, writer in landed)
         reply = self._run("txn_finish", txn_id, keys, args)
         return int(reply[0]) == segment_status.OK
+
+    def epoch(self, transactional_id: str) -> int:
+        """``transactional_id``'s current epoch (0: no instance yet)."""
+        with translate_errors(f"epoch of transactional id {transactional_id!r}"):
+            value: Any = self._client.hget(self.epochs_key, transactional_id)
+        return int(value or 0)
+
+    def merge(
+        self,
+        target: str,
+        sources: Sequence[str],
+        transactional_id: str,
+        epoch: int,
+        lease_ms: int,
+        retention_ms: int,
+    ) -> str:
+        """Begin ``target`` holding the staged events of the open ``sources`` (ending them),
+        once: returns ``""`` when merged now, else the state ``target`` is in (merged
+        before)."""
+        keys = [self.record_key(target), self.staged_key(target), self.open_key]
+        keys += (self.epochs_key, self.all_key)
+        for source in sources:
+            keys += (self.record_key(source), self.staged_key(source))
+        args = [target, transactional_id, epoch, lease_ms, retention_ms, *sources]
+        reply = self._run("txn_merge", target, keys, args)
+        return "" if int(reply[0]) == segment_status.OK else as_text(reply[1])
 
     def adopt(self, txn_id: str, transactional_id: str, epoch: int) -> None:
         """Take an open transaction over for ``transactional_id`` at ``epoch``."""

@@ -27,6 +27,7 @@ SCRIPT_NAMES = (
     "txn_finish",
     "txn_adopt",
     "txn_claim",
+    "txn_merge",
 )
 PRELUDES: dict[str, tuple[str, ...]] = {
     "append_events": ("time",),
@@ -36,6 +37,7 @@ PRELUDES: dict[str, tuple[str, ...]] = {
     "txn_stage": ("time",),
     "txn_finish": ("time",),
     "txn_adopt": ("time",),
+    "txn_merge": ("time",),
 }
 """Script -> the statesync preludes prepended to it, in order."""
 LOCAL_PRELUDES: dict[str, tuple[str, ...]] = {
