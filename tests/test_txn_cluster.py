@@ -90,3 +90,27 @@ def test_transactions_on_the_cluster(cluster: LocalRedisCluster) -> None:  # noq
     left = list(root.scan_iter(match="rg:{txn:tx/out}*", target_nodes="all"))
     assert left == []
     root.close()
+
+
+def test_the_spark_sink_steps_on_the_cluster(cluster: LocalRedisCluster) -> None:  # noqa: F811
+    """The sink's tasks and driver (without a SparkSession): it used to refuse a cluster (one
+    script over every segment); on transactions it commits across slots."""
+    from readergroup.spark.options import SourceOptions
+    from readergroup.spark.source import _driver_holder, _Stager, commit_job
+    from readergroup.spark.txn_sink import sink_id
+
+    url = cluster.url
+    with StreamManager.from_url(url, CLUSTER) as sm:
+        sm.create_scope("sk")
+        sm.create_stream("sk", "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(6)))
+    options = SourceOptions.parse(
+        {"redis_url": url, "scope": "sk", "stream": "s", "cluster": "true"}
+    )
+    holder = _driver_holder(options, sink_id("j"), fence=True)
+    rows = [{"routing_key": f"k{i % 30}", "event": f"e{i}"} for i in range(120)]
+    tasks = [_Stager(options, "j", holder).stage(iter(part)) for part in (rows[:60], rows[60:])]
+    assert commit_job(options, "j", tasks) == 120
+    with EventStreamClientFactory.from_url("sk", url, CLUSTER) as factory:
+        events = list(factory.create_batch_client().read_events("s"))
+    assert sorted(e.payload for e in events) == sorted(r["event"].encode() for r in rows)
+    assert len({e.segment for e in events}) == 6
