@@ -471,3 +471,29 @@ def test_the_segments_writer_table_forgets_committed_transactions_after_the_rete
     writer.sweep()
     assert fields() == []
     assert client.zcard(writer.store.landed_key) == 0
+
+
+def test_a_stage_that_failed_leaves_the_transaction_to_abort_never_to_commit(
+    factory: EventStreamClientFactory,
+    txn_writer: TransactionalEventStreamWriter[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from readergroup.core.errors import RedisUnavailableError, TransactionError
+
+    txn = txn_writer.begin()
+    txn.write_event(b"kept", routing_key="k")
+    txn.flush()
+    txn.write_event(b"lost?", routing_key="k")
+
+    def outage(*args: Any, **kwargs: Any) -> Any:
+        raise RedisUnavailableError("connection lost while staging (reply unknown)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(txn_writer.store, "stage", outage)
+        with pytest.raises(RedisUnavailableError):
+            txn.flush()
+    with pytest.raises(TransactionError, match="abort it"):
+        txn.commit()  # it may hold "lost?" or not: committing could drop an event silently
+    txn.abort()
+    assert txn.status() is TxnStatus.ABORTED
+    assert visible(factory) == []

@@ -466,6 +466,7 @@ class Transaction(Generic[T]):
         self._lock = threading.Lock()
         self._renewed = writer._clock.monotonic()
         self._ended: TxnStatus | None = None  # set by this object's commit or abort
+        self._broken: ReaderGroupError | None = None  # a stage whose outcome is unknown
         self._consumed: tuple[EventStreamReader[Any], dict[SegKey, int] | None] | None = None
 
     def __repr__(self) -> str:
@@ -596,6 +597,7 @@ class Transaction(Generic[T]):
         """Abort: nothing of it will ever be visible."""
         writer = self._writer
         with self._lock:
+            self._broken = None  # (aborting is what a failed stage leaves to do)
             self._check_writable()
             self._pending = []
             if not writer.store.finish(self.id, "abort", writer.config.retention_ms, writer.holder):
@@ -629,11 +631,24 @@ class Transaction(Generic[T]):
                 txn_id=self.id,
                 status=self._ended.value,
             )
+        if self._broken is not None:
+            raise TransactionError(
+                f"{self._writer.store.subject(self.id)}: staging events failed ({self._broken}); "
+                "whether they are staged is unknown, so it cannot be committed: abort it",
+                txn_id=self.id,
+                status=TxnStatus.OPEN.value,
+            ) from self._broken
 
     def _stage(self) -> None:
         writer = self._writer
         pending, self._pending = self._pending, []
-        writer.store.stage(self.id, writer.holder, pending, writer.config.retention_ms)
+        try:
+            writer.store.stage(self.id, writer.holder, pending, writer.config.retention_ms)
+        except TransactionError:
+            raise  # closed, fenced, expired: the transaction says so itself
+        except ReaderGroupError as exc:
+            self._broken = exc  # (a lost reply: the events may be staged or not)
+            raise
         self._renewed = writer._clock.monotonic()
         if self._events is not None:
             self._events.extend(pending)
