@@ -37,9 +37,10 @@ Expiry without any client: an OPEN record and its staging list carry a Redis TTL
 
 States and transitions (each one script, atomic; ``S`` the server clock)::
 
-    (none) --begin--> OPEN --stage (renews lease)--> OPEN
-    OPEN --decide--> COMMITTING --complete--> COMMITTED
-    OPEN --abort / lease expiry (S > deadline) / resumed-by-nobody expiry--> ABORTED
+    (none) --begin--> OPEN --stage (renews lease)--> OPEN --resume (get_txn)--> OPEN
+    OPEN --decide--> COMMITTING --complete (any client)--> COMMITTED
+    OPEN --abort / expiry (S > deadline) / decide refused (positions) / merge--> ABORTED
+    (none) --merge of open transactions (the Spark sink's job)--> OPEN
 
 ``ABORTING`` is never stored: an abort is one atomic step (record ABORTED, staged list
 deleted), so no transaction rests between the two. ``COMMITTED`` and ``ABORTED`` records are
@@ -52,12 +53,14 @@ kept ``retention`` ms (then expire) so ``status()`` and ``get_txn`` answer after
   that epoch is still its id's current one (else FENCED), before the deadline (else the
   script aborts the transaction itself and answers EXPIRED). Each stage renews the lease;
   staging nothing is a lease renewal.
-* **decide** (``txn_decide.lua``): the same checks, then the last events are staged and the
-  record becomes COMMITTING with the commit plan (which segment gets which staged events, in
-  order, routed by key on the stream's segments *at commit time*) and the consumed positions,
-  if any. The plan must cover exactly the staged events (``events`` must match, else
-  CONFLICT). This is the commit point: from here the transaction is committed, whoever
-  completes it.
+* **decide** (``txn_stage.lua`` with ``decide``): the same checks, then the last events are
+  staged and the record becomes COMMITTING with the commit plan (which segment gets which
+  staged events, in order, routed by key on the stream's segments *at commit time*) and the
+  consumed positions, if any. The plan must cover exactly the staged events (``events`` must
+  match, else CONFLICT). With consumed positions each input segment is claimed in
+  ``...:consumed`` under the reader's fencing token; a higher token there (a later owner)
+  aborts the transaction instead (POSITIONS). This is the commit point: from here the
+  transaction is committed, whoever completes it.
 * **complete** (Python, :mod:`readergroup.client.transactions`): per plan entry, one
   ``append_events.lua`` batch to its segment under the writer id ``txn:<id>:<entry tag>``,
   sequence 1: the segment's writer table makes a replay a no-op (DUPLICATE), so completing
@@ -65,20 +68,29 @@ kept ``retention`` ms (then expire) so ``status()`` and ``get_txn`` answer after
   sealed (the stream scaled after the decision) and does not hold the batch (its writer table
   says so; a sealed segment changes no more) is re-routed to the segments current now, as
   new entries (``txn_replan.lua``, compare-and-set on ``pv``: completers agree on one plan).
-  Then the positions (consume-transform-produce), then ``txn_finish.lua``: COMMITTED, the
-  staged list deleted. Whoever finds a transaction COMMITTING completes it: the committing
-  writer, ``get_txn``/``status()`` of any writer, the sweeper, ``readergroup txn list``.
+  Then ``txn_finish.lua``: COMMITTED, the staged list deleted, the entries indexed in
+  ``...:landed``. Whoever finds a transaction COMMITTING completes it: the committing writer,
+  ``get_txn``/``status()`` of any writer, the sweeper, ``readergroup txn list``, a reader
+  claiming a segment it names.
 * **abort** (``txn_finish.lua``): OPEN -> ABORTED by the owning epoch (or forced by an
   operator, or by the sweeper past the deadline); the staged list deleted. A COMMITTING or
   COMMITTED transaction cannot be aborted (CLOSED).
 * **resume** (``txn_adopt.lua``, ``get_txn``): an OPEN transaction before its deadline is
   taken over by the caller's transactional id and epoch; the instance that held it is fenced
   from it. A closed one is returned as it is (its status).
+* **merge** (``txn_merge.lua``): open transactions held by the caller become one new OPEN
+  transaction (their staged events in order; they end ABORTED), once: the target's id names
+  the job, so a second merge finds it. The Spark sink's tasks stage in transactions of their
+  own; its driver merges and commits them (:mod:`readergroup.spark.txn_sink`).
+* **claim** (``txn_claim.lua``): a reader that acquired input segments raises their claim to
+  its fencing token and learns where decided transactions left them
+  (:mod:`readergroup.client.txn_positions`).
 * **sweep**: transactions of ``...:open`` past their deadline: OPEN ones are aborted,
-  COMMITTING ones completed. It needs no live writer (any client may run it: writers do on
-  ``begin`` now and then, ``get_txn``, the CLI); and even with no client at all, expiry is
-  enforced by the scripts (a record past its deadline accepts no stage and no decision) and
-  the staging list carries a Redis TTL of deadline + retention, so its data goes.
+  COMMITTING ones completed; ``...:landed`` entries older than the retention leave the writer
+  tables. It needs no live writer (any client may run it: writers do on ``begin`` now and
+  then, the CLI); and even with no client at all, expiry is enforced by the scripts (a record
+  past its deadline accepts no stage and no decision) and the record and staging list carry
+  Redis TTLs, so nothing stays.
 
 Guarantees:
 
@@ -92,12 +104,14 @@ Guarantees:
   order, appended after everything already in the segment; an entry re-routed off a sealed
   segment lands in its successors, which readers read after the whole predecessor.
 * **Zombie fencing.** A new writer instance bumps its transactional id's epoch (``epochs``);
-  stage and decide check that the record's epoch is still its id's current one, so an older
-  instance's pending commit fails with :class:`TransactionFencedError` and lands nothing.
-* **Consume-transform-produce.** The positions are written into the decision; before it, the
-  reader's ownership of the segments is checked on the group's state, and after it the
-  positions are committed to the group by the completer (see
-  :mod:`readergroup.client.transactions` for what is and is not atomic there).
+  stage and decide check that the caller holds the record (``"<epoch>:<transactional id>"``)
+  and that the epoch is still its id's current one, so an older instance's pending commit
+  fails with :class:`TransactionFencedError` and lands nothing.
+* **Consume-transform-produce.** The positions are claimed in the decision itself (same
+  slot): a reader that lost an input segment to a later owner cannot decide, and the later
+  owner, claiming first, resumes after whatever was decided before its claim. Each input
+  event's output is committed once. The group's own positions follow (committed by the
+  reader after the commit; the next owner's claim carries them if that fails).
 """
 
 from __future__ import annotations
