@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from readergroup.client.metadata_cache import StreamMetadataCache
-from readergroup.client.transactions import TxnCompleter, sweep
+from readergroup.client.txn_completion import TxnCompleter, sweep
 from readergroup.core.errors import TransactionNotFoundError
 from readergroup.core.transactions import TxnRecord, TxnStatus
 from readergroup.storage.connection import RedisConnection
