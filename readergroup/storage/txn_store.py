@@ -15,19 +15,11 @@ from readergroup.core.errors import ReaderGroupError, TransactionError
 from readergroup.core.transactions import CommitPlan, TxnRecord
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
-from readergroup.storage.scripts import script_source
+from readergroup.storage.scripts import SCRIPT_NAMES, script_source
 from readergroup.storage.staging_store import StagedEvent
 from readergroup.storage.translate import as_text, translate_errors
 
-_SCRIPTS = (
-    "txn_begin",
-    "txn_stage",
-    "txn_replan",
-    "txn_finish",
-    "txn_adopt",
-    "txn_claim",
-    "txn_merge",
-)
+_SCRIPTS = tuple(name for name in SCRIPT_NAMES if name.startswith("txn_"))
 
 
 @dataclass(frozen=True, slots=True)
