@@ -239,3 +239,45 @@ def test_a_segment_given_up_before_the_commit_fails_it_and_its_input_comes_again
     assert sorted(output(factory)) == sorted(events)
     r1.close()
     r2.close()
+
+
+def test_a_claim_that_failed_fails_the_next_commit_which_resumes_the_reader_right(
+    factory: EventStreamClientFactory,
+    streams: str,
+    txn_writer: TransactionalEventStreamWriter[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reader acquires segments while Redis cannot answer the claim: it was not told where
+    decided transactions left them. Its next commit fails (nothing lands) and moves it there,
+    so nothing decided before is produced twice."""
+    from readergroup.core.errors import RedisUnavailableError
+
+    setup_group(factory, streams)
+    events = write_input(factory, 20)
+    reader = factory.create_reader("r1", "g", BytesSerializer())
+    txn_writer.bind_reader(reader)
+    first = drain(reader, 20)
+    txn = txn_writer.begin()
+    for event in first:
+        txn.write_event(bytes(event.event or b""), routing_key=event.routing_key)
+    txn.commit(reader=reader)  # all 20 consumed, decided
+    owned = reader.owned_segments()
+    for segment in owned:  # as a reader that acquired them anew from the group's positions
+        reader.seek(segment, 0)
+    claimer = txn_writer._claimers[id(reader)]
+
+    def outage(*args: Any, **kwargs: Any) -> Any:
+        raise RedisUnavailableError("no answer while claiming")
+
+    with monkeypatch.context() as patch, pytest.raises(RedisUnavailableError):
+        patch.setattr(txn_writer.store, "claim", outage)
+        claimer.on_segments_acquired("r1", list(owned))
+    again = drain(reader, 20)  # handed out again: the claim did not move the reader
+    doomed = txn_writer.begin()
+    for event in again:
+        doomed.write_event(bytes(event.event or b""), routing_key=event.routing_key)
+    with pytest.raises(TransactionPositionsError):
+        doomed.commit(reader=reader)
+    assert [e for e in reader.read_batch(20, timeout=0.3) if e.is_event] == []  # moved past
+    assert sorted(output(factory)) == sorted(events)  # each once
+    reader.close()

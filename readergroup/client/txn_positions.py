@@ -125,9 +125,9 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
         for (segment, _), (position, _) in zip(owned.items(), found, strict=True):
             target = max(position, group.get(segment, 0))
             try:
-                if reader.position(segment) > target:
+                if reader.position(segment) != target:  # back; forward after a failed claim
                     logger.warning(
-                        "reader %r: its transaction failed; %s goes back to %d",
+                        "reader %r: its transaction failed; %s resumes at %d",
                         reader.reader_id,
                         segment,
                         target,
@@ -166,13 +166,23 @@ class Claimer:
         self.dropped: set[SegKey] = set()  # given up or lost since the last commit
 
     def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None:
-        reader, writer = self._reader, self._writer
+        reader = self._reader
         owned = reader.owned_segments()
         mine = [k for k in segments if k in owned]
         if not mine:
             return
         for segment in mine:
             self.held[segment] = owned[segment]
+        try:
+            self._claim(reader_id, mine, owned)
+        except ReaderGroupError:
+            # not claimed, or not resumed after what was decided: the next commit fails, and
+            # its rewind claims them and moves them where they belong
+            self.dropped.update(mine)
+            raise
+
+    def _claim(self, reader_id: str, mine: list[SegKey], owned: Mapping[SegKey, int]) -> None:
+        reader, writer = self._reader, self._writer
         claims = [(segment_field(k), owned[k]) for k in mine]
         found = writer.store.claim(group_of(reader), claims)
         for segment, (position, txn_id) in zip(mine, found, strict=True):
