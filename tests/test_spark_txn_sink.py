@@ -70,3 +70,35 @@ def test_a_newer_driver_fences_the_tasks_of_an_older_one(
     with EventStreamClientFactory.from_url(scope, redis_url) as factory:
         store = factory.connection.transactions(scope, "sink")  # type: ignore[attr-defined]
         assert store.unfinished() == []  # the aborted task left nothing open
+
+
+def test_the_spark_source_and_lag_figures_see_committed_transactions_only(
+    spark: Any, options: SourceOptions, scope: str, redis_url: str
+) -> None:
+    from readergroup import (
+        BytesSerializer,
+        ReaderGroupConfig,
+        ReaderGroupManager,
+        TransactionalWriterConfig,
+    )
+
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        writer = factory.create_transactional_writer(
+            "sink", BytesSerializer(), TransactionalWriterConfig(transactional_id="iso")
+        )
+        for fate in ("commit", "abort", "open"):
+            txn = writer.begin()
+            for i in range(5):
+                txn.write_event(f"{fate}{i}".encode(), routing_key=f"k{i}")
+            txn.flush()
+            if fate != "open":
+                getattr(txn, fate)()
+        with ReaderGroupManager.from_url(scope, redis_url) as rgm:
+            rgm.create_reader_group("lag", ReaderGroupConfig(streams=[f"{scope}/sink"]))
+            assert rgm.get_reader_group("lag").get_metrics().total.events == 5
+    df = (
+        spark.read.format("readergroup")
+        .options(redis_url=redis_url, scope=scope, stream="sink")
+        .load()
+    )
+    assert sorted(bytes(r.event) for r in df.collect()) == [f"commit{i}".encode() for i in range(5)]
