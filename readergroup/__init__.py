@@ -31,6 +31,11 @@ from readergroup.client.serializers import (
     Serializer,
     UTF8StringSerializer,
 )
+from readergroup.client.transactions import (
+    Transaction,
+    TransactionalEventStreamWriter,
+    TransactionalWriterConfig,
+)
 from readergroup.client.writer import (
     EventPointer,
     EventStreamWriter,
@@ -78,6 +83,12 @@ from readergroup.core.errors import (
     StreamNotFoundError,
     StreamNotSealedError,
     StreamSealedError,
+    TransactionClosedError,
+    TransactionError,
+    TransactionExpiredError,
+    TransactionFencedError,
+    TransactionNotFoundError,
+    TransactionPositionsError,
     TruncatedDataError,
     UnsafeServerConfigError,
     UnsupportedServerError,
@@ -91,6 +102,7 @@ from readergroup.core.planning import SegmentRange
 from readergroup.core.routing import key_position, segment_id
 from readergroup.core.stream_config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from readergroup.core.stream_cut import StreamCut
+from readergroup.core.transactions import TxnStatus
 from readergroup.storage.segment_records import SegmentEvent
 
 try:
@@ -177,7 +189,17 @@ __all__ = [
     "StreamNotFoundError",
     "StreamNotSealedError",
     "StreamSealedError",
+    "Transaction",
+    "TransactionClosedError",
+    "TransactionError",
+    "TransactionExpiredError",
+    "TransactionFencedError",
+    "TransactionNotFoundError",
+    "TransactionPositionsError",
+    "TransactionalEventStreamWriter",
+    "TransactionalWriterConfig",
     "TruncatedDataError",
+    "TxnStatus",
     "UTF8StringSerializer",
     "UnsafeServerConfigError",
     "UnsupportedServerError",

@@ -9,6 +9,7 @@ swallows, such as redis-py's ``CLIENT SETINFO`` on connect).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
@@ -33,6 +34,7 @@ from readergroup import (
 )
 from readergroup.admin import acl
 from readergroup.cli import main
+from readergroup.client.transactions import TransactionalWriterConfig
 from readergroup.storage.keys import KeyLayout
 from readergroup.testing.embedded_redis import LocalRedisServer
 from tests.support.waiting import wait_until
@@ -250,3 +252,51 @@ def test_operator_migrates_and_manages_scopes(
         sm.delete_stream(f"o{tag}", "s")
         assert sm.delete_scope(f"o{tag}")
         assert f"o{tag}" not in sm.list_scopes()
+
+
+def test_transactions_under_the_writer_role_and_their_deletion_under_the_admin_role(
+    each_server: LocalRedisServer, root: redis.Redis, no_denials: None
+) -> None:
+    """Issue 31: a transactional writer's whole life (begin, stage, commit, abort, resume,
+    fencing, the sweep of an expired one, consume-transform-produce claims) as the writer
+    role; listing and aborting as the admin, who then deletes the stream and its
+    transactions."""
+    url = each_server.url
+    scope = new_scope(url, partitions=2)
+    config = user(root, "writer", scope)
+    fast = TransactionalWriterConfig(transactional_id="w", lease=0.2, sweep_every=0)
+    with EventStreamClientFactory.from_url(scope, url, config) as factory:
+        writer = factory.create_transactional_writer("s", UTF8StringSerializer(), fast)
+        done = writer.begin()
+        for i in range(20):
+            done.write_event(f"t{i}", routing_key=f"k{i}")
+        done.flush()
+        done.commit()
+        writer.begin().abort()
+        left = writer.begin()
+        left.write_event("never", routing_key="k")
+        left.flush()
+        wait_until(lambda: writer.get_txn(left.id).status().value == "ABORTED", what="expiry")
+        writer.sweep()
+        kept = writer.begin()
+        kept.write_event("open", routing_key="k")
+        kept.flush()
+        resumed = factory.create_transactional_writer(
+            "s", UTF8StringSerializer(), TransactionalWriterConfig(transactional_id="other")
+        ).get_txn(kept.id)
+        assert resumed.status().value == "OPEN"
+        writer.store.claim("g", [(f"{scope}/in/0", 3)])
+    assert sorted(read_all(url, scope)) == sorted(f"t{i}" for i in range(20))
+    admin = user(root, "admin", scope)
+    login = ["--redis-url", url, "--username", admin.redis_options["username"]]
+    login += ["--password", PASSWORD, "--json"]
+    listed = CliRunner().invoke(main, [*login, "txn", "list", f"{scope}/s"])
+    assert listed.exit_code == 0, listed.output
+    assert [t["id"] for t in json.loads(listed.output)["transactions"]] == [kept.id]
+    aborted = CliRunner().invoke(main, [*login, "txn", "abort", f"{scope}/s", kept.id])
+    assert aborted.exit_code == 0, aborted.output
+    with StreamManager.from_url(url, admin) as sm:
+        sm.seal_stream(scope, "s")
+        assert sm.delete_stream(scope, "s")
+    left_keys = list(root.scan_iter(match=f"rg:{{txn:{scope}/*", count=1000))
+    assert left_keys == []

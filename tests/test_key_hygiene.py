@@ -1,4 +1,5 @@
-"""Nothing left behind (issue 34 item 8): deleting a stream or a scope deletes every key of it,
+"""Nothing left behind (issue 34 item 8): deleting a stream or a scope deletes every key of it
+(its transactions too, issue 31),
 so a name created again starts clean; and a published cut that does not fit its stream is a
 warning naming it, never a crash of retention."""
 
@@ -23,6 +24,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
+from readergroup.client.transactions import TransactionalWriterConfig
 from readergroup.storage.connection import RedisConnection
 from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
 
@@ -65,6 +67,19 @@ def stage_and_commit(url: str, scope: str, stream: str) -> None:
         connection.close()
 
 
+def use_transactions(factory: EventStreamClientFactory, stream: str) -> None:
+    """A committed, an aborted and an open transaction (issue 31)."""
+    writer = factory.create_transactional_writer(
+        stream, UTF8StringSerializer(), TransactionalWriterConfig(transactional_id="t")
+    )
+    for end in ("commit", "abort", "leave open"):
+        txn = writer.begin()
+        txn.write_event(end, routing_key="k")
+        txn.flush()
+        if end != "leave open":
+            getattr(txn, end)()
+
+
 def use_scope(url: str, scope: str) -> None:
     """Streams (one split, one written by a Spark sink's job), events, a group read by a
     reader, a checkpoint, subscribers."""
@@ -77,6 +92,7 @@ def use_scope(url: str, scope: str) -> None:
             for stream in streams:
                 write(factory, stream, 6, "a")
             stage_and_commit(url, scope, streams[1])
+            use_transactions(factory, streams[2])
             split(sm, scope, streams[0])
             write(factory, streams[0], 6, "b")
             with ReaderGroupManager.from_url(scope, url) as rgm:

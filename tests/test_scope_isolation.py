@@ -40,6 +40,7 @@ from readergroup import (
 )
 from readergroup.admin import acl
 from readergroup.cli import main
+from readergroup.client.transactions import TransactionalWriterConfig
 from readergroup.core.catalog import RemoveGroup
 from readergroup.core.names import catalog_sync_name
 from readergroup.storage.connection import RedisConnection
@@ -47,6 +48,7 @@ from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import AppendBatch
 from readergroup.testing.embedded_redis import LocalRedisServer, local_redis_server
 from statesync.errors import BackendAccessError
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = {"heartbeat_interval": 0.3, "session_timeout": 3.0, "group_refresh_time": 0.05}
@@ -414,6 +416,7 @@ RAW: dict[str, list[Any]] = {
     "hexists": ["HEXISTS", "{k}", "f"],
     "hget": ["HGET", "{k}", "f"],
     "hgetall": ["HGETALL", "{k}"],
+    "hincrby": ["HINCRBY", "{k}", "f", 1],
     "hkeys": ["HKEYS", "{k}"],
     "hlen": ["HLEN", "{k}"],
     "hmget": ["HMGET", "{k}", "f"],
@@ -421,6 +424,7 @@ RAW: dict[str, list[Any]] = {
     "hsetnx": ["HSETNX", "{k}", "f", "v"],
     "hstrlen": ["HSTRLEN", "{k}", "f"],
     "lrange": ["LRANGE", "{k}", 0, -1],
+    "persist": ["PERSIST", "{k}"],
     "pexpire": ["PEXPIRE", "{k}", 1000],
     "rpush": ["RPUSH", "{k}", "v"],
     "type": ["TYPE", "{k}"],
@@ -431,6 +435,8 @@ RAW: dict[str, list[Any]] = {
     "xtrim": ["XTRIM", "{k}", "MAXLEN", 0],
     "zadd": ["ZADD", "{k}", 1, "m"],
     "zrange": ["ZRANGE", "{k}", 0, -1],
+    "zrangebyscore": ["ZRANGEBYSCORE", "{k}", "-inf", "+inf"],
+    "zrem": ["ZREM", "{k}", "m"],
     "zremrangebyscore": ["ZREMRANGEBYSCORE", "{k}", "-inf", "+inf"],
 }
 NO_KEY = {"hello", "time", "script|load", "script|exists", "info|memory"}
@@ -585,6 +591,42 @@ def _bulk_write(url: str, config: ClientConfig, scope: str) -> None:
         connection.close()
 
 
+def _transactions(url: str, config: ClientConfig, scope: str) -> None:
+    """A transactional writer's life (issue 31): stage, renew, commit, abort, resume, claim,
+    and the sweep of an expired one."""
+    with EventStreamClientFactory.from_url(scope, url, config) as factory:
+        fast = TransactionalWriterConfig(
+            transactional_id="t", lease=0.1, sweep_every=0, retention=1.0
+        )
+        writer = factory.create_transactional_writer("s", UTF8StringSerializer(), fast)
+        expired = writer.begin()
+        txn = writer.begin()
+        txn.write_event("a", routing_key="k")
+        txn.flush()
+        txn.ping()
+        txn.commit()
+        writer.begin().abort()
+        store = writer.store
+        wait_until(
+            lambda: factory.connection.server_time_ms() > store.record(expired.id).deadline_ms,  # type: ignore[union-attr]
+            what="the lease to run out",
+        )
+        writer.sweep()
+        root = redis.Redis.from_url(url)  # (the default user: looks, the role acts)
+        wait_until(
+            lambda: writer.sweep() >= 0 and not root.zcard(store.landed_key),
+            what="the retention to run out (the writer table forgets the transaction)",
+        )
+        root.close()
+        slow = TransactionalWriterConfig(transactional_id="u")
+        other = factory.create_transactional_writer("s", UTF8StringSerializer(), slow)
+        held = other.begin()
+        held.write_event("b", routing_key="k")
+        held.flush()
+        other.get_txn(held.id).commit()
+        store.claim("g", [("a/in/0", 1)])
+
+
 def _compact(url: str, config: ClientConfig, scope: str) -> None:
     with ReaderGroupManager.from_url(scope, url, config) as rgm:
         rgm.get_reader_group("g").sync.compact()
@@ -592,9 +634,9 @@ def _compact(url: str, config: ClientConfig, scope: str) -> None:
 
 def test_each_role_is_granted_only_commands_the_library_issues() -> None:
     extra: dict[str, list[Op]] = {
-        "writer": [_sink, _bulk_write],
+        "writer": [_sink, _bulk_write, _transactions],
         "reader": [_compact],
-        "admin": [_sink, _compact, _bulk_write],
+        "admin": [_sink, _compact, _bulk_write, _transactions],
     }
     with local_redis_server() as server:
         env = Env(server, redis.Redis.from_url(server.url))

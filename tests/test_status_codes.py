@@ -43,6 +43,12 @@ SEGMENT_CODES = {
         "REGRESSED",
         "SEALED",
         "PAST_TAIL",
+        "CONFLICT",
+        "TXN_FENCED",
+        "TXN_CLOSED",
+        "TXN_EXPIRED",
+        "TXN_UNKNOWN",
+        "TXN_POSITIONS",
     )
 }
 

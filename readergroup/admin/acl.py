@@ -3,7 +3,8 @@
 Four roles. Three are confined to one scope (their key patterns match only that scope's keys,
 see :meth:`readergroup.storage.keys.KeyLayout.scope_patterns`); the operator is cluster-wide:
 
-* ``writer``: writes events (``EventStreamWriter``, the Spark sink) and reads stream metadata;
+* ``writer``: writes events (``EventStreamWriter``, the Spark sink, transactional writers and
+  their transactions' keys) and reads stream metadata;
 * ``reader``: reads events (readers, ``BatchClient``, the Spark source), updates its groups'
   state (joins, commits, checkpoints, resets, ``reader_offline``) and publishes retention cuts;
 * ``admin``: everything within the scope: streams, reader groups, the scope's catalog,
@@ -65,7 +66,15 @@ _SUBSCRIBERS = {"hset", "hdel", "hgetall"}  # publish, unsubscribe, retention
 _STAGING = {"rpush", "expire", "lrange", "del", "hexists", "hget", "hmget", "hset", "xadd"}
 _STAGING |= {"info|server"}  # commit_staged.lua's epoch.lua
 
+_TXN = {"hget", "hmget", "hset", "hgetall", "hincrby", "zadd", "zrem", "zrangebyscore"}
+_TXN |= {"zremrangebyscore", "rpush", "lrange", "del", "pexpire", "persist", "exists"}
+# (txn_*.lua scripts, records, epochs, sweeps; readergroup/core/transactions.py)
+_TXN_SEGMENT = {"hexists", "hdel"}  # a segment's writer table: whether it holds a
+# transaction's entry; the entry forgotten after the retention
+_TXN_ADMIN = {"zrange", "del"}  # deleting a stream deletes its transactions
+
 _WRITER = _CONNECT | _SCRIPTS | _PIPELINED_SCRIPTS | _STATE_READ | _SEGMENT_APPEND | _STAGING
+_WRITER |= _TXN | _TXN_SEGMENT
 _CLUSTER = {"cluster|slots", "command"}  # redis-py's cluster client: topology, key positions
 _WRITER_METADATA = {"evalsha_ro", "hget", "hmget", "hstrlen", "xrange"}  # selector: stream metadata
 _WRITER_STAGING = {"rpush", "expire", "lrange", "del", "hexists"}  # selector: staging keys
@@ -81,7 +90,7 @@ _READER = (
     | _HEARTBEATS
     | _SUBSCRIBERS
 )
-_ADMIN = _WRITER | _READER | _STATE_CREATE_DELETE | _SEGMENT_ADMIN | _SEGMENT_SEAL
+_ADMIN = _WRITER | _READER | _STATE_CREATE_DELETE | _SEGMENT_ADMIN | _SEGMENT_SEAL | _TXN_ADMIN
 _CONSOLE = _CONNECT | _SCRIPTS | _STATE_READ | _SEGMENT_READ | {"hgetall", "hexists"}
 
 COMMANDS: dict[str, frozenset[str]] = {
@@ -98,7 +107,8 @@ FORBIDDEN = frozenset(
 """Commands no role ever gets (keyspace scans reveal other scopes' names; flushes break them)."""
 
 CAN: dict[str, str] = {
-    "writer": "write events to the scope's streams (writers, Spark sink); read stream metadata",
+    "writer": "write events to the scope's streams (writers, transactions, Spark sink); read "
+    "stream metadata",
     "reader": "read events (readers, batch client, Spark source); join, commit, checkpoint, "
     "reset and inspect the scope's reader groups; publish retention cuts",
     "admin": "everything within the scope: create, scale, seal, truncate and delete streams; "
@@ -198,10 +208,17 @@ def _rules(role: str, scope: str | None, prefix: str) -> Rules:
         return Rules(
             role,
             (f"~{k['segments']}", f"~{k['staging']}"),
-            _plus(_CONNECT | _SCRIPTS - {"evalsha_ro"} | _PIPELINED_SCRIPTS | _SEGMENT_APPEND),
+            _plus(
+                _CONNECT
+                | _SCRIPTS - {"evalsha_ro"}
+                | _PIPELINED_SCRIPTS
+                | _SEGMENT_APPEND
+                | _TXN_SEGMENT
+            ),
             (
                 ((f"%R~{k['streams']}",), _plus(_WRITER_METADATA)),
                 ((f"~{k['staging']}",), _plus(_WRITER_STAGING)),
+                ((f"~{k['transactions']}",), _plus(_TXN | {"evalsha", "script|load"})),
             ),
         )
     keys = {
@@ -214,7 +231,15 @@ def _rules(role: str, scope: str | None, prefix: str) -> Rules:
         ),
         "admin": tuple(
             f"~{k[kind]}"
-            for kind in ("segments", "streams", "groups", "catalog", "subscribers", "staging")
+            for kind in (
+                "segments",
+                "streams",
+                "groups",
+                "catalog",
+                "subscribers",
+                "staging",
+                "transactions",
+            )
         ),
     }[role]
     return Rules(role, keys, _plus(set(COMMANDS[role])))

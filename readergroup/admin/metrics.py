@@ -1,5 +1,6 @@
 """Prometheus metrics of reader groups: positions, tails and lag per segment, readers, state,
-rebalances and checkpoints per group, read from Redis at scrape time (like Burrow or
+rebalances and checkpoints per group; and per stream its unfinished transactions and the age
+of the oldest (issue 31); read from Redis at scrape time (like Burrow or
 kafka-lag-exporter). ``readergroup metrics serve`` runs it as an HTTP endpoint; an application
 adds the same metrics to its own registry with :func:`register_metrics`::
 
@@ -82,6 +83,17 @@ class _Families:
         self.last_checkpoint = group(
             "last_checkpoint_timestamp_seconds", "When the last checkpoint completed (server)."
         )
+        self.transactions = GaugeMetricFamily(
+            "readergroup_stream_transactions",
+            "Unfinished transactions of the stream, by status (OPEN, COMMITTING; an open one "
+            "past its lease counts as ABORTED until a sweep removes it).",
+            labels=["scope", "stream", "status"],
+        )
+        self.oldest_transaction = GaugeMetricFamily(
+            "readergroup_stream_oldest_transaction_seconds",
+            "Age of the stream's oldest unfinished transaction (server clock; 0: none).",
+            labels=["scope", "stream"],
+        )
 
     def all(self) -> list[Any]:
         return list(vars(self).values())
@@ -123,6 +135,10 @@ class ReaderGroupCollector(Collector):
                         self._collect_group(rgm.get_reader_group(name), families)
                     except ReaderGroupError as exc:
                         self._error(scope, exc)
+                try:
+                    self._collect_transactions(scope, families)
+                except ReaderGroupError as exc:
+                    self._error(scope, exc)
             yield from families.all()
             yield from self._scrape_families(up, time.monotonic() - began)
 
@@ -144,6 +160,20 @@ class ReaderGroupCollector(Collector):
         """The metric names, without reading Redis (so registering does not scrape)."""
         yield from _Families().all()
         yield from self._scrape_families(None, None)
+
+    def _collect_transactions(self, scope: str, out: _Families) -> None:
+        now = self._connection.server_time_ms()
+        for stream in StreamManager(self._connection).list_streams(scope):
+            store = self._connection.transactions(scope, stream)
+            records = store.records([txn_id for txn_id, _ in store.unfinished()])
+            counts = dict.fromkeys(("OPEN", "COMMITTING", "ABORTED"), 0)
+            for record in records:
+                status = record.effective_status(now).value
+                counts[status] = counts.get(status, 0) + 1
+            for status, count in counts.items():
+                out.transactions.add_metric([scope, stream, status], count)
+            oldest = min((r.created_ms for r in records), default=now)
+            out.oldest_transaction.add_metric([scope, stream], max(0, now - oldest) / 1000)
 
     @staticmethod
     def _collect_group(g: ReaderGroup, out: _Families) -> None:

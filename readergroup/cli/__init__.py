@@ -14,6 +14,7 @@ from readergroup.cli.groups import group
 from readergroup.cli.metrics import metrics
 from readergroup.cli.scopes import scope
 from readergroup.cli.streams import stream
+from readergroup.cli.transactions import txn
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,3 +45,4 @@ main.add_command(metrics)
 main.add_command(acl)
 main.add_command(admin)
 main.add_command(console)
+main.add_command(txn)

@@ -11,9 +11,14 @@ from readergroup.client.batch_client import BatchClient
 from readergroup.client.metadata_cache import StreamMetadataCache
 from readergroup.client.reader import EventStreamReader
 from readergroup.client.serializers import Serializer
+from readergroup.client.transactions import (
+    TransactionalEventStreamWriter,
+    TransactionalWriterConfig,
+)
 from readergroup.client.writer import EventStreamWriter, EventWriterConfig
 from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
+from readergroup.core.errors import InvalidConfigError
 from readergroup.core.group_config import ReaderConfig
 from readergroup.core.names import validate_name
 from readergroup.storage.connection import RedisConnection
@@ -72,6 +77,25 @@ class EventStreamClientFactory(Closing):
         """A writer for ``stream`` of this scope. Raises StreamNotFoundError if it is missing."""
         validate_name(stream, "stream")
         writer: EventStreamWriter[T] = EventStreamWriter(
+            self._connection, self._metadata, self._scope, stream, serializer, config, **kwargs
+        )
+        with self._lock:
+            self._closeables.append(writer)
+        return writer
+
+    def create_transactional_writer(
+        self,
+        stream: str,
+        serializer: Serializer[T],
+        config: TransactionalWriterConfig,
+        **kwargs: Any,
+    ) -> TransactionalEventStreamWriter[T]:
+        """A transactional writer for ``stream`` of this scope (docs/transactions.md): a new
+        instance of ``config.transactional_id`` fences every older one."""
+        validate_name(stream, "stream")
+        if not isinstance(self._connection, RedisConnection):
+            raise InvalidConfigError("transactions need a Redis connection")
+        writer: TransactionalEventStreamWriter[T] = TransactionalEventStreamWriter(
             self._connection, self._metadata, self._scope, stream, serializer, config, **kwargs
         )
         with self._lock:

@@ -294,3 +294,41 @@ class NativeAppendConflictError(ReaderGroupError):
     """A round cannot be sent as native ``XADD``s (a watched key changed, or the segment is not
     in the plain state the native path needs): nothing of it was written, and the caller sends
     it through ``append_events.lua`` (internal to ``readergroup/storage/native_append.py``)."""
+
+
+# -- transactions (readergroup/core/transactions.py) -----------------------------------------
+class TransactionError(ReaderGroupError):
+    """A transaction could not do what was asked; ``txn_id`` names it, ``status`` is what it
+    is now (a :class:`~readergroup.core.transactions.TxnStatus` value, ``""`` if unknown)."""
+
+    def __init__(self, message: str, *, txn_id: str = "", status: str = "") -> None:
+        super().__init__(message)
+        self.txn_id = txn_id
+        self.status = status
+
+
+class TransactionClosedError(TransactionError):
+    """The transaction is not open any more (committing, committed, aborting or aborted):
+    it takes no more events and cannot be committed or aborted again (Pravega's
+    ``TxnFailedException``)."""
+
+
+class TransactionExpiredError(TransactionClosedError):
+    """The transaction outlived its lease without being committed: the system aborted it and
+    nothing of it was or will be written."""
+
+
+class TransactionNotFoundError(TransactionError, LookupError):
+    """No transaction of that id (never begun, or finished so long ago its record expired)."""
+
+
+class TransactionFencedError(TransactionError):
+    """Another writer instance with the same transactional id (or one that resumed this
+    transaction with ``get_txn``) fenced this one, as Kafka's ``ProducerFencedException``:
+    what it asked was refused and nothing of it landed. Close this writer."""
+
+
+class TransactionPositionsError(TransactionError):
+    """A consume-transform-produce commit was refused because its reader no longer owns the
+    segments whose positions it carries (they moved to another reader): nothing of the
+    transaction landed, and it was aborted."""

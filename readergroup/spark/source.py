@@ -10,11 +10,9 @@ cuts (:mod:`readergroup.spark.options`).
 from __future__ import annotations
 
 import logging
-import random
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +23,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.types import (
     BinaryType,
@@ -41,8 +38,6 @@ from readergroup.admin.retention import RetentionManager
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
-    AccessDeniedError,
-    EventTooLargeError,
     InvalidConfigError,
     InvalidStreamCutError,
     ReaderGroupError,
@@ -51,9 +46,10 @@ from readergroup.core.errors import (
 )
 from readergroup.core.headers import encode_headers
 from readergroup.core.planning import completed_merge_siblings, plan_ranges, skip_lost
-from readergroup.core.routing import RangeMap, key_position
+from readergroup.core.routing import RangeMap
 from readergroup.core.stream_cut import StreamCut
 from readergroup.core.stream_metadata import StreamState
+from readergroup.spark import txn_sink
 from readergroup.spark.options import (
     BASE_COLUMNS,
     PartitionSpec,
@@ -65,10 +61,9 @@ from readergroup.spark.options import (
     split_ranges,
 )
 from readergroup.spark.partition_reader import read_partition_columns, to_record_batch
-from readergroup.storage import segment_status
+from readergroup.spark.txn_sink import StagedCommit, new_epoch, sink_id, stage_task
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.staging_store import StagedEvent
-from statesync.system_clock import SystemClock
 
 try:  # admission control and AvailableNow arrived in Spark 4.2
     from pyspark.sql.streaming.datasource import (
@@ -99,7 +94,6 @@ HEADERS_FIELD = StructField(
 )
 """The ``headers`` column (option ``include_headers=true``): each event's headers, an empty
 map for an event without any."""
-STAGING_TTL_S = 24 * 3600
 log = logging.getLogger(__name__)
 
 
@@ -371,54 +365,38 @@ class ReaderGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return None
 
 
-@dataclass
-class StagedCommit(WriterCommitMessage):
-    """What one task staged: (segment, staging key) pairs and the event count."""
-
-    staged: list[tuple[int, str]]
-    events: int
-
-
 class _Stager:
-    """Executor side of the sink: route rows to segments and stage them in Redis."""
+    """Executor side of the sink: a task's rows staged in a transaction of its own
+    (:mod:`readergroup.spark.txn_sink`). ``holder``: the driver's transactional id and epoch
+    (default: the job's own, begun here)."""
 
-    def __init__(self, options: SourceOptions, job: str) -> None:
+    def __init__(
+        self, options: SourceOptions, job: str, holder: tuple[str, int] | None = None
+    ) -> None:
         self.options = options
         self.job = job
+        self.holder = holder
 
     def stage(self, rows: Iterator[Any]) -> StagedCommit:
         o = self.options
         connection = _connection(o)
         try:
             state = StreamManager(connection).stream_state(o.scope, o.stream)
-            ranges = _writable_ranges(state)
-            limit = state.config.max_event_size
-            part = uuid.uuid4().hex[:12]
-            by_segment: dict[int, list[StagedEvent]] = {}
+            _writable_ranges(state)
+            holder = self.holder
+            if holder is None:
+                tid = sink_id(self.job)
+                holder = (tid, new_epoch(connection, o.scope, o.stream, tid))
             now = int(time.time() * 1000)
-            for row in rows:
-                key, payload, headers = _row_event(row)
-                size = len(payload) + len(headers)
-                if size > limit:
-                    with_headers = f" ({len(headers)} of them headers)" if headers else ""
-                    raise EventTooLargeError(
-                        f"event of {size} bytes{with_headers} exceeds max_event_size {limit} "
-                        f"of {o.scope}/{o.stream}; nothing from this write is committed"
-                    )
-                position = key_position(key) if key is not None else _spread(payload)
-                by_segment.setdefault(ranges.segment_at(position), []).append(
-                    (key, payload, now, headers)
-                )
-            staged = []
-            for segment, events in by_segment.items():
-                stage_key = connection.staging.staging_key(
-                    o.scope, o.stream, self.job, segment, part
-                )
-                connection.staging.stage(stage_key, events, STAGING_TTL_S)
-                staged.append((segment, stage_key))
-            return StagedCommit(staged, sum(len(e) for e in by_segment.values()))
+            events = (_staged(_row_event(row), now) for row in rows)
+            return stage_task(connection, o, holder, events, state.config.max_event_size)
         finally:
             connection.close()
+
+
+def _staged(event: tuple[str | None, bytes, bytes], now: int) -> StagedEvent:
+    key, payload, headers = event
+    return key, payload, now, headers
 
 
 def _writable_ranges(state: StreamState) -> RangeMap:
@@ -429,11 +407,6 @@ def _writable_ranges(state: StreamState) -> RangeMap:
             "nothing from this write is committed"
         )
     return state.range_map()
-
-
-def _spread(payload: bytes) -> float:
-    """Events without a routing key: a position derived from the payload (deterministic)."""
-    return key_position(payload.hex()[:64])
 
 
 def _row_event(row: Any) -> tuple[str | None, bytes, bytes]:
@@ -458,66 +431,36 @@ def _row_event(row: Any) -> tuple[str | None, bytes, bytes]:
 
 
 def commit_job(options: SourceOptions, job: str, messages: Sequence[Any]) -> int:
-    """Driver side: commit every task's staged events atomically (one script), once per job.
-    A sealed target (the stream scaled meanwhile) re-routes the staged events and retries,
-    with backoff; a sealed stream raises StreamSealedError and commits nothing."""
-    staged = [pair for m in messages if m is not None for pair in m.staged]
+    """Driver side: commit every task's staged rows at once, once per job
+    (:func:`readergroup.spark.txn_sink.commit_job`)."""
     connection = _connection(options)
-    budget = connection.config.retry.start(SystemClock(), random.Random())  # noqa: S311
     try:
-        while True:
-            code, value = connection.staging.commit_staged(
-                options.scope, options.stream, job, staged
-            )
-            if code != segment_status.SEALED:  # committed now, or before
-                return value if code == segment_status.OK else 0
-            delay = budget.next_delay()
-            if delay is None:
-                break
-            time.sleep(delay)
-            try:
-                staged = _restage(connection, options, job, staged)
-            except StreamSealedError:
-                connection.staging.discard([key for _, key in staged])
-                raise
-        connection.staging.discard([key for _, key in staged])
-        raise ReaderGroupError(f"job {job}: target segments kept sealing; nothing committed")
+        return txn_sink.commit_job(connection, options, job, messages)
     finally:
         connection.close()
-
-
-def _restage(
-    connection: RedisConnection, options: SourceOptions, job: str, staged: list[tuple[int, str]]
-) -> list[tuple[int, str]]:
-    # finish a scale left undone (successors still closed) before routing again; a writer
-    # role may not seal or open segments: it then waits for whoever may (bounded retries)
-    manager = StreamManager(connection)
-    try:
-        state = manager.complete_scales(options.scope, options.stream)
-    except AccessDeniedError as exc:
-        log.warning("job %s: cannot finish an interrupted scale: %s", job, exc, exc_info=exc)
-        state = manager.stream_state(options.scope, options.stream)
-    ranges = _writable_ranges(state)
-    regrouped: dict[int, list[StagedEvent]] = {}
-    for _, key in staged:
-        for event in connection.staging.read_staged(key):
-            routing_key, payload = event[0], event[1]
-            position = key_position(routing_key) if routing_key is not None else _spread(payload)
-            regrouped.setdefault(ranges.segment_at(position), []).append(event)
-    connection.staging.discard([key for _, key in staged])
-    part = uuid.uuid4().hex[:12]
-    out = []
-    for segment, events in regrouped.items():
-        key = connection.staging.staging_key(options.scope, options.stream, job, segment, part)
-        connection.staging.stage(key, events, STAGING_TTL_S)
-        out.append((segment, key))
-    return out
 
 
 def abort_job(options: SourceOptions, messages: Sequence[Any]) -> None:
     connection = _connection(options)
     try:
-        connection.staging.discard([key for m in messages if m is not None for _, key in m.staged])
+        txn_sink.abort_job(connection, options, messages)
+    finally:
+        connection.close()
+
+
+def _driver_holder(
+    options: SourceOptions, transactional_id: str, *, fence: bool
+) -> tuple[str, int]:
+    """The transactional id and epoch the tasks stage under: with ``fence`` a new epoch
+    (fencing tasks of older instances: a batch job's writer is made once), else the current
+    one (Spark makes a query's stream writer more than once; batch ids dedup its commits)."""
+    connection = _connection(options)
+    try:
+        store = connection.transactions(options.scope, options.stream)
+        epoch = 0 if fence else store.epoch(transactional_id)
+        return transactional_id, epoch or new_epoch(
+            connection, options.scope, options.stream, transactional_id
+        )
     finally:
         connection.close()
 
@@ -526,9 +469,10 @@ class ReaderGroupBatchWriter(DataSourceWriter):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.job = f"batch-{uuid.uuid4().hex}"
+        self.holder = _driver_holder(options, sink_id(self.job), fence=True)
 
     def write(self, iterator: Iterator[Any]) -> StagedCommit:
-        return _Stager(self.options, self.job).stage(iterator)
+        return _Stager(self.options, self.job, self.holder).stage(iterator)
 
     def commit(self, messages: list[Any]) -> None:
         commit_job(self.options, self.job, messages)
@@ -545,9 +489,10 @@ class ReaderGroupStreamWriter(DataSourceStreamWriter):
     def __init__(self, options: SourceOptions, writer_id: str) -> None:
         self.options = options
         self.writer_id = writer_id
+        self.holder = _driver_holder(options, sink_id(writer_id), fence=False)
 
     def write(self, iterator: Iterator[Any]) -> StagedCommit:
-        return _Stager(self.options, f"{self.writer_id}:staging").stage(iterator)
+        return _Stager(self.options, f"{self.writer_id}:staging", self.holder).stage(iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         commit_job(self.options, f"{self.writer_id}:{batchId}", messages)
@@ -602,11 +547,6 @@ class ReaderGroupDataSource(DataSource):
 
 
 def _sink_options(options: SourceOptions) -> SourceOptions:
-    if options.cluster:
-        raise InvalidConfigError(
-            "the readergroup sink commits a batch atomically in one script across segments, "
-            "which spans hash slots: it does not run on Redis Cluster"
-        )
     return options
 
 

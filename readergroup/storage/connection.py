@@ -43,6 +43,7 @@ from readergroup.storage.segment_store import SegmentStore
 from readergroup.storage.staging_store import StagingStore
 from readergroup.storage.subscriber_store import SubscriberStore
 from readergroup.storage.translate import translate_errors
+from readergroup.storage.txn_store import TxnStore
 from statesync import SyncConfig
 from statesync.endpoints import is_sentinel_url, split_seeds
 from statesync.errors import EndpointURLError
@@ -253,9 +254,14 @@ class RedisConnection(SynchronizerSource):
         """See :meth:`~readergroup.storage.connection_api.Connection.forget_stream`."""
         self.subscribers.delete(scope, stream)
         self.staging.forget_jobs(scope, stream)
+        self.transactions(scope, stream).delete_all()
 
     def close(self) -> None:
         self.log_backend.close()
+
+    def transactions(self, scope: str, stream: str) -> TxnStore:
+        """The transactions of ``scope/stream`` (:mod:`readergroup.core.transactions`)."""
+        return TxnStore(self.client, self.keys, scope, stream)
 
     def heartbeat_store(self, sync_name: str) -> RedisHeartbeatStore:
         """The heartbeats of the reader group whose synchronizer is ``sync_name``."""

@@ -20,7 +20,10 @@ script or a transaction touches together share one, so they share a slot.
   ``<prefix>:{scopes}:created``;
 * external retention subscribers of a stream: ``<prefix>:{subscribers:<scope>/<stream>}``;
 * the Spark sink's staging lists and committed jobs of a stream:
-  ``<prefix>:{stage:<scope>/<stream>}:<job>:<part>:<segment>`` and ``...:jobs``.
+  ``<prefix>:{stage:<scope>/<stream>}:<job>:<part>:<segment>`` and ``...:jobs``;
+* a stream's transactions (:mod:`readergroup.core.transactions`), one hash tag per stream:
+  ``<prefix>:{txn:<scope>/<stream>}:t:<id>`` (record), ``...:s:<id>`` (staged events),
+  ``...:open``, ``...:all``, ``...:epochs``, ``...:consumed`` and ``...:landed``.
 
 State synchronizers (stream metadata, catalogs, groups) keep their own keys, laid out by
 :mod:`statesync` under the same prefix with the synchronizer's name as hash tag.
@@ -92,6 +95,38 @@ class KeyLayout:
         """Hash of the Spark sink jobs committed to a stream (idempotent commits)."""
         return f"{self.prefix}:{{stage:{scope}/{stream}}}:jobs"
 
+    def txn_record(self, scope: str, stream: str, txn_id: str) -> str:
+        """A transaction's record (hash)."""
+        return f"{self.prefix}:{{txn:{scope}/{stream}}}:t:{txn_id}"
+
+    def txn_staged(self, scope: str, stream: str, txn_id: str) -> str:
+        """A transaction's staged events (list)."""
+        return f"{self.prefix}:{{txn:{scope}/{stream}}}:s:{txn_id}"
+
+    def txn_open(self, scope: str, stream: str) -> str:
+        """A stream's unfinished transactions (sorted set: id -> deadline, server ms)."""
+        return f"{self.prefix}:{{txn:{scope}/{stream}}}:open"
+
+    def txn_epochs(self, scope: str, stream: str) -> str:
+        """A stream's transactional ids' epochs (hash)."""
+        return f"{self.prefix}:{{txn:{scope}/{stream}}}:epochs"
+
+    def txn_consumed(self, scope: str, stream: str) -> str:
+        """The input positions consumed by reader groups' transactions into this stream
+        (hash; consume-transform-produce)."""
+        return f"{self.prefix}:{{txn:{scope}/{stream}}}:consumed"
+
+    def txn_landed(self, scope: str, stream: str) -> str:
+        """Committed transactions' plan entries (sorted set: ``"<segment>|<writer id>"`` ->
+        finished server ms), so their fields in the segments' writer tables are deleted after
+        the retention."""
+        return f"{self.prefix}:{{txn:{scope}/{stream}}}:landed"
+
+    def txn_all(self, scope: str, stream: str) -> str:
+        """Every transaction of the stream whose record may still exist (sorted set: id ->
+        created server ms), so deleting the stream finds every key without a scan."""
+        return f"{self.prefix}:{{txn:{scope}/{stream}}}:all"
+
     def everything(self) -> str:
         """Glob pattern (Redis ACL ``~`` syntax) of every key under the prefix."""
         return f"{self.prefix}:*"
@@ -116,4 +151,5 @@ class KeyLayout:
             "catalog": f"{prefix}:{{{catalog_sync_name(scope)}}}:*",
             "subscribers": f"{prefix}:{{subscribers:{scope}/*",
             "staging": f"{prefix}:{{stage:{scope}/*",
+            "transactions": f"{prefix}:{{txn:{scope}/*",
         }

@@ -413,9 +413,12 @@ class SegmentStore:
         return out
 
     def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None:
-        """Delete segments' keys: one DEL per segment (its keys share a hash slot)."""
+        """Delete segments' keys: one DEL per segment (its keys share a hash slot); one per
+        key on a cluster (redis-py's cluster pipeline refuses a DEL of several keys)."""
         with translate_errors("delete segments"):
             pipe = self._client.pipeline(transaction=False)
             for segment in segments:
-                pipe.delete(*self._keys.segment(scope, stream, segment))
+                keys = self._keys.segment(scope, stream, segment)
+                for group in ([k] for k in keys) if self._cluster else [keys]:
+                    pipe.delete(*group)
             pipe.execute()

@@ -1,6 +1,8 @@
-"""Staged writes of the Spark sink on Redis: :class:`StagingStore` keeps each task's events in
-a staging list (expiring unless committed) and commits a job's lists to their segments at once
-with ``commit_staged.lua`` (idempotent per job)."""
+"""Staged writes on Redis: :class:`StagingStore` keeps events in a staging list (expiring
+unless committed) and commits a job's lists to their segments at once with
+``commit_staged.lua`` (idempotent per job). The Spark sink used it before it was built on
+transactions (:mod:`readergroup.spark.txn_sink`); :data:`StagedEvent` is the staged event
+of both."""
 
 from __future__ import annotations
 

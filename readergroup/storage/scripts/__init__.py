@@ -21,11 +21,23 @@ SCRIPT_NAMES = (
     "commit_staged",
     "create_closed_segment",
     "open_segment",
+    "txn_begin",
+    "txn_stage",
+    "txn_replan",
+    "txn_finish",
+    "txn_adopt",
+    "txn_claim",
+    "txn_merge",
 )
 PRELUDES: dict[str, tuple[str, ...]] = {
     "append_events": ("time",),
     "heartbeat": ("time",),
     "commit_staged": ("time",),
+    "txn_begin": ("time",),
+    "txn_stage": ("time",),
+    "txn_finish": ("time",),
+    "txn_adopt": ("time",),
+    "txn_merge": ("time",),
 }
 """Script -> the statesync preludes prepended to it, in order."""
 LOCAL_PRELUDES: dict[str, tuple[str, ...]] = {

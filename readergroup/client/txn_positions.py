@@ -1,0 +1,228 @@
+"""Consume-transform-produce: a reader group's positions committed with a transaction's output
+(Kafka's ``sendOffsetsToTransaction`` with its fencing of a partition's previous owner).
+
+Where the positions live, atomically with the decision: the output stream's *consumed
+positions* hash (``{txn:<out scope>/<out stream>}:consumed``, on the same slot as the
+decision), one field per reader group and input segment (``"<group>|<scope>/<stream>/<seg>"``):
+``"<fencing token> <position> <txn id>"``.
+
+* A commit with positions (``txn.commit(reader=...)``/``send_positions``) first checks
+  locally that the reader owns each input segment, then its decision (``txn_stage.lua``)
+  refuses and aborts the transaction if a higher fencing token claimed any of them (another
+  reader acquired it since): :class:`~readergroup.core.errors.TransactionPositionsError`,
+  nothing lands. Otherwise the decision writes the positions in the same script.
+* A bound reader (:func:`bind_reader`) that acquires a segment claims it with its token
+  (``txn_claim.lua``) before any event of it is handed out, completes the decided
+  transaction named there if it is still committing, and seeks past what it consumed. So a
+  decision either lands before the claim (the new owner resumes after it) or is refused
+  (the new owner reads those events and produces their output itself): each input event's
+  output is committed exactly once.
+* The group's own positions (what lag figures and readers outside the pipeline use) are
+  then committed by the committing reader as usual (:func:`mirror_positions`); if it lost
+  the segment meanwhile, the next owner's claim carries the position instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from readergroup.client.reader import EventStreamReader
+from readergroup.core.errors import (
+    InvalidConfigError,
+    ReaderGroupError,
+    SegmentNotOwnedError,
+    TransactionPositionsError,
+)
+from readergroup.core.group_state import SegKey
+from readergroup.core.transactions import TxnStatus, encode_positions
+
+if TYPE_CHECKING:
+    from readergroup.client.transactions import TransactionalEventStreamWriter
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PositionsClaim:
+    """What a decision with consumed positions carries."""
+
+    positions: dict[SegKey, int]
+    text: str  # JSON stored in the record
+    group_sync: str
+    claims: tuple[tuple[str, int, int], ...]  # (input segment field, fencing token, position)
+
+
+def segment_field(segment: SegKey) -> str:
+    """An input segment's field in the consumed positions hash."""
+    return f"{segment[0]}/{segment[1]}"
+
+
+def group_of(reader: EventStreamReader[Any]) -> str:
+    """The reader's group (its synchronizer's name, unique across scopes)."""
+    return str(reader._member.sync.name)
+
+
+def positions_claim(
+    writer: TransactionalEventStreamWriter[Any],
+    reader: EventStreamReader[Any],
+    positions: Mapping[SegKey, int] | None,
+) -> PositionsClaim:
+    """The claim committing ``positions`` of ``reader`` makes (default: the position of every
+    segment it holds). Raises :class:`TransactionPositionsError` when the reader gave up or
+    lost a segment since its last commit through this writer (events handed out of it would
+    be committed without their position), or when ``positions`` name a segment it does not
+    own."""
+    claimer = writer._claimers.get(id(reader))
+    if claimer is None:
+        raise ReaderGroupError(
+            f"reader {reader.reader_id!r} is not bound to transactional writer "
+            f"{writer.transactional_id!r}: call writer.bind_reader(reader) once, right after "
+            "creating it"
+        )
+    owned = reader.owned_segments()
+    gone = set(claimer.dropped) | {k for k, t in claimer.held.items() if owned.get(k) != t}
+    chosen = dict(positions) if positions is not None else {}
+    if positions is None:
+        if gone:
+            raise TransactionPositionsError(
+                f"reader {reader.reader_id!r} gave up or lost {sorted(gone)} since its last "
+                "commit; nothing committed"
+            )
+        chosen = {k: reader.position(k) for k in claimer.held}
+    lost = sorted(k for k in chosen if k not in owned or k in gone)
+    if lost:
+        raise TransactionPositionsError(
+            f"reader {reader.reader_id!r} does not own {lost} any more; nothing committed"
+        )
+    group = group_of(reader)
+    claims = tuple((segment_field(k), owned[k], p) for k, p in sorted(chosen.items()))
+    text = encode_positions(chosen, {"group": group, "reader": reader.reader_id})
+    return PositionsClaim(chosen, text, group, claims)
+
+
+def committed(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]) -> None:
+    """A commit with ``reader``'s positions landed: start counting drops afresh."""
+    claimer = writer._claimers.get(id(reader))
+    if claimer is not None:
+        claimer.dropped.clear()
+
+
+def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]) -> None:
+    """A commit with ``reader``'s positions failed: hand out again, from where committed
+    transactions (or the group) left each owned segment, the events whose output it lost."""
+    claimer = writer._claimers.get(id(reader))
+    if claimer is None:
+        return
+    owned = reader.owned_segments()
+    if owned:
+        found = writer.store.claim(
+            group_of(reader), [(segment_field(k), t) for k, t in owned.items()]
+        )
+        group = reader.committed()
+        for (segment, _), (position, _) in zip(owned.items(), found, strict=True):
+            target = max(position, group.get(segment, 0))
+            try:
+                if reader.position(segment) != target:  # back; forward after a failed claim
+                    logger.warning(
+                        "reader %r: its transaction failed; %s resumes at %d",
+                        reader.reader_id,
+                        segment,
+                        target,
+                    )
+                    reader.seek(segment, target)
+            except SegmentNotOwnedError:
+                continue  # gone meanwhile: its next owner starts from what was committed
+    claimer.held = dict(owned)
+    claimer.dropped.clear()
+
+
+def mirror_positions(reader: EventStreamReader[Any], positions: Mapping[SegKey, int]) -> None:
+    """Commit the decided positions to the reader's group too (best effort: the consumed
+    positions hash already holds them for the next owner)."""
+    try:
+        reader.commit(positions)
+    except ReaderGroupError as exc:
+        logger.warning(
+            "reader %r: committing transaction positions to the group failed (the next owner "
+            "resumes from the transaction's record): %s",
+            reader.reader_id,
+            exc,
+            exc_info=exc,
+        )
+
+
+class Claimer:
+    """The rebalance listener :func:`bind_reader` installs."""
+
+    def __init__(
+        self, writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]
+    ) -> None:
+        self._writer = writer
+        self._reader = reader
+        self.held: dict[SegKey, int] = {}  # segment -> token, as claimed on acquisition
+        self.dropped: set[SegKey] = set()  # given up or lost since the last commit
+
+    def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        reader = self._reader
+        owned = reader.owned_segments()
+        mine = [k for k in segments if k in owned]
+        if not mine:
+            return
+        for segment in mine:
+            self.held[segment] = owned[segment]
+        try:
+            self._claim(reader_id, mine, owned)
+        except ReaderGroupError:
+            # not claimed, or not resumed after what was decided: the next commit fails, and
+            # its rewind claims them and moves them where they belong
+            self.dropped.update(mine)
+            raise
+
+    def _claim(self, reader_id: str, mine: list[SegKey], owned: Mapping[SegKey, int]) -> None:
+        reader, writer = self._reader, self._writer
+        claims = [(segment_field(k), owned[k]) for k in mine]
+        found = writer.store.claim(group_of(reader), claims)
+        for segment, (position, txn_id) in zip(mine, found, strict=True):
+            if txn_id:
+                record = writer.store.record(txn_id)
+                if record is not None and record.status is TxnStatus.COMMITTING:
+                    writer.completer.complete(record)
+            if position > reader.position(segment):
+                logger.info(
+                    "reader %r: %s resumes at %d, after transaction %s",
+                    reader_id,
+                    segment,
+                    position,
+                    txn_id,
+                )
+                reader.seek(segment, position)
+
+    def on_segments_released(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        for segment in segments:
+            if self.held.pop(segment, None) is not None:
+                self.dropped.add(segment)
+
+    def on_segments_lost(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        self.on_segments_released(reader_id, segments)
+
+
+def bind_reader(
+    writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]
+) -> None:
+    """See :meth:`TransactionalEventStreamWriter.bind_reader`."""
+    if id(reader) in writer._claimers:
+        return
+    if reader.commit_mode != "manual":
+        raise InvalidConfigError(
+            f"reader {reader.reader_id!r}: a consume-transform-produce group commits only with "
+            "its transactions: create it with ReaderGroupConfig(commit_mode='manual')"
+        )
+    claimer = Claimer(writer, reader)
+    writer._claimers[id(reader)] = claimer
+    reader.add_rebalance_listener(claimer)
+    owned = reader.owned_segments()
+    if owned:  # segments acquired before binding: claim them now
+        claimer.on_segments_acquired(reader.reader_id, list(owned))

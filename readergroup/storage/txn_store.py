@@ -1,0 +1,287 @@
+"""A stream's transactions on Redis: :class:`TxnStore` runs the ``txn_*.lua`` scripts (states
+and keys: :mod:`readergroup.core.transactions`) and reads records. Thread-safe."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import redis
+from redis.commands.core import Script
+
+from readergroup.core.errors import ReaderGroupError, TransactionError
+from readergroup.core.transactions import CommitPlan, TxnRecord
+from readergroup.storage import segment_status
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.scripts import SCRIPT_NAMES, script_source
+from readergroup.storage.staging_store import StagedEvent
+from readergroup.storage.translate import as_text, translate_errors
+
+_SCRIPTS = tuple(name for name in SCRIPT_NAMES if name.startswith("txn_"))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What ``txn_stage.lua`` needs to decide a commit: the events the plan covers, the plan,
+    the consumed positions (JSON, ``""``: none) with the reader group's synchronizer name and
+    per input segment (field, fencing token, position), and the completion grace (ms)."""
+
+    covered: int
+    plan: CommitPlan
+    grace_ms: int
+    positions: str = ""
+    group_sync: str = ""
+    claims: tuple[tuple[str, int, int], ...] = ()
+
+
+class TxnStore:
+    """The transactions of one stream ``scope/stream``."""
+
+    def __init__(self, client: redis.Redis, keys: KeyLayout, scope: str, stream: str) -> None:
+        self._client = client
+        self._keys = keys
+        self.scope = scope
+        self.stream = stream
+        self._scripts: dict[str, Script] = {
+            name: client.register_script(script_source(name)) for name in _SCRIPTS
+        }
+        self.open_key = keys.txn_open(scope, stream)
+        self.all_key = keys.txn_all(scope, stream)
+        self.epochs_key = keys.txn_epochs(scope, stream)
+        self.consumed_key = keys.txn_consumed(scope, stream)
+        self.landed_key = keys.txn_landed(scope, stream)
+
+    def record_key(self, txn_id: str) -> str:
+        return self._keys.txn_record(self.scope, self.stream, txn_id)
+
+    def staged_key(self, txn_id: str) -> str:
+        return self._keys.txn_staged(self.scope, self.stream, txn_id)
+
+    def subject(self, txn_id: str) -> str:
+        return f"transaction {txn_id} of {self.scope}/{self.stream}"
+
+    def _run(self, script: str, txn_id: str, keys: list[str], args: list[Any]) -> list[Any]:
+        with translate_errors(f"{script} of {self.subject(txn_id)}"):
+            reply: list[Any] = self._scripts[script](keys=keys, args=args)
+        try:
+            segment_status.check(script, self.subject(txn_id), reply)
+        except TransactionError as exc:
+            exc.txn_id = txn_id
+            if int(reply[0]) == segment_status.TXN_CLOSED:
+                exc.status = as_text(reply[1])
+            raise
+        return reply
+
+    # -- transactional ids ------------------------------------------------------------------
+    def next_epoch(self, transactional_id: str) -> int:
+        """Bump ``transactional_id``'s epoch (a new writer instance): fences the older ones."""
+        with translate_errors(f"epoch of transactional id {transactional_id!r}"):
+            return int(self._client.hincrby(self.epochs_key, transactional_id, 1))
+
+    # -- steps ------------------------------------------------------------------------------
+    def begin(
+        self, txn_id: str, transactional_id: str, epoch: int, lease_ms: int, retention_ms: int
+    ) -> tuple[int, int]:
+        """Begin an OPEN transaction; returns (created, deadline) server ms."""
+        keys = [self.record_key(txn_id), self.open_key, self.epochs_key, self.all_key]
+        args = [txn_id, transactional_id, epoch, lease_ms, retention_ms]
+        reply = self._run("txn_begin", txn_id, keys, args)
+        return int(reply[1]), int(reply[2])
+
+    def stage(
+        self,
+        txn_id: str,
+        caller: str,
+        events: Sequence[StagedEvent],
+        retention_ms: int,
+        decide: Decision | None = None,
+    ) -> tuple[int, int, int]:
+        """Stage ``events`` (renewing the lease) as ``caller`` (``"<epoch>:<transactional
+        id>"``), and with ``decide`` = (events covered, plan,
+        positions JSON, completion grace ms) decide the commit after them. Returns (status,
+        events staged in all, deadline or decision server ms); status ``CONFLICT``: the plan
+        does not cover the staged events, nothing was written."""
+        size = sum(len(event[1]) for event in events)
+        args: list[Any] = [txn_id, caller, retention_ms, len(events), size, pack_events(events)]
+        keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key, self.epochs_key]
+        keys.append(self.all_key)
+        if decide is None:
+            args.append("")
+        else:
+            args += ("decide", decide.covered, decide.plan.to_json(), decide.positions)
+            args += (decide.grace_ms, len(decide.claims))
+            for field, token, position in decide.claims:
+                args += (consumed_field(decide.group_sync, field), token, position)
+            if decide.claims:
+                keys.append(self.consumed_key)
+        reply = self._run("txn_stage", txn_id, keys, args)
+        return int(reply[0]), int(reply[1]), int(reply[2]) if len(reply) > 2 else 0
+
+    def claim(self, group_sync: str, claims: Sequence[tuple[str, int]]) -> list[tuple[int, str]]:
+        """Claim input segments (field, fencing token) for a reader of ``group_sync``; returns
+        per segment where decided transactions left it: (position or -1, txn id or "")."""
+        args: list[Any] = [len(claims)]
+        for field, token in claims:
+            args += (consumed_field(group_sync, field), token)
+        with translate_errors(f"claim consumed segments in {self.scope}/{self.stream}"):
+            reply: list[Any] = self._scripts["txn_claim"](keys=[self.consumed_key], args=args)
+        segment_status.check("txn_claim", f"{self.scope}/{self.stream}", reply)
+        values = reply[1:]
+        return [(int(values[i]), as_text(values[i + 1])) for i in range(0, len(values), 2)]
+
+    def replan(self, txn_id: str, version: int, plan: CommitPlan) -> bool:
+        """Compare-and-set a committing transaction's plan; False: it changed meanwhile."""
+        reply = self._run(
+            "txn_replan", txn_id, [self.record_key(txn_id)], [version, plan.to_json()]
+        )
+        return int(reply[0]) == segment_status.OK
+
+    def finish(
+        self,
+        txn_id: str,
+        mode: str,
+        retention_ms: int,
+        caller: str = "",
+        landed: Sequence[tuple[int, str]] = (),
+    ) -> bool:
+        """End it (``mode``: commit, abort, force, expire: see ``txn_finish.lua``; ``caller``:
+        ``"<epoch>:<transactional id>"`` for abort; ``landed``: a commit's plan entries as
+        (segment, writer id)); False: it had ended so before."""
+        keys = [self.record_key(txn_id), self.staged_key(txn_id), self.open_key, self.all_key]
+        args: list[Any] = [txn_id, mode, retention_ms, caller]
+        if landed:
+            keys.append(self.landed_key)
+            args += (f"{segment}|{writer}" for segment, writer in landed)
+        reply = self._run("txn_finish", txn_id, keys, args)
+        return int(reply[0]) == segment_status.OK
+
+    def epoch(self, transactional_id: str) -> int:
+        """``transactional_id``'s current epoch (0: no instance yet)."""
+        with translate_errors(f"epoch of transactional id {transactional_id!r}"):
+            value: Any = self._client.hget(self.epochs_key, transactional_id)
+        return int(value or 0)
+
+    def merge(
+        self,
+        target: str,
+        sources: Sequence[str],
+        transactional_id: str,
+        epoch: int,
+        lease_ms: int,
+        retention_ms: int,
+    ) -> str:
+        """Begin ``target`` holding the staged events of the open ``sources`` (ending them),
+        once: returns ``""`` when merged now, else the state ``target`` is in (merged
+        before)."""
+        keys = [self.record_key(target), self.staged_key(target), self.open_key]
+        keys += (self.epochs_key, self.all_key)
+        for source in sources:
+            keys += (self.record_key(source), self.staged_key(source))
+        args = [target, transactional_id, epoch, lease_ms, retention_ms, *sources]
+        reply = self._run("txn_merge", target, keys, args)
+        return "" if int(reply[0]) == segment_status.OK else as_text(reply[1])
+
+    def adopt(self, txn_id: str, transactional_id: str, epoch: int) -> None:
+        """Take an open transaction over for ``transactional_id`` at ``epoch``."""
+        keys = [self.record_key(txn_id), self.epochs_key]
+        self._run("txn_adopt", txn_id, keys, [transactional_id, epoch])
+
+    # -- reads ------------------------------------------------------------------------------
+    def record(self, txn_id: str) -> TxnRecord | None:
+        """The record, or None if there is none."""
+        with translate_errors(f"read {self.subject(txn_id)}"):
+            fields: dict[Any, Any] = self._client.hgetall(self.record_key(txn_id))
+        return TxnRecord.from_hash(txn_id, fields) if fields else None
+
+    def staged(self, txn_id: str) -> list[StagedEvent]:
+        """A transaction's staged events, in write order."""
+        with translate_errors(f"read the staged events of {self.subject(txn_id)}"):
+            chunks: list[Any] = self._client.lrange(self.staged_key(txn_id), 0, -1)
+        return [event for chunk in chunks for event in unpack_events(chunk)]
+
+    def records(self, txn_ids: Sequence[str]) -> list[TxnRecord]:
+        """The records of ``txn_ids`` that exist, in one round trip."""
+        with translate_errors(f"read transactions of {self.scope}/{self.stream}"):
+            pipe = self._client.pipeline(transaction=False)
+            for txn_id in txn_ids:
+                pipe.hgetall(self.record_key(txn_id))
+            replies: list[Any] = pipe.execute()
+        return [TxnRecord.from_hash(t, f) for t, f in zip(txn_ids, replies, strict=True) if f]
+
+    def unfinished(self, until_ms: float = float("inf")) -> list[tuple[str, int]]:
+        """Unfinished transactions (id, deadline ms) with a deadline at or before ``until_ms``,
+        earliest first."""
+        top = "+inf" if until_ms == float("inf") else int(until_ms)
+        with translate_errors(f"list transactions of {self.scope}/{self.stream}"):
+            rows: Any = self._client.zrangebyscore(self.open_key, "-inf", top, withscores=True)
+        return [(as_text(member), int(score)) for member, score in rows]
+
+    def applied(self, segment: int, writer: str) -> bool:
+        """Whether a segment's writer table records ``writer`` (a plan entry landed there)."""
+        key = self._keys.segment(self.scope, self.stream, segment).writers
+        with translate_errors(f"read {key}"):
+            return bool(self._client.hexists(key, writer))
+
+    def forget_finished(self, before_ms: int, limit: int = 1000) -> int:
+        """Drop from the index of every transaction those finished before ``before_ms`` (their
+        records expired: kept ``retention`` after they finished), and delete the writer table
+        fields of plan entries committed before it (at most ``limit``); returns how many
+        fields went."""
+        with translate_errors(f"trim transactions of {self.scope}/{self.stream}"):
+            self._client.zremrangebyscore(self.all_key, "-inf", f"({before_ms}")
+            old: Any = self._client.zrangebyscore(
+                self.landed_key, "-inf", f"({before_ms}", start=0, num=limit
+            )
+            if not old:
+                return 0
+            fields: dict[int, list[str]] = {}
+            for member in map(as_text, old):
+                number, _, writer = member.partition("|")
+                fields.setdefault(int(number), []).append(writer)
+            pipe = self._client.pipeline(transaction=False)
+            for segment, writers in fields.items():
+                pipe.hdel(self._keys.segment(self.scope, self.stream, segment).writers, *writers)
+            pipe.execute()
+            self._client.zrem(self.landed_key, *old)
+        return len(old)
+
+    def delete_all(self) -> int:
+        """Delete every transaction key of the stream (it is being deleted), found through
+        its indexes (no keyspace scan); returns how many keys went."""
+        deleted = 0
+        with translate_errors(f"delete transactions of {self.scope}/{self.stream}"):
+            members: Any = self._client.zrange(self.all_key, 0, -1)
+            ids = {as_text(m) for m in members} | {t for t, _ in self.unfinished()}
+            keys = [self.open_key, self.all_key, self.epochs_key, self.consumed_key]
+            keys.append(self.landed_key)
+            for txn_id in sorted(ids):
+                keys += (self.record_key(txn_id), self.staged_key(txn_id))
+            for start in range(0, len(keys), 500):
+                deleted += int(self._client.delete(*keys[start : start + 500]))
+        return deleted
+
+
+def consumed_field(group_sync: str, segment_field: str) -> str:
+    """A consumed-positions field: the reader group, then the input segment."""
+    return f"{group_sync}|{segment_field}"
+
+
+def pack_events(events: Sequence[StagedEvent]) -> bytes:
+    """Staged events as one staging list item (``b""``: none): a msgpack array of
+    ``[routing key or nil, payload, writer ms, packed headers]`` per event."""
+    if not events:
+        return b""
+    return bytes(msgpack.packb([list(event) for event in events], use_bin_type=True))
+
+
+def unpack_events(chunk: bytes) -> list[StagedEvent]:
+    """The events of one staging list item (see :func:`pack_events`)."""
+    try:
+        rows = msgpack.unpackb(chunk, raw=False)
+        return [
+            (key, bytes(payload), int(ms), bytes(headers)) for key, payload, ms, headers in rows
+        ]
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ReaderGroupError(f"unreadable staged events ({len(chunk)} bytes): {exc!r}") from exc
