@@ -86,15 +86,7 @@ def _set_up(connection: Any) -> None:
         if "hello" not in str(exc).lower():
             raise
         connection.disconnect()
-        raise _too_old_for_hello(exc) from exc
-
-
-def _too_old_for_hello(exc: Exception) -> UnsupportedServerError:
-    """No ``HELLO`` (Redis 5), or none without arguments (6.0)."""
-    return UnsupportedServerError(
-        f"the server does not answer HELLO ({exc}): it is older than Redis 6.2; readergroup "
-        f"needs Redis {'.'.join(map(str, OLDEST_SERVER))} or later (or any Valkey)"
-    )
+        raise too_old_for_hello(exc) from exc
 
 
 def _check_server(connection: Any, *, eviction: bool = True) -> None:
@@ -116,31 +108,79 @@ def _check_server(connection: Any, *, eviction: bool = True) -> None:
             except redis.exceptions.NoPermissionError:
                 raise
             except redis.ResponseError as exc:
-                raise _too_old_for_hello(exc) from exc
+                raise too_old_for_hello(exc) from exc
         check_server_version(*server_version(hello))
         if eviction:
             asked = "INFO"
-            info = connection.read_response()
-            if isinstance(info, bytes):
-                info = info.decode("utf-8", "replace")
-            for line in str(info).splitlines():
-                name, _, value = line.partition(":")
-                if name == "maxmemory_policy":
-                    check_eviction_policy(value.strip())
+            check_memory_info(connection.read_response())
     except redis.exceptions.NoPermissionError as exc:
         connection.disconnect()
-        needed = (
-            "+hello, needed to check the server's version"
-            if asked == "HELLO"
-            else "+info, needed to check its maxmemory-policy (or opt out with "
-            "ClientConfig(allow_key_eviction=True))"
-        )
-        raise AccessDeniedError(
-            f"Redis refused {asked} ({exc}): grant the ACL user {needed}"
-        ) from exc
+        raise check_denied(asked, exc) from exc
     except ReaderGroupError:
         connection.disconnect()  # never leave an unchecked socket in the pool
         raise
+
+
+def url_options(
+    url: str, config: ClientConfig
+) -> tuple[dict[str, Any], bool, str, list[tuple[str, int]]]:
+    """The client options for ``url`` and ``config`` (the threaded and the asyncio
+    connection's alike), whether it names Sentinels, the URL of its first host and its seeds
+    (several: a cluster's)."""
+    options: dict[str, Any] = {
+        "socket_connect_timeout": min(config.socket_timeout, 5.0),
+        **dict(config.redis_options),
+    }
+    try:
+        sentinel = is_sentinel_url(url)
+        first, seeds = (url, []) if sentinel else split_seeds(url)
+    except EndpointURLError as exc:
+        raise InvalidConfigError(str(exc)) from exc
+    if sentinel and config.cluster:
+        raise InvalidConfigError("a redis+sentinel:// URL cannot name a cluster")
+    # No CLIENT SETINFO on connect (redis-py's default): two round trips fewer per new
+    # socket, no metadata lookup of redis-py's version for each, and one set of ACL rules
+    # for every server (Redis 7.0 has no CLIENT SETINFO; 7.2+ would log a denial)
+    options.setdefault("driver_info", None)
+    return options, sentinel, first, seeds
+
+
+def unusable_url(url: str, config: ClientConfig, exc: Exception) -> InvalidConfigError:
+    """redis-py refused ``url`` (a bad scheme, port or option): said without its password."""
+    return InvalidConfigError(
+        f"{redact_url(url)!r} is not a usable Redis URL: "
+        f"{redact(str(exc), [config.redis_options.get('password')])}"
+    )
+
+
+def check_memory_info(info: Any) -> None:
+    """Refuse a server whose ``maxmemory-policy`` (in an ``INFO memory`` reply) may evict."""
+    if isinstance(info, bytes):
+        info = info.decode("utf-8", "replace")
+    for line in str(info).splitlines():
+        name, _, value = line.partition(":")
+        if name == "maxmemory_policy":
+            check_eviction_policy(value.strip())
+
+
+def check_denied(asked: str, exc: Exception) -> AccessDeniedError:
+    """The error for an ACL user that may not run ``asked`` (``HELLO`` or ``INFO``), which
+    checking a new socket's server needs."""
+    needed = (
+        "+hello, needed to check the server's version"
+        if asked == "HELLO"
+        else "+info, needed to check its maxmemory-policy (or opt out with "
+        "ClientConfig(allow_key_eviction=True))"
+    )
+    return AccessDeniedError(f"Redis refused {asked} ({exc}): grant the ACL user {needed}")
+
+
+def too_old_for_hello(exc: Exception) -> UnsupportedServerError:
+    """No ``HELLO`` (Redis 5), or none without arguments (6.0)."""
+    return UnsupportedServerError(
+        f"the server does not answer HELLO ({exc}): it is older than Redis 6.2; readergroup "
+        f"needs Redis {'.'.join(map(str, OLDEST_SERVER))} or later (or any Valkey)"
+    )
 
 
 class RedisConnection(SynchronizerSource):
@@ -205,21 +245,7 @@ class RedisConnection(SynchronizerSource):
     @classmethod
     def from_url(cls, url: str, config: ClientConfig | None = None) -> RedisConnection:
         config = config or ClientConfig()
-        options: dict[str, Any] = {
-            "socket_connect_timeout": min(config.socket_timeout, 5.0),
-            **dict(config.redis_options),
-        }
-        try:
-            sentinel = is_sentinel_url(url)
-            first, seeds = (url, []) if sentinel else split_seeds(url)
-        except EndpointURLError as exc:
-            raise InvalidConfigError(str(exc)) from exc
-        if sentinel and config.cluster:
-            raise InvalidConfigError("a redis+sentinel:// URL cannot name a cluster")
-        # No CLIENT SETINFO on connect (redis-py's default): two round trips fewer per new
-        # socket, no metadata lookup of redis-py's version for each, and one set of ACL rules
-        # for every server (Redis 7.0 has no CLIENT SETINFO; 7.2+ would log a denial)
-        options.setdefault("driver_info", None)
+        options, sentinel, first, seeds = url_options(url, config)
         if config.cluster:  # (RedisCluster sets a socket up itself, then calls this)
             options["redis_connect_func"] = functools.partial(
                 _check_server, eviction=not config.allow_key_eviction
@@ -234,10 +260,7 @@ class RedisConnection(SynchronizerSource):
         except ReaderGroupError:
             raise
         except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
-            raise InvalidConfigError(
-                f"{redact_url(url)!r} is not a usable Redis URL: "
-                f"{redact(str(exc), [config.redis_options.get('password')])}"
-            ) from exc
+            raise unusable_url(url, config, exc) from exc
         return cls(client, config, blocking)
 
     def server_time_ms(self) -> int:

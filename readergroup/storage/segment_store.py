@@ -63,6 +63,23 @@ def append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
     return AppendReply(code)
 
 
+def append_replies(
+    acks: Acks, batches: Sequence[AppendBatch], replies: list[Any], waits: list[Any], client: Any
+) -> list[AppendReply]:
+    """Each batch's :class:`AppendReply` (:func:`append_reply`); if any wrote, the replies to
+    the acknowledgement waits (``waits``) must show it acknowledged as ``acks`` asks (else a
+    retriable error). ``client``: the one the appends went through (a Sentinel client asks
+    where the primary is at once on a shortfall; ``None``: none to ask)."""
+    results = [append_reply(batch, reply) for batch, reply in zip(batches, replies, strict=True)]
+    wrote_nothing = (segment_status.SEALED, segment_status.REGRESSED, REFUSED)
+    if any(r.status not in wrote_nothing for r in results):
+        with translate_errors("append"):
+            for acknowledged in waits:
+                where = f"stream {batches[0].scope}/{batches[0].stream}"
+                check_acknowledged(acks, acknowledged, where, client)
+    return results
+
+
 class SegmentStorage(Protocol):
     """The interface of the segment data plane: :class:`SegmentStore` on Redis, and
     :class:`~readergroup.testing.memory_segments.MemorySegmentStore` in memory."""
@@ -223,16 +240,7 @@ class SegmentStore:
                 )
                 if wait is not None:
                     waits.append(acknowledged)
-        results = [
-            append_reply(batch, reply) for batch, reply in zip(batches, replies, strict=True)
-        ]
-        wrote_nothing = (segment_status.SEALED, segment_status.REGRESSED, REFUSED)
-        if any(r.status not in wrote_nothing for r in results):
-            with translate_errors("append"):
-                for acknowledged in waits:
-                    where = f"stream {batches[0].scope}/{batches[0].stream}"
-                    check_acknowledged(self._acks, acknowledged, where, self._client)
-        return results
+        return append_replies(self._acks, batches, replies, waits, self._client)
 
     def _run(
         self, script: str, scope: str, stream: str, segment: int, keys: int, *args: Any

@@ -1,0 +1,167 @@
+"""The asyncio Redis connection of readergroup: :class:`AsyncConnection`, on ``redis.asyncio``.
+
+Built from the same URL and :class:`~readergroup.core.config.ClientConfig` as the threaded
+:class:`~readergroup.storage.connection.RedisConnection` (:func:`~readergroup.storage.
+connection.url_options`): ACL user and password (in the URL or ``redis_options``), TLS
+(``rediss://`` and the ``ssl_*`` options), ``unix://``, ``socket_timeout``, the key prefix and
+``acks``. redis-py's own retries are off (the writer retries with the same sequence number,
+which the scripts deduplicate); every new socket is checked like the threaded client's: a
+server older than Redis 7.0, or one whose ``maxmemory-policy`` may evict keys, is refused.
+
+Not yet on asyncio: ``redis+sentinel://`` URLs and ``ClientConfig(cluster=True)`` raise
+:class:`~readergroup.core.errors.InvalidConfigError` here (use the threaded client for them).
+
+No password comes out: the connection's ``repr`` names the redacted URL only, and errors are
+translated (:mod:`readergroup.storage.translate`) from redis-py's, which never carry it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+from redis.retry import Retry
+
+from readergroup.core.config import ClientConfig, check_server_version, server_version
+from readergroup.core.errors import InvalidConfigError, ReaderGroupError
+from readergroup.storage.aio_append import AsyncSegmentAppends, script_sha
+from readergroup.storage.connection import (
+    check_denied,
+    check_memory_info,
+    too_old_for_hello,
+    unusable_url,
+    url_options,
+)
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.translate import translate_errors
+from statesync import status
+from statesync.backend import ReadResult
+from statesync.names import KeyLayout as LogKeys
+from statesync.redaction import redact_url
+from statesync.redis_backend import _raw_entry, _text
+from statesync.scripts import script_source as log_script_source
+
+
+class AsyncConnection:
+    """One ``redis.asyncio`` client (and its pool) shared by everything an
+    :class:`~readergroup.aio.factory.AsyncEventStreamClientFactory` creates. Use it from one
+    event loop (the one that created it)."""
+
+    def __init__(self, client: redis.asyncio.Redis, config: ClientConfig, url: str) -> None:
+        self.config = config
+        self.client = client
+        self.keys = KeyLayout(config.key_prefix)
+        self._where = redact_url(url)
+        self.segments = AsyncSegmentAppends(client, self.keys, config.durability)
+        """The segment appends (``await segments.append(batches)``)."""
+        self._read_script = log_script_source("read")
+        self._read_sha = script_sha(self._read_script)
+
+    @classmethod
+    def from_url(cls, url: str, config: ClientConfig | None = None) -> AsyncConnection:
+        """A connection to ``url`` (nothing is sent until the first command)."""
+        config = config or ClientConfig()
+        options, sentinel, _, seeds = url_options(url, config)
+        if sentinel or config.cluster:
+            raise InvalidConfigError(
+                "the asyncio API does not support "
+                f"{'redis+sentinel:// URLs' if sentinel else 'ClientConfig(cluster=True)'} yet: "
+                "use the threaded client (EventStreamClientFactory) for it"
+            )
+        if len(seeds) > 1:
+            raise InvalidConfigError(
+                f"{len(seeds)} hosts in the URL: several seeds need ClientConfig(cluster=True)"
+            )
+        eviction = not config.allow_key_eviction
+
+        async def connect_checking_server(connection: Any) -> None:
+            await _set_up(connection)
+            await _check_server(connection, eviction=eviction)
+
+        options["redis_connect_func"] = connect_checking_server
+        try:
+            client = redis.asyncio.Redis.from_url(
+                url, socket_timeout=config.socket_timeout, retry=Retry(NoBackoff(), 0), **options
+            )
+        except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
+            raise unusable_url(url, config, exc) from exc
+        return cls(client, config, url)
+
+    def __repr__(self) -> str:
+        return f"AsyncConnection({self._where!r}, key_prefix={self.config.key_prefix!r})"
+
+    async def server_time_ms(self) -> int:
+        with translate_errors("TIME"):
+            seconds, micros = await self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    async def read_log(self, name: str, after_revision: int, limit: int) -> ReadResult:
+        """One page of the state log ``name`` (``read.lua``, read-only): its entries after
+        ``after_revision`` (``-1``: the newest snapshot first), at most ``limit``. Raises
+        statesync's :class:`~statesync.errors.SynchronizerNotFoundError` when it does not
+        exist, else readergroup's errors."""
+        keys = LogKeys(self.config.key_prefix, name)
+        args: list[Any] = [keys.meta, keys.log, keys.snapshots, after_revision, limit, -1, -1]
+        with translate_errors(f"read {name}"):
+            try:
+                reply = await self.client.evalsha_ro(self._read_sha, 3, *args)
+            except NoScriptError:
+                await self.client.script_load(self._read_script)
+                reply = await self.client.evalsha_ro(self._read_sha, 3, *args)
+        status.raise_for_status("read", name, reply)
+        head, incarnation, snapshot_revision, snapshot, entries, anchor, history = reply[1:8]
+        return ReadResult(
+            int(head),
+            _text(incarnation),
+            int(snapshot_revision),
+            snapshot,
+            [_raw_entry(entry) for entry in entries],
+            _text(anchor),
+            _text(history),
+        )
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+async def _set_up(connection: Any) -> None:
+    """redis-py's own set-up of a socket, a server without ``HELLO`` refused as too old."""
+    try:
+        await connection.on_connect()
+    except redis.exceptions.NoPermissionError:
+        raise
+    except redis.ResponseError as exc:
+        if "hello" not in str(exc).lower():
+            raise
+        await connection.disconnect()
+        raise too_old_for_hello(exc) from exc
+
+
+async def _check_server(connection: Any, *, eviction: bool) -> None:
+    """The threaded client's check of a new socket (see
+    :func:`readergroup.storage.connection._check_server`): ``HELLO`` for the version and, with
+    ``eviction``, ``INFO memory`` for the ``maxmemory-policy``, in one round trip."""
+    asked = "HELLO"
+    try:
+        await connection.send_command("HELLO")
+        if eviction:
+            await connection.send_command("INFO", "memory")
+        try:
+            hello = await connection.read_response()
+        except redis.exceptions.NoPermissionError:
+            raise
+        except redis.ResponseError as exc:
+            raise too_old_for_hello(exc) from exc
+        check_server_version(*server_version(hello))
+        if eviction:
+            asked = "INFO"
+            check_memory_info(await connection.read_response())
+    except redis.exceptions.NoPermissionError as exc:
+        await connection.disconnect()
+        raise check_denied(asked, exc) from exc
+    except ReaderGroupError:
+        await connection.disconnect()  # never leave an unchecked socket in the pool
+        raise
