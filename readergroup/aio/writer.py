@@ -1,0 +1,327 @@
+"""``AsyncEventStreamWriter``: the asyncio writer. Routes, batches and pipelines events into a
+stream's segments exactly as the threaded
+:class:`~readergroup.client.writer.EventStreamWriter` does, with a task of the event loop in
+place of the sender thread; no thread anywhere.
+
+Life of an event: ``send`` checks and encodes it (the threaded writer's checks: serializer
+output, size, headers, routing key), waits (awaits) for room under ``max_in_flight_bytes``
+and queues it, returning an :class:`asyncio.Future`; ``write_event`` does the same and awaits
+that future. The sender task drains the queue in rounds and delivers each through the same
+decisions as the sender thread (:mod:`readergroup.client.write_rounds`: routing per segment,
+one idempotent ``append_events.lua`` call per batch, all batches of a round in one round trip,
+retries with backoff until each event's deadline, re-routing after a scale, put-back after a
+lossy failover), awaiting where the thread blocks.
+
+Guarantees, errors and logging are the threaded writer's (see its module): per-key order,
+no duplicates from retries (writer id and sequence), bounded memory, bounded delivery per
+event (``delivery_timeout``, :class:`~readergroup.core.errors.WriteFailedError` carrying the
+deadline), :class:`~readergroup.core.errors.StreamSealedError`,
+:class:`~readergroup.core.errors.EventTooLargeError`,
+:class:`~readergroup.core.errors.SerializationError`,
+:class:`~readergroup.core.errors.WriterClosedError`.
+
+**Cancellation.** Cancelling a task awaiting ``write_event`` or ``send`` never cancels the
+write: once ``send`` was called and its checks passed, the event is written exactly once (or
+fails as it would have, its error raised by the next ``flush``), whatever happens to the task
+awaiting it. A task cancelled while it waits for room queues its event anyway (the in-flight
+bound is exceeded by that event) and then raises :class:`asyncio.CancelledError`. Cancelling
+the future ``send`` returned only drops interest in the outcome.
+
+Who may call what: one event loop (the one the writer was created on) and any of its tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
+from typing import Any, Generic, TypeVar
+
+from readergroup.aio.metadata import AsyncStreamStates
+from readergroup.client.serializers import Serializer
+from readergroup.client.write_rounds import (
+    EventPointer,
+    EventWriterConfig,
+    FetchState,
+    Pause,
+    QueuedEvent,
+    RoundSender,
+    SendBatches,
+    Step,
+)
+from readergroup.core.errors import WriterClosedError
+from readergroup.core.headers import Headers
+from readergroup.storage.aio_connection_api import AsyncConnectionApi
+from statesync.clock import Clock
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class _AsyncEvent(QueuedEvent):
+    """A queued event whose outcome resolves an :class:`asyncio.Future` (on the loop)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[EventPointer], *args: Any) -> None:
+        super().__init__(*args)
+        self.future = future
+
+    def _complete(self, segment: int, offset: int, error: BaseException | None) -> None:
+        self._record(segment, offset, error)
+        self._done = True
+        future = self.future
+        if future.done():  # cancelled by its holder: nobody wants the outcome
+            return
+        if error is None:
+            future.set_result(EventPointer(segment, offset))
+        else:
+            future.set_exception(error)
+            future.exception()  # retrieved: flush() raises it; asyncio need not log it too
+
+
+class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
+    """Writes events of type ``T`` to one stream from asyncio code. Create with
+    :meth:`~readergroup.aio.factory.AsyncEventStreamClientFactory.create_event_writer`.
+
+    ``clock``/``sleep``: injected time for the retry logic (``sleep`` awaited for backoffs
+    and ``linger``); by default the monotonic clock and :func:`asyncio.sleep`. A ``clock``
+    given without ``sleep`` is slept with its own ``sleep`` (a test's fake clock, which only
+    advances its time: a clock that really sleeps needs ``sleep`` too)."""
+
+    def __init__(
+        self,
+        connection: AsyncConnectionApi,
+        metadata: AsyncStreamStates,
+        scope: str,
+        stream: str,
+        serializer: Serializer[T],
+        config: EventWriterConfig | None = None,
+        *,
+        max_event_size: int,
+        clock: Clock | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        rng: random.Random | None = None,
+        wall_clock_ms: Callable[[], int] | None = None,
+        writer_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            scope,
+            stream,
+            serializer,
+            config or EventWriterConfig(),
+            clock=clock or _MONOTONIC,
+            rng=rng or random.Random(),  # noqa: S311 (spreading keyless events)
+            wall_ms=wall_clock_ms or _wall_clock_ms,
+            writer_id=writer_id or f"w-{uuid.uuid4().hex[:16]}",
+            max_event_size=max_event_size,
+        )
+        self._connection = connection
+        self._metadata = metadata
+        self._sleep = sleep or (asyncio.sleep if clock is None else _sleeping_on(clock))
+        self._accounting = nullcontext()
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._room = asyncio.Event()
+        self._closed = False
+        self._sender = self._loop.create_task(self._run(), name=f"rg-writer-{scope}/{stream}")
+        self._sender.add_done_callback(self._sender_ended)
+
+    # -- public API -------------------------------------------------------------------------
+    async def write_event(
+        self, event: T, routing_key: str | None = None, *, headers: Headers | None = None
+    ) -> EventPointer:
+        """Write ``event`` and return where it landed, once it is in Redis (acknowledged as
+        ``ClientConfig.acks`` asks). Raises as :meth:`send` does, and the event's own error
+        (:class:`~readergroup.core.errors.WriteFailedError` after ``delivery_timeout``,
+        :class:`~readergroup.core.errors.StreamSealedError`...) if it was not written.
+        Cancelling the awaiting task does not cancel the write (see the module docstring)."""
+        future = await self.send(event, routing_key, headers=headers)
+        return await asyncio.shield(future)
+
+    async def send(
+        self, event: T, routing_key: str | None = None, *, headers: Headers | None = None
+    ) -> asyncio.Future[EventPointer]:
+        """Queue ``event`` and return a future of where it lands, without waiting for it
+        (pipelining: ``await`` the futures later, or just :meth:`flush`). Awaits only while
+        ``max_in_flight_bytes`` are queued or in flight, up to ``max_block`` seconds.
+
+        Raises at once (nothing queued) as the threaded ``write_event`` does: a serializer
+        error or a value that is not bytes-like (:class:`SerializationError`), an event over
+        ``max_event_size`` or headers over their bounds (:class:`EventTooLargeError`), a
+        closed writer (:class:`WriterClosedError`), no room within ``max_block``
+        (:class:`WriteFailedError`)."""
+        if self._closed:
+            raise WriterClosedError("the writer is closed")
+        payload, packed, position, wire = self._encoded(event, routing_key, headers)
+        queued = _AsyncEvent(
+            self._loop.create_future(),
+            next(self._order),
+            wire,
+            payload,
+            self._wall_ms(),
+            position,
+            self._clock.monotonic() + self._delivery_timeout,
+            packed,
+        )
+        if self._buffered + queued.size > self._max_in_flight and self._buffered:
+            try:
+                await self._wait_for_room(queued.size)
+            except asyncio.CancelledError:
+                self._enqueue(queued)  # cancelling the caller never cancels the write
+                raise
+        self._enqueue(queued)
+        return queued.future
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every event written so far is acknowledged or failed; raise the first
+        failure since the previous flush. Returns by the last event's deadline at the latest,
+        or raises ``TimeoutError`` after ``timeout`` seconds."""
+        if self._outstanding:
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout)
+            except TimeoutError:
+                raise TimeoutError(f"{self._outstanding} events still unacknowledged") from None
+        failure = self._take_failure()
+        if failure is not None:
+            raise failure
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop the sender task. Idempotent."""
+        if self._closed:
+            return
+        try:
+            await self.flush(timeout)
+        finally:
+            self._closed = True
+            self._wakeup.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._sender), 10)
+            except TimeoutError:
+                log.warning("writer of %s/%s: its sender did not stop", self._scope, self._stream)
+
+    async def __aenter__(self) -> AsyncEventStreamWriter[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- sender -----------------------------------------------------------------------------
+    def _enqueue(self, queued: _AsyncEvent) -> None:
+        self._outstanding += 1
+        self._buffered += queued.size
+        self._idle.clear()
+        queue = self._queue
+        queue.append(queued)
+        if len(queue) == 1:  # the sender takes the queue whole: only its first event wakes it
+            self._wakeup.set()
+
+    async def _wait_for_room(self, size: int) -> None:
+        deadline = time.monotonic() + self._config.max_block
+        while self._buffered + size > self._max_in_flight and self._buffered:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._no_room_error()
+            self._room.clear()
+            try:
+                await asyncio.wait_for(self._room.wait(), remaining)
+            except TimeoutError:
+                continue
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            if self._config.linger:
+                await self._sleep(self._config.linger)
+            self._wakeup.clear()
+            while self._queue or self._backlog:
+                await self._send_round()
+            if self._closed and not self._queue:
+                return
+
+    async def _send_round(self) -> None:
+        """Send one drained round until every event in it is acknowledged or failed."""
+        events = self._drain()
+        steps = self.round_steps(events)
+        reply: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    step = steps.send(reply) if error is None else steps.throw(error)
+                except StopIteration:
+                    return
+                reply, error = None, None
+                try:
+                    reply = await self._perform(step)
+                except Exception as exc:
+                    error = exc
+        except asyncio.CancelledError:
+            self._fail(events, WriterClosedError("the writer's sender task was cancelled"))
+            raise
+        except BaseException as exc:  # fail what is left of the round; the sender lives on
+            self._fail(events, exc)
+
+    async def _perform(self, step: Step) -> Any:
+        """One step of a round (see :mod:`readergroup.client.write_rounds`), awaited."""
+        if type(step) is SendBatches:
+            return await self._connection.segments.append(step.batches)
+        if type(step) is FetchState:
+            if step.refresh:
+                self._metadata.invalidate(self._scope, self._stream)
+            return await self._metadata.get(self._scope, self._stream)
+        assert type(step) is Pause
+        await self._sleep(step.seconds)
+        return None
+
+    def _released(self) -> None:
+        if not self._outstanding:
+            self._idle.set()
+        self._room.set()
+
+    def _sender_ended(self, task: asyncio.Task[None]) -> None:
+        """The sender task ended: by close (nothing to say), cancelled with the loop, or by a
+        bug (logged; the writer is closed so that nobody waits on it)."""
+        self._closed = True
+        if task.cancelled():
+            pending = self._backlog[self._backlog_next :] + self._queue
+            self._queue, self._backlog, self._backlog_next = [], [], 0
+            self._fail(pending, WriterClosedError("the writer's sender task was cancelled"))
+            return
+        error = task.exception()
+        if error is not None:
+            log.warning(
+                "writer of %s/%s: its sender task failed", self._scope, self._stream, exc_info=error
+            )
+
+
+class _Monotonic:
+    """The monotonic clock (only its time: the asyncio writer awaits its sleeps)."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        raise AssertionError("the asyncio writer never sleeps on its clock")
+
+
+_MONOTONIC: Clock = _Monotonic()
+
+
+def _sleeping_on(clock: Clock) -> Callable[[float], Awaitable[None]]:
+    async def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        await asyncio.sleep(0)
+
+    return sleep
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
