@@ -20,12 +20,18 @@ deadline), :class:`~readergroup.core.errors.StreamSealedError`,
 :class:`~readergroup.core.errors.SerializationError`,
 :class:`~readergroup.core.errors.WriterClosedError`.
 
+**Order of concurrent writers.** Events are queued in the order the ``send`` and
+``write_event`` calls began, also when some wait for room under ``max_in_flight_bytes``
+(they wait in line: a later small event does not overtake an earlier large one), so per-key
+order holds across the tasks of one writer too.
+
 **Cancellation.** Cancelling a task awaiting ``write_event`` or ``send`` never cancels the
-write: once ``send`` was called and its checks passed, the event is written exactly once (or
-fails as it would have, its error raised by the next ``flush``), whatever happens to the task
-awaiting it. A task cancelled while it waits for room queues its event anyway (the in-flight
-bound is exceeded by that event) and then raises :class:`asyncio.CancelledError`. Cancelling
-the future ``send`` returned only drops interest in the outcome.
+write: once the call began and its checks passed, the event is written exactly once, in its
+place in the order (or fails as it would have, its error raised by the next ``flush``),
+whatever happens to the task awaiting it; a task cancelled while its event waits for room
+leaves the event in line. Only ``max_block`` passing takes an event out of line unwritten
+(:class:`~readergroup.core.errors.WriteFailedError`). Cancelling the future ``send``
+returned only drops interest in the outcome.
 
 Who may call what: one event loop (the one the writer was created on) and any of its tasks.
 """
@@ -37,6 +43,7 @@ import logging
 import random
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from typing import Any, Generic, TypeVar
@@ -129,7 +136,8 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._room = asyncio.Event()
+        # events waiting for room, in line, each with the future that admits it
+        self._waiting: deque[tuple[_AsyncEvent, asyncio.Future[None]]] = deque()
         self._closed = False
         self._sender = self._loop.create_task(self._run(), name=f"rg-writer-{scope}/{stream}")
         self._sender.add_done_callback(self._sender_ended)
@@ -171,13 +179,10 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
             self._clock.monotonic() + self._delivery_timeout,
             packed,
         )
-        if self._buffered + queued.size > self._max_in_flight and self._buffered:
-            try:
-                await self._wait_for_room(queued.size)
-            except asyncio.CancelledError:
-                self._enqueue(queued)  # cancelling the caller never cancels the write
-                raise
-        self._enqueue(queued)
+        if self._waiting or not self._fits(queued.size):
+            await self._wait_for_room(queued)
+        else:
+            self._enqueue(queued)
         return queued.future
 
     async def flush(self, timeout: float | None = None) -> None:
@@ -223,17 +228,33 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
         if len(queue) == 1:  # the sender takes the queue whole: only its first event wakes it
             self._wakeup.set()
 
-    async def _wait_for_room(self, size: int) -> None:
-        deadline = time.monotonic() + self._config.max_block
-        while self._buffered + size > self._max_in_flight and self._buffered:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise self._no_room_error()
-            self._room.clear()
-            try:
-                await asyncio.wait_for(self._room.wait(), remaining)
-            except TimeoutError:
-                continue
+    def _fits(self, size: int) -> bool:
+        return self._buffered + size <= self._max_in_flight or not self._buffered
+
+    async def _wait_for_room(self, queued: _AsyncEvent) -> None:
+        """Wait in line (first come, first queued: so concurrent tasks' events are queued in
+        the order their calls began) until ``queued`` fits, up to ``max_block``. Cancelled,
+        the event keeps its place in line and is queued in its turn."""
+        admitted = self._loop.create_future()
+        place = (queued, admitted)
+        self._waiting.append(place)
+        try:
+            await asyncio.wait_for(asyncio.shield(admitted), self._config.max_block)
+        except TimeoutError:
+            if admitted.done():
+                return
+            self._waiting.remove(place)  # not written: it never was in the queue
+            self._admit()
+            raise self._no_room_error() from None
+
+    def _admit(self) -> None:
+        """Queue the events waiting for room, in line, while they fit."""
+        waiting = self._waiting
+        while waiting and self._fits(waiting[0][0].size):
+            queued, admitted = waiting.popleft()
+            self._enqueue(queued)
+            if not admitted.done():
+                admitted.set_result(None)
 
     async def _run(self) -> None:
         while True:
@@ -282,9 +303,10 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
         return None
 
     def _released(self) -> None:
+        if self._waiting:
+            self._admit()
         if not self._outstanding:
             self._idle.set()
-        self._room.set()
 
     def _sender_ended(self, task: asyncio.Task[None]) -> None:
         """The sender task ended: by close (nothing to say), cancelled with the loop, or by a
@@ -294,6 +316,11 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
             pending = self._backlog[self._backlog_next :] + self._queue
             self._queue, self._backlog, self._backlog_next = [], [], 0
             self._fail(pending, WriterClosedError("the writer's sender task was cancelled"))
+            waiting, self._waiting = self._waiting, deque()
+            for queued, admitted in waiting:
+                queued._complete(-1, -1, WriterClosedError("the writer's sender was cancelled"))
+                if not admitted.done():
+                    admitted.set_result(None)
             return
         error = task.exception()
         if error is not None:

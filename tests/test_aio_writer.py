@@ -1,0 +1,504 @@
+"""The asyncio writer (issue 29): the threaded writer's behaviour, awaited, on both backends
+(``connection``: memory and a real Redis) where the behaviour is backend-independent, and on
+a real Redis for outages, lost replies and backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from readergroup import (
+    BytesSerializer,
+    ClientConfig,
+    EventStreamClientFactory,
+    EventWriterConfig,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+    UTF8StringSerializer,
+)
+from readergroup.aio import AsyncEventStreamClientFactory, EventPointer
+from readergroup.core.errors import (
+    EventTooLargeError,
+    SerializationError,
+    StreamNotFoundError,
+    StreamSealedError,
+    WriteFailedError,
+    WriterClosedError,
+)
+from readergroup.storage.aio_connection import AsyncConnection
+from readergroup.storage.aio_connection_api import AsyncConnectionApi
+from readergroup.storage.connection_api import Connection
+from readergroup.testing.aio_memory import AsyncMemoryConnection
+from readergroup.testing.memory_connection import MemoryConnection
+from tests.support.connections import new_scope
+from tests.support.proxy import ReplyDroppingProxy
+
+FOUR = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4))
+FAST_GROUP = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.1}
+
+
+def async_view(connection: Connection, request: pytest.FixtureRequest) -> AsyncConnectionApi:
+    """The asyncio connection to what ``connection`` reaches (the same memory, or Redis)."""
+    if isinstance(connection, MemoryConnection):
+        return AsyncMemoryConnection(connection)
+    return AsyncConnection.from_url(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture
+def scope(connection: Connection) -> str:
+    """A fresh scope with a stream ``s`` of four segments."""
+    name = new_scope(connection)
+    StreamManager(connection).create_stream(name, "s", FOUR)
+    return name
+
+
+@pytest.fixture
+def factory(connection: Connection, scope: str) -> Iterator[EventStreamClientFactory]:
+    with EventStreamClientFactory(scope, connection) as made:
+        yield made
+
+
+@pytest.fixture
+def aio(connection: Connection, scope: str, request: pytest.FixtureRequest) -> Any:
+    """A coroutine function making the scope's asyncio factory (on the test's loop)."""
+
+    def make() -> AsyncEventStreamClientFactory:
+        view = async_view(connection, request)
+        return AsyncEventStreamClientFactory(scope, view, owns_connection=True)
+
+    return make
+
+
+def stored(factory: EventStreamClientFactory, stream: str = "s") -> list[Any]:
+    return list(factory.create_batch_client().read_events(stream))
+
+
+def per_key(events: list[Any]) -> dict[str | None, list[bytes]]:
+    by_key: dict[str | None, list[bytes]] = defaultdict(list)
+    for event in events:
+        by_key[event.routing_key].append(event.payload)
+    return by_key
+
+
+# -- behaviour on both backends --------------------------------------------------------------
+def test_an_awaited_write_returns_where_the_event_landed(
+    aio: Any, factory: EventStreamClientFactory
+) -> None:
+    async def main() -> list[EventPointer]:
+        async with aio() as made:
+            writer = await made.create_event_writer("s", UTF8StringSerializer())
+            return [await writer.write_event(f"e{i}", routing_key="k") for i in range(5)]
+
+    pointers = asyncio.run(main())
+    events = stored(factory)
+    assert [e.payload for e in events] == [f"e{i}".encode() for i in range(5)]
+    assert [(p.segment, p.offset) for p in pointers] == [(e.segment, e.offset) for e in events]
+
+
+def test_pipelined_sends_land_once_each_in_write_order_per_key(
+    aio: Any, factory: EventStreamClientFactory
+) -> None:
+    async def main() -> list[EventPointer]:
+        async with aio() as made:
+            writer = await made.create_event_writer(
+                "s", UTF8StringSerializer(), EventWriterConfig(max_batch_events=7)
+            )
+            futures = [await writer.send(f"{i}", routing_key=f"k{i % 13}") for i in range(2000)]
+            await writer.flush()
+            assert all(f.done() for f in futures)
+            return [f.result() for f in futures]
+
+    pointers = asyncio.run(main())
+    events = stored(factory)
+    assert sorted(int(e.payload) for e in events) == list(range(2000))
+    for numbers in per_key(events).values():
+        assert [int(n) for n in numbers] == sorted(int(n) for n in numbers)
+    assert {(p.segment, p.offset) for p in pointers} == {(e.segment, e.offset) for e in events}
+
+
+def test_sizes_serializers_headers_and_routing_keys_are_checked_at_send(
+    aio: Any, factory: EventStreamClientFactory, connection: Connection, scope: str
+) -> None:
+    limit = 1024
+    StreamManager(connection).create_stream(
+        scope, "small", StreamConfiguration(max_event_size=limit)
+    )
+
+    async def main() -> None:
+        async with aio() as made:
+            writer = await made.create_event_writer("small", BytesSerializer())
+            await writer.write_event(b"", routing_key="k")
+            await writer.write_event(b"m" * limit, routing_key="k")
+            with pytest.raises(EventTooLargeError, match="exceeds max_event_size"):
+                await writer.write_event(b"m" * (limit + 1), routing_key="k")
+            with pytest.raises(EventTooLargeError, match="of them headers"):
+                await writer.send(b"m" * (limit - 2), routing_key="k", headers={"h": b"xx"})
+            with pytest.raises(SerializationError):
+                await writer.send("not bytes", routing_key="k")  # type: ignore[arg-type]
+            returns_str = await made.create_event_writer("small", _ReturnsStr())
+            with pytest.raises(SerializationError, match="encode it in the serializer"):
+                await returns_str.send("a str")
+            with pytest.raises(SerializationError, match="header"):
+                await writer.send(b"x", headers={"h": "not bytes"})  # type: ignore[dict-item]
+            with pytest.raises(TypeError, match="routing_key"):
+                await writer.send(b"x", routing_key=7)  # type: ignore[arg-type]
+            await writer.write_event(b"with", routing_key="k", headers={"a": b"1", "b": b""})
+            await writer.write_event(bytearray(b"like"))
+            with pytest.raises(StreamNotFoundError):
+                await made.create_event_writer("missing", BytesSerializer())
+
+    asyncio.run(main())
+    events = stored(factory, "small")
+    assert [len(e.payload) for e in events] == [0, limit, 4, 4]  # the refused changed nothing
+    assert dict(events[2].headers) == {"a": b"1", "b": b""} and not events[0].headers
+
+
+class _ReturnsStr:
+    """A serializer returning a str, not bytes (a common mistake)."""
+
+    def serialize(self, event: str) -> Any:
+        return event
+
+    def deserialize(self, data: bytes) -> str:
+        return data.decode()
+
+
+def test_a_sealed_stream_fails_writes_and_flush_with_stream_sealed_error(
+    aio: Any, connection: Connection, scope: str
+) -> None:
+    async def main() -> None:
+        async with aio() as made:
+            writer = await made.create_event_writer("s", UTF8StringSerializer())
+            await writer.write_event("one")
+            StreamManager(connection).seal_stream(scope, "s")
+            with pytest.raises(StreamSealedError):
+                await writer.write_event("two")
+            with pytest.raises(StreamSealedError):
+                await writer.flush()
+            await writer.flush()  # reported once
+            await writer.close()
+            with pytest.raises(WriterClosedError):
+                await writer.send("three")
+
+    asyncio.run(main())
+
+
+def test_writes_keep_per_key_order_across_a_split_and_a_merge(
+    aio: Any, factory: EventStreamClientFactory, connection: Connection, scope: str
+) -> None:
+    """Scaling while the asyncio writer writes: batches refused by a sealed segment are
+    re-routed to the successors in write order, and every generation takes writes."""
+    manager = StreamManager(connection)
+    keys = 16
+
+    async def main() -> tuple[list[int], list[int]]:
+        async with aio() as made:
+            writer = await made.create_event_writer("s", UTF8StringSerializer())
+
+            async def burst(start: int) -> None:
+                for i in range(start, start + 400):
+                    await writer.send(f"{i}", routing_key=f"k{i % keys}")
+                await writer.flush()
+
+            await burst(0)
+            info = manager.get_stream_info(scope, "s")
+            ordered = sorted(info.active_segments, key=lambda segment: segment.low)
+            first, second = ordered[0].segment_id, ordered[1].segment_id
+            split = manager.scale_stream(scope, "s", [first], _halves(info, first))
+            await burst(400)  # metadata cached (metadata_ttl): the seals re-route these
+            joined = _joined(manager, scope, split[1], second)
+            merged = manager.scale_stream(scope, "s", [split[1], second], joined)
+            await burst(800)
+            return split, merged
+
+    split, merged = asyncio.run(main())
+    events = stored(factory)
+    assert sorted(int(e.payload) for e in events) == list(range(1200))
+    for numbers in per_key(events).values():
+        assert [int(n) for n in numbers] == sorted(int(n) for n in numbers)
+    assert {*split, *merged} <= {e.segment for e in events}
+
+
+def _halves(info: Any, segment: int) -> list[tuple[float, float]]:
+    record = next(s for s in info.active_segments if s.segment_id == segment)
+    middle = (record.low + record.high) / 2
+    return [(record.low, middle), (middle, record.high)]
+
+
+def _joined(manager: StreamManager, scope: str, a: int, b: int) -> list[tuple[float, float]]:
+    active = {s.segment_id: s for s in manager.get_stream_info(scope, "s").active_segments}
+    low = min(active[a].low, active[b].low)
+    high = max(active[a].high, active[b].high)
+    return [(low, high)]
+
+
+def test_cancelled_awaiters_never_cancel_or_duplicate_their_writes(
+    aio: Any, factory: EventStreamClientFactory
+) -> None:
+    """1,000 tasks each awaiting write_event, a random half of them cancelled at random
+    moments (waiting for room, queued, in flight, done): every event whose write_event began
+    is in the stream exactly once, in write order per key; only a task cancelled before it
+    ever ran wrote nothing."""
+    rng = random.Random(29)
+    count = 1000
+    began: set[int] = set()
+
+    async def main() -> int:
+        async with aio() as made:
+            writer = await made.create_event_writer(
+                "s", BytesSerializer(), EventWriterConfig(max_in_flight_bytes=1024 * 1024)
+            )
+
+            async def write(i: int) -> EventPointer:
+                began.add(i)  # (no await between this and write_event's queueing)
+                payload = b"%d:" % i + b"x" * rng.choice([10, 60_000])
+                return await writer.write_event(payload, routing_key=f"k{i % 5}")
+
+            tasks = []
+            cancelled = 0
+            for i in range(count):
+                tasks.append(asyncio.create_task(write(i)))
+                if rng.random() < 0.3:
+                    await asyncio.sleep(rng.choice([0, 0, 0.0005]))
+                awaiting = [t for n, t in enumerate(tasks) if n in began and not t.done()]
+                for victim in rng.sample(awaiting, min(len(awaiting), rng.choice([0, 1, 2]))):
+                    cancelled += victim.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            assert all(isinstance(r, (EventPointer, asyncio.CancelledError)) for r in results)
+            await writer.flush()
+            return cancelled
+
+    cancelled = asyncio.run(main())
+    assert cancelled > 100
+    events = stored(factory)
+    numbers = [int(e.payload.split(b":")[0]) for e in events]
+    assert sorted(numbers) == sorted(began)  # every one begun, once
+    for payloads in per_key(events).values():
+        order = [int(p.split(b":")[0]) for p in payloads]
+        assert order == sorted(order)
+
+
+def test_sync_and_async_writers_share_a_stream_and_a_sync_reader_reads_all_in_key_order(
+    aio: Any, factory: EventStreamClientFactory, connection: Connection, scope: str
+) -> None:
+    count = 300
+    sync_writer = factory.create_event_writer("s", UTF8StringSerializer())
+
+    def write_sync() -> None:
+        for i in range(count):
+            sync_writer.write_event(f"sync-{i}", routing_key=f"k{i % 7}")
+        sync_writer.flush()
+
+    async def main() -> None:
+        async with aio() as made:
+            writer = await made.create_event_writer("s", UTF8StringSerializer())
+            thread = threading.Thread(target=write_sync)
+            thread.start()
+            for i in range(count):
+                if i % 3:
+                    await writer.send(f"async-{i}", routing_key=f"k{i % 7}")
+                else:
+                    await writer.write_event(f"async-{i}", routing_key=f"k{i % 7}")
+            await writer.flush()
+            thread.join(60)
+
+    asyncio.run(main())
+    sync_writer.close()
+    groups = ReaderGroupManager(scope, connection)
+    groups.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"], **FAST_GROUP))
+    read: list[Any] = []
+    with factory.create_reader("r", "g", UTF8StringSerializer()) as reader:
+        while (event := reader.read_next_event(timeout=1.0)).event is not None:
+            read.append(event)
+    assert len(read) == 2 * count
+    by_writer_key: dict[tuple[str, str | None], list[int]] = defaultdict(list)
+    for event in read:
+        origin, number = event.event.split("-")
+        by_writer_key[(origin, event.routing_key)].append(int(number))
+    assert {origin for origin, _ in by_writer_key} == {"sync", "async"}
+    for numbers in by_writer_key.values():
+        assert numbers == sorted(numbers)
+
+
+# -- Redis: lost replies, outages, backpressure ------------------------------------------------
+def _redis_scope(url: str, config: StreamConfiguration | None = None) -> str:
+    with StreamManager.from_url(url) as manager:
+        name = new_scope(manager.connection)
+        manager.create_stream(name, "s", config or StreamConfiguration())
+    return name
+
+
+def _payloads(url: str, scope: str) -> list[bytes]:
+    with EventStreamClientFactory.from_url(scope, url) as factory:
+        return [e.payload for e in stored(factory)]
+
+
+def test_a_lost_reply_does_not_duplicate_events(redis_handle: Any) -> None:
+    scope = _redis_scope(redis_handle.url)
+    target = redis.Redis.from_url(redis_handle.url).connection_pool.connection_kwargs
+
+    async def main(proxy: ReplyDroppingProxy) -> None:
+        async with AsyncEventStreamClientFactory.from_url(scope, proxy.url) as made:
+            writer = await made.create_event_writer("s", UTF8StringSerializer())
+            await writer.write_event("warm-up", routing_key="k")
+            proxy.drop_next_reply()
+            futures = [await writer.send(f"e{i}", routing_key="k") for i in range(100)]
+            await writer.flush()
+            assert proxy.dropped == 1
+            assert all(f.done() and f.exception() is None for f in futures)
+
+    with ReplyDroppingProxy(target["host"], target["port"]) as proxy:
+        asyncio.run(main(proxy))
+    assert _payloads(redis_handle.url, scope) == [b"warm-up"] + [b"e%d" % i for i in range(100)]
+
+
+def test_events_fail_by_their_delivery_timeout_while_redis_is_down_and_writes_resume(
+    private_redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis stopped (metadata expired too, ttl 0): an event fails with WriteFailedError at
+    its own deadline, the retries are logged as the threaded writer logs them, the loop stays
+    responsive meanwhile, and once Redis is back the writer writes again."""
+    scope = _redis_scope(private_redis.url)
+    config = EventWriterConfig(delivery_timeout=1.0)
+
+    async def main() -> int:
+        expired = ClientConfig(metadata_ttl=0.0)
+        async with AsyncEventStreamClientFactory.from_url(
+            scope, private_redis.url, expired
+        ) as made:
+            writer = await made.create_event_writer("s", BytesSerializer(), config)
+            await writer.write_event(b"kept", routing_key="k")
+            private_redis.stop()
+            ticks = 0
+
+            async def probe() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            probing = asyncio.create_task(probe())
+            with pytest.raises(WriteFailedError) as caught:
+                await writer.write_event(b"lost", routing_key="k")
+            assert caught.value.retriable and caught.value.deadline is not None
+            with pytest.raises(WriteFailedError):
+                await writer.flush()
+            probing.cancel()
+            private_redis.start()
+            await writer.write_event(b"again", routing_key="k")
+            return ticks
+
+    with caplog.at_level(logging.WARNING, logger="readergroup.client.writer"):
+        ticks = asyncio.run(main())
+    assert ticks > 10  # the loop ran while the sender retried
+    assert any(
+        "retrying until each event's delivery_timeout" in r.getMessage() for r in caplog.records
+    )
+    assert _payloads(private_redis.url, scope) == [b"kept", b"again"]
+
+
+def test_a_full_writer_awaits_room_then_raises_after_max_block(redis_handle: Any) -> None:
+    """max_in_flight_bytes: a send beyond it awaits room (the loop keeps running) and, with
+    Redis not answering (a partition), raises WriteFailedError after max_block; nothing of
+    the refused event is queued."""
+    scope = _redis_scope(redis_handle.url)
+    target = redis.Redis.from_url(redis_handle.url).connection_pool.connection_kwargs
+    config = EventWriterConfig(
+        max_in_flight_bytes=1024 * 1024, max_block=0.3, delivery_timeout=60.0
+    )
+
+    async def main(proxy: ReplyDroppingProxy) -> None:
+        socket_timeout = ClientConfig(socket_timeout=2.0)  # the blackholed round times out
+        async with AsyncEventStreamClientFactory.from_url(scope, proxy.url, socket_timeout) as made:
+            writer = await made.create_event_writer("s", BytesSerializer(), config)
+            await writer.write_event(b"first", routing_key="k")
+            proxy.blackhole()
+            held = [await writer.send(b"x" * 300_000, routing_key="k") for _ in range(3)]
+            ticks = 0
+
+            async def probe() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            probing = asyncio.create_task(probe())
+            with pytest.raises(WriteFailedError, match="no room for the event within max_block"):
+                await writer.send(b"y" * 300_000, routing_key="k")
+            assert ticks > 5
+            probing.cancel()
+            proxy.blackhole(False)
+            await asyncio.gather(*held)
+
+    with ReplyDroppingProxy(target["host"], target["port"]) as proxy:
+        asyncio.run(main(proxy))
+    payloads = _payloads(redis_handle.url, scope)
+    assert payloads[0] == b"first" and len(payloads) == 4  # the refused one is not there
+
+
+def test_acknowledged_events_a_lossy_failover_lost_are_put_back(redis_url: str) -> None:
+    """As the threaded writer does (tests/test_event_headers.py simulates the loss the same
+    way): the last 5 entries removed and the counters set back, the writer's next append
+    puts them back unchanged first."""
+    scope = _redis_scope(redis_url)
+    client: Any = redis.Redis.from_url(redis_url)
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        keys = factory.connection.keys.segment(scope, "s", 0)
+
+    async def main() -> EventPointer:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as made:
+            writer = await made.create_event_writer("s", BytesSerializer())
+            for i in range(10):
+                if i == 5:
+                    replica.update({key: client.dump(key) for key in (keys.meta, keys.writers)})
+                await writer.write_event(b"e%d" % i, "k", headers={"n": b"%d" % i})
+            before.extend(client.xrange(keys.events, "-", "+"))
+            client.delete(keys.events)
+            for entry_id, fields in before[:5]:
+                client.xadd(keys.events, fields, id=entry_id)
+            for key, dumped in replica.items():
+                client.restore(key, 0, dumped, replace=True)
+            return await writer.write_event(b"after", "k")
+
+    replica: dict[str, Any] = {}
+    before: list[Any] = []
+    assert asyncio.run(main()).offset == 10
+    after = client.xrange(keys.events, "-", "+")
+    assert after[:10] == before
+    client.close()
+
+
+def test_no_password_in_the_asyncio_connection_or_its_errors(redis_handle: Any) -> None:
+    secret = "Pw-7q%21x%40Secret%2F42"
+    port = redis.Redis.from_url(redis_handle.url).connection_pool.connection_kwargs["port"]
+    url = f"redis://app:{secret}@127.0.0.1:{port}/0"
+    connection = AsyncConnection.from_url(url)
+    assert "Pw-7q" not in repr(connection) and "Secret" not in repr(connection)
+
+    async def main() -> BaseException:
+        try:
+            await connection.server_time_ms()
+        except Exception as exc:
+            return exc
+        finally:
+            await connection.close()
+        raise AssertionError("a wrong password was accepted")
+
+    error = asyncio.run(main())
+    text = f"{error!r} {error} {error.__cause__!r}"
+    assert "Pw-7q" not in text and "Secret" not in text
+    for bad in (f"redsi://app:{secret}@127.0.0.1:{port}/0", f"redis+sentinel://app:{secret}@h:1/s"):
+        with pytest.raises(Exception) as caught:
+            AsyncConnection.from_url(bad)
+        assert "Pw-7q" not in str(caught.value) and "Secret" not in str(caught.value)
