@@ -127,6 +127,34 @@ def test_pipelined_sends_land_once_each_in_write_order_per_key(
     assert {(p.segment, p.offset) for p in pointers} == {(e.segment, e.offset) for e in events}
 
 
+def test_a_send_future_is_awaitable_from_many_tasks_and_an_asyncio_future_on_demand(
+    aio: Any, factory: EventStreamClientFactory
+) -> None:
+    async def main() -> None:
+        async with aio() as made:
+            lingers = EventWriterConfig(linger=0.05)  # so the waiters wait
+            writer = await made.create_event_writer("s", UTF8StringSerializer(), lingers)
+            future = await writer.send("one", routing_key="k")
+            assert not future.done()
+            with pytest.raises(asyncio.InvalidStateError):
+                future.result()
+
+            async def wait() -> EventPointer:
+                return await future
+
+            first, second = asyncio.create_task(wait()), asyncio.create_task(wait())
+            await asyncio.sleep(0)
+            first.cancel()  # cancels that wait only: not the write, not the other waiter
+            pointer = await second
+            assert first.cancelled() and future.result() == pointer
+            done, _ = await asyncio.wait([future.as_future()])
+            assert done.pop().result() == pointer == await future
+            assert future.exception() is None
+
+    asyncio.run(main())
+    assert [e.payload for e in stored(factory)] == [b"one"]
+
+
 def test_sizes_serializers_headers_and_routing_keys_are_checked_at_send(
     aio: Any, factory: EventStreamClientFactory, connection: Connection, scope: str
 ) -> None:

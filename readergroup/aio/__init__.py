@@ -11,7 +11,7 @@ and logging. See ``docs/asyncio.md``.
 
 from readergroup.aio.factory import AsyncEventStreamClientFactory
 from readergroup.aio.metadata import AsyncStreamMetadataCache, AsyncStreamStates, LogStreamStates
-from readergroup.aio.writer import AsyncEventStreamWriter
+from readergroup.aio.writer import AsyncEventStreamWriter, AsyncWriteFuture
 from readergroup.client.write_rounds import EventPointer, EventWriterConfig
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "AsyncEventStreamWriter",
     "AsyncStreamMetadataCache",
     "AsyncStreamStates",
+    "AsyncWriteFuture",
     "EventPointer",
     "EventWriterConfig",
     "LogStreamStates",

@@ -5,7 +5,7 @@ place of the sender thread; no thread anywhere.
 
 Life of an event: ``send`` checks and encodes it (the threaded writer's checks: serializer
 output, size, headers, routing key), waits (awaits) for room under ``max_in_flight_bytes``
-and queues it, returning an :class:`asyncio.Future`; ``write_event`` does the same and awaits
+and queues it, returning an :class:`AsyncWriteFuture`; ``write_event`` does the same and awaits
 that future. The sender task drains the queue in rounds and delivers each through the same
 decisions as the sender thread (:mod:`readergroup.client.write_rounds`: routing per segment,
 one idempotent ``append_events.lua`` call per batch, all batches of a round in one round trip,
@@ -44,7 +44,7 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from contextlib import nullcontext
 from typing import Any, Generic, TypeVar
 
@@ -70,29 +70,69 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class _AsyncEvent(QueuedEvent):
-    """A queued event whose outcome resolves an :class:`asyncio.Future` (on the loop)."""
+class AsyncWriteFuture(QueuedEvent):
+    """The outcome of one ``send``: awaiting it returns the :class:`EventPointer` once the
+    event is in Redis, or raises the error that stopped it. ``done()``, ``result()`` and
+    ``exception()`` behave as an :class:`asyncio.Future`'s (``result()`` before it is done
+    raises :class:`asyncio.InvalidStateError`); :meth:`as_future` gives an
+    :class:`asyncio.Future` of the same outcome, for ``asyncio.wait`` or callbacks.
 
-    __slots__ = ("future",)
+    It is also the queued event itself (one small object per event keeps ``send`` cheap): no
+    :class:`asyncio.Future` is made unless someone awaits it before it is done. Awaiting it
+    from a task that is then cancelled cancels neither the write nor this future. After a
+    retry whose first try had landed, the pointer's offset is ``-1`` (as the threaded
+    writer's)."""
 
-    def __init__(self, future: asyncio.Future[EventPointer], *args: Any) -> None:
+    __slots__ = ("_future", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *args: Any) -> None:
         super().__init__(*args)
-        self.future = future
+        self._loop = loop
+        self._future: asyncio.Future[EventPointer] | None = None
+
+    def result(self) -> EventPointer:
+        if not self._done:
+            raise asyncio.InvalidStateError("the event is not acknowledged yet")
+        if self._error is not None:
+            raise self._error
+        return EventPointer(self._segment, self._offset)
+
+    def exception(self) -> BaseException | None:
+        if not self._done:
+            raise asyncio.InvalidStateError("the event is not acknowledged yet")
+        return self._error
+
+    def as_future(self) -> asyncio.Future[EventPointer]:
+        """An :class:`asyncio.Future` resolved with this outcome (the same one each call);
+        cancelling it cancels nothing but itself."""
+        future = self._future
+        if future is None:
+            future = self._future = self._loop.create_future()
+            if self._done:
+                self._resolve(future)
+        return future
+
+    def __await__(self) -> Generator[Any, None, EventPointer]:
+        if not self._done:
+            yield from asyncio.shield(self.as_future()).__await__()
+        return self.result()
 
     def _complete(self, segment: int, offset: int, error: BaseException | None) -> None:
         self._record(segment, offset, error)
         self._done = True
-        future = self.future
-        if future.done():  # cancelled by its holder: nobody wants the outcome
-            return
-        if error is None:
-            future.set_result(EventPointer(segment, offset))
+        future = self._future
+        if future is not None and not future.done():  # (done: cancelled by its holder)
+            self._resolve(future)
+
+    def _resolve(self, future: asyncio.Future[EventPointer]) -> None:
+        if self._error is None:
+            future.set_result(EventPointer(self._segment, self._offset))
         else:
-            future.set_exception(error)
+            future.set_exception(self._error)
             future.exception()  # retrieved: flush() raises it; asyncio need not log it too
 
 
-class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
+class AsyncEventStreamWriter(RoundSender[T, AsyncWriteFuture], Generic[T]):
     """Writes events of type ``T`` to one stream from asyncio code. Create with
     :meth:`~readergroup.aio.factory.AsyncEventStreamClientFactory.create_event_writer`.
 
@@ -137,7 +177,7 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
         self._idle = asyncio.Event()
         self._idle.set()
         # events waiting for room, in line, each with the future that admits it
-        self._waiting: deque[tuple[_AsyncEvent, asyncio.Future[None]]] = deque()
+        self._waiting: deque[tuple[AsyncWriteFuture, asyncio.Future[None]]] = deque()
         self._closed = False
         self._sender = self._loop.create_task(self._run(), name=f"rg-writer-{scope}/{stream}")
         self._sender.add_done_callback(self._sender_ended)
@@ -151,14 +191,15 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
         (:class:`~readergroup.core.errors.WriteFailedError` after ``delivery_timeout``,
         :class:`~readergroup.core.errors.StreamSealedError`...) if it was not written.
         Cancelling the awaiting task does not cancel the write (see the module docstring)."""
-        future = await self.send(event, routing_key, headers=headers)
-        return await asyncio.shield(future)
+        return await (await self.send(event, routing_key, headers=headers))
 
     async def send(
         self, event: T, routing_key: str | None = None, *, headers: Headers | None = None
-    ) -> asyncio.Future[EventPointer]:
-        """Queue ``event`` and return a future of where it lands, without waiting for it
-        (pipelining: ``await`` the futures later, or just :meth:`flush`). Awaits only while
+    ) -> AsyncWriteFuture:
+        """Queue ``event`` and return its :class:`AsyncWriteFuture` (awaitable: where it
+        lands), without waiting for it to land (pipelining: ``await`` the futures later, or
+        just :meth:`flush`). Named after aiokafka's ``send`` (``write_event`` is its
+        ``send_and_wait``). Awaits only while
         ``max_in_flight_bytes`` are queued or in flight, up to ``max_block`` seconds.
 
         Raises at once (nothing queued) as the threaded ``write_event`` does: a serializer
@@ -169,8 +210,8 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
         if self._closed:
             raise WriterClosedError("the writer is closed")
         payload, packed, position, wire = self._encoded(event, routing_key, headers)
-        queued = _AsyncEvent(
-            self._loop.create_future(),
+        queued = AsyncWriteFuture(
+            self._loop,
             next(self._order),
             wire,
             payload,
@@ -183,7 +224,11 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
             await self._wait_for_room(queued)
         else:
             self._enqueue(queued)
-        return queued.future
+            if len(self._queue) % self._config.max_batch_events == 0:
+                # a batch's worth queued without a pause: let the sender send meanwhile (a
+                # loop of sends that never waits would otherwise only queue, then send)
+                await asyncio.sleep(0)
+        return queued
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every event written so far is acknowledged or failed; raise the first
@@ -219,7 +264,7 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
         await self.close()
 
     # -- sender -----------------------------------------------------------------------------
-    def _enqueue(self, queued: _AsyncEvent) -> None:
+    def _enqueue(self, queued: AsyncWriteFuture) -> None:
         self._outstanding += 1
         self._buffered += queued.size
         self._idle.clear()
@@ -231,7 +276,7 @@ class AsyncEventStreamWriter(RoundSender[T, _AsyncEvent], Generic[T]):
     def _fits(self, size: int) -> bool:
         return self._buffered + size <= self._max_in_flight or not self._buffered
 
-    async def _wait_for_room(self, queued: _AsyncEvent) -> None:
+    async def _wait_for_room(self, queued: AsyncWriteFuture) -> None:
         """Wait in line (first come, first queued: so concurrent tasks' events are queued in
         the order their calls began) until ``queued`` fits, up to ``max_block``. Cancelled,
         the event keeps its place in line and is queued in its turn."""

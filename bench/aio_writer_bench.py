@@ -1,0 +1,138 @@
+"""asyncio writer benchmark (issue 29): the asyncio writer against the threaded one.
+
+Against one private server (nothing else talks to it), each path alone in its own process
+(spawned one after the other, never two at once), each into a fresh one-segment stream, the
+same events (``--size`` bytes, routing keys ``k0..k99``), the paths alternated ``--repeat``
+times and the median kept:
+
+* ``sync_awaited``: ``EventStreamWriter.write_event(...).result()``, one event at a time
+  (``--awaited-events``): each event's round trip, waited for;
+* ``async_awaited``: ``await AsyncEventStreamWriter.write_event(...)``, one at a time;
+* ``sync_pipelined``: ``write_event`` ``--pipelined-events`` times, then ``flush()``;
+* ``async_pipelined``: ``await writer.send(...)`` as many times, then ``await flush()``.
+
+For each: events/s (wall clock) and the client process's CPU seconds per million events (every
+thread: the sender thread counts). Ratios: async over sync, per mode (events/s: >= 1 is the
+asyncio writer as fast or faster; CPU: <= 1 is it cheaper). Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import emit, median, run_processes
+from readergroup import BytesSerializer, EventStreamClientFactory, StreamManager
+from readergroup.aio import AsyncEventStreamClientFactory
+from readergroup.testing.embedded_redis import local_redis_server
+
+PATHS = ("sync_awaited", "async_awaited", "sync_pipelined", "async_pipelined")
+
+
+def _events(count: int, size: int) -> list[tuple[bytes, str]]:
+    payload = b"x" * size
+    return [(payload, f"k{i % 100}") for i in range(count)]
+
+
+def _sync(
+    url: str, scope: str, stream: str, events: list[tuple[bytes, str]], awaited: bool
+) -> float:
+    with EventStreamClientFactory.from_url(scope, url) as factory:
+        writer = factory.create_event_writer(stream, BytesSerializer())
+        writer.write_event(b"warm-up").result()
+        started = time.perf_counter()
+        if awaited:
+            for payload, key in events:
+                writer.write_event(payload, routing_key=key).result()
+        else:
+            for payload, key in events:
+                writer.write_event(payload, routing_key=key)
+            writer.flush()
+        elapsed = time.perf_counter() - started
+        writer.close()
+    return elapsed
+
+
+async def _async(
+    url: str, scope: str, stream: str, events: list[tuple[bytes, str]], awaited: bool
+) -> float:
+    async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
+        writer = await factory.create_event_writer(stream, BytesSerializer())
+        await writer.write_event(b"warm-up")
+        started = time.perf_counter()
+        if awaited:
+            for payload, key in events:
+                await writer.write_event(payload, routing_key=key)
+        else:
+            for payload, key in events:
+                await writer.send(payload, routing_key=key)
+            await writer.flush()
+        return time.perf_counter() - started
+
+
+def _one_path(
+    path: str, url: str, scope: str, stream: str, count: int, size: int, start: Any, results: Any
+) -> None:
+    events = _events(count, size)
+    start.wait()
+    cpu = time.process_time()
+    awaited = path.endswith("awaited")
+    if path.startswith("sync"):
+        elapsed = _sync(url, scope, stream, events, awaited)
+    else:
+        elapsed = asyncio.run(_async(url, scope, stream, events, awaited))
+    results.put({"path": path, "seconds": elapsed, "cpu": time.process_time() - cpu})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--awaited-events", type=int, default=3_000)
+    parser.add_argument("--pipelined-events", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    figures: dict[str, dict[str, list[float]]] = {p: {"rate": [], "cpu": []} for p in PATHS}
+    with local_redis_server() as server:
+        scope = f"b{uuid.uuid4().hex[:8]}"
+        with StreamManager.from_url(server.url) as manager:
+            manager.create_scope(scope)
+            for _ in range(args.repeat):
+                for path in PATHS:
+                    stream = f"{path.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+                    manager.create_stream(scope, stream)
+                    count = args.awaited_events if "awaited" in path else args.pipelined_events
+                    (result,) = run_processes(
+                        _one_path, [(path, server.url, scope, stream, count, args.size)]
+                    )
+                    figures[path]["rate"].append(count / result["seconds"])
+                    figures[path]["cpu"].append(result["cpu"] / count * 1e6)
+    results: dict[str, Any] = {
+        path: {
+            "events_per_s": round(median(values["rate"])),
+            "client_cpu_s_per_million_events": round(median(values["cpu"]), 2),
+        }
+        for path, values in figures.items()
+    }
+    for mode in ("awaited", "pipelined"):
+        sync, aio = results[f"sync_{mode}"], results[f"async_{mode}"]
+        results[f"ratio_{mode}"] = {
+            "events_per_s_async_over_sync": round(aio["events_per_s"] / sync["events_per_s"], 2),
+            "client_cpu_async_over_sync": round(
+                aio["client_cpu_s_per_million_events"] / sync["client_cpu_s_per_million_events"],
+                2,
+            ),
+        }
+    results["settings"] = vars(args) | {"load_average": os.getloadavg()}
+    emit("aio_writer", results)
+
+
+if __name__ == "__main__":
+    main()
