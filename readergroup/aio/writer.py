@@ -42,7 +42,6 @@ import asyncio
 import logging
 import random
 import time
-import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import nullcontext
@@ -60,8 +59,10 @@ from readergroup.client.write_rounds import (
     SendBatches,
     Step,
 )
+from readergroup.client.writer import wall_clock_ms_now
 from readergroup.core.errors import WriterClosedError
 from readergroup.core.headers import Headers
+from readergroup.core.steps import StepDriver
 from readergroup.storage.aio_connection_api import AsyncConnectionApi
 from statesync.clock import Clock
 
@@ -161,12 +162,12 @@ class AsyncEventStreamWriter(RoundSender[T, AsyncWriteFuture], Generic[T]):
             scope,
             stream,
             serializer,
-            config or EventWriterConfig(),
+            config,
             clock=clock or _MONOTONIC,
-            rng=rng or random.Random(),  # noqa: S311 (spreading keyless events)
-            wall_ms=wall_clock_ms or _wall_clock_ms,
-            writer_id=writer_id or f"w-{uuid.uuid4().hex[:16]}",
+            wall_ms=wall_clock_ms or wall_clock_ms_now,
             max_event_size=max_event_size,
+            rng=rng,
+            writer_id=writer_id,
         )
         self._connection = connection
         self._metadata = metadata
@@ -315,20 +316,13 @@ class AsyncEventStreamWriter(RoundSender[T, AsyncWriteFuture], Generic[T]):
     async def _send_round(self) -> None:
         """Send one drained round until every event in it is acknowledged or failed."""
         events = self._drain()
-        steps = self.round_steps(events)
-        reply: Any = None
-        error: BaseException | None = None
+        driver = StepDriver(self.round_steps(events))
         try:
-            while True:
+            while (step := driver.next()) is not None:
                 try:
-                    step = steps.send(reply) if error is None else steps.throw(error)
-                except StopIteration:
-                    return
-                reply, error = None, None
-                try:
-                    reply = await self._perform(step)
+                    driver.reply = await self._perform(step)
                 except Exception as exc:
-                    error = exc
+                    driver.error = exc
         except asyncio.CancelledError:
             self._fail(events, WriterClosedError("the writer's sender task was cancelled"))
             raise
@@ -393,7 +387,3 @@ def _sleeping_on(clock: Clock) -> Callable[[float], Awaitable[None]]:
         await asyncio.sleep(0)
 
     return sleep
-
-
-def _wall_clock_ms() -> int:
-    return int(time.time() * 1000)

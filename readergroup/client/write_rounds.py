@@ -13,10 +13,11 @@ done and is *sent* the outcome:
 
 A step that failed is *thrown* into the generator (the exception the I/O raised), which decides
 whether to retry (a retriable :class:`~readergroup.core.errors.ReaderGroupError`, or a stream
-not found) or to fail the round. The thread drives it with blocking calls
-(:func:`run_steps`), the task with awaits. Nothing here does I/O, takes a lock of its own or
-reads a clock that was not injected; what differs between a thread and a task (waking waiters,
-the queue's lock) is left to the subclass: :meth:`RoundSender._released` and ``_accounting``.
+not found) or to fail the round. The thread drives it with blocking calls, the task with
+awaits (both through :class:`~readergroup.core.steps.StepDriver`). Nothing here does I/O,
+takes a lock of its own or reads a clock that was not injected; what differs between a
+thread and a task (waking waiters, the queue's lock) is left to the subclass:
+:meth:`RoundSender._released` and ``_accounting``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import functools
 import itertools
 import logging
 import random
+import uuid
 from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
@@ -215,23 +217,6 @@ Step = FetchState | SendBatches | Pause
 Steps = Generator[Step, Any, None]
 
 
-def run_steps(steps: Steps, perform: Callable[[Step], Any]) -> None:
-    """Drive ``steps`` with blocking calls: ``perform(step)``'s result is sent in, its
-    exception thrown in (a retriable one is retried there, anything else ends the round)."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration:
-            return
-        reply, error = None, None
-        try:
-            reply = perform(step)
-        except Exception as exc:
-            error = exc
-
-
 class RoundSender(Generic[T, E]):
     """What both writers share: how ``write_event`` checks and encodes an event, and how the
     sender drains the queue into rounds and delivers each (see the module docstring).
@@ -247,14 +232,16 @@ class RoundSender(Generic[T, E]):
         scope: str,
         stream: str,
         serializer: Serializer[T],
-        config: EventWriterConfig,
+        config: EventWriterConfig | None,
         *,
         clock: Clock,
-        rng: random.Random,
         wall_ms: Callable[[], int],
-        writer_id: str,
         max_event_size: int,
+        rng: random.Random | None = None,
+        writer_id: str | None = None,
     ) -> None:
+        config = config or EventWriterConfig()
+        rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
         self._scope = scope
         self._stream = stream
         self._serializer = serializer
@@ -263,7 +250,7 @@ class RoundSender(Generic[T, E]):
         self._delivery_timeout = config.delivery_timeout
         self._rng = rng
         self._wall_ms = wall_ms
-        self.writer_id = writer_id
+        self.writer_id = writer_id or f"w-{uuid.uuid4().hex[:16]}"
         self._sequence = itertools.count(1)
         # segment -> (created_ms, highest tail acknowledged): a stored tail found behind it
         # (a lossy failover) is never reused (append_events.lua); sender only

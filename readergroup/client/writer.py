@@ -43,7 +43,6 @@ import os
 import random
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -60,10 +59,10 @@ from readergroup.client.write_rounds import (
     SendBatches,
     Step,
     logger,
-    run_steps,
 )
 from readergroup.core.errors import WriterClosedError, WriterForkedError
 from readergroup.core.headers import Headers
+from readergroup.core.steps import StepDriver
 from readergroup.storage.connection_api import Connection
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK
@@ -87,18 +86,8 @@ class WriteFuture(QueuedEvent):
 
     _callback_lock = threading.Lock()
 
-    def __init__(
-        self,
-        completed: threading.Condition,
-        order: int,
-        wire_key: str,
-        payload: bytes,
-        writer_ms: int,
-        position: float,
-        deadline: float,
-        headers: bytes = b"",
-    ) -> None:
-        super().__init__(order, wire_key, payload, writer_ms, position, deadline, headers)
+    def __init__(self, completed: threading.Condition, *event: Any) -> None:
+        super().__init__(*event)  # (see QueuedEvent)
         self._completed = completed
         self._callbacks: list[Callable[[WriteFuture], Any]] | None = None
 
@@ -166,16 +155,17 @@ class EventStreamWriter(RoundSender[T, WriteFuture], Generic[T]):
         wall_clock_ms: Callable[[], int] | None = None,
         writer_id: str | None = None,
     ) -> None:
+        state = metadata.get(scope, stream)
         super().__init__(
             scope,
             stream,
             serializer,
-            config or EventWriterConfig(),
+            config,
             clock=clock or SYSTEM_CLOCK,
-            rng=rng or random.Random(),  # noqa: S311 (spreading keyless events)
-            wall_ms=wall_clock_ms or _wall_clock_ms,
-            writer_id=writer_id or f"w-{uuid.uuid4().hex[:16]}",
-            max_event_size=metadata.get(scope, stream).config.max_event_size,
+            wall_ms=wall_clock_ms or wall_clock_ms_now,
+            max_event_size=state.config.max_event_size,
+            rng=rng,
+            writer_id=writer_id,
         )
         self._connection = connection
         self._metadata = metadata
@@ -320,8 +310,13 @@ class EventStreamWriter(RoundSender[T, WriteFuture], Generic[T]):
     def _send_round(self) -> None:
         """Send one drained round until every event in it is acknowledged or failed."""
         events = self._drain()
+        driver = StepDriver(self.round_steps(events))
         try:
-            run_steps(self.round_steps(events), self._perform)
+            while (step := driver.next()) is not None:
+                try:
+                    driver.reply = self._perform(step)
+                except Exception as exc:
+                    driver.error = exc
         except BaseException as exc:  # fail what is left of the round; the sender lives on
             self._fail(events, exc)
         finally:
@@ -364,5 +359,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _wall_clock_ms() -> int:
+def wall_clock_ms_now() -> int:
+    """The wall clock in ms since the epoch (what writers stamp on each event)."""
     return int(time.time() * 1000)

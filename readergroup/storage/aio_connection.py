@@ -25,12 +25,14 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
-from readergroup.core.config import ClientConfig, check_server_version, server_version
-from readergroup.core.errors import InvalidConfigError, ReaderGroupError
+from readergroup.core.config import ClientConfig
+from readergroup.core.errors import InvalidConfigError
+from readergroup.core.steps import StepDriver
 from readergroup.storage.aio_append import AsyncSegmentAppends, script_sha
 from readergroup.storage.connection import (
-    check_denied,
-    check_memory_info,
+    DISCONNECT,
+    READ,
+    server_check,
     too_old_for_hello,
     unusable_url,
     url_options,
@@ -141,27 +143,16 @@ async def _set_up(connection: Any) -> None:
 
 
 async def _check_server(connection: Any, *, eviction: bool) -> None:
-    """The threaded client's check of a new socket (see
-    :func:`readergroup.storage.connection._check_server`): ``HELLO`` for the version and, with
-    ``eviction``, ``INFO memory`` for the ``maxmemory-policy``, in one round trip."""
-    asked = "HELLO"
-    try:
-        await connection.send_command("HELLO")
-        if eviction:
-            await connection.send_command("INFO", "memory")
+    """The threaded client's check of a new socket
+    (:func:`~readergroup.storage.connection.server_check`), awaited."""
+    driver = StepDriver(server_check(None, eviction=eviction))
+    while (step := driver.next()) is not None:
         try:
-            hello = await connection.read_response()
-        except redis.exceptions.NoPermissionError:
-            raise
-        except redis.ResponseError as exc:
-            raise too_old_for_hello(exc) from exc
-        check_server_version(*server_version(hello))
-        if eviction:
-            asked = "INFO"
-            check_memory_info(await connection.read_response())
-    except redis.exceptions.NoPermissionError as exc:
-        await connection.disconnect()
-        raise check_denied(asked, exc) from exc
-    except ReaderGroupError:
-        await connection.disconnect()  # never leave an unchecked socket in the pool
-        raise
+            if step is READ:
+                driver.reply = await connection.read_response()
+            elif step is DISCONNECT:
+                await connection.disconnect()
+            else:
+                await connection.send_command(*step)
+        except redis.RedisError as exc:
+            driver.error = exc

@@ -13,7 +13,7 @@ state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -34,6 +34,7 @@ from readergroup.core.errors import (
     ReaderGroupError,
     UnsupportedServerError,
 )
+from readergroup.core.steps import StepDriver
 from readergroup.storage.connection_api import SynchronizerSource
 from readergroup.storage.heartbeat_store import RedisHeartbeatStore
 from readergroup.storage.keys import KeyLayout
@@ -96,15 +97,39 @@ def _check_server(connection: Any, *, eviction: bool = True) -> None:
     ``maxmemory-policy`` may evict keys (``INFO memory``); at most one round trip. RedisCluster
     calls it after its own set-up of the socket."""
     hello = getattr(connection, "handshake_metadata", None)
+    driver = StepDriver(server_check(hello, eviction=eviction))
+    while (step := driver.next()) is not None:
+        try:
+            if step is READ:
+                driver.reply = connection.read_response()
+            elif step is DISCONNECT:
+                connection.disconnect()
+            else:
+                connection.send_command(*step)
+        except redis.RedisError as exc:
+            driver.error = exc
+
+
+READ: tuple[str, ...] = ("read a reply",)
+"""A step of :func:`server_check`: read the next reply."""
+DISCONNECT: tuple[str, ...] = ("disconnect",)
+"""A step of :func:`server_check`: drop the socket."""
+
+
+def server_check(hello: Any, *, eviction: bool) -> Generator[tuple[str, ...], Any, None]:
+    """The check of a new socket as steps (:class:`~readergroup.core.steps.StepDriver`; the
+    threaded and the asyncio connection drive them): a command to send, :data:`READ` or
+    :data:`DISCONNECT`. ``hello``: what redis-py's own ``HELLO`` on connect answered
+    (``None``: not known, one is sent)."""
     asked = "HELLO" if hello is None else "INFO"
     try:
         if hello is None:
-            connection.send_command("HELLO")
+            yield ("HELLO",)
         if eviction:
-            connection.send_command("INFO", "memory")
+            yield ("INFO", "memory")
         if hello is None:
             try:
-                hello = connection.read_response()
+                hello = yield READ
             except redis.exceptions.NoPermissionError:
                 raise
             except redis.ResponseError as exc:
@@ -112,12 +137,12 @@ def _check_server(connection: Any, *, eviction: bool = True) -> None:
         check_server_version(*server_version(hello))
         if eviction:
             asked = "INFO"
-            check_memory_info(connection.read_response())
+            check_memory_info((yield READ))
     except redis.exceptions.NoPermissionError as exc:
-        connection.disconnect()
+        yield DISCONNECT
         raise check_denied(asked, exc) from exc
     except ReaderGroupError:
-        connection.disconnect()  # never leave an unchecked socket in the pool
+        yield DISCONNECT  # never leave an unchecked socket in the pool
         raise
 
 
