@@ -29,10 +29,12 @@ from readergroup import (
 )
 from readergroup.aio import AsyncEventStreamClientFactory, EventPointer
 from readergroup.core.errors import (
+    AccessDeniedError,
     EventTooLargeError,
     SerializationError,
     StreamNotFoundError,
     StreamSealedError,
+    UnsafeServerConfigError,
     WriteFailedError,
     WriterClosedError,
 )
@@ -530,3 +532,76 @@ def test_no_password_in_the_asyncio_connection_or_its_errors(redis_handle: Any) 
         with pytest.raises(Exception) as caught:
             AsyncConnection.from_url(bad)
         assert "Pw-7q" not in str(caught.value) and "Secret" not in str(caught.value)
+
+
+def test_the_asyncio_connection_checks_each_new_socket_as_the_threaded_one(
+    private_redis: Any,
+) -> None:
+    """An evicting maxmemory-policy is refused (allow_key_eviction accepts it), and an ACL
+    user that may not run INFO gets AccessDeniedError naming what to grant; nothing is
+    written either way."""
+    raw = redis.Redis.from_url(private_redis.url)
+    raw.config_set("maxmemory-policy", "allkeys-lru")
+    port = raw.connection_pool.connection_kwargs["port"]
+    raw.acl_setuser(
+        "noinfo", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-info"]
+    )
+
+    async def first_command(url: str, config: ClientConfig | None = None) -> BaseException | int:
+        connection = AsyncConnection.from_url(url, config)
+        try:
+            return await connection.server_time_ms()
+        except Exception as exc:
+            return exc
+        finally:
+            await connection.close()
+
+    refused = asyncio.run(first_command(private_redis.url))
+    assert isinstance(refused, UnsafeServerConfigError) and "allkeys-lru" in str(refused)
+    allowed = ClientConfig(allow_key_eviction=True)
+    assert isinstance(asyncio.run(first_command(private_redis.url, allowed)), int)
+    denied = asyncio.run(first_command(f"redis://noinfo:pw@127.0.0.1:{port}/0"))
+    assert isinstance(denied, AccessDeniedError) and "+info" in str(denied)
+    assert raw.dbsize() == 0
+    raw.close()
+
+
+def test_a_writer_routing_to_a_successor_left_closed_completes_the_scale(
+    connection: Connection, scope: str, factory: EventStreamClientFactory, aio: Any
+) -> None:
+    """A scale that died after its metadata update left the predecessor open and the
+    successors closed: the asyncio writer, refused by a closed successor, completes the scale
+    (seals the predecessor, opens the successors) as the threaded writer's cache does, and
+    its event lands in a successor well within its delivery_timeout."""
+    manager = StreamManager(connection)
+    segments = connection.segments
+    real_seal = segments.seal_segments
+    segments.seal_segments = lambda *_: 1 / 0  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ZeroDivisionError):
+            manager.scale_stream(scope, "s", [0], _halves(manager.get_stream_info(scope, "s"), 0))
+    finally:
+        segments.seal_segments = real_seal  # type: ignore[method-assign]
+    successors = [s for s in manager.stream_state(scope, "s").segments if s > 3]
+    assert all(st.sealed for st in manager.segment_states(scope, "s", successors).values())
+
+    async def main() -> EventPointer:
+        async with aio() as made:
+            config = EventWriterConfig(delivery_timeout=5.0)
+            writer = await made.create_event_writer("s", UTF8StringSerializer(), config)
+            key = next(
+                f"k{i}" for i in range(1000) if _routes_to(manager, scope, f"k{i}", successors)
+            )
+            return await writer.write_event("after", routing_key=key)
+
+    landed = asyncio.run(main())
+    assert landed.segment in successors
+    assert manager.segment_states(scope, "s", [0])[0].sealed
+    assert [e.payload for e in stored(factory)] == [b"after"]
+
+
+def _routes_to(manager: StreamManager, scope: str, key: str, segments: list[int]) -> bool:
+    from readergroup.core.routing import key_position
+
+    ranges = manager.stream_state(scope, "s").range_map()
+    return ranges.segment_at(key_position(key)) in segments

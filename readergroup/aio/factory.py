@@ -9,9 +9,14 @@ asyncio reader will be created here too, as ``await factory.create_reader(...)``
 
 from __future__ import annotations
 
+import functools
 from typing import Any, TypeVar
 
-from readergroup.aio.metadata import AsyncStreamMetadataCache, LogStreamStates
+from readergroup.aio.metadata import (
+    AsyncStreamMetadataCache,
+    LogStreamStates,
+    complete_scale_seals,
+)
 from readergroup.aio.writer import AsyncEventStreamWriter
 from readergroup.client.serializers import Serializer
 from readergroup.client.write_rounds import EventWriterConfig
@@ -43,7 +48,9 @@ class AsyncEventStreamClientFactory:
         self._connection = connection
         self._owns_connection = owns_connection
         self._metadata = AsyncStreamMetadataCache(
-            LogStreamStates(connection).fetch, connection.config.metadata_ttl
+            LogStreamStates(connection).fetch,
+            connection.config.metadata_ttl,
+            repair=functools.partial(complete_scale_seals, connection),
         )
         self._writers: list[AsyncEventStreamWriter[Any]] = []
 

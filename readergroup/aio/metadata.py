@@ -10,11 +10,11 @@ snapshot and the entries after it, ``read.lua``, read-only) with the asyncio con
 decodes it with the stream-state codec: one round trip per refresh, nothing kept between
 refreshes, so a log deleted and created again, or one that lost entries in a failover, is
 simply read as it is now. It is the interim source until statesync's asyncio synchronizer
-(``AsyncStateSynchronizer``) takes its place behind the same Protocol. It does not complete
-scales a crash left half done (the threaded cache does, see
-:func:`~readergroup.admin.stream_manager.complete_scale_seals`): a writer meeting a
-predecessor left unsealed or a successor left closed keeps retrying within its
-``delivery_timeout`` until a threaded client, a reader or an operator completes it.
+(``AsyncStateSynchronizer``) takes its place behind the same Protocol.
+
+After a sealed-segment error the next fetch also completes the scales a crash left half done
+(:func:`complete_scale_seals`, the threaded cache's repair, awaited), so an asyncio writer
+never waits on a successor left closed either.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from readergroup.admin.stream_manager import scale_completion
 from readergroup.client.metadata_cache import FreshStates, stream_missing
-from readergroup.core.errors import CoordinationError
+from readergroup.core.errors import CoordinationError, ReaderGroupError
 from readergroup.core.names import stream_sync_name
+from readergroup.core.steps import StepDriver
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
 from readergroup.storage.aio_connection_api import AsyncConnectionApi
 from readergroup.storage.translate import translate_errors
@@ -36,6 +38,22 @@ READ_BATCH = 1000
 """State-log entries read per round trip."""
 
 _CODEC = Codec(TypeRegistry([*UPDATE_TYPES, *STATE_TYPES]))
+
+
+async def complete_scale_seals(connection: AsyncConnectionApi, state: StreamState) -> None:
+    """The threaded :func:`~readergroup.admin.stream_manager.complete_scale_seals`, awaited:
+    the same decisions (:func:`~readergroup.admin.stream_manager.scale_completion`) and
+    warnings."""
+    segments = connection.segments
+    calls = {
+        "states": segments.segment_states,
+        "seal": segments.seal_segments,
+        "open": segments.open_segments,
+    }
+    driver = StepDriver(scale_completion(state))
+    while (step := driver.next()) is not None:
+        verb, ids = step
+        driver.reply = await calls[verb](state.scope, state.stream, ids)
 
 
 class AsyncStreamStates(Protocol):
@@ -91,8 +109,11 @@ class AsyncStreamMetadataCache:
         fetch: Callable[[str, str], Awaitable[StreamState]],
         ttl: float,
         timer: Callable[[], float] | None = None,
+        *,
+        repair: Callable[[StreamState], Awaitable[None]] | None = None,
     ) -> None:
         self._fetch = fetch
+        self._repair = repair
         self._states = FreshStates(ttl, timer)
 
     async def get(self, scope: str, stream: str) -> StreamState:
@@ -101,7 +122,11 @@ class AsyncStreamMetadataCache:
         if cached is not None:
             return cached
         state = await self._fetch(scope, stream)
-        self._states.fetched(key, state)
+        if self._states.fetched(key, state) and self._repair is not None:
+            try:
+                await self._repair(state)
+            except ReaderGroupError as exc:  # the caller retries; so does the repair
+                self._states.repair_failed(key, exc)
         return state
 
     def invalidate(self, scope: str, stream: str) -> None:

@@ -53,8 +53,10 @@ class FreshStates:
         self._repair.discard(key)
         return repair
 
-    def repair_failed(self, key: tuple[str, str]) -> None:
-        """Completing the scales failed: try again after the next fetch."""
+    def repair_failed(self, key: tuple[str, str], exc: ReaderGroupError) -> None:
+        """Completing the scales failed (the caller retries): try again after the next
+        fetch."""
+        log.warning("could not complete the scales of %s/%s: %s", *key, exc, exc_info=exc)
         self._repair.add(key)
 
     def invalidate(self, key: tuple[str, str]) -> None:
@@ -101,9 +103,8 @@ class StreamMetadataCache:
         try:
             complete_scale_seals(self._connection, state)
         except ReaderGroupError as exc:  # the caller retries; so does the repair, next time
-            log.warning("could not complete the scales of %s/%s: %s", *key, exc, exc_info=exc)
             with self._lock:
-                self._states.repair_failed(key)
+                self._states.repair_failed(key, exc)
 
     def invalidate(self, scope: str, stream: str) -> None:
         """Drop the entry after a sealed-segment error: the next lookup fetches and repairs."""

@@ -21,12 +21,19 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from readergroup.core.routing import segment_name
+from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.raw_connection import known_server, pack, remember_server
 from readergroup.storage.script_append import append_steps
 from readergroup.storage.scripts import script_source
-from readergroup.storage.segment_records import AppendBatch, AppendReply
-from readergroup.storage.segment_store import append_replies
+from readergroup.storage.segment_records import (
+    META_FIELDS,
+    AppendBatch,
+    AppendReply,
+    SegmentState,
+)
+from readergroup.storage.segment_store import append_replies, segment_states_of
 from readergroup.storage.translate import translate_errors
 from statesync import Acks
 
@@ -41,12 +48,58 @@ _APPEND_SHA = script_sha(_APPEND)
 
 
 class AsyncSegmentAppends:
-    """Appends to segments of every stream under one key prefix, awaited."""
+    """Appends to segments of every stream under one key prefix, awaited; and what completing
+    an interrupted scale needs (segment states, seals, opening successors)."""
 
     def __init__(self, client: redis.asyncio.Redis, keys: KeyLayout, acks: Acks) -> None:
         self._client = client
         self._keys = keys
         self._acks = acks
+        self._scripts = {
+            name: client.register_script(script_source(name))
+            for name in ("seal_segment", "open_segment")
+        }
+
+    async def segment_states(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, SegmentState]:
+        """Head, tail, bytes and sealed flag of each segment, in one round trip."""
+        with translate_errors("segment state"):
+            pipe = self._client.pipeline(transaction=False)
+            for segment in segments:
+                pipe.hmget(self._keys.segment(scope, stream, segment).meta, *META_FIELDS)
+            replies = await pipe.execute()
+        return segment_states_of(segments, replies)
+
+    async def seal_segments(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, int]:
+        """Seal each of ``segments`` (idempotent, pipelined); return their final tails."""
+        replies = await self._run_each("seal_segment", scope, stream, segments)
+        return {segment: int(reply[1]) for segment, reply in zip(segments, replies, strict=True)}
+
+    async def open_segments(self, scope: str, stream: str, segments: Sequence[int]) -> list[int]:
+        """Open each of a scale's successors created closed; return those it opened."""
+        replies = await self._run_each("open_segment", scope, stream, segments)
+        return [segment for segment, reply in zip(segments, replies, strict=True) if reply[1]]
+
+    async def _run_each(
+        self, script: str, scope: str, stream: str, segments: Sequence[int]
+    ) -> list[Any]:
+        """``script`` (on each segment's meta key) for each of ``segments`` in one pipeline;
+        the first refusal raises, naming its segment."""
+        runner = self._scripts[script]
+        with translate_errors(script):
+            pipe = self._client.pipeline(transaction=False)
+            for segment in segments:
+                await runner(keys=[self._keys.segment(scope, stream, segment).meta], client=pipe)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        for segment, reply in zip(segments, replies, strict=True):
+            segment_status.check(script, segment_name(scope, stream, segment), reply)
+        return replies
 
     async def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]:
         """Send every batch in one round trip; one reply per batch, in order (see

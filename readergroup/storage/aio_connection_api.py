@@ -9,15 +9,28 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from readergroup.core.config import ClientConfig
-from readergroup.storage.segment_records import AppendBatch, AppendReply
+from readergroup.storage.segment_records import AppendBatch, AppendReply, SegmentState
 from statesync.backend import ReadResult
 
 
 class AsyncAppends(Protocol):
     """Segment appends, awaited (see :meth:`~readergroup.storage.segment_store.SegmentStore.
-    append` for what a reply means)."""
+    append` for what a reply means), and what completing an interrupted scale needs (the
+    same methods of :class:`~readergroup.storage.segment_store.SegmentStorage`, awaited)."""
 
     async def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]: ...
+
+    async def segment_states(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, SegmentState]: ...
+
+    async def seal_segments(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, int]: ...
+
+    async def open_segments(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> list[int]: ...
 
 
 class AsyncConnectionApi(Protocol):

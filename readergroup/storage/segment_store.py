@@ -80,6 +80,15 @@ def append_replies(
     return results
 
 
+def segment_states_of(segments: Sequence[int], replies: Sequence[Any]) -> dict[int, SegmentState]:
+    """Each segment's state from its ``HMGET meta`` reply (of
+    :data:`~readergroup.storage.segment_records.META_FIELDS`), by segment."""
+    return {
+        segment: segment_state_of(segment, fields)
+        for segment, fields in zip(segments, replies, strict=True)
+    }
+
+
 class SegmentStorage(Protocol):
     """The interface of the segment data plane: :class:`SegmentStore` on Redis, and
     :class:`~readergroup.testing.memory_segments.MemorySegmentStore` in memory."""
@@ -387,10 +396,7 @@ class SegmentStore:
                 meta = self._keys.segment(scope, stream, segment).meta
                 pipe.hmget(meta, *META_FIELDS)
             replies = pipe.execute()
-        return {
-            segment: segment_state_of(segment, fields)
-            for segment, fields in zip(segments, replies, strict=True)
-        }
+        return segment_states_of(segments, replies)
 
     def read_blocking(
         self,

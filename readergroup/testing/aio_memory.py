@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from readergroup.core.config import ClientConfig
 from readergroup.storage.aio_connection_api import AsyncAppends, AsyncConnectionApi
-from readergroup.storage.segment_records import AppendBatch, AppendReply
+from readergroup.storage.segment_records import AppendBatch, AppendReply, SegmentState
 from readergroup.storage.segment_store import SegmentStorage
 from readergroup.testing.memory_connection import MemoryConnection
 from statesync.backend import ReadResult
@@ -21,6 +21,19 @@ class _Appends:
 
     async def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]:
         return self._segments.append(batches)
+
+    async def segment_states(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, SegmentState]:
+        return self._segments.segment_states(scope, stream, segments)
+
+    async def seal_segments(
+        self, scope: str, stream: str, segments: Sequence[int]
+    ) -> dict[int, int]:
+        return self._segments.seal_segments(scope, stream, segments)
+
+    async def open_segments(self, scope: str, stream: str, segments: Sequence[int]) -> list[int]:
+        return self._segments.open_segments(scope, stream, segments)
 
 
 class AsyncMemoryConnection:
