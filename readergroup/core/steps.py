@@ -21,12 +21,14 @@ class StepDriver(Generic[S]):
 
     """
 
-    __slots__ = ("_steps", "error", "reply")
+    __slots__ = ("_steps", "error", "reply", "result")
 
     def __init__(self, steps: Generator[S, Any, Any]) -> None:
         self._steps = steps
         self.reply: Any = None
         self.error: BaseException | None = None
+        self.result: Any = None
+        """What the steps returned, once over."""
 
     def next(self) -> S | None:
         """The next step (``None``: the steps are over)."""
@@ -35,7 +37,8 @@ class StepDriver(Generic[S]):
                 step = self._steps.send(self.reply)
             else:
                 step = self._steps.throw(self.error)
-        except StopIteration:
+        except StopIteration as finished:
+            self.result = finished.value
             return None
         self.reply, self.error = None, None
         return step

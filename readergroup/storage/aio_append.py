@@ -1,18 +1,21 @@
-"""Appends on ``redis.asyncio``: the threaded writer's script appends
-(:mod:`readergroup.storage.script_append`: one ``EVALSHA`` of ``append_events.lua`` per batch,
-every batch of a round and the acknowledgement wait in one round trip on one connection of
-the pool, ``SCRIPT LOAD`` only on ``NOSCRIPT``, the server's ``run_id`` learnt once per
-socket) driven with awaits. The same request building and reply parsing run for both
-(:func:`~readergroup.storage.script_append.append_steps`,
-:func:`~readergroup.storage.segment_store.append_replies`).
+"""Appends on ``redis.asyncio``: the threaded writer's appends, driven with awaits on one
+connection of the pool, from the same steps (so the same requests and reply parsing):
 
-Rounds always go through the script here: the native ``XADD`` transaction of
-:mod:`readergroup.storage.native_append` (less Redis CPU for large rounds) is not driven on
-asyncio yet.
+* a round of enough events as native explicit-id ``XADD``s in one ``WATCH``ed transaction
+  (:mod:`readergroup.storage.native_append`, :func:`~readergroup.storage.native_append.
+  native_steps`: less Redis CPU per event), two round trips;
+* anything else, or a round the transaction refuses, through ``append_events.lua``
+  (:mod:`readergroup.storage.script_append`, :func:`~readergroup.storage.script_append.
+  append_steps`): one ``EVALSHA`` per batch and the acknowledgement wait in one round trip,
+  ``SCRIPT LOAD`` only on ``NOSCRIPT``.
+
+The server's ``run_id`` is learnt once per socket; each batch's reply is read by
+:func:`~readergroup.storage.segment_store.append_replies`, as the threaded store reads it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -21,9 +24,18 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from readergroup.core.errors import NativeAppendConflictError
 from readergroup.core.routing import segment_name
+from readergroup.core.steps import StepDriver
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
+from readergroup.storage.native_append import (
+    Remember,
+    RoundTrip,
+    Transaction,
+    goes_natively,
+    native_steps,
+)
 from readergroup.storage.raw_connection import known_server, pack, remember_server
 from readergroup.storage.script_append import append_steps
 from readergroup.storage.scripts import script_source
@@ -33,7 +45,7 @@ from readergroup.storage.segment_records import (
     AppendReply,
     SegmentState,
 )
-from readergroup.storage.segment_store import append_replies, segment_states_of
+from readergroup.storage.segment_store import append_replies, native_replies, segment_states_of
 from readergroup.storage.translate import translate_errors
 from statesync import Acks
 
@@ -102,24 +114,52 @@ class AsyncSegmentAppends:
         return replies
 
     async def append(self, batches: Sequence[AppendBatch]) -> list[AppendReply]:
-        """Send every batch in one round trip; one reply per batch, in order (see
-        :meth:`readergroup.storage.segment_store.SegmentStore.append`: a batch the server
-        refuses gets a reply carrying the error; a failed round trip, or an acknowledgement
-        shortfall, raises)."""
+        """Send every batch in one round trip (a round of enough events as native ``XADD``s in
+        one transaction, :mod:`readergroup.storage.native_append`, in two); one reply per
+        batch, in order (see :meth:`readergroup.storage.segment_store.SegmentStore.append`: a
+        batch the server refuses gets a reply carrying the error; a failed round trip, or an
+        acknowledgement shortfall, raises)."""
         wait = self._acks.wait_command()
         with translate_errors("append"):
             async with _pooled(self._client) as connection:
-                server = known_server(connection) or ""
-                steps = append_steps(self._keys, _APPEND_SHA, _APPEND, batches, wait, server)
-                replies: Any = None
-                try:
-                    while True:
-                        replies = await _round_trip(connection, steps.send(replies))
-                except StopIteration as finished:
-                    replies, acknowledged, learnt = finished.value
-                remember_server(connection, learnt)
+                native = await _natively(connection, self._keys, batches, wait)
+                if native is not None:
+                    appended, acknowledged = native
+                    replies = native_replies(batches, appended)
+                else:
+                    server = known_server(connection) or ""
+                    steps = append_steps(self._keys, _APPEND_SHA, _APPEND, batches, wait, server)
+                    driver = StepDriver(steps)
+                    while (step := driver.next()) is not None:
+                        driver.reply = await _round_trip(connection, step)
+                    replies, acknowledged, learnt = driver.result
+                    remember_server(connection, learnt)
         waits = [] if wait is None else [acknowledged]
         return append_replies(self._acks, batches, replies, waits, None)
+
+
+async def _natively(
+    connection: Any, layout: KeyLayout, batches: Sequence[AppendBatch], wait: Sequence[Any] | None
+) -> tuple[list[tuple[int, int, bytes, int]], Any] | None:
+    """:func:`~readergroup.storage.native_append.append_natively`'s round trips, awaited on
+    ``connection``; ``None``: the round takes the script (nothing written)."""
+    if not goes_natively(batches):
+        return None
+    driver = StepDriver(native_steps(layout, batches, wait, known_server(connection)))
+    try:
+        while (step := driver.next()) is not None:
+            if type(step) is Remember:
+                remember_server(connection, step.server)
+            elif type(step) is RoundTrip:
+                driver.reply = await _round_trip(connection, step.commands)
+            else:
+                assert type(step) is Transaction
+                await connection.send_packed_command(step.parts, check_health=False)
+                await _skip(connection, step.queued)
+                driver.reply = [await _read(connection) for _ in range(step.replies)]
+    except NativeAppendConflictError:  # nothing written; the connection is in a clean state
+        return None
+    return driver.result  # type: ignore[no-any-return]
 
 
 @asynccontextmanager
@@ -141,10 +181,53 @@ async def _pooled(client: redis.asyncio.Redis) -> AsyncIterator[Any]:
 async def _round_trip(connection: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
     """Send ``commands`` at once and read their replies, error replies as values."""
     await connection.send_packed_command([pack(c) for c in commands], check_health=False)
-    replies = []
-    for _ in commands:
-        try:
-            replies.append(await connection.read_response(disconnect_on_error=False))
-        except redis.ResponseError as exc:
-            replies.append(exc)
-    return replies
+    return [await _read(connection) for _ in commands]
+
+
+async def _read(connection: Any) -> Any:
+    """One reply; an error reply is returned, not raised (the rest must still be read)."""
+    try:
+        return await connection.read_response(disconnect_on_error=False)
+    except redis.ResponseError as exc:
+        return exc
+
+
+async def _skip(connection: Any, count: int) -> None:
+    """Read and drop ``count`` replies (the ``QUEUED`` ones of a native append), straight
+    from the hiredis reader where there is one (as
+    :func:`readergroup.storage.native_append._skip` does), within the socket timeout."""
+    parser: Any = getattr(connection, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    if type(parser) is not _HIREDIS_PARSER or reader is None:
+        for _ in range(count):
+            await _read(connection)
+        return
+    gets = reader.gets
+    push = getattr(parser, "_hiredis_PushNotificationType", None) or ()  # RESP3 pushes
+    try:
+        async with asyncio.timeout(connection.socket_timeout):
+            while count:
+                reply = gets()
+                if reply is _NOT_ENOUGH_DATA:
+                    await parser.read_from_socket()
+                elif isinstance(reply, redis.ConnectionError):  # as redis-py raises it
+                    raise reply
+                elif isinstance(reply, push):  # not a reply: handled as redis-py does
+                    await parser.handle_push_response(reply)
+                else:
+                    count -= 1
+    except TimeoutError as exc:
+        raise redis.TimeoutError("Timeout reading from the server") from exc
+    except OSError as exc:  # as redis-py's read_response words it
+        raise redis.ConnectionError(f"error while reading from the server: {exc.args}") from exc
+
+
+_HIREDIS_PARSER: Any = None  # redis.asyncio's hiredis parser, whose reader _skip reads
+_NOT_ENOUGH_DATA: Any = object()  # what that reader returns while a reply is incomplete
+try:
+    from redis._parsers import hiredis as _hiredis_parsing
+
+    _HIREDIS_PARSER = _hiredis_parsing._AsyncHiredisParser
+    _NOT_ENOUGH_DATA = _hiredis_parsing.NOT_ENOUGH_DATA
+except (ImportError, AttributeError):  # another redis-py layout: read through read_response
+    pass

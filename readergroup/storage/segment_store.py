@@ -80,6 +80,17 @@ def append_replies(
     return results
 
 
+def native_replies(
+    batches: Sequence[AppendBatch], appended: Sequence[tuple[int, int, bytes, int]]
+) -> list[list[Any]]:
+    """A native append's outcomes (first offset, server ms, created, epoch per batch) as the
+    replies ``append_events.lua`` would have given."""
+    return [
+        [segment_status.OK, first, batch.count, ms, created, epoch]
+        for batch, (first, ms, created, epoch) in zip(batches, appended, strict=True)
+    ]
+
+
 def segment_states_of(segments: Sequence[int], replies: Sequence[Any]) -> dict[int, SegmentState]:
     """Each segment's state from its ``HMGET meta`` reply (of
     :data:`~readergroup.storage.segment_records.META_FIELDS`), by segment."""
@@ -237,10 +248,7 @@ class SegmentStore:
                         replies.append(exc)
             elif (native := append_natively(self._client, self._keys, batches, wait)) is not None:
                 appended, acknowledged = native
-                replies = [
-                    [segment_status.OK, first, batch.count, ms, created, epoch]
-                    for batch, (first, ms, created, epoch) in zip(batches, appended, strict=True)
-                ]
+                replies = native_replies(batches, appended)
                 if wait is not None:
                     waits.append(acknowledged)
             else:
