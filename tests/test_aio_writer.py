@@ -31,6 +31,8 @@ from readergroup.aio import AsyncEventStreamClientFactory, EventPointer
 from readergroup.core.errors import (
     AccessDeniedError,
     EventTooLargeError,
+    InvalidConfigError,
+    ReaderGroupError,
     SerializationError,
     StreamNotFoundError,
     StreamSealedError,
@@ -528,10 +530,29 @@ def test_no_password_in_the_asyncio_connection_or_its_errors(redis_handle: Any) 
     error = asyncio.run(main())
     text = f"{error!r} {error} {error.__cause__!r}"
     assert "Pw-7q" not in text and "Secret" not in text
-    for bad in (f"redsi://app:{secret}@127.0.0.1:{port}/0", f"redis+sentinel://app:{secret}@h:1/s"):
-        with pytest.raises(Exception) as caught:
+    for bad in (
+        f"redsi://app:{secret}@127.0.0.1:{port}/0",
+        f"redis+sentinel://app:{secret}@127.0.0.1:x/svc",
+        f"redis://app:{secret}@127.0.0.1:{port},127.0.0.1:1/0",
+    ):
+        with pytest.raises(InvalidConfigError) as caught:
             AsyncConnection.from_url(bad)
         assert "Pw-7q" not in str(caught.value) and "Secret" not in str(caught.value)
+    nobody = AsyncConnection.from_url(f"redis+sentinel://app:{secret}@127.0.0.1:1/svc")
+    assert "Pw-7q" not in repr(nobody)
+
+    async def unreachable() -> BaseException:
+        try:
+            await nobody.server_time_ms()
+        except Exception as exc:
+            return exc
+        finally:
+            await nobody.close()
+        raise AssertionError("no Sentinel listens there")
+
+    error = asyncio.run(unreachable())
+    assert isinstance(error, ReaderGroupError)
+    assert "Pw-7q" not in f"{error!r} {error} {error.__cause__!r}"
 
 
 def test_the_asyncio_connection_checks_each_new_socket_as_the_threaded_one(

@@ -8,8 +8,9 @@ connection.url_options`): ACL user and password (in the URL or ``redis_options``
 which the scripts deduplicate); every new socket is checked like the threaded client's: a
 server older than Redis 7.0, or one whose ``maxmemory-policy`` may evict keys, is refused.
 
-Not yet on asyncio: ``redis+sentinel://`` URLs and ``ClientConfig(cluster=True)`` raise
-:class:`~readergroup.core.errors.InvalidConfigError` here (use the threaded client for them).
+``redis+sentinel://`` URLs name the primary the Sentinels say (asked on each new connection;
+see :func:`_sentinel_client`). Not yet on asyncio: ``ClientConfig(cluster=True)`` raises
+:class:`~readergroup.core.errors.InvalidConfigError` here (use the threaded client for it).
 
 No password comes out: the connection's ``repr`` names the redacted URL only, and errors are
 translated (:mod:`readergroup.storage.translate`) from redis-py's, which never carry it.
@@ -17,10 +18,14 @@ translated (:mod:`readergroup.storage.translate`) from redis-py's, which never c
 
 from __future__ import annotations
 
+import contextlib
+import math
+import time
 from typing import Any
 
 import redis
 import redis.asyncio
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
@@ -41,9 +46,11 @@ from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import translate_errors
 from statesync import status
 from statesync.backend import ReadResult
+from statesync.endpoints import parse_sentinel_url
+from statesync.errors import EndpointURLError
 from statesync.names import KeyLayout as LogKeys
 from statesync.redaction import redact_url
-from statesync.redis_backend import _raw_entry, _text
+from statesync.redis_backend import SENTINEL_CHECK_INTERVAL, _raw_entry, _text
 from statesync.scripts import script_source as log_script_source
 
 
@@ -67,11 +74,10 @@ class AsyncConnection:
         """A connection to ``url`` (nothing is sent until the first command)."""
         config = config or ClientConfig()
         options, sentinel, _, seeds = url_options(url, config)
-        if sentinel or config.cluster:
+        if config.cluster:
             raise InvalidConfigError(
-                "the asyncio API does not support "
-                f"{'redis+sentinel:// URLs' if sentinel else 'ClientConfig(cluster=True)'} yet: "
-                "use the threaded client (EventStreamClientFactory) for it"
+                "the asyncio API does not support ClientConfig(cluster=True) yet: use the "
+                "threaded client (EventStreamClientFactory) for a Redis Cluster"
             )
         if len(seeds) > 1:
             raise InvalidConfigError(
@@ -85,8 +91,15 @@ class AsyncConnection:
 
         options["redis_connect_func"] = connect_checking_server
         try:
-            client = redis.asyncio.Redis.from_url(
-                url, socket_timeout=config.socket_timeout, retry=Retry(NoBackoff(), 0), **options
+            client = (
+                _sentinel_client(url, config, options)
+                if sentinel
+                else redis.asyncio.Redis.from_url(
+                    url,
+                    socket_timeout=config.socket_timeout,
+                    retry=Retry(NoBackoff(), 0),
+                    **options,
+                )
             )
         except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
             raise unusable_url(url, config, exc) from exc
@@ -127,6 +140,59 @@ class AsyncConnection:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def _sentinel_client(
+    url: str, config: ClientConfig, options: dict[str, Any]
+) -> redis.asyncio.Redis:
+    """The client of the primary a ``redis+sentinel://`` URL names (as
+    :func:`statesync.redis_backend.sentinel_clients` builds the threaded one: the URL's
+    credentials win over ``redis_options``; ``sentinel_options`` go to the Sentinels). Each
+    new connection asks the Sentinels where the primary is; one to a primary demoted since
+    is dropped at its first ``READONLY`` reply (redis-py's), so the writer's retry reaches
+    the new primary."""
+    try:
+        target = parse_sentinel_url(url)
+    except EndpointURLError as exc:
+        raise InvalidConfigError(str(exc)) from exc
+    auth = {"username": target.username, "password": target.password}
+    options = {**options, **{name: value for name, value in auth.items() if value is not None}}
+    if target.tls:
+        options = {"ssl": True, **options}
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        target.sentinels,
+        sentinel_kwargs={
+            "socket_timeout": min(config.socket_timeout, 5.0),
+            **dict(config.sentinel_options),
+        },
+        **options,
+    )
+    client: redis.asyncio.Redis = sentinel.master_for(
+        target.service,
+        socket_timeout=config.socket_timeout,
+        db=target.db,
+        retry=Retry(NoBackoff(), 0),
+        connection_pool_class=_FollowingPool,
+    )
+    return client
+
+
+class _FollowingPool(SentinelConnectionPool):
+    """A Sentinel pool that asks the Sentinels where the primary is when a connection is
+    taken, at most every :data:`~statesync.redis_backend.SENTINEL_CHECK_INTERVAL` seconds, as
+    the threaded client's pool does: after a failover the old primary stays writable until
+    the Sentinels demote it, and what a client writes there meanwhile is lost; on a switch
+    the idle connections are closed and the busy ones dropped when handed back."""
+
+    _asked = -math.inf
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if now - self._asked >= SENTINEL_CHECK_INTERVAL:
+            self._asked = now
+            with contextlib.suppress(MasterNotFoundError):  # (connecting raises it)
+                await self.get_master_address()  # type: ignore[no-untyped-call]
+        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
 
 
 async def _set_up(connection: Any) -> None:
