@@ -12,8 +12,10 @@ times and the median kept:
 * ``async_pipelined``: ``await writer.send(...)`` as many times, then ``await flush()``.
 
 For each: events/s (wall clock) and the client process's CPU seconds per million events (every
-thread: the sender thread counts). Ratios: async over sync, per mode (events/s: >= 1 is the
-asyncio writer as fast or faster; CPU: <= 1 is it cheaper). Prints JSON.
+thread: the sender thread counts); for the asyncio paths also the event loop's p99 lag (how
+late a probe task asking to run every millisecond runs, ms). Ratios: async over sync, per
+mode (events/s: >= 1 is the asyncio writer as fast or faster; CPU: <= 1 is it cheaper).
+Prints JSON.
 """
 
 from __future__ import annotations
@@ -63,10 +65,21 @@ def _sync(
 
 async def _async(
     url: str, scope: str, stream: str, events: list[tuple[bytes, str]], awaited: bool
-) -> float:
+) -> tuple[float, float]:
+    """Seconds taken, and the event loop's p99 lag meanwhile (ms): how late a probe task
+    that asks to run every millisecond runs."""
+    lags: list[float] = []
+
+    async def probe() -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.001)
+            lags.append(time.perf_counter() - before - 0.001)
+
     async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
         writer = await factory.create_event_writer(stream, BytesSerializer())
         await writer.write_event(b"warm-up")
+        probing = asyncio.create_task(probe())
         started = time.perf_counter()
         if awaited:
             for payload, key in events:
@@ -75,7 +88,10 @@ async def _async(
             for payload, key in events:
                 await writer.send(payload, routing_key=key)
             await writer.flush()
-        return time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        probing.cancel()
+    lags.sort()
+    return elapsed, 1000 * lags[int(len(lags) * 0.99)] if lags else float("nan")
 
 
 def _one_path(
@@ -85,11 +101,12 @@ def _one_path(
     start.wait()
     cpu = time.process_time()
     awaited = path.endswith("awaited")
+    lag = float("nan")
     if path.startswith("sync"):
         elapsed = _sync(url, scope, stream, events, awaited)
     else:
-        elapsed = asyncio.run(_async(url, scope, stream, events, awaited))
-    results.put({"path": path, "seconds": elapsed, "cpu": time.process_time() - cpu})
+        elapsed, lag = asyncio.run(_async(url, scope, stream, events, awaited))
+    results.put({"path": path, "seconds": elapsed, "cpu": time.process_time() - cpu, "lag": lag})
 
 
 def main() -> None:
@@ -99,7 +116,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    figures: dict[str, dict[str, list[float]]] = {p: {"rate": [], "cpu": []} for p in PATHS}
+    figures: dict[str, dict[str, list[float]]] = {
+        p: {"rate": [], "cpu": [], "lag": []} for p in PATHS
+    }
     with local_redis_server() as server:
         scope = f"b{uuid.uuid4().hex[:8]}"
         with StreamManager.from_url(server.url) as manager:
@@ -114,10 +133,16 @@ def main() -> None:
                     )
                     figures[path]["rate"].append(count / result["seconds"])
                     figures[path]["cpu"].append(result["cpu"] / count * 1e6)
+                    figures[path]["lag"].append(result["lag"])
     results: dict[str, Any] = {
         path: {
             "events_per_s": round(median(values["rate"])),
             "client_cpu_s_per_million_events": round(median(values["cpu"]), 2),
+            **(
+                {"loop_lag_p99_ms": round(median(values["lag"]), 2)}
+                if path.startswith("async")
+                else {}
+            ),
         }
         for path, values in figures.items()
     }
