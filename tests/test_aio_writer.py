@@ -626,3 +626,65 @@ def _routes_to(manager: StreamManager, scope: str, key: str, segments: list[int]
 
     ranges = manager.stream_state(scope, "s").range_map()
     return ranges.segment_at(key_position(key)) in segments
+
+
+class _FakeClock:
+    """Monotonic time that moves only when slept on (the writer's backoffs) or moved."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.0)
+
+
+def test_each_event_fails_by_its_own_deadline_on_the_injected_clock(private_redis: Any) -> None:
+    """With Redis stopped and rounds of one event, every event fails at its own deadline (its
+    write time + delivery_timeout on the injected clock, which only the writer's backoffs
+    move), not when the round it waited behind gave up; failures come in write order."""
+    with StreamManager.from_url(private_redis.url) as manager:
+        manager.create_scope("x")
+        manager.create_stream("x", "s", FOUR)
+    clock = _FakeClock()
+    config = EventWriterConfig(delivery_timeout=5.0, max_batch_events=1)
+    failed_at: dict[int, float] = {}
+
+    async def main() -> tuple[list[Any], list[tuple[float, float]]]:
+        async with AsyncEventStreamClientFactory.from_url("x", private_redis.url) as made:
+            writer = await made.create_event_writer(
+                "s", UTF8StringSerializer(), config, clock=clock, rng=random.Random(3)
+            )
+            await writer.write_event("warm", routing_key="k")
+            private_redis.stop()
+            futures: list[Any] = []
+            windows = []
+            for group in range(3):  # 3 groups of 50, written as the backoffs move the clock
+                before = clock.monotonic()
+                for _ in range(50):
+                    future = await writer.send(f"g{group}", routing_key=f"k{len(futures)}")
+                    index = len(futures)
+                    future.as_future().add_done_callback(
+                        lambda _, i=index: failed_at.setdefault(i, clock.monotonic())
+                    )
+                    futures.append(future)
+                windows.append((before + 5.0, clock.monotonic() + 5.0))
+                while clock.monotonic() < before + 2.0:
+                    await asyncio.sleep(0.001)
+            await asyncio.gather(*futures, return_exceptions=True)
+            with pytest.raises(WriteFailedError):
+                await writer.flush()
+            return futures, windows
+
+    futures, windows = asyncio.run(main())
+    deadlines = []
+    for index, future in enumerate(futures):
+        error = future.exception()
+        assert isinstance(error, WriteFailedError), error
+        low, high = windows[index // 50]
+        assert error.deadline is not None and low <= error.deadline <= high, (index, error)
+        assert error.deadline <= failed_at[index] <= error.deadline + 1.5, (index, error)
+        deadlines.append(error.deadline)
+    assert deadlines == sorted(deadlines)
