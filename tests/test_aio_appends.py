@@ -132,7 +132,7 @@ def test_without_the_hiredis_reader_bulk_rounds_land_the_same(
         sm.create_stream(scope, "direct")
         sm.create_stream(scope, "one_by_one")
     append(redis_url, batches(scope, "direct", "w", 1, data))
-    monkeypatch.setattr(aio_append, "_HIREDIS_PARSER", None)
+    monkeypatch.setattr(aio_append, "ASYNC_HIREDIS_PARSER", None)
     reads = _counting_reads(monkeypatch)
     replies = append(redis_url, batches(scope, "one_by_one", "w", 1, data))
     monkeypatch.undo()

@@ -30,6 +30,8 @@ from readergroup.core.steps import StepDriver
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.native_append import (
+    ASYNC_HIREDIS_PARSER,
+    NOT_ENOUGH_DATA,
     Remember,
     RoundTrip,
     Transaction,
@@ -198,7 +200,7 @@ async def _skip(connection: Any, count: int) -> None:
     :func:`readergroup.storage.native_append._skip` does), within the socket timeout."""
     parser: Any = getattr(connection, "_parser", None)
     reader = getattr(parser, "_reader", None)
-    if type(parser) is not _HIREDIS_PARSER or reader is None:
+    if type(parser) is not ASYNC_HIREDIS_PARSER or reader is None:
         for _ in range(count):
             await _read(connection)
         return
@@ -208,7 +210,7 @@ async def _skip(connection: Any, count: int) -> None:
         async with asyncio.timeout(connection.socket_timeout):
             while count:
                 reply = gets()
-                if reply is _NOT_ENOUGH_DATA:
+                if reply is NOT_ENOUGH_DATA:
                     await parser.read_from_socket()
                 elif isinstance(reply, redis.ConnectionError):  # as redis-py raises it
                     raise reply
@@ -220,14 +222,3 @@ async def _skip(connection: Any, count: int) -> None:
         raise redis.TimeoutError("Timeout reading from the server") from exc
     except OSError as exc:  # as redis-py's read_response words it
         raise redis.ConnectionError(f"error while reading from the server: {exc.args}") from exc
-
-
-_HIREDIS_PARSER: Any = None  # redis.asyncio's hiredis parser, whose reader _skip reads
-_NOT_ENOUGH_DATA: Any = object()  # what that reader returns while a reply is incomplete
-try:
-    from redis._parsers import hiredis as _hiredis_parsing
-
-    _HIREDIS_PARSER = _hiredis_parsing._AsyncHiredisParser
-    _NOT_ENOUGH_DATA = _hiredis_parsing.NOT_ENOUGH_DATA
-except (ImportError, AttributeError):  # another redis-py layout: read through read_response
-    pass

@@ -61,12 +61,14 @@ from readergroup.storage.segment_records import AppendBatch
 
 _STREAM = (b"stream", b"none", "stream", "none")  # TYPE replies of an events key to append to
 _HIREDIS_PARSER: Any = None  # redis-py's hiredis parser, whose reader _skip reads directly
-_NOT_ENOUGH_DATA: Any = object()  # what that reader returns while a reply is incomplete
+ASYNC_HIREDIS_PARSER: Any = None  # redis.asyncio's (storage/aio_append.py reads it so)
+NOT_ENOUGH_DATA: Any = object()  # what their reader returns while a reply is incomplete
 try:
     from redis._parsers import hiredis as _hiredis_parsing
 
     _HIREDIS_PARSER = _hiredis_parsing._HiredisParser
-    _NOT_ENOUGH_DATA = _hiredis_parsing.NOT_ENOUGH_DATA
+    ASYNC_HIREDIS_PARSER = _hiredis_parsing._AsyncHiredisParser
+    NOT_ENOUGH_DATA = _hiredis_parsing.NOT_ENOUGH_DATA
 except (ImportError, AttributeError):  # another redis-py layout: read through read_response
     pass
 
@@ -370,7 +372,7 @@ def _skip(connection: Any, count: int) -> None:
     try:
         while count:
             reply = gets()
-            if reply is _NOT_ENOUGH_DATA:
+            if reply is NOT_ENOUGH_DATA:
                 parser.read_from_socket()
             elif isinstance(reply, redis.ConnectionError):  # as redis-py raises it (LOADING)
                 raise reply
