@@ -470,6 +470,8 @@ def test_a_full_writer_awaits_room_then_raises_after_max_block(redis_handle: Any
                 await writer.send(b"y" * 300_000, routing_key="k")
             assert ticks > 5
             probing.cancel()
+            with pytest.raises(TimeoutError, match="3 events still unacknowledged"):
+                await writer.flush(timeout=0.1)
             proxy.blackhole(False)
             await asyncio.gather(*held)
 
