@@ -10,6 +10,7 @@ import random
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,6 +48,7 @@ from readergroup.testing.aio_memory import AsyncMemoryConnection
 from readergroup.testing.memory_connection import MemoryConnection
 from tests.support.connections import new_scope
 from tests.support.proxy import ReplyDroppingProxy
+from tests.support.tls import TlsProxy, make_certificates
 
 FOUR = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4))
 FAST_GROUP = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.1}
@@ -674,3 +676,33 @@ def test_each_event_fails_by_its_own_deadline_on_the_injected_clock(private_redi
         assert error.deadline <= failed_at[index] <= error.deadline + 1.5, (index, error)
         deadlines.append(error.deadline)
     assert deadlines == sorted(deadlines)
+
+
+def test_the_asyncio_writer_over_tls_with_ca_and_client_certificates(
+    private_redis: Any, tmp_path: Path
+) -> None:
+    """``rediss://`` and the ``ssl_*`` redis_options, as for the threaded client: through a
+    TLS endpoint requiring a client certificate; without one, a typed error."""
+    certs = make_certificates(tmp_path)
+    proxy = TlsProxy(certs, ("127.0.0.1", private_redis.port))
+    scope = _redis_scope(private_redis.url)
+    url = f"rediss://127.0.0.1:{proxy.port}/0"
+    options = {
+        "ssl_ca_certs": certs["ca.crt"],
+        "ssl_certfile": certs["client.crt"],
+        "ssl_keyfile": certs["client.key"],
+    }
+
+    async def main() -> EventPointer:
+        config = ClientConfig(redis_options=options)
+        async with AsyncEventStreamClientFactory.from_url(scope, url, config) as made:
+            writer = await made.create_event_writer("s", UTF8StringSerializer())
+            return await writer.write_event("secret", routing_key="k")
+
+    try:
+        assert asyncio.run(main()).offset == 0
+        no_client_cert = ClientConfig(redis_options={"ssl_ca_certs": certs["ca.crt"]})
+        assert isinstance(first_command(url, no_client_cert), ReaderGroupError)
+    finally:
+        proxy.close()
+    assert _payloads(private_redis.url, scope) == [b"secret"]
