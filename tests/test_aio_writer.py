@@ -706,3 +706,14 @@ def test_the_asyncio_writer_over_tls_with_ca_and_client_certificates(
     finally:
         proxy.close()
     assert _payloads(private_redis.url, scope) == [b"secret"]
+
+
+@pytest.mark.long  # a subprocess with its own interpreter and imports
+def test_the_asyncio_producer_example_verifies(redis_url: str) -> None:
+    from tests.test_examples import run_example
+
+    scope = f"s{random.Random().getrandbits(40):x}"
+    out = run_example(
+        "aio_producer.py", redis_url, "--requests", "60", "--events", "10", "--scope", scope
+    )
+    assert "exact=True in_order=True" in out and "VERIFIED" in out
