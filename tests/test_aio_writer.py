@@ -717,3 +717,38 @@ def test_the_asyncio_producer_example_verifies(redis_url: str) -> None:
         "aio_producer.py", redis_url, "--requests", "60", "--events", "10", "--scope", scope
     )
     assert "exact=True in_order=True" in out and "VERIFIED" in out
+
+
+def test_the_asyncio_writer_adopts_a_stream_recreated_after_redis_lost_its_data(
+    private_redis: Any,
+) -> None:
+    """Redis loses everything (FLUSHALL); the application re-runs its idempotent set-up. A
+    write made in between is retried while the stream does not exist, then lands in the
+    re-created stream; later writes too."""
+    with StreamManager.from_url(private_redis.url) as sm:
+        sm.create_scope("x")
+        sm.create_stream("x", "s", FOUR)
+    expired = ClientConfig(metadata_ttl=0.0)
+
+    def set_up_again() -> None:
+        with StreamManager.from_url(private_redis.url) as manager:
+            manager.create_scope("x")
+            manager.create_stream("x", "s", FOUR)
+
+    async def main() -> None:
+        async with AsyncEventStreamClientFactory.from_url("x", private_redis.url, expired) as made:
+            writer = await made.create_event_writer("s", UTF8StringSerializer())
+            await writer.write_event("before", routing_key="k")
+            redis.Redis.from_url(private_redis.url).flushall()  # the server lost its data
+            during = await writer.send("during", routing_key="k")
+            with pytest.raises(TimeoutError):  # retried while the stream does not exist
+                await asyncio.wait_for(asyncio.shield(during.as_future()), 0.5)
+            set_up_again()
+            await asyncio.wait_for(during, 30)
+            for i in range(20):
+                await writer.send(f"after{i}", routing_key=f"k{i}")
+            await writer.flush(timeout=30)
+
+    asyncio.run(main())
+    payloads = set(_payloads(private_redis.url, "x"))
+    assert payloads == {b"during", *(f"after{i}".encode() for i in range(20))}
