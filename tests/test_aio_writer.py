@@ -365,6 +365,23 @@ def test_sync_and_async_writers_share_a_stream_and_a_sync_reader_reads_all_in_ke
         assert numbers == sorted(numbers)
 
 
+class LoopTicks:
+    """Counts how often a task asking to run every 10 ms ran: the event loop kept running
+    (nothing blocked it) while it grows."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._task = asyncio.create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            self.count += 1
+            await asyncio.sleep(0.01)
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
 # -- Redis: lost replies, outages, backpressure ------------------------------------------------
 def _redis_scope(url: str, config: StreamConfiguration | None = None) -> str:
     with StreamManager.from_url(url) as manager:
@@ -414,24 +431,16 @@ def test_events_fail_by_their_delivery_timeout_while_redis_is_down_and_writes_re
             writer = await made.create_event_writer("s", BytesSerializer(), config)
             await writer.write_event(b"kept", routing_key="k")
             private_redis.stop()
-            ticks = 0
-
-            async def probe() -> None:
-                nonlocal ticks
-                while True:
-                    ticks += 1
-                    await asyncio.sleep(0.01)
-
-            probing = asyncio.create_task(probe())
+            ticks = LoopTicks()
             with pytest.raises(WriteFailedError) as caught:
                 await writer.write_event(b"lost", routing_key="k")
             assert caught.value.retriable and caught.value.deadline is not None
             with pytest.raises(WriteFailedError):
                 await writer.flush()
-            probing.cancel()
+            ticks.stop()
             private_redis.start()
             await writer.write_event(b"again", routing_key="k")
-            return ticks
+            return ticks.count
 
     with caplog.at_level(logging.WARNING, logger="readergroup.client.writer"):
         ticks = asyncio.run(main())
@@ -459,19 +468,11 @@ def test_a_full_writer_awaits_room_then_raises_after_max_block(redis_handle: Any
             await writer.write_event(b"first", routing_key="k")
             proxy.blackhole()
             held = [await writer.send(b"x" * 300_000, routing_key="k") for _ in range(3)]
-            ticks = 0
-
-            async def probe() -> None:
-                nonlocal ticks
-                while True:
-                    ticks += 1
-                    await asyncio.sleep(0.01)
-
-            probing = asyncio.create_task(probe())
+            ticks = LoopTicks()
             with pytest.raises(WriteFailedError, match="no room for the event within max_block"):
                 await writer.send(b"y" * 300_000, routing_key="k")
-            assert ticks > 5
-            probing.cancel()
+            assert ticks.count > 5
+            ticks.stop()
             with pytest.raises(TimeoutError, match="3 events still unacknowledged"):
                 await writer.flush(timeout=0.1)
             proxy.blackhole(False)
