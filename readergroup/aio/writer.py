@@ -192,7 +192,12 @@ class AsyncEventStreamWriter(RoundSender[T, AsyncWriteFuture], Generic[T]):
         (:class:`~readergroup.core.errors.WriteFailedError` after ``delivery_timeout``,
         :class:`~readergroup.core.errors.StreamSealedError`...) if it was not written.
         Cancelling the awaiting task does not cancel the write (see the module docstring)."""
-        return await (await self.send(event, routing_key, headers=headers))
+        queued = await self.send(event, routing_key, headers=headers)
+        if queued.done():
+            return queued.result()
+        # this call's own future (nobody else holds it): cancelling the task cancels only it,
+        # never the write, with one hop less than a shield
+        return await queued.as_future()
 
     async def send(
         self, event: T, routing_key: str | None = None, *, headers: Headers | None = None
