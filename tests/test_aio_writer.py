@@ -753,3 +753,28 @@ def test_the_asyncio_writer_adopts_a_stream_recreated_after_redis_lost_its_data(
     asyncio.run(main())
     payloads = set(_payloads(private_redis.url, "x"))
     assert payloads == {b"during", *(f"after{i}".encode() for i in range(20))}
+
+
+def test_closing_the_factory_closes_every_writer_though_one_flush_raises(
+    aio: Any, factory: EventStreamClientFactory, connection: Connection, scope: str
+) -> None:
+    """The first writer's flush raises (its stream was sealed): the factory still flushes and
+    closes the others (their events land), then raises that error."""
+    StreamManager(connection).create_stream(scope, "other")
+
+    async def main() -> None:
+        made = aio()
+        doomed = await made.create_event_writer("s", UTF8StringSerializer())
+        await doomed.write_event("one")
+        StreamManager(connection).seal_stream(scope, "s")
+        await doomed.send("two")
+        writer = await made.create_event_writer("other", UTF8StringSerializer())
+        for i in range(50):
+            await writer.send(f"e{i}", routing_key=f"k{i}")
+        with pytest.raises(StreamSealedError):
+            await made.close()
+        with pytest.raises(WriterClosedError):
+            await writer.send("late")
+
+    asyncio.run(main())
+    assert len(stored(factory, "other")) == 50

@@ -96,14 +96,22 @@ class AsyncEventStreamClientFactory:
         return writer
 
     async def close(self) -> None:
-        """Close every writer created here (each flushes first), then the connection."""
+        """Close every writer created here (each flushes first), then the connection; raise
+        the first writer's failure, if any, once all are closed (a writer whose flush raises
+        does not leave the others' events unsent)."""
         writers, self._writers = self._writers, []
+        failure: Exception | None = None
         try:
             for writer in writers:
-                await writer.close()
+                try:
+                    await writer.close()
+                except Exception as exc:
+                    failure = failure or exc
         finally:
             if self._owns_connection:
                 await self._connection.close()
+        if failure is not None:
+            raise failure
 
     async def __aenter__(self) -> AsyncEventStreamClientFactory:
         return self
