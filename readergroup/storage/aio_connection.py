@@ -27,13 +27,13 @@ import redis
 import redis.asyncio
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import InvalidConfigError
 from readergroup.core.steps import StepDriver
-from readergroup.storage.aio_append import AsyncSegmentAppends, script_sha
+from readergroup.storage.aio_append import AsyncSegmentAppends
+from readergroup.storage.aio_state_log import read_log
 from readergroup.storage.connection import (
     DISCONNECT,
     READ,
@@ -44,14 +44,11 @@ from readergroup.storage.connection import (
 )
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import translate_errors
-from statesync import status
 from statesync.backend import ReadResult
 from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
-from statesync.names import KeyLayout as LogKeys
 from statesync.redaction import redact_url
-from statesync.redis_backend import SENTINEL_CHECK_INTERVAL, _raw_entry, _text
-from statesync.scripts import script_source as log_script_source
+from statesync.redis_backend import SENTINEL_CHECK_INTERVAL
 
 
 class AsyncConnection:
@@ -66,8 +63,6 @@ class AsyncConnection:
         self._where = redact_url(url)
         self.segments = AsyncSegmentAppends(client, self.keys, config.durability)
         """The segment appends (``await segments.append(batches)``)."""
-        self._read_script = log_script_source("read")
-        self._read_sha = script_sha(self._read_script)
 
     @classmethod
     def from_url(cls, url: str, config: ClientConfig | None = None) -> AsyncConnection:
@@ -114,29 +109,9 @@ class AsyncConnection:
         return int(seconds) * 1000 + int(micros) // 1000
 
     async def read_log(self, name: str, after_revision: int, limit: int) -> ReadResult:
-        """One page of the state log ``name`` (``read.lua``, read-only): its entries after
-        ``after_revision`` (``-1``: the newest snapshot first), at most ``limit``. Raises
-        statesync's :class:`~statesync.errors.SynchronizerNotFoundError` when it does not
-        exist, else readergroup's errors."""
-        keys = LogKeys(self.config.key_prefix, name)
-        args: list[Any] = [keys.meta, keys.log, keys.snapshots, after_revision, limit, -1, -1]
-        with translate_errors(f"read {name}"):
-            try:
-                reply = await self.client.evalsha_ro(self._read_sha, 3, *args)
-            except NoScriptError:
-                await self.client.script_load(self._read_script)
-                reply = await self.client.evalsha_ro(self._read_sha, 3, *args)
-        status.raise_for_status("read", name, reply)
-        head, incarnation, snapshot_revision, snapshot, entries, anchor, history = reply[1:8]
-        return ReadResult(
-            int(head),
-            _text(incarnation),
-            int(snapshot_revision),
-            snapshot,
-            [_raw_entry(entry) for entry in entries],
-            _text(anchor),
-            _text(history),
-        )
+        """One page of the state log ``name`` (see
+        :func:`~readergroup.storage.aio_state_log.read_log`)."""
+        return await read_log(self.client, self.config.key_prefix, name, after_revision, limit)
 
     async def close(self) -> None:
         await self.client.aclose()
