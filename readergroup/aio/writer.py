@@ -142,6 +142,11 @@ class AsyncEventStreamWriter(RoundSender[T, AsyncWriteFuture], Generic[T]):
     given without ``sleep`` is slept with its own ``sleep`` (a test's fake clock, which only
     advances its time: a clock that really sleeps needs ``sleep`` too)."""
 
+    ROUND_BATCHES = 4
+    """Four full batches a round, not the sender thread's 16: each step of a round (batching,
+    packing, settling its events) runs on the loop, so smaller rounds keep other tasks'
+    waits short (docs/asyncio.md has the event loop's lag while writing)."""
+
     def __init__(
         self,
         connection: AsyncConnectionApi,
@@ -322,12 +327,17 @@ class AsyncEventStreamWriter(RoundSender[T, AsyncWriteFuture], Generic[T]):
         """Send one drained round until every event in it is acknowledged or failed."""
         events = self._drain()
         driver = StepDriver(self.round_steps(events))
+        # a large round's steps each take a while (batching, packing, settling thousands of
+        # events): let the loop run between them
+        pause = len(events) >= self._config.max_batch_events
         try:
             while (step := driver.next()) is not None:
                 try:
                     driver.reply = await self._perform(step)
                 except Exception as exc:
                     driver.error = exc
+                if pause:
+                    await asyncio.sleep(0)
         except asyncio.CancelledError:
             self._fail(events, WriterClosedError("the writer's sender task was cancelled"))
             raise

@@ -227,6 +227,10 @@ class RoundSender(Generic[T, E]):
 
     _accounting: AbstractContextManager[Any]
 
+    ROUND_BATCHES = 16
+    """Most full batches in one round (one round trip): more amortise a round trip over more
+    events; fewer keep each step of a round short."""
+
     def __init__(
         self,
         scope: str,
@@ -336,13 +340,14 @@ class RoundSender(Generic[T, E]):
 
     # -- the sender ----------------------------------------------------------------------------
     def _drain(self) -> list[E]:
-        """The next round: the oldest events written, at most 16 full batches."""
+        """The next round: the oldest events written, at most :attr:`ROUND_BATCHES` full
+        batches."""
         backlog, start = self._backlog, self._backlog_next
         if not backlog:
             with self._accounting:
                 backlog, self._queue = self._queue, []
             start = 0
-        end = start + self._config.max_batch_events * 16
+        end = start + self._config.max_batch_events * self.ROUND_BATCHES
         if end >= len(backlog):
             self._backlog, self._backlog_next = [], 0
             return backlog if start == 0 else backlog[start:]
