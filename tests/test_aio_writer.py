@@ -778,3 +778,43 @@ def test_closing_the_factory_closes_every_writer_though_one_flush_raises(
 
     asyncio.run(main())
     assert len(stored(factory, "other")) == 50
+
+
+def test_the_state_log_source_reads_what_the_threaded_synchronizer_reads(
+    connection: Connection,
+    scope: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LogStreamStates (the asyncio writer's interim metadata source) pages through the
+    stream's log from its snapshot: after scales and a truncation, with pages of two entries,
+    it gives the state the threaded StreamManager gives; a missing stream is
+    StreamNotFoundError."""
+    from readergroup.aio import LogStreamStates
+    from readergroup.aio import metadata as aio_metadata
+
+    manager = StreamManager(connection)
+    active = [s.segment_id for s in manager.get_stream_info(scope, "s").active_segments]
+    for _ in range(3):
+        info = manager.get_stream_info(scope, "s")
+        first = min(info.active_segments, key=lambda segment: segment.low).segment_id
+        manager.scale_stream(scope, "s", [first], _halves(info, first))
+    assert len(manager.get_stream_info(scope, "s").active_segments) == len(active) + 3
+    monkeypatch.setattr(aio_metadata, "READ_BATCH", 2)
+
+    async def main() -> tuple[Any, BaseException | None]:
+        view = async_view(connection, request)
+        try:
+            states = LogStreamStates(view)
+            state = await states.fetch(scope, "s")
+            try:
+                await states.fetch(scope, "missing")
+            except StreamNotFoundError as exc:
+                return state, exc
+            return state, None
+        finally:
+            await view.close()
+
+    state, missing = asyncio.run(main())
+    assert state == manager.stream_state(scope, "s")
+    assert isinstance(missing, StreamNotFoundError) and "missing" in str(missing)
