@@ -790,8 +790,8 @@ def test_the_state_log_source_reads_what_the_threaded_synchronizer_reads(
     stream's log from its snapshot: after scales and a truncation, with pages of two entries,
     it gives the state the threaded StreamManager gives; a missing stream is
     StreamNotFoundError."""
-    from readergroup.aio import LogStreamStates
     from readergroup.aio import metadata as aio_metadata
+    from readergroup.aio.metadata import LogStreamStates
 
     manager = StreamManager(connection)
     active = [s.segment_id for s in manager.get_stream_info(scope, "s").active_segments]

@@ -10,7 +10,7 @@ and logging. See ``docs/asyncio.md``.
 """
 
 from readergroup.aio.factory import AsyncEventStreamClientFactory
-from readergroup.aio.metadata import AsyncStreamMetadataCache, AsyncStreamStates, LogStreamStates
+from readergroup.aio.metadata import AsyncStreamMetadataCache, AsyncStreamStates
 from readergroup.aio.writer import AsyncEventStreamWriter, AsyncWriteFuture
 from readergroup.client.write_rounds import EventPointer, EventWriterConfig
 
@@ -22,5 +22,4 @@ __all__ = [
     "AsyncWriteFuture",
     "EventPointer",
     "EventWriterConfig",
-    "LogStreamStates",
 ]
