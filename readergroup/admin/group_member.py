@@ -31,7 +31,7 @@ from readergroup.core.balance import (
     next_expiry_ms,
 )
 from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError
-from readergroup.core.group_state import Assignment, GroupState, ReaderRecord, SegKey
+from readergroup.core.group_state import NO_LAG, Assignment, GroupState, ReaderRecord, SegKey
 from readergroup.core.liveness import ExpiryGuard
 from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.core.membership import (
@@ -46,6 +46,7 @@ from readergroup.core.membership import (
     plan_remove,
     plan_rewind,
 )
+from readergroup.storage.format_negotiation import NegotiatedFormat
 from readergroup.storage.translate import translate_errors
 from statesync import LogRegressedError, StateSynchronizer
 
@@ -133,6 +134,9 @@ class GroupMember:
         self._refreshed_ms = 0
         """Server time of the heartbeat's latest read of the group log."""
         self._max_moves = max_moves
+        self._log_format = NegotiatedFormat(heartbeats)
+        """The group log's format as the synchronizer negotiates it: a commit reports its lag
+        only in the newest (a previous version refuses a field it does not know)."""
         self._joined = False
         self._recovery = threading.RLock()
         self._expiry = ExpiryGuard(session_timeout_ms)
@@ -457,15 +461,20 @@ class GroupMember:
         self,
         positions: Mapping[SegKey, tuple[int, int]],
         epochs: Mapping[SegKey, int] | None = None,
+        lag: int = NO_LAG,
     ) -> None:
         """Record ``segment -> (token, position)`` (with the epoch each was read under, where
-        ``epochs`` has it); fenced readers get an error, nothing lands."""
+        ``epochs`` has it, and this reader's ``lag``: events behind the tails of its segments,
+        reported while every member reads the newest log format); fenced readers get an
+        error, nothing lands."""
         if not positions:
             return
         triples = tuple((s, token, position) for s, (token, position) in positions.items())
         given = epochs or {}
         known = tuple((s, given[s]) for s in positions if s in given)
-        self.sync.update_state(plan_commit(self.reader_id, self.generation, triples, known))
+        if lag >= 0 and self._log_format(self.sync.state) < NEWEST_FORMAT:
+            lag = NO_LAG
+        self.sync.update_state(plan_commit(self.reader_id, self.generation, triples, known, lag))
 
     @_recovers
     def rewind(self, rewinds: Mapping[SegKey, tuple[int, int, int]]) -> None:

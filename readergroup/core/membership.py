@@ -21,6 +21,7 @@ from readergroup.core.balance import (
 )
 from readergroup.core.errors import ReaderAlreadyOnlineError, ReaderReplacedError
 from readergroup.core.group_state import (
+    NO_LAG,
     AckCheckpoint,
     AckReset,
     AcquireSegments,
@@ -234,14 +235,16 @@ def plan_commit(
     generation: int,
     triples: tuple[tuple[SegKey, int, int], ...],
     epochs: tuple[tuple[SegKey, int], ...] = (),
+    lag: int = NO_LAG,
 ) -> Plan[None]:
     """Record ``(segment, token, position)`` triples (with the epoch each position was read
-    under, where ``epochs`` has it); fenced readers get an error."""
+    under, where ``epochs`` has it, and the reader's ``lag``, if reported); fenced readers get
+    an error."""
 
     def commit(state: GroupState) -> Decision[None]:
         for segment, token, _ in triples:
             check_owner(state, reader_id, generation, segment, token)
-        return [CommitPositions(reader_id, generation, triples, epochs)], None
+        return [CommitPositions(reader_id, generation, triples, epochs, lag)], None
 
     return commit
 
