@@ -23,7 +23,7 @@ from readergroup import (
 from readergroup.admin.group_manager import ReaderGroup
 from tests.support.waiting import wait_until
 
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "heartbeat_interval": 0.2,
     "session_timeout": 3.0,
     "group_refresh_time": 0.1,
@@ -83,9 +83,7 @@ class Readers:
         self.caught_up: set[str] = set()
 
     def join(self, reader_id: str) -> None:
-        self.readers[reader_id] = self.factory.create_reader(
-            reader_id, "g", UTF8StringSerializer()
-        )
+        self.readers[reader_id] = self.factory.create_reader(reader_id, "g", UTF8StringSerializer())
         self.read[reader_id] = 0
 
     def step(self, *reader_ids: str) -> bool:
@@ -162,7 +160,9 @@ def test_the_reader_closer_to_the_tails_acquires_a_freed_segment(
     ids = {caught_up, lagging}
     wait_until(lambda: readers.step(caught_up) and balanced(group, ids, 3), 30, "rebalanced")
     sizes = {r: len(s) for r, s in owned(group).items()}
-    assert sizes == {caught_up: 2, lagging: 1}, f"the lagging reader took the freed segment: {sizes}"
+    assert sizes == {caught_up: 2, lagging: 1}, (
+        f"the lagging reader took the freed segment: {sizes}"
+    )
 
 
 @pytest.mark.parametrize(("caught_up", "lagging"), ORDERS)

@@ -1016,7 +1016,7 @@ def state_to_wire(state: GroupState) -> list[Any]:
         ],
     ]
     if lagging:
-        lag_ids = sorted(state.lag_reports.keys() | state.lags.keys())
+        lag_ids = sorted({*state.lag_reports, *state.lags})
         wire.append(
             [
                 lag_ids,

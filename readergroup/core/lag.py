@@ -29,19 +29,19 @@ def events_behind(positions: Mapping[K, int], tails: Mapping[K, int]) -> int:
 def lag_ranks(lags: Mapping[str, int], readers: Iterable[str]) -> Callable[[str], int]:
     """Each of ``readers``' lag for the turns: the lag it published; one that published none
     (a previous version's reader, or one that has not committed since it joined) counts as the
-    median of the published ones (neutral: neither first nor last); every reader counts as 0
-    when none published (the order is then the one without lags).
+    mean of the published ones (neutral: neither first nor last while they differ); every
+    reader counts as 0 when none published (the order is then the one without lags).
 
-    >>> rank = lag_ranks({"a": 120, "b": 0, "c": 7}, ["a", "b", "c", "old"])
+    >>> rank = lag_ranks({"a": 120, "b": 0, "c": 9}, ["a", "b", "c", "old"])
     >>> [rank(r) for r in ("a", "b", "c", "old")]
-    [120, 0, 7, 7]
+    [120, 0, 9, 43]
     >>> lag_ranks({}, ["a"])("a")
     0
     """
-    known = sorted(lags[r] for r in readers if r in lags)
+    known = [lags[r] for r in readers if r in lags]
     if not known:
         return no_lag
-    neutral = known[len(known) // 2]
+    neutral = sum(known) // len(known)
     return lambda reader: lags.get(reader, neutral)
 
 
