@@ -7,8 +7,10 @@ the same id won either way."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
+import msgpack
 import pytest
 
 from readergroup import (
@@ -20,7 +22,10 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.admin.group_manager import ReaderGroup
+from readergroup.admin.group_manager import ReaderGroup, join_group
+from readergroup.core.group_state import LAGS_WIRE_FORM, WIRE_FORM
+from readergroup.core.names import group_sync_name
+from readergroup.storage.connection import RedisConnection
 from tests.support.waiting import wait_until
 
 CONFIG: dict[str, Any] = {
@@ -189,3 +194,40 @@ def test_the_reader_further_behind_gives_a_segment_up_for_a_joining_one(
     assert sizes == {caught_up: 2, lagging: 1, "newcomer": 1}, (
         f"the caught-up reader gave its segment up: {sizes}"
     )
+
+
+def snapshot_form(redis_url: str, scope: str) -> int:
+    """The form of the group state in the group log's newest snapshot."""
+    with closing(RedisConnection.from_url(redis_url)) as connection:
+        page = connection.log_backend.read(group_sync_name(scope, "g"), -1, 1)
+    assert page.snapshot is not None
+    body = msgpack.unpackb(page.snapshot, raw=False, strict_map_key=False, ext_hook=_ext)
+    form: int = body["s"][1][0]
+    return form
+
+
+def _ext(code: int, payload: bytes) -> Any:
+    return msgpack.unpackb(payload, raw=False, strict_map_key=False, ext_hook=_ext)
+
+
+def test_a_crashed_groups_compaction_is_readable_to_the_previous_version(
+    redis_url: str, scope: str, stream: Any
+) -> None:
+    """Lags ride in a snapshot form the previous version does not read: written while a lag is
+    known and a reader may rank by it. The rollback path stays open: once no member is live
+    (readers that crashed), ``group compact`` leaves them out and writes the older form."""
+    stream(2)
+    with closing(RedisConnection.from_url(redis_url)) as connection:
+        member, _ = join_group(connection, scope, "g", "crashed")
+        member.rebalance({})
+        seg, assignment = next(iter(member.refresh().owned_by("crashed").items()))
+        member.commit({seg: (assignment.token, 0)}, lag=120)
+        group = ReaderGroupManager(scope, connection).get_reader_group("g")
+        assert dict(group.refresh().lag_reports) == {"crashed": 120}
+        group.compact_log()  # live: the lags are kept
+        assert snapshot_form(redis_url, scope) == LAGS_WIRE_FORM
+        member.commit({seg: (assignment.token, 1)}, lag=110)
+        member.heartbeats.forget("crashed", member.generation)  # it crashed: no live beat
+        group.compact_log()
+        assert snapshot_form(redis_url, scope) == WIRE_FORM
+        assert "crashed" in group.refresh().readers

@@ -403,6 +403,14 @@ NO_LAG = -1
 of an older log format, which would refuse the field)."""
 
 
+def without_lags(state: GroupState) -> GroupState:
+    """``state`` with no lag known (a snapshot in the form the previous versions read, for a
+    group none of whose readers is live: nobody ranks by the lags dropped)."""
+    if not (state.lag_reports or state.lags):
+        return state
+    return _changed(state, lag_reports=PMap(), lags=PMap())
+
+
 def _published(state: GroupState) -> Mapping[str, int]:
     """The lags a move publishes: the latest reports (the same persistent map, O(1))."""
     return state.lag_reports
