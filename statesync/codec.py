@@ -177,13 +177,16 @@ def _init_fields(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
 
 
-def _tagged_default(obj: Any, spec: dataclasses.Field[Any]) -> bool:
-    """Whether ``spec`` is a tagged field of update ``obj`` at its default: left out in every
-    format (the reader's default stands in), so a tagged field added later reaches no reader of
-    format 2 while it keeps its default (writers leave it so in that format)."""
-    return (
-        isinstance(obj, Update)
-        and spec.name in obj.tagged_fields
+def _tagged_defaults(obj: Any) -> frozenset[str]:
+    """The tagged fields of update ``obj`` at their defaults: left out in every format (the
+    reader's default stands in), so a tagged field added later reaches no reader of format 2
+    while it keeps its default (writers leave it so in that format)."""
+    if not isinstance(obj, Update) or not obj.tagged_fields:
+        return frozenset()
+    return frozenset(
+        spec.name
+        for spec in dataclasses.fields(obj)  # type: ignore[arg-type]  # an Update dataclass
+        if spec.name in obj.tagged_fields
         and spec.default is not dataclasses.MISSING
         and getattr(obj, spec.name) == spec.default
     )
@@ -289,10 +292,11 @@ class Codec:
                 written.compact = True
                 payload = self._encode([name, to_wire()], depth, written)
                 return msgpack.ExtType(_EXT_COMPACT, payload)
+            left_out = _tagged_defaults(obj)
             fields = {
                 f.name: getattr(obj, f.name)
                 for f in dataclasses.fields(obj)
-                if f.init and not _tagged_default(obj, f)
+                if f.init and f.name not in left_out
             }
             return msgpack.ExtType(_EXT_DATACLASS, self._encode([name, fields], depth, written))
         # read-only (e.g. persistent) mappings and sets: a msgpack map, a frozenset
