@@ -163,6 +163,15 @@ def test_a_commit_reports_its_lag_and_the_next_move_publishes_it() -> None:
     state = RemoveReader("a", gen["a"]).apply_to(state)
     assert (dict(state.lag_reports), dict(state.lags)) == ({"b": 0}, {"b": 0})
     check_invariants(state)
+    # a move carries its reader's lag, reported and published at once
+    state = AcquireSegments("b", gen["b"], (seg_b,), 0, 40).apply_to(state)
+    assert (dict(state.lag_reports), dict(state.lags)) == ({"b": 40}, {"b": 40})
+    token_b = state.assigned[seg_b].token
+    state = ReleaseSegments("b", gen["b"], ((seg_b, token_b, 1),), (), 50).apply_to(state)
+    assert (dict(state.lag_reports), dict(state.lags)) == ({"b": 50}, {"b": 50})
+    state = AcquireSegments("b", gen["b"], (seg_b,), 0).apply_to(state)  # none: kept
+    assert dict(state.lags) == {"b": 50}
+    check_invariants(state)
 
 
 def test_snapshots_carry_the_lags_in_form_3_and_stay_form_2_without() -> None:
@@ -231,6 +240,9 @@ def test_a_member_reports_its_lag_only_while_every_member_reads_the_newest_forma
     a.commit({seg: (assignment.token, 2)}, lag=30)
     assert dict(a.refresh().lag_reports) == {"a": 120}
     assert a.refresh().assigned[seg].position == 2
+    old.rebalance({}, lag=7)  # (a previous version would not send one: the format says so)
+    a.rebalance({}, lag=30)
+    assert dict(a.refresh().lag_reports) == {"a": 120}
 
 
 def test_lag_ranks_and_events_behind() -> None:

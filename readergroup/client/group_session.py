@@ -597,15 +597,15 @@ class GroupSession(Generic[T]):
 
     def _lag(
         self,
-        positions: Mapping[SegKey, tuple[int, int]],
-        logs: Mapping[SegKey, tuple[int, list[tuple[int, int]]]],
+        positions: Mapping[SegKey, tuple[int, int]] | None = None,
+        logs: Mapping[SegKey, tuple[int, list[tuple[int, int]]]] | None = None,
     ) -> int:
-        """(Under the gate's lock.) This reader's lag as it commits ``positions``: events
-        between where it is in each owned segment and that segment's tail, as the commit's look
+        """(Under the gate's lock.) This reader's lag (as it commits ``positions``): events
+        between where it is in each owned segment and that segment's tail, as a commit's look
         at the logs (``logs``) found it, else as an earlier look did (at least what was
-        fetched). Reported on the commit (see :mod:`readergroup.core.lag`); no command of its
-        own."""
-        owned_now = self._fetcher.owned
+        fetched). Reported on commits and moves (see :mod:`readergroup.core.lag`); no command
+        of its own."""
+        owned_now, logs, positions = self._fetcher.owned, logs or {}, positions or {}
         self._tails = {
             key: logs[key][0] if key in logs else max(self._tails.get(key, 0), owned.fetch)
             for key, owned in owned_now.items()
@@ -680,12 +680,17 @@ class GroupSession(Generic[T]):
             going = {
                 k: table[k] for k in self.machine.in_phase(SegmentPhase.RELEASABLE) if k in table
             }
+            lag = self._lag()
         release_at = {k: self._release_position(o) for k, o in going.items()}
         epochs = self._fetcher.epochs_of(release_at.items(), going)
         try:
             # decided on the state just read: one read of the group log per wake-up
             acquired, released = self.member.rebalance(
-                release_at, fetched_at=sync.revision, only_listed=True, release_epochs=epochs
+                release_at,
+                fetched_at=sync.revision,
+                only_listed=True,
+                release_epochs=epochs,
+                lag=lag,
             )
         except BaseException:
             if going:  # the outcome is unknown: the next round adopts what is still ours

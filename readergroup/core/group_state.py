@@ -30,8 +30,9 @@ is never appended, and fenced readers get a specific error):
 * :class:`RewindPositions`: an owner moves committed positions back to where a segment's log
   diverged in a failover (the offsets past it were lost, and new events are there now).
 
-Lag: a commit may carry its reader's lag (events behind the tails of the segments it owns, a
-tagged field: see :class:`CommitPositions`), recorded in ``lag_reports``. The balancing turns
+Lag: a commit, an acquisition or a release may carry its reader's lag (events behind the tails
+of the segments it owns, a tagged field: see :class:`CommitPositions`), recorded in
+``lag_reports``. The balancing turns
 read ``lags``, the reports as *published* by the last update that moved segments or members
 (join, leave, acquire, release, completion): those updates wake the readers with a move to
 make, decided on the state after them, so a commit (which wakes nobody) never changes whose
@@ -416,6 +417,14 @@ def _published(state: GroupState) -> Mapping[str, int]:
     return state.lag_reports
 
 
+def _reported(state: GroupState, reader_id: str, lag: int) -> Mapping[str, int]:
+    """``state.lag_reports`` with ``reader_id``'s ``lag`` (unchanged for :data:`NO_LAG`)."""
+    reports = state.lag_reports
+    if lag < 0 or reports.get(reader_id) == lag:
+        return reports
+    return pmap(reports).set(reader_id, lag)
+
+
 @dataclass(frozen=True)
 class AddReader(Update):
     reader_id: str
@@ -490,10 +499,16 @@ class RemoveReader(Update):
 
 @dataclass(frozen=True)
 class AcquireSegments(Update):
+    """Take unassigned segments; ``lag`` (tagged): the reader's lag as it decided (see
+    :class:`CommitPositions`)."""
+
+    tagged_fields: ClassVar[frozenset[str]] = frozenset({"lag"})
+
     reader_id: str
     generation: int
     segments: tuple[SegKey, ...]
     now_ms: int
+    lag: int = NO_LAG
 
     def conflict_keys(self) -> tuple[str, ...]:
         return _keys(self.reader_id, self.segments)
@@ -517,21 +532,24 @@ class AcquireSegments(Update):
             assigned=pmap(state.assigned).evolve(acquired.items()),
             unassigned=pmap(state.unassigned).evolve(deletes=acquired),
             next_token=token,
-            lags=_published(state),
+            lag_reports=(reports := _reported(state, self.reader_id, self.lag)),
+            lags=reports,
         )
 
 
 @dataclass(frozen=True)
 class ReleaseSegments(Update):
-    """Give segments back at the given positions: ``(segment, token, position)``."""
+    """Give segments back at the given positions: ``(segment, token, position)``; ``lag``
+    (tagged): the reader's lag as it decided (see :class:`CommitPositions`)."""
 
-    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED
+    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED | {"lag"}
 
     reader_id: str
     generation: int
     releases: tuple[tuple[SegKey, int, int], ...]
     epochs: tuple[tuple[SegKey, int], ...] = ()
     """The epoch each released position was read under, where known."""
+    lag: int = NO_LAG
 
     def conflict_keys(self) -> tuple[str, ...]:
         return _keys(self.reader_id, (s for s, _, _ in self.releases))
@@ -556,7 +574,8 @@ class ReleaseSegments(Update):
             assigned=pmap(state.assigned).evolve(deletes=released),
             unassigned=pmap(state.unassigned).evolve(released.items()),
             epochs=_moved_epochs(state, moves, self.epochs),
-            lags=_published(state),
+            lag_reports=(reports := _reported(state, self.reader_id, self.lag)),
+            lags=reports,
         )
 
 
@@ -591,15 +610,12 @@ class CommitPositions(Update):
             current = committed.get(segment, current)
             committed[segment] = replace(current, position=max(position, current.position))
             moves.append((segment, current.position, position))
-        reports = state.lag_reports
-        if self.lag >= 0 and reports.get(self.reader_id) != self.lag:
-            reports = pmap(reports).set(self.reader_id, self.lag)
         return _changed(
             state,
             added=committed.items(),
             assigned=pmap(state.assigned).evolve(committed.items()),
             epochs=_moved_epochs(state, moves, self.epochs),
-            lag_reports=reports,
+            lag_reports=_reported(state, self.reader_id, self.lag),
         )
 
 
