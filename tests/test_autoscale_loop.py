@@ -145,8 +145,13 @@ def test_the_autoscale_command_stops_with_exit_0_on_sigterm(redis_url: str, scop
         code = service.stop(signal.SIGTERM)
     log = "".join(service.stderr)
     assert code == 0 and "Traceback" not in log, log
+    # (an idle stream below its target rate may be merged before the signal lands, on a
+    # loaded machine: the summary names the segments active when it stopped, whichever)
+    with StreamManager.from_url(redis_url) as manager:
+        info = manager.get_stream_info(scope, "orders")
+    active = f"active segments {sorted(s.segment_id for s in info.active_segments)}"
     last = [line for line in service.stderr if "stopped after" in line]
-    assert len(last) == 1 and "active segments [0, 1]" in last[0], log
+    assert len(last) == 1 and active in last[0], log
     assert "SIGTERM received: stopping" in log
     stdout = "".join(service.stdout)
-    assert "autoscaler stopped after" in stdout and "active segments [0, 1]" in stdout
+    assert "autoscaler stopped after" in stdout and active in stdout

@@ -27,7 +27,9 @@ from readergroup import (
 from readergroup.client.writer import EventStreamWriter, WriteFuture
 from readergroup.core.errors import (
     SerializationError,
+    StreamSealedError,
     WriteFailedError,
+    WriterClosedError,
     WriterForkedError,
 )
 from readergroup.storage.connection_api import Connection
@@ -329,3 +331,30 @@ def test_a_small_append_sends_the_append_only(private_redis: Any) -> None:
             assert len(new) == 2 and new[0] == old[0], (before, after)
         writer.close()
         assert len(_payloads(factory)) == 231
+
+
+# -- the factory's close ------------------------------------------------------------------
+def test_closing_the_factory_closes_every_writer_though_one_flush_raises(
+    connection: Connection, scope: str
+) -> None:
+    """The first writer's flush raises (its stream was sealed under it): the factory still
+    flushes and closes the writers after it (their events land, later writes are refused),
+    then raises that first failure."""
+    manager = StreamManager(connection)
+    manager.create_stream(scope, "other", FOUR)
+    made = EventStreamClientFactory(scope, connection)
+    doomed = made.create_event_writer("s", UTF8StringSerializer())
+    doomed.write_event("one").result(10)
+    manager.seal_stream(scope, "s")
+    doomed.write_event("two")
+    writer = made.create_event_writer("other", UTF8StringSerializer())
+    for i in range(50):
+        writer.write_event(f"e{i}", routing_key=f"k{i}")
+    with pytest.raises(StreamSealedError):
+        made.close()
+    with pytest.raises(WriterClosedError):
+        writer.write_event("late")
+    events = list(
+        EventStreamClientFactory(scope, connection).create_batch_client().read_events("other")
+    )
+    assert sorted(event.payload for event in events) == sorted(f"e{i}".encode() for i in range(50))

@@ -3,6 +3,7 @@ all sharing one Redis connection and one metadata cache."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, TypeVar
 
@@ -25,6 +26,8 @@ from readergroup.storage.connection import RedisConnection
 from readergroup.storage.connection_api import Connection
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 class EventStreamClientFactory(Closing):
@@ -131,11 +134,23 @@ class EventStreamClientFactory(Closing):
         return BatchClient(self._connection, self._scope)
 
     def close(self) -> None:
+        """Close every writer and reader created here (writers flush first), then the
+        connection if the factory owns it; raise the first failure once all are closed (a
+        writer whose flush raises does not leave the others' events unsent)."""
         with self._lock:
             closeables, self._closeables = self._closeables, []
+        failure: Exception | None = None
         try:
             for item in closeables:
-                item.close()
+                try:
+                    item.close()
+                except Exception as exc:
+                    if failure is None:
+                        failure = exc
+                    else:
+                        logger.warning("closing %r failed too", item, exc_info=exc)
         finally:
             if self._owns_connection:
                 self._connection.close()
+        if failure is not None:
+            raise failure
