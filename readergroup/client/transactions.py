@@ -377,10 +377,12 @@ class Transaction(Generic[T]):
                 raise StreamSealedError(f"stream {writer.scope}/{writer.stream} is sealed")
             ranges = state.range_map()
             plan = CommitPlan.route([ranges.segment_at(position(e, writer._rng)) for e in events])
-            tail, self._pending = self._pending, []
             decision = Decision(len(events), plan, writer.config.grace_ms, *consumed)
+            # the buffered tail stays buffered until the decision took it: after a failure
+            # (Redis unreachable, a lost reply) a retried commit carries it again; if the
+            # decision did run, the retry finds the transaction COMMITTING and decides nothing
             code, total, decided = writer.store.stage(
-                self.id, writer.holder, tail, writer.config.retention_ms, decision
+                self.id, writer.holder, self._pending, writer.config.retention_ms, decision
             )
             if code == segment_status.CONFLICT:
                 raise TransactionError(
@@ -389,7 +391,7 @@ class Transaction(Generic[T]):
                     txn_id=self.id,
                     status=TxnStatus.OPEN.value,
                 )
-            self._events = events
+            self._events, self._pending = events, []
             self._ended = TxnStatus.COMMITTING
         record = TxnRecord(
             txn_id=self.id,

@@ -1,0 +1,117 @@
+"""Transactions (issue 31), second review: races and holes against the guarantees of
+:mod:`readergroup.core.transactions`, each on a real Redis (both servers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from readergroup import EventStreamClientFactory, StreamManager
+from readergroup.client.transactions import TransactionalEventStreamWriter
+from readergroup.core.errors import RedisUnavailableError
+from readergroup.core.transactions import PlanEntry, TxnStatus
+from tests.test_transactions import (
+    STREAM,
+    Crash,
+    by_key,
+    new_writer,
+    stream,
+    txn_writer,
+    visible,
+    write_keys,
+)
+
+__all__ = ["stream", "txn_writer"]  # fixtures shared with test_transactions
+
+
+def test_a_commit_whose_decision_failed_keeps_its_buffered_events_for_the_retry(
+    factory: EventStreamClientFactory,
+    txn_writer: TransactionalEventStreamWriter[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """commit() stages the buffered tail in its decision; when that call fails before the
+    script ran (Redis unreachable), the transaction is still OPEN (status() says so) and a
+    retried commit must still carry the tail, not decide without it."""
+    txn = txn_writer.begin()
+    txn.write_event(b"staged", routing_key="k")
+    txn.flush()
+    txn.write_event(b"buffered", routing_key="k")
+
+    def outage(*args: Any, **kwargs: Any) -> Any:
+        raise RedisUnavailableError("connection refused (the decision never reached Redis)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(txn_writer.store, "stage", outage)
+        with pytest.raises(RedisUnavailableError):
+            txn.commit()
+    assert txn.status() is TxnStatus.OPEN  # what the docstring tells the caller to check
+    txn.commit()
+    assert by_key(visible(factory))["k"] == [b"staged", b"buffered"]
+
+
+def test_a_commit_whose_decision_reply_was_lost_is_found_committing_not_recommitted(
+    factory: EventStreamClientFactory,
+    txn_writer: TransactionalEventStreamWriter[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The other side of the case above: the decision ran, its reply was lost. A retried
+    commit must not decide twice; status() completes it, every event once."""
+    txn = txn_writer.begin()
+    txn.write_event(b"staged", routing_key="k")
+    txn.flush()
+    txn.write_event(b"buffered", routing_key="k")
+    real = txn_writer.store.stage
+
+    def lost_reply(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise RedisUnavailableError("connection reset (reply lost)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(txn_writer.store, "stage", lost_reply)
+        with pytest.raises(RedisUnavailableError):
+            txn.commit()
+    from readergroup.core.errors import TransactionClosedError
+
+    with pytest.raises(TransactionClosedError):
+        txn.commit()
+    assert txn.status() is TxnStatus.COMMITTED
+    assert by_key(visible(factory))["k"] == [b"staged", b"buffered"]
+
+
+def test_a_committer_that_lost_the_replan_race_to_another_completer_reports_success(
+    factory: EventStreamClientFactory,
+    txn_writer: TransactionalEventStreamWriter[bytes],
+    manager: StreamManager,
+    scope: str,
+) -> None:
+    """Two completers of one COMMITTING transaction (the committer, and e.g. a reader's claim
+    or the sweep); the stream splits between the decision and the appends. The other
+    completer re-plans and finishes first; the committer, holding the first plan, finds its
+    entries' segments sealed, tries to re-plan, and must learn the transaction is COMMITTED:
+    commit() returns, it does not raise TransactionClosedError as if nothing had landed."""
+    txn = txn_writer.begin()
+    written = write_keys(txn, keys=16, per_key=2)
+    other = new_writer(factory, "other")
+    calls: list[PlanEntry] = []
+
+    def another_completer_wins(entry: PlanEntry) -> None:
+        calls.append(entry)
+        if len(calls) > 1:
+            return
+        for r in manager.stream_state(scope, STREAM).active_segments:
+            if r.segment_id != entry.segment:
+                mid = (r.low + r.high) / 2
+                manager.scale_stream(scope, STREAM, [r.segment_id], [(r.low, mid), (mid, r.high)])
+        record = other.store.record(txn.id)
+        assert record is not None and record.status is TxnStatus.COMMITTING
+        other.completer.complete(record)  # re-plans (version 2) and finishes
+
+    txn_writer.completer.after_entry = another_completer_wins
+    txn.commit()  # the committer, late with plan version 1
+    final = txn_writer.store.record(txn.id)
+    assert final is not None and final.status is TxnStatus.COMMITTED and final.plan_version == 2
+    assert txn.status() is TxnStatus.COMMITTED
+    seen = visible(factory)
+    assert sorted(seen) == sorted(written)
+    assert by_key(seen) == by_key(written)
