@@ -91,7 +91,10 @@ class TxnCompleter:
             sealed = self._apply(txn_id, plan, staged, landed)
             if not sealed:
                 break
-            plan, version = self._reroute(record, plan, version, sealed, staged)
+            replanned = self._reroute(record, plan, version, sealed, staged)
+            if replanned is None:
+                return  # another completer re-planned and finished it meanwhile
+            plan, version = replanned
         else:
             raise ReaderGroupError(
                 f"{store.subject(txn_id)}: segments kept sealing under its commit for "
@@ -155,9 +158,10 @@ class TxnCompleter:
         version: int,
         sealed: list[PlanEntry],
         staged: Sequence[StagedEvent],
-    ) -> tuple[CommitPlan, int]:
+    ) -> tuple[CommitPlan, int] | None:
         """Route the events of ``sealed`` entries to the segments current now; agree on the
-        new plan with any other completer (compare-and-set)."""
+        new plan with any other completer (compare-and-set). None: another completer
+        finished the transaction meanwhile (COMMITTED: its plan's entries all landed)."""
         store = self._store
         self._metadata.invalidate(store.scope, store.stream)
         state = self._metadata.get(store.scope, store.stream)
@@ -171,7 +175,13 @@ class TxnCompleter:
         for entry in sealed:
             routes = {i: ranges.segment_at(position(staged[i], self._rng)) for i in entry.indexes}
             new = new.rerouted(entry.tag, routes)
-        if store.replan(record.txn_id, version, new):
+        try:
+            replanned = store.replan(record.txn_id, version, new)
+        except TransactionClosedError as exc:
+            if exc.status == TxnStatus.COMMITTED.value:
+                return None
+            raise
+        if replanned:
             logger.info(
                 "%s: %d plan entries re-routed off sealed segments",
                 store.subject(record.txn_id),
