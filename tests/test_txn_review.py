@@ -115,3 +115,52 @@ def test_a_committer_that_lost_the_replan_race_to_another_completer_reports_succ
     seen = visible(factory)
     assert sorted(seen) == sorted(written)
     assert by_key(seen) == by_key(written)
+
+
+def test_a_reader_group_deleted_and_created_again_can_commit_its_positions(
+    factory: EventStreamClientFactory, manager: StreamManager, scope: str
+) -> None:
+    """The consumed positions live in the output stream's keys, keyed by the group's name;
+    a group deleted and created again under that name starts its fencing tokens at 1 again.
+    The tokens the old group left there must not refuse every commit of the new one (nor
+    move its readers to the old group's positions)."""
+    from readergroup import (
+        BytesSerializer,
+        ReaderGroupConfig,
+        ReaderGroupManager,
+        ScalingPolicy,
+        StreamConfiguration,
+    )
+    from readergroup.client.transactions import TransactionalWriterConfig
+
+    for name in ("in", "out"):
+        manager.create_stream(
+            scope, name, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2))
+        )
+    plain = factory.create_event_writer("in", BytesSerializer())
+    for i in range(20):
+        plain.write_event(f"e{i}".encode(), routing_key=f"k{i % 5}")
+    plain.flush()
+    groups = ReaderGroupManager(scope, factory.connection)
+    config = ReaderGroupConfig(streams=[f"{scope}/in"], commit_mode="manual")
+    writer = factory.create_transactional_writer(
+        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="pipe")
+    )
+
+    def one_pass(reader_id: str) -> int:
+        reader = factory.create_reader(reader_id, "g", BytesSerializer())
+        writer.bind_reader(reader)
+        batch = reader.read_batch(20, timeout=2)
+        txn = writer.begin()
+        for event in batch:
+            txn.write_event(bytes(event.event or b""), routing_key=event.routing_key)
+        txn.commit(reader=reader)
+        reader.close()
+        return len(batch)
+
+    groups.create_reader_group("g", config)
+    one_pass("r1")  # tokens 1, 2
+    assert one_pass("r2") == 0  # tokens 3, 4, now in the consumed positions
+    assert groups.delete_reader_group("g")
+    groups.create_reader_group("g", config)  # tokens from 1 again; reads from the start
+    assert one_pass("r3") == 20

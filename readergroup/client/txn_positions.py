@@ -3,7 +3,8 @@
 
 Where the positions live, atomically with the decision: the output stream's *consumed
 positions* hash (``{txn:<out scope>/<out stream>}:consumed``, on the same slot as the
-decision), one field per reader group and input segment (``"<group>|<scope>/<stream>/<seg>"``):
+decision), one field per reader group and input segment
+(``"<group sync name>@<group created ms>|<scope>/<stream>/<seg>"``, :func:`group_of`):
 ``"<fencing token> <position> <txn id>"``.
 
 * A commit with positions (``txn.commit(reader=...)``/``send_positions``) first checks
@@ -61,8 +62,12 @@ def segment_field(segment: SegKey) -> str:
 
 
 def group_of(reader: EventStreamReader[Any]) -> str:
-    """The reader's group (its synchronizer's name, unique across scopes)."""
-    return str(reader._member.sync.name)
+    """The reader's group: its synchronizer's name (unique across scopes) and when it was
+    created (server ms), so that a group deleted and created again under the same name,
+    whose fencing tokens start at 1 again, neither inherits the old group's positions nor is
+    refused by its higher tokens."""
+    member = reader._member
+    return f"{member.sync.name}@{member.state.created_ms}"
 
 
 def positions_claim(
