@@ -164,3 +164,23 @@ def test_a_reader_group_deleted_and_created_again_can_commit_its_positions(
     assert groups.delete_reader_group("g")
     groups.create_reader_group("g", config)  # tokens from 1 again; reads from the start
     assert one_pass("r3") == 20
+
+
+def test_the_sweep_drops_an_abandoned_transaction_whose_record_expired(
+    factory: EventStreamClientFactory, stream: str
+) -> None:
+    """An open transaction left by every client outlives its record's Redis TTL (lease +
+    retention): the record and staging list expire, but the index of unfinished
+    transactions still names it. The next sweep must drop it, not fail on it (as 'no such
+    transaction') on every sweep forever."""
+    from tests.test_transactions import wait_for
+
+    writer = new_writer(factory, "gone", lease=0.05, retention=1.0, sweep_every=3600)
+    txn = writer.begin()
+    txn.write_event(b"x", routing_key="k")
+    txn.flush()
+    wait_for(lambda: writer.store.record(txn.id) is None)
+    assert [t for t, _ in writer.store.unfinished()] == [txn.id]
+    writer.sweep()
+    assert writer.store.unfinished() == []
+    assert visible(factory) == []
