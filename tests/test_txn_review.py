@@ -184,3 +184,113 @@ def test_the_sweep_drops_an_abandoned_transaction_whose_record_expired(
     writer.sweep()
     assert writer.store.unfinished() == []
     assert visible(factory) == []
+
+
+def test_an_input_segment_read_to_its_end_before_the_commit_loses_no_output(
+    factory: EventStreamClientFactory, manager: StreamManager, scope: str
+) -> None:
+    """Consume-transform-produce across a split of the input: the reader is handed the
+    sealed segment's last events and reads on before committing their output with its
+    positions. The segment must not be completed in the group by that (nobody would ever
+    read it again, and the commit, seeing it given up, is refused): every input event has
+    its output exactly once."""
+    import time
+
+    from readergroup import (
+        BytesSerializer,
+        ReaderGroupConfig,
+        ReaderGroupManager,
+        ScalingPolicy,
+        StreamConfiguration,
+    )
+    from readergroup.client.transactions import TransactionalWriterConfig
+    from readergroup.core.errors import TransactionPositionsError
+
+    for name in ("in", "out"):
+        manager.create_stream(
+            scope, name, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1))
+        )
+    plain = factory.create_event_writer("in", BytesSerializer())
+
+    def write(tag: str) -> list[bytes]:
+        events = [f"{tag}{i}".encode() for i in range(10)]
+        for i, event in enumerate(events):
+            plain.write_event(event, routing_key=f"k{i}")
+        plain.flush()
+        return events
+
+    first = write("a")
+    ReaderGroupManager(scope, factory.connection).create_reader_group(
+        "g", ReaderGroupConfig(streams=[f"{scope}/in"], commit_mode="manual")
+    )
+    writer = factory.create_transactional_writer(
+        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="pipe")
+    )
+    reader = factory.create_reader("r", "g", BytesSerializer())
+    writer.bind_reader(reader)
+    handed = [e for e in reader.read_batch(10, timeout=2) if e.is_event]
+    assert len(handed) == 10
+    manager.scale_stream(scope, "in", [0], [(0.0, 0.5), (0.5, 1.0)])
+    second = write("b")
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:  # reading on before committing
+        handed += [e for e in reader.read_batch(10, timeout=0.1) if e.is_event]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if handed:
+            txn = writer.begin()
+            for event in handed:
+                txn.write_event(bytes(event.event or b""), routing_key=event.routing_key)
+            try:
+                txn.commit(reader=reader)
+            except TransactionPositionsError:
+                pass  # refused: what it held comes again
+            handed = []
+        out = [e.payload for e in factory.create_batch_client().read_events("out")]
+        if len(out) >= 20:
+            break
+        handed += [e for e in reader.read_batch(10, timeout=0.2) if e.is_event]
+    reader.close()
+    assert sorted(out) == sorted(first + second)
+
+
+def test_a_manual_commit_reader_completes_a_sealed_segment_only_once_its_end_is_committed(
+    factory: EventStreamClientFactory, manager: StreamManager, scope: str
+) -> None:
+    """commit_mode='manual' commits only on reader.commit(): a reader that was handed a
+    sealed segment's last events and read again, then died before committing, must not
+    have completed the segment in the group (its successors' readers would start and the
+    uncommitted events would never come again)."""
+    import time
+
+    from readergroup import (
+        BytesSerializer,
+        ReaderGroupConfig,
+        ReaderGroupManager,
+        ScalingPolicy,
+        StreamConfiguration,
+    )
+
+    manager.create_stream(scope, "in", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    plain = factory.create_event_writer("in", BytesSerializer())
+    for i in range(10):
+        plain.write_event(f"a{i}".encode(), routing_key=f"k{i}")
+    plain.flush()
+    manager.scale_stream(scope, "in", [0], [(0.0, 0.5), (0.5, 1.0)])
+    ReaderGroupManager(scope, factory.connection).create_reader_group(
+        "g", ReaderGroupConfig(streams=[f"{scope}/in"], commit_mode="manual")
+    )
+    first = factory.create_reader("r1", "g", BytesSerializer())
+    got = [e for e in first.read_batch(10, timeout=2) if e.is_event]
+    assert len(got) == 10
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:  # reading on: the segment is read to its end
+        assert not [e for e in first.read_batch(10, timeout=0.1) if e.is_event]
+    first.close()  # never committed
+    second = factory.create_reader("r2", "g", BytesSerializer())
+    again: list[Any] = []
+    deadline = time.monotonic() + 5.0
+    while len(again) < 10 and time.monotonic() < deadline:
+        again += [e for e in second.read_batch(10, timeout=0.2) if e.is_event]
+    second.close()
+    assert sorted(bytes(e.event or b"") for e in again) == [f"a{i}".encode() for i in range(10)]
