@@ -294,3 +294,54 @@ def test_a_manual_commit_reader_completes_a_sealed_segment_only_once_its_end_is_
         again += [e for e in second.read_batch(10, timeout=0.2) if e.is_event]
     second.close()
     assert sorted(bytes(e.event or b"") for e in again) == [f"a{i}".encode() for i in range(10)]
+
+
+def test_a_completed_input_segment_does_not_fail_the_next_commit(
+    factory: EventStreamClientFactory, manager: StreamManager, scope: str
+) -> None:
+    """A reader that committed an input segment's end (its output landed) and then
+    completed it (read past a split) gave nothing up that another reader could read: its
+    next commit, of the successors' output, must not be refused as if it had lost it."""
+    import time
+
+    from readergroup import (
+        BytesSerializer,
+        ReaderGroupConfig,
+        ReaderGroupManager,
+        ScalingPolicy,
+        StreamConfiguration,
+    )
+    from readergroup.client.transactions import TransactionalWriterConfig
+
+    for name in ("in", "out"):
+        manager.create_stream(
+            scope, name, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1))
+        )
+    plain = factory.create_event_writer("in", BytesSerializer())
+    for i in range(10):
+        plain.write_event(f"a{i}".encode(), routing_key=f"k{i}")
+    plain.flush()
+    manager.scale_stream(scope, "in", [0], [(0.0, 0.5), (0.5, 1.0)])
+    for i in range(10):
+        plain.write_event(f"b{i}".encode(), routing_key=f"k{i}")
+    plain.flush()
+    ReaderGroupManager(scope, factory.connection).create_reader_group(
+        "g", ReaderGroupConfig(streams=[f"{scope}/in"], commit_mode="manual")
+    )
+    writer = factory.create_transactional_writer(
+        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="pipe")
+    )
+    reader = factory.create_reader("r", "g", BytesSerializer())
+    writer.bind_reader(reader)
+    done = 0
+    deadline = time.monotonic() + 10
+    while done < 20 and time.monotonic() < deadline:
+        batch = [e for e in reader.read_batch(20, timeout=0.2) if e.is_event]
+        if batch:
+            txn = writer.begin()
+            for event in batch:
+                txn.write_event(bytes(event.event or b""), routing_key=event.routing_key)
+            txn.commit(reader=reader)  # never refused: the reader lost nothing
+            done += len(batch)
+    reader.close()
+    assert done == 20

@@ -206,12 +206,20 @@ class Claimer:
                 reader.seek(segment, position)
 
     def on_segments_released(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        # a segment completed (read to its end, which manual mode does once the end is
+        # committed) is given to nobody: its output landed, nothing of it comes again
+        completed = self._reader._member.state.completed
+        self._drop([k for k in segments if k not in completed])
+        for segment in segments:
+            self.held.pop(segment, None)
+
+    def on_segments_lost(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        self._drop(segments)
+
+    def _drop(self, segments: Sequence[SegKey]) -> None:
         for segment in segments:
             if self.held.pop(segment, None) is not None:
                 self.dropped.add(segment)
-
-    def on_segments_lost(self, reader_id: str, segments: Sequence[SegKey]) -> None:
-        self.on_segments_released(reader_id, segments)
 
 
 def bind_reader(
