@@ -345,3 +345,38 @@ def test_a_completed_input_segment_does_not_fail_the_next_commit(
             done += len(batch)
     reader.close()
     assert done == 20
+
+
+def test_a_completer_paused_past_the_retention_appends_nothing_again(
+    factory: EventStreamClientFactory, stream: str
+) -> None:
+    """The writer-table fields that make a replayed plan entry a no-op are forgotten
+    ``retention`` after the transaction finished. A completer that paused between two
+    entries while another completed the transaction and a sweep forgot those fields must
+    re-read the record before appending more (it waited 30 s whatever the retention)."""
+    from tests.test_transactions import wait_for
+
+    writer = new_writer(factory, "slow", retention=1.0, sweep_every=3600)
+    other = new_writer(factory, "fast", retention=1.0, sweep_every=3600)
+    txn = writer.begin()
+    written = write_keys(txn, keys=16, per_key=2)
+    calls: list[PlanEntry] = []
+
+    def paused(entry: PlanEntry) -> None:
+        calls.append(entry)
+        if len(calls) > 1:
+            return
+        record = other.store.record(txn.id)
+        assert record is not None and record.status is TxnStatus.COMMITTING
+        other.completer.complete(record)
+        done = other.store.record(txn.id)
+        assert done is not None and done.status is TxnStatus.COMMITTED
+        wait_for(lambda: factory.connection.server_time_ms() > done.finished_ms + 1000)
+        other.sweep()  # forgets the entries' writer-table fields
+
+    writer.completer.after_entry = paused
+    try:
+        txn.commit()
+    finally:
+        seen = visible(factory)
+        assert len(seen) == len(written) and sorted(seen) == sorted(written)  # each event once

@@ -37,7 +37,9 @@ class TxnCompleter:
 
     _MAX_ROUNDS = 50
     _RECHECK_AFTER = 30.0
-    """Seconds after which a completion re-reads the record before appending more."""
+    """Seconds after which a completion re-reads the record before appending more (a
+    quarter of the retention if that is shorter: the writer-table fields that make a replay a
+    no-op are forgotten ``retention`` after the transaction finished)."""
 
     def __init__(
         self,
@@ -54,6 +56,7 @@ class TxnCompleter:
         self._metadata = metadata
         self._store = store
         self._retention_ms = retention_ms
+        self._recheck_after = min(self._RECHECK_AFTER, retention_ms / 4000)
         self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
         self.after_entry: Callable[[PlanEntry], None] | None = None
         """Test hook: called after each plan entry landed (then entries go one per round),
@@ -84,11 +87,11 @@ class TxnCompleter:
             )
         plan, version = record.plan, record.plan_version
         landed: set[int] = set()
-        began = self._clock()
+        checked = [self._clock()]
         for _ in range(self._MAX_ROUNDS):
-            if self._clock() - began > self._RECHECK_AFTER and not self._still_committing(txn_id):
+            sealed = self._apply(txn_id, plan, staged, landed, checked)
+            if sealed is None:
                 return  # finished by another client meanwhile: append nothing more
-            sealed = self._apply(txn_id, plan, staged, landed)
             if not sealed:
                 break
             replanned = self._reroute(record, plan, version, sealed, staged)
@@ -103,24 +106,37 @@ class TxnCompleter:
         entries = [(e.segment, _entry_writer(txn_id, e)) for e in plan.entries]
         store.finish(txn_id, "commit", self._retention_ms, landed=entries)
 
-    def _still_committing(self, txn_id: str) -> bool:
-        """Whether the record still says COMMITTING (a completer that took long checks before
-        appending more: the writer table fields that make a replay a no-op are deleted
-        ``retention`` after the transaction finished)."""
+    def _still_committing(self, txn_id: str, checked: list[float]) -> bool:
+        """Whether the record still says COMMITTING, re-read when ``checked[0]`` (the last
+        time it was known) is older than the recheck interval: a completer that took long
+        checks before appending more (the writer table fields that make a replay a no-op are
+        deleted ``retention`` after the transaction finished)."""
+        now = self._clock()
+        if now - checked[0] <= self._recheck_after:
+            return True
         record = self._store.record(txn_id)
+        checked[0] = now
         return record is not None and record.status is TxnStatus.COMMITTING
 
     def _apply(
-        self, txn_id: str, plan: CommitPlan, staged: Sequence[StagedEvent], landed: set[int]
-    ) -> list[PlanEntry]:
+        self,
+        txn_id: str,
+        plan: CommitPlan,
+        staged: Sequence[StagedEvent],
+        landed: set[int],
+        checked: list[float],
+    ) -> list[PlanEntry] | None:
         """Append every entry of ``plan`` not landed yet; returns the entries whose segment
-        was sealed (or is gone) without holding them."""
+        was sealed (or is gone) without holding them; None: the transaction was found
+        finished (by another client) before an append (see :meth:`_still_committing`)."""
         store, scope, stream = self._store, self._store.scope, self._store.stream
         max_size = self._metadata.get(scope, stream).config.max_event_size
         todo = [e for e in plan.entries if e.tag not in landed]
         rounds = [[e] for e in todo] if self.after_entry is not None else [todo]
         sealed: list[PlanEntry] = []
         for entries in rounds:
+            if not self._still_committing(txn_id, checked):
+                return None
             batches = [
                 AppendBatch.of(
                     scope,
