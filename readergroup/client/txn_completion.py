@@ -10,7 +10,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from readergroup.client.metadata_cache import StreamMetadataCache
 from readergroup.core.errors import (
@@ -22,7 +22,13 @@ from readergroup.core.errors import (
     TransactionNotFoundError,
 )
 from readergroup.core.routing import key_position
-from readergroup.core.transactions import CommitPlan, PlanEntry, TxnRecord, TxnStatus
+from readergroup.core.transactions import (
+    ENTRY_CHUNK,
+    CommitPlan,
+    PlanEntry,
+    TxnRecord,
+    TxnStatus,
+)
 from readergroup.storage import segment_status
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch
@@ -86,15 +92,15 @@ class TxnCompleter:
                 f"{record.events}; not completed"
             )
         plan, version = record.plan, record.plan_version
-        landed: set[int] = set()
+        progress: dict[int, int] = {}
         checked = [self._clock()]
         for _ in range(self._MAX_ROUNDS):
-            sealed = self._apply(txn_id, plan, staged, landed, checked)
+            sealed = self._apply(txn_id, plan, staged, progress, checked)
             if sealed is None:
                 return  # finished by another client meanwhile: append nothing more
             if not sealed:
                 break
-            replanned = self._reroute(record, plan, version, sealed, staged)
+            replanned = self._reroute(record, plan, version, sealed, staged, progress)
             if replanned is None:
                 return  # another completer re-planned and finished it meanwhile
             plan, version = replanned
@@ -123,49 +129,65 @@ class TxnCompleter:
         txn_id: str,
         plan: CommitPlan,
         staged: Sequence[StagedEvent],
-        landed: set[int],
+        progress: dict[int, int],
         checked: list[float],
     ) -> list[PlanEntry] | None:
-        """Append every entry of ``plan`` not landed yet; returns the entries whose segment
-        was sealed (or is gone) without holding them; None: the transaction was found
-        finished (by another client) before an append (see :meth:`_still_committing`)."""
-        store, scope, stream = self._store, self._store.scope, self._store.stream
-        max_size = self._metadata.get(scope, stream).config.max_event_size
-        todo = [e for e in plan.entries if e.tag not in landed]
-        rounds = [[e] for e in todo] if self.after_entry is not None else [todo]
+        """Append every chunk of ``plan``'s entries not landed yet (``progress``: entry tag ->
+        chunks landed, :data:`~readergroup.core.transactions.ENTRY_CHUNK`), one chunk per
+        entry per round; returns the entries whose segment was sealed (or is gone) before
+        taking all of them (``progress`` then says how many it took); None: the transaction
+        was found finished (by another client) before an append (:meth:`_still_committing`)."""
+        todo = [e for e in plan.entries if progress.get(e.tag, 0) < e.chunks]
+        groups = [[e] for e in todo] if self.after_entry is not None else [todo]
         sealed: list[PlanEntry] = []
-        for entries in rounds:
-            if not self._still_committing(txn_id, checked):
-                return None
-            batches = [
-                AppendBatch.of(
-                    scope,
-                    stream,
-                    entry.segment,
-                    _entry_writer(txn_id, entry),
-                    1,
-                    [staged[i] for i in entry.indexes],
-                    max(max_size, 1),
-                )
-                for entry in entries
-            ]
-            replies = self._connection.segments.append(batches) if batches else []
-            for entry, reply in zip(entries, replies, strict=True):
-                error = reply.error
-                if reply.status in (segment_status.OK, segment_status.DUPLICATE) and not error:
-                    landed.add(entry.tag)
-                elif reply.status == segment_status.SEALED or isinstance(
-                    error, SegmentNotFoundError
-                ):
-                    if store.applied(entry.segment, _entry_writer(txn_id, entry)):
-                        landed.add(entry.tag)  # it landed before the seal
-                    else:
-                        sealed.append(entry)
-                elif error is not None:
-                    raise error
-                if entry.tag in landed and self.after_entry is not None:
-                    self.after_entry(entry)
+        for group in groups:
+            pending = group
+            while pending:
+                if not self._still_committing(txn_id, checked):
+                    return None
+                pending = self._append_chunks(txn_id, pending, staged, progress, sealed)
         return sealed
+
+    def _append_chunks(
+        self,
+        txn_id: str,
+        entries: list[PlanEntry],
+        staged: Sequence[StagedEvent],
+        progress: dict[int, int],
+        sealed: list[PlanEntry],
+    ) -> list[PlanEntry]:
+        """One round: the next chunk of each of ``entries``; returns those with more to go."""
+        store, scope, stream = self._store, self._store.scope, self._store.stream
+        max_size = max(self._metadata.get(scope, stream).config.max_event_size, 1)
+        batches = []
+        for entry in entries:
+            done = progress.get(entry.tag, 0)
+            chunk = entry.indexes[done * ENTRY_CHUNK : (done + 1) * ENTRY_CHUNK]
+            writer = _entry_writer(txn_id, entry)
+            events = [staged[i] for i in chunk]
+            batches.append(
+                AppendBatch.of(scope, stream, entry.segment, writer, done + 1, events, max_size)
+            )
+        replies = self._connection.segments.append(batches)
+        more: list[PlanEntry] = []
+        for entry, reply in zip(entries, replies, strict=True):
+            error = reply.error
+            if reply.status in (segment_status.OK, segment_status.DUPLICATE) and not error:
+                progress[entry.tag] = progress.get(entry.tag, 0) + 1
+            elif reply.status == segment_status.SEALED or isinstance(error, SegmentNotFoundError):
+                # the chunks it took before the seal stay; a sealed segment changes no more
+                taken = store.applied(entry.segment, _entry_writer(txn_id, entry))
+                progress[entry.tag] = min(taken, entry.chunks)
+                if taken < entry.chunks:
+                    sealed.append(entry)
+                    continue
+            elif error is not None:
+                raise error
+            if progress[entry.tag] < entry.chunks:
+                more.append(entry)
+            elif self.after_entry is not None:
+                self.after_entry(entry)
+        return more
 
     def _reroute(
         self,
@@ -174,6 +196,7 @@ class TxnCompleter:
         version: int,
         sealed: list[PlanEntry],
         staged: Sequence[StagedEvent],
+        progress: Mapping[int, int],
     ) -> tuple[CommitPlan, int] | None:
         """Route the events of ``sealed`` entries to the segments current now; agree on the
         new plan with any other completer (compare-and-set). None: another completer
@@ -189,8 +212,10 @@ class TxnCompleter:
         ranges = state.range_map()
         new = plan
         for entry in sealed:
-            routes = {i: ranges.segment_at(position(staged[i], self._rng)) for i in entry.indexes}
-            new = new.rerouted(entry.tag, routes)
+            taken = progress.get(entry.tag, 0)  # chunks it took before the seal: they stay
+            rest = entry.indexes[taken * ENTRY_CHUNK :]
+            routes = {i: ranges.segment_at(position(staged[i], self._rng)) for i in rest}
+            new = new.rerouted(entry.tag, routes, taken)
         try:
             replanned = store.replan(record.txn_id, version, new)
         except TransactionClosedError as exc:

@@ -127,6 +127,12 @@ from readergroup.core.errors import InvalidConfigError, ReaderGroupError
 RECORD_FORMAT = 1
 """Version of the record layout (field ``v``); a reader of a later one refuses it."""
 
+ENTRY_CHUNK = 1000
+"""Events per append of a plan entry (the plain writer's default ``max_batch_events``), so
+no completion blocks Redis for a whole entry: chunk ``k`` (from 1) of an entry, its
+``indexes[(k - 1) * ENTRY_CHUNK : k * ENTRY_CHUNK]``, is appended under sequence ``k`` of the
+entry's writer id. Part of the plan's format: completers must agree on it."""
+
 
 class TxnStatus(enum.Enum):
     """Where a transaction is (Pravega's ``Transaction.Status``)."""
@@ -146,6 +152,11 @@ class PlanEntry:
     tag: int
     segment: int
     indexes: tuple[int, ...]
+
+    @property
+    def chunks(self) -> int:
+        """How many appends it takes (see :data:`ENTRY_CHUNK`)."""
+        return -(-len(self.indexes) // ENTRY_CHUNK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,14 +178,20 @@ class CommitPlan:
         )
         return cls(entries, len(entries))
 
-    def rerouted(self, tag: int, segments: Mapping[int, int]) -> CommitPlan:
+    def rerouted(self, tag: int, segments: Mapping[int, int], landed: int = 0) -> CommitPlan:
         """This plan with entry ``tag`` replaced by entries for the segments its events go to
-        now (``segments``: staged index -> segment), each keeping the events' order."""
+        now (``segments``: staged index -> segment), each keeping the events' order; the
+        entry keeps its first ``landed`` chunks (appended before its segment was sealed)."""
         old = next(e for e in self.entries if e.tag == tag)
+        cut = landed * ENTRY_CHUNK
         by_segment: dict[int, list[int]] = {}
-        for index in old.indexes:
+        for index in old.indexes[cut:]:
             by_segment.setdefault(segments[index], []).append(index)
-        kept = [e for e in self.entries if e.tag != tag]
+        kept = [
+            e if e.tag != tag else PlanEntry(tag, e.segment, e.indexes[:cut])
+            for e in self.entries
+            if e.tag != tag or cut > 0
+        ]
         new = [
             PlanEntry(self.next_tag + i, segment, tuple(indexes))
             for i, (segment, indexes) in enumerate(sorted(by_segment.items()))
