@@ -4,13 +4,29 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 import pytest
 
-from readergroup import EventStreamClientFactory, StreamManager
-from readergroup.client.transactions import TransactionalEventStreamWriter
-from readergroup.core.errors import RedisUnavailableError
+from readergroup import (
+    BytesSerializer,
+    EventStreamClientFactory,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+)
+from readergroup.client.transactions import (
+    TransactionalEventStreamWriter,
+    TransactionalWriterConfig,
+)
+from readergroup.core.errors import (
+    RedisUnavailableError,
+    TransactionClosedError,
+    TransactionPositionsError,
+)
 from readergroup.core.transactions import PlanEntry, TxnStatus
 from tests.test_transactions import (
     STREAM,
@@ -19,10 +35,58 @@ from tests.test_transactions import (
     stream,
     txn_writer,
     visible,
+    wait_for,
     write_keys,
 )
 
 __all__ = ["stream", "txn_writer"]  # fixtures shared with test_transactions
+
+
+def create_streams(manager: StreamManager, scope: str, segments: int, *names: str) -> None:
+    for name in names:
+        config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
+        manager.create_stream(scope, name, config)
+
+
+def write_input(factory: EventStreamClientFactory, tag: str, count: int, keys: int) -> list[bytes]:
+    """``count`` events ``<tag><i>`` to stream ``in``, routing key ``k<i % keys>``."""
+    plain = factory.create_event_writer("in", BytesSerializer())
+    events = [f"{tag}{i}".encode() for i in range(count)]
+    for i, event in enumerate(events):
+        plain.write_event(event, routing_key=f"k{i % keys}")
+    plain.flush()
+    return events
+
+
+def manual_group(factory: EventStreamClientFactory, scope: str) -> ReaderGroupManager:
+    """Group ``g`` reading ``in``, in manual commit mode (a pipeline's)."""
+    groups = ReaderGroupManager(scope, factory.connection)
+    groups.create_reader_group("g", manual_config(scope))
+    return groups
+
+
+def manual_config(scope: str) -> ReaderGroupConfig:
+    return ReaderGroupConfig(streams=[f"{scope}/in"], commit_mode="manual")
+
+
+def pipe_writer(factory: EventStreamClientFactory) -> TransactionalEventStreamWriter[bytes]:
+    config = TransactionalWriterConfig(transactional_id="pipe")
+    return factory.create_transactional_writer("out", BytesSerializer(), config)
+
+
+def events_of(reader: Any, count: int, timeout: float) -> list[Any]:
+    """The events one read call hands out."""
+    return [e for e in reader.read_batch(count, timeout=timeout) if e.is_event]
+
+
+def commit_output(
+    writer: TransactionalEventStreamWriter[bytes], reader: Any, events: list[Any]
+) -> None:
+    """A transaction of ``events``' payloads, committed with ``reader``'s positions."""
+    txn = writer.begin()
+    for event in events:
+        txn.write_event(bytes(event.event or b""), routing_key=event.routing_key)
+    txn.commit(reader=reader)
 
 
 def test_a_commit_whose_decision_failed_keeps_its_buffered_events_for_the_retry(
@@ -71,8 +135,6 @@ def test_a_commit_whose_decision_reply_was_lost_is_found_committing_not_recommit
         patch.setattr(txn_writer.store, "stage", lost_reply)
         with pytest.raises(RedisUnavailableError):
             txn.commit()
-    from readergroup.core.errors import TransactionClosedError
-
     with pytest.raises(TransactionClosedError):
         txn.commit()
     assert txn.status() is TxnStatus.COMMITTED
@@ -124,46 +186,24 @@ def test_a_reader_group_deleted_and_created_again_can_commit_its_positions(
     a group deleted and created again under that name starts its fencing tokens at 1 again.
     The tokens the old group left there must not refuse every commit of the new one (nor
     move its readers to the old group's positions)."""
-    from readergroup import (
-        BytesSerializer,
-        ReaderGroupConfig,
-        ReaderGroupManager,
-        ScalingPolicy,
-        StreamConfiguration,
-    )
-    from readergroup.client.transactions import TransactionalWriterConfig
-
-    for name in ("in", "out"):
-        manager.create_stream(
-            scope, name, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2))
-        )
-    plain = factory.create_event_writer("in", BytesSerializer())
-    for i in range(20):
-        plain.write_event(f"e{i}".encode(), routing_key=f"k{i % 5}")
-    plain.flush()
-    groups = ReaderGroupManager(scope, factory.connection)
-    config = ReaderGroupConfig(streams=[f"{scope}/in"], commit_mode="manual")
-    writer = factory.create_transactional_writer(
-        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="pipe")
-    )
+    create_streams(manager, scope, 2, "in", "out")
+    write_input(factory, "e", 20, keys=5)
+    groups = manual_group(factory, scope)
+    writer = pipe_writer(factory)
 
     def one_pass(reader_id: str) -> int:
         reader = factory.create_reader(reader_id, "g", BytesSerializer())
         writer.bind_reader(reader)
-        batch = reader.read_batch(20, timeout=2)
-        txn = writer.begin()
-        for event in batch:
-            txn.write_event(bytes(event.event or b""), routing_key=event.routing_key)
-        txn.commit(reader=reader)
+        batch = events_of(reader, 20, timeout=2)
+        commit_output(writer, reader, batch)
         reader.close()
         return len(batch)
 
-    groups.create_reader_group("g", config)
     one_pass("r1")  # tokens 1, 2
     assert one_pass("r2") == 0  # tokens 3, 4, now in the consumed positions
     assert groups.delete_reader_group("g")
-    groups.create_reader_group("g", config)  # tokens from 1 again; reads from the start
-    assert one_pass("r3") == 20
+    groups.create_reader_group("g", manual_config(scope))  # tokens from 1 again
+    assert one_pass("r3") == 20  # from the start, as a new group
 
 
 def test_the_sweep_drops_an_abandoned_transaction_whose_record_expired(
@@ -173,8 +213,6 @@ def test_the_sweep_drops_an_abandoned_transaction_whose_record_expired(
     retention): the record and staging list expire, but the index of unfinished
     transactions still names it. The next sweep must drop it, not fail on it (as 'no such
     transaction') on every sweep forever."""
-    from tests.test_transactions import wait_for
-
     writer = new_writer(factory, "gone", lease=0.05, retention=1.0, sweep_every=3600)
     txn = writer.begin()
     txn.write_event(b"x", routing_key="k")
@@ -194,60 +232,29 @@ def test_an_input_segment_read_to_its_end_before_the_commit_loses_no_output(
     positions. The segment must not be completed in the group by that (nobody would ever
     read it again, and the commit, seeing it given up, is refused): every input event has
     its output exactly once."""
-    import time
-
-    from readergroup import (
-        BytesSerializer,
-        ReaderGroupConfig,
-        ReaderGroupManager,
-        ScalingPolicy,
-        StreamConfiguration,
-    )
-    from readergroup.client.transactions import TransactionalWriterConfig
-    from readergroup.core.errors import TransactionPositionsError
-
-    for name in ("in", "out"):
-        manager.create_stream(
-            scope, name, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1))
-        )
-    plain = factory.create_event_writer("in", BytesSerializer())
-
-    def write(tag: str) -> list[bytes]:
-        events = [f"{tag}{i}".encode() for i in range(10)]
-        for i, event in enumerate(events):
-            plain.write_event(event, routing_key=f"k{i}")
-        plain.flush()
-        return events
-
-    first = write("a")
-    ReaderGroupManager(scope, factory.connection).create_reader_group(
-        "g", ReaderGroupConfig(streams=[f"{scope}/in"], commit_mode="manual")
-    )
-    writer = factory.create_transactional_writer(
-        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="pipe")
-    )
+    create_streams(manager, scope, 1, "in", "out")
+    first = write_input(factory, "a", 10, keys=10)
+    manual_group(factory, scope)
+    writer = pipe_writer(factory)
     reader = factory.create_reader("r", "g", BytesSerializer())
     writer.bind_reader(reader)
-    handed = [e for e in reader.read_batch(10, timeout=2) if e.is_event]
+    handed = events_of(reader, 10, timeout=2)
     assert len(handed) == 10
     manager.scale_stream(scope, "in", [0], [(0.0, 0.5), (0.5, 1.0)])
-    second = write("b")
+    second = write_input(factory, "b", 10, keys=10)
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:  # reading on before committing
-        handed += [e for e in reader.read_batch(10, timeout=0.1) if e.is_event]
+        handed += events_of(reader, 10, timeout=0.1)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if handed:
-            txn = writer.begin()
-            for event in handed:
-                txn.write_event(bytes(event.event or b""), routing_key=event.routing_key)
             with contextlib.suppress(TransactionPositionsError):  # refused: it comes again
-                txn.commit(reader=reader)
+                commit_output(writer, reader, handed)
             handed = []
         out = [e.payload for e in factory.create_batch_client().read_events("out")]
         if len(out) >= 20:
             break
-        handed += [e for e in reader.read_batch(10, timeout=0.2) if e.is_event]
+        handed += events_of(reader, 10, timeout=0.2)
     reader.close()
     assert sorted(out) == sorted(first + second)
 
@@ -259,39 +266,23 @@ def test_a_manual_commit_reader_completes_a_sealed_segment_only_once_its_end_is_
     sealed segment's last events and read again, then died before committing, must not
     have completed the segment in the group (its successors' readers would start and the
     uncommitted events would never come again)."""
-    import time
-
-    from readergroup import (
-        BytesSerializer,
-        ReaderGroupConfig,
-        ReaderGroupManager,
-        ScalingPolicy,
-        StreamConfiguration,
-    )
-
-    manager.create_stream(scope, "in", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
-    plain = factory.create_event_writer("in", BytesSerializer())
-    for i in range(10):
-        plain.write_event(f"a{i}".encode(), routing_key=f"k{i}")
-    plain.flush()
+    create_streams(manager, scope, 1, "in")
+    written = write_input(factory, "a", 10, keys=10)
     manager.scale_stream(scope, "in", [0], [(0.0, 0.5), (0.5, 1.0)])
-    ReaderGroupManager(scope, factory.connection).create_reader_group(
-        "g", ReaderGroupConfig(streams=[f"{scope}/in"], commit_mode="manual")
-    )
+    manual_group(factory, scope)
     first = factory.create_reader("r1", "g", BytesSerializer())
-    got = [e for e in first.read_batch(10, timeout=2) if e.is_event]
-    assert len(got) == 10
+    assert len(events_of(first, 10, timeout=2)) == 10
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:  # reading on: the segment is read to its end
-        assert not [e for e in first.read_batch(10, timeout=0.1) if e.is_event]
+        assert not events_of(first, 10, timeout=0.1)
     first.close()  # never committed
     second = factory.create_reader("r2", "g", BytesSerializer())
     again: list[Any] = []
     deadline = time.monotonic() + 5.0
     while len(again) < 10 and time.monotonic() < deadline:
-        again += [e for e in second.read_batch(10, timeout=0.2) if e.is_event]
+        again += events_of(second, 10, timeout=0.2)
     second.close()
-    assert sorted(bytes(e.event or b"") for e in again) == [f"a{i}".encode() for i in range(10)]
+    assert sorted(bytes(e.event or b"") for e in again) == sorted(written)
 
 
 def test_a_completed_input_segment_does_not_fail_the_next_commit(
@@ -300,46 +291,20 @@ def test_a_completed_input_segment_does_not_fail_the_next_commit(
     """A reader that committed an input segment's end (its output landed) and then
     completed it (read past a split) gave nothing up that another reader could read: its
     next commit, of the successors' output, must not be refused as if it had lost it."""
-    import time
-
-    from readergroup import (
-        BytesSerializer,
-        ReaderGroupConfig,
-        ReaderGroupManager,
-        ScalingPolicy,
-        StreamConfiguration,
-    )
-    from readergroup.client.transactions import TransactionalWriterConfig
-
-    for name in ("in", "out"):
-        manager.create_stream(
-            scope, name, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1))
-        )
-    plain = factory.create_event_writer("in", BytesSerializer())
-    for i in range(10):
-        plain.write_event(f"a{i}".encode(), routing_key=f"k{i}")
-    plain.flush()
+    create_streams(manager, scope, 1, "in", "out")
+    write_input(factory, "a", 10, keys=10)
     manager.scale_stream(scope, "in", [0], [(0.0, 0.5), (0.5, 1.0)])
-    for i in range(10):
-        plain.write_event(f"b{i}".encode(), routing_key=f"k{i}")
-    plain.flush()
-    ReaderGroupManager(scope, factory.connection).create_reader_group(
-        "g", ReaderGroupConfig(streams=[f"{scope}/in"], commit_mode="manual")
-    )
-    writer = factory.create_transactional_writer(
-        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="pipe")
-    )
+    write_input(factory, "b", 10, keys=10)
+    manual_group(factory, scope)
+    writer = pipe_writer(factory)
     reader = factory.create_reader("r", "g", BytesSerializer())
     writer.bind_reader(reader)
     done = 0
     deadline = time.monotonic() + 10
     while done < 20 and time.monotonic() < deadline:
-        batch = [e for e in reader.read_batch(20, timeout=0.2) if e.is_event]
+        batch = events_of(reader, 20, timeout=0.2)
         if batch:
-            txn = writer.begin()
-            for event in batch:
-                txn.write_event(bytes(event.event or b""), routing_key=event.routing_key)
-            txn.commit(reader=reader)  # never refused: the reader lost nothing
+            commit_output(writer, reader, batch)  # never refused: the reader lost nothing
             done += len(batch)
     reader.close()
     assert done == 20
@@ -352,8 +317,6 @@ def test_a_completer_paused_past_the_retention_appends_nothing_again(
     ``retention`` after the transaction finished. A completer that paused between two
     entries while another completed the transaction and a sweep forgot those fields must
     re-read the record before appending more (it waited 30 s whatever the retention)."""
-    from tests.test_transactions import wait_for
-
     writer = new_writer(factory, "slow", retention=1.0, sweep_every=3600)
     other = new_writer(factory, "fast", retention=1.0, sweep_every=3600)
     txn = writer.begin()
@@ -383,10 +346,7 @@ def test_a_completer_paused_past_the_retention_appends_nothing_again(
 def _one_segment_writer(
     factory: EventStreamClientFactory, manager: StreamManager, scope: str
 ) -> TransactionalEventStreamWriter[bytes]:
-    from readergroup import BytesSerializer, ScalingPolicy, StreamConfiguration
-    from readergroup.client.transactions import TransactionalWriterConfig
-
-    manager.create_stream(scope, "one", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    create_streams(manager, scope, 1, "one")
     return factory.create_transactional_writer(
         "one", BytesSerializer(), TransactionalWriterConfig(transactional_id="big")
     )
