@@ -25,7 +25,8 @@ every control step is one script on one slot, on Redis Cluster too; see
 * ``...:all``: sorted set of every transaction whose record may exist (id -> created, then
   finished, server ms), so deleting the stream deletes every key without a keyspace scan;
 * ``...:epochs``: hash of transactional id -> current epoch;
-* ``...:consumed``: consume-transform-produce positions (:mod:`readergroup.client.txn_positions`);
+* ``...:consumed``: consume-transform-produce positions, per reader group incarnation (its
+  name and creation time) and input segment (:mod:`readergroup.client.txn_positions`);
 * ``...:landed``: committed transactions' plan entries (``"<segment>|<writer id>"`` ->
   finished server ms): the sweep deletes their fields from the segments' writer tables once
   older than ``retention`` (a completer working longer than 30 s re-reads the record before
@@ -61,13 +62,15 @@ kept ``retention`` ms (then expire) so ``status()`` and ``get_txn`` answer after
   ``...:consumed`` under the reader's fencing token; a higher token there (a later owner)
   aborts the transaction instead (POSITIONS). This is the commit point: from here the
   transaction is committed, whoever completes it.
-* **complete** (Python, :mod:`readergroup.client.transactions`): per plan entry, one
-  ``append_events.lua`` batch to its segment under the writer id ``txn:<id>:<entry tag>``,
-  sequence 1: the segment's writer table makes a replay a no-op (DUPLICATE), so completing
-  twice, or by two clients at once, writes each event once. An entry whose segment was
-  sealed (the stream scaled after the decision) and does not hold the batch (its writer table
-  says so; a sealed segment changes no more) is re-routed to the segments current now, as
-  new entries (``txn_replan.lua``, compare-and-set on ``pv``: completers agree on one plan).
+* **complete** (Python, :mod:`readergroup.client.transactions`): per plan entry, appends
+  of at most :data:`ENTRY_CHUNK` events to its segment under the writer id
+  ``txn:<id>:<entry tag>``, sequences 1, 2, ...: the segment's writer table makes a replay a
+  no-op (DUPLICATE), so completing twice, or by two clients at once, writes each event once.
+  The chunks of an entry whose segment was sealed (the stream scaled after the decision) and
+  does not hold them (its writer table says how many it took; a sealed segment changes no
+  more) are re-routed to the segments current now, as new entries (``txn_replan.lua``,
+  compare-and-set on ``pv``: completers agree on one plan; one that finds the transaction
+  COMMITTED meanwhile stops there).
   Then ``txn_finish.lua``: COMMITTED, the staged list deleted, the entries indexed in
   ``...:landed``. Whoever finds a transaction COMMITTING completes it: the committing writer,
   ``get_txn``/``status()`` of any writer, the sweeper, ``readergroup txn list``, a reader
