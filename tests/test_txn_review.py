@@ -313,11 +313,12 @@ def test_a_completed_input_segment_does_not_fail_the_next_commit(
 def test_a_completer_paused_past_the_retention_appends_nothing_again(
     factory: EventStreamClientFactory, stream: str
 ) -> None:
-    """The writer-table fields that make a replayed plan entry a no-op are forgotten
-    ``retention`` after the transaction finished. A completer that paused between two
-    entries while another completed the transaction and a sweep forgot those fields must
-    re-read the record before appending more (it waited 30 s whatever the retention)."""
-    writer = new_writer(factory, "slow", retention=1.0, sweep_every=3600)
+    """The writer-table fields that make a replayed plan entry a no-op are forgotten by the
+    sweep of any writer of the stream ``retention`` (its own, as short as 1 s) after the
+    transaction finished. A completer that paused between two entries while another
+    completed the transaction and swept must re-read the record before appending more (it
+    waited 30 s whatever the retention)."""
+    writer = new_writer(factory, "slow", sweep_every=3600)  # retention: a day
     other = new_writer(factory, "fast", retention=1.0, sweep_every=3600)
     txn = writer.begin()
     written = write_keys(txn, keys=16, per_key=2)

@@ -42,10 +42,11 @@ class TxnCompleter:
     """Completes committing transactions of one stream (any client may)."""
 
     _MAX_ROUNDS = 50
-    _RECHECK_AFTER = 30.0
-    """Seconds after which a completion re-reads the record before appending more (a
-    quarter of the retention if that is shorter: the writer-table fields that make a replay a
-    no-op are forgotten ``retention`` after the transaction finished)."""
+    _RECHECK_AFTER = 0.25
+    """Seconds after which a completion re-reads the record before appending more: the
+    writer-table fields that make a replay a no-op are forgotten by the sweep of any writer
+    of the stream ``retention`` after the transaction finished, its own retention, which may
+    be as short as 1 s (a quarter of that)."""
 
     def __init__(
         self,
@@ -62,7 +63,6 @@ class TxnCompleter:
         self._metadata = metadata
         self._store = store
         self._retention_ms = retention_ms
-        self._recheck_after = min(self._RECHECK_AFTER, retention_ms / 4000)
         self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
         self.after_entry: Callable[[PlanEntry], None] | None = None
         """Test hook: called after each plan entry landed (then entries go one per round),
@@ -118,7 +118,7 @@ class TxnCompleter:
         checks before appending more (the writer table fields that make a replay a no-op are
         deleted ``retention`` after the transaction finished)."""
         now = self._clock()
-        if now - checked[0] <= self._recheck_after:
+        if now - checked[0] <= self._RECHECK_AFTER:
             return True
         record = self._store.record(txn_id)
         checked[0] = now
