@@ -425,3 +425,54 @@ def test_a_split_in_the_middle_of_an_entry_reroutes_only_what_was_not_taken(
     ]
     assert sorted(seen) == sorted(written)
     assert by_key(seen) == by_key(written)
+
+
+def _decided_not_landed(
+    writer: TransactionalEventStreamWriter[bytes], tag: str
+) -> list[tuple[str, bytes]]:
+    """A transaction of ``writer`` decided, of which only its first segment's share landed
+    (its completion failed after that): a Redis outage or crash mid-commit."""
+    from tests.test_transactions import Crash
+
+    txn = writer.begin()
+    written = write_keys(txn, keys=16, per_key=1, tag=tag)
+
+    def die(entry: PlanEntry) -> None:
+        raise Crash
+
+    writer.completer.after_entry = die
+    with pytest.raises(Crash):
+        txn.commit()
+    writer.completer.after_entry = None
+    record = writer.store.record(txn.id)
+    assert record is not None and record.status is TxnStatus.COMMITTING
+    return written
+
+
+def test_a_writers_next_transaction_lands_after_its_decided_one_of_the_same_keys(
+    factory: EventStreamClientFactory, txn_writer: TransactionalEventStreamWriter[bytes]
+) -> None:
+    """T1 is decided (committed) but its completion failed part-way; the application goes
+    on with T2 over the same keys. Per key, T2's events must come after T1's (T1 was
+    committed before T2's commit): the writer completes T1 before T2."""
+    first = _decided_not_landed(txn_writer, "a")
+    txn = txn_writer.begin()
+    second = write_keys(txn, keys=16, per_key=1, tag="b")
+    txn.commit()
+    assert by_key(visible(factory)) == by_key(first + second)
+
+
+def test_a_restarted_writer_completes_its_previous_instances_decided_transactions_first(
+    factory: EventStreamClientFactory, stream: str
+) -> None:
+    """The committing process died after T1's decision; the process restarts at once (the
+    completion grace of the sweep not passed) and commits T2 over the same keys: T2's
+    events must come after T1's, as a new Kafka producer first finishes its
+    transactional id's pending transaction."""
+    old = new_writer(factory, "svc", completion_grace=60)
+    first = _decided_not_landed(old, "a")
+    new = new_writer(factory, "svc", completion_grace=60)
+    txn = new.begin()
+    second = write_keys(txn, keys=16, per_key=1, tag="b")
+    txn.commit()
+    assert by_key(visible(factory)) == by_key(first + second)

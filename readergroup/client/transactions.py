@@ -178,7 +178,12 @@ class TransactionalEventStreamWriter(Generic[T]):
         self._closed = False
         self._claimers: dict[int, Claimer] = {}  # id() of a bound reader -> its listener
         self._last_sweep = float("-inf")
+        # decided transactions of this id whose completion failed: completed before the next
+        # decision, so that per key a later transaction's events come after theirs
+        self._decided_lock = threading.Lock()
+        self._decided: dict[str, TxnRecord] = {}
         self.sweep()
+        self._adopt_decided()
 
     # -- public API -------------------------------------------------------------------------
     def begin(self) -> Transaction[T]:
@@ -216,6 +221,37 @@ class TransactionalEventStreamWriter(Generic[T]):
     ) -> PositionsClaim:
         """The claim a commit of ``reader``'s ``positions`` makes (see :meth:`bind_reader`)."""
         return positions_claim(self, reader, positions)
+
+    def _adopt_decided(self) -> None:
+        """Complete the committing transactions of this transactional id that an earlier
+        instance decided (its process died mid-commit), as a new Kafka producer finishes its
+        id's pending transaction: before this instance commits anything after them."""
+        ids = [txn_id for txn_id, _ in self.store.unfinished()]
+        for record in self.store.records(ids):
+            if (
+                record.status is TxnStatus.COMMITTING
+                and record.transactional_id == self.transactional_id
+            ):
+                with self._decided_lock:
+                    self._decided[record.txn_id] = record
+        self._complete_decided()
+
+    def _complete_decided(self) -> None:
+        """Complete the decided transactions of this id not completed yet (raises what
+        completing one raises: the next commit then fails, deciding nothing)."""
+        with self._decided_lock:
+            records = list(self._decided.values())
+        for remembered in records:
+            record = self.store.record(remembered.txn_id)
+            if record is not None and record.status is TxnStatus.COMMITTING:
+                logger.info(
+                    "%s: completing it before the next commit of %r",
+                    self.store.subject(record.txn_id),
+                    self.transactional_id,
+                )
+                self.completer.complete(record)
+            with self._decided_lock:  # completed, by this or another client
+                self._decided.pop(remembered.txn_id, None)
 
     def sweep(self) -> int:
         """Abort this stream's transactions past their lease and complete committing ones
@@ -366,6 +402,7 @@ class Transaction(Generic[T]):
 
     def _commit(self, claim: PositionsClaim | None) -> None:
         writer = self._writer
+        writer._complete_decided()  # per key, this one's events come after theirs
         consumed: tuple[str, str, tuple[tuple[str, int, int], ...]] = (
             ("", "", ()) if claim is None else (claim.text, claim.group_sync, claim.claims)
         )
@@ -408,7 +445,12 @@ class Transaction(Generic[T]):
             positions=consumed[0],
             decided_ms=decided,
         )
-        writer.completer.complete(record, events)
+        try:
+            writer.completer.complete(record, events)
+        except BaseException:
+            with writer._decided_lock:  # completed before the writer's next commit
+                writer._decided[self.id] = record
+            raise
         self._ended = TxnStatus.COMMITTED
 
     def abort(self) -> None:
