@@ -164,6 +164,7 @@ class TransactionalEventStreamWriter(Generic[T]):
             self.store,
             retention_ms=config.retention_ms,
             rng=self._rng,
+            clock=self._clock.monotonic,
         )
         self.transactional_id = config.transactional_id
         self.epoch = self.store.next_epoch(self.transactional_id) if epoch is None else epoch
