@@ -476,3 +476,59 @@ def test_a_restarted_writer_completes_its_previous_instances_decided_transaction
     second = write_keys(txn, keys=16, per_key=1, tag="b")
     txn.commit()
     assert by_key(visible(factory)) == by_key(first + second)
+
+
+def test_a_rewound_reader_completes_the_decided_transaction_it_resumes_after(
+    factory: EventStreamClientFactory,
+    manager: StreamManager,
+    scope: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A commit refused for a claim that had failed rewinds the reader to where decided
+    transactions left its segments; a transaction named there that is still committing
+    (its committer died mid-commit) must be completed first, as an acquisition's claim
+    does: else the reader's next output of the same keys lands before it."""
+    from tests.test_transactions import Crash
+
+    create_streams(manager, scope, 1, "in")
+    create_streams(manager, scope, 4, "out")
+    write_input(factory, "a", 16, keys=16)
+    manual_group(factory, scope)
+    reader = factory.create_reader("r", "g", BytesSerializer())
+    dead = factory.create_transactional_writer(
+        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="dead")
+    )
+    dead.bind_reader(reader)
+    first = events_of(reader, 16, timeout=2)
+
+    def die(entry: PlanEntry) -> None:
+        raise Crash
+
+    dead.completer.after_entry = die
+    with pytest.raises(Crash):
+        commit_output(dead, reader, first)  # decided, one segment's share landed
+    live = pipe_writer(factory)
+
+    def outage(*args: Any, **kwargs: Any) -> Any:
+        raise RedisUnavailableError("no answer while claiming")
+
+    with monkeypatch.context() as patch, pytest.raises(RedisUnavailableError):
+        patch.setattr(live.store, "claim", outage)
+        live.bind_reader(reader)  # its claim failed: the next commit is refused
+    second = write_input(factory, "b", 16, keys=16)
+    handed = events_of(reader, 16, timeout=2)
+    with pytest.raises(TransactionPositionsError):
+        commit_output(live, reader, handed)
+    commit_output(live, reader, events_of(reader, 16, timeout=2))
+    out = [
+        (e.routing_key or "", e.payload) for e in factory.create_batch_client().read_events("out")
+    ]
+    keys = [f"k{i}" for i in range(16)]
+    assert by_key(out) == {
+        k: [a, b] for k, a, b in zip(keys, sorted_by_key(first), second, strict=True)
+    }
+
+
+def sorted_by_key(events: list[Any]) -> list[bytes]:
+    """Payloads of ``events`` in the order of their keys k0, k1, ..."""
+    return [bytes(e.event or b"") for e in sorted(events, key=lambda e: int(e.routing_key[1:]))]

@@ -127,7 +127,8 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
             group_of(reader), [(segment_field(k), t) for k, t in owned.items()]
         )
         group = reader.committed()
-        for (segment, _), (position, _) in zip(owned.items(), found, strict=True):
+        for (segment, _), (position, txn_id) in zip(owned.items(), found, strict=True):
+            complete_decided(writer, txn_id)  # it lands before what this reader commits next
             target = max(position, group.get(segment, 0))
             try:
                 if reader.position(segment) != target:  # back; forward after a failed claim
@@ -142,6 +143,15 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
                 continue  # gone meanwhile: its next owner starts from what was committed
     claimer.held = dict(owned)
     claimer.dropped.clear()
+
+
+def complete_decided(writer: TransactionalEventStreamWriter[Any], txn_id: str) -> None:
+    """Complete ``txn_id`` (named in the consumed positions, ``""``: none) if it is still
+    committing: a reader resuming after its positions commits nothing before it lands."""
+    if txn_id:
+        record = writer.store.record(txn_id)
+        if record is not None and record.status is TxnStatus.COMMITTING:
+            writer.completer.complete(record)
 
 
 def mirror_positions(reader: EventStreamReader[Any], positions: Mapping[SegKey, int]) -> None:
@@ -191,10 +201,7 @@ class Claimer:
         claims = [(segment_field(k), owned[k]) for k in mine]
         found = writer.store.claim(group_of(reader), claims)
         for segment, (position, txn_id) in zip(mine, found, strict=True):
-            if txn_id:
-                record = writer.store.record(txn_id)
-                if record is not None and record.status is TxnStatus.COMMITTING:
-                    writer.completer.complete(record)
+            complete_decided(writer, txn_id)
             if position > reader.position(segment):
                 logger.info(
                     "reader %r: %s resumes at %d, after transaction %s",
