@@ -139,8 +139,13 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
                         target,
                     )
                     reader.seek(segment, target)
-            except SegmentNotOwnedError:
-                continue  # gone meanwhile: its next owner starts from what was committed
+            except SegmentNotOwnedError as exc:  # its next owner starts from what was committed
+                logger.warning(
+                    "reader %r: %s went meanwhile; not rewound",
+                    reader.reader_id,
+                    segment,
+                    exc_info=exc,
+                )
     claimer.held = dict(owned)
     claimer.dropped.clear()
 
