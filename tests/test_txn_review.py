@@ -532,3 +532,42 @@ def test_a_rewound_reader_completes_the_decided_transaction_it_resumes_after(
 def sorted_by_key(events: list[Any]) -> list[bytes]:
     """Payloads of ``events`` in the order of their keys k0, k1, ..."""
     return [bytes(e.event or b"") for e in sorted(events, key=lambda e: int(e.routing_key[1:]))]
+
+
+def test_a_sealed_input_segment_whose_last_commit_died_before_the_group_positions_completes(
+    factory: EventStreamClientFactory, manager: StreamManager, scope: str
+) -> None:
+    """The transaction covering a sealed input segment's end was decided, and its process
+    died before committing the group's positions (best effort after the commit). The
+    segment's next claim finds the decided positions at its end: the group's must follow,
+    else manual mode never completes the segment and its successors are never read."""
+    from tests.test_transactions import Crash
+
+    create_streams(manager, scope, 1, "in")
+    create_streams(manager, scope, 4, "out")
+    write_input(factory, "a", 16, keys=16)
+    manager.scale_stream(scope, "in", [0], [(0.0, 0.5), (0.5, 1.0)])
+    second = write_input(factory, "b", 16, keys=16)
+    manual_group(factory, scope)
+    reader = factory.create_reader("r", "g", BytesSerializer())
+    dead = factory.create_transactional_writer(
+        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="dead")
+    )
+    dead.bind_reader(reader)
+    first = events_of(reader, 16, timeout=2)
+    assert len(first) == 16
+
+    def die(entry: PlanEntry) -> None:
+        raise Crash
+
+    dead.completer.after_entry = die
+    with pytest.raises(Crash):
+        commit_output(dead, reader, first)  # decided; the group's positions never followed
+    live = pipe_writer(factory)
+    live.bind_reader(reader)  # as the segment's next owner would: claims, completes
+    handed: list[Any] = []
+    deadline = time.monotonic() + 5
+    while len(handed) < 16 and time.monotonic() < deadline:
+        handed += events_of(reader, 16, timeout=0.2)
+    reader.close()
+    assert sorted(bytes(e.event or b"") for e in handed) == sorted(second)

@@ -127,8 +127,11 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
             group_of(reader), [(segment_field(k), t) for k, t in owned.items()]
         )
         group = reader.committed()
+        behind: dict[SegKey, int] = {}
         for (segment, _), (position, txn_id) in zip(owned.items(), found, strict=True):
             complete_decided(writer, txn_id)  # it lands before what this reader commits next
+            if position > group.get(segment, 0):
+                behind[segment] = position
             target = max(position, group.get(segment, 0))
             try:
                 if reader.position(segment) != target:  # back; forward after a failed claim
@@ -146,6 +149,8 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
                     segment,
                     exc_info=exc,
                 )
+        if behind:  # the group's positions follow (their commit after the decision was lost)
+            mirror_positions(reader, behind)
     claimer.held = dict(owned)
     claimer.dropped.clear()
 
@@ -205,6 +210,8 @@ class Claimer:
         reader, writer = self._reader, self._writer
         claims = [(segment_field(k), owned[k]) for k in mine]
         found = writer.store.claim(group_of(reader), claims)
+        group = reader.committed()
+        behind: dict[SegKey, int] = {}
         for segment, (position, txn_id) in zip(mine, found, strict=True):
             complete_decided(writer, txn_id)
             if position > reader.position(segment):
@@ -216,6 +223,10 @@ class Claimer:
                     txn_id,
                 )
                 reader.seek(segment, position)
+            if position > group.get(segment, 0):
+                behind[segment] = position
+        if behind:  # the group's positions follow (their commit after the decision was lost)
+            mirror_positions(reader, behind)
 
     def on_segments_released(self, reader_id: str, segments: Sequence[SegKey]) -> None:
         # a segment completed (read to its end, which manual mode does once the end is
