@@ -30,6 +30,7 @@ from readergroup.core.errors import (
 from readergroup.core.transactions import PlanEntry, TxnStatus
 from tests.test_transactions import (
     STREAM,
+    Crash,
     by_key,
     new_writer,
     stream,
@@ -40,6 +41,16 @@ from tests.test_transactions import (
 )
 
 __all__ = ["stream", "txn_writer"]  # fixtures shared with test_transactions
+
+
+def die_after_entry(entry: PlanEntry) -> None:
+    """A completer's ``after_entry`` hook: the committing process dies there."""
+    raise Crash
+
+
+def outage(*args: Any, **kwargs: Any) -> Any:
+    """Redis not answering a call (it never reached the server)."""
+    raise RedisUnavailableError("connection refused")
 
 
 def create_streams(manager: StreamManager, scope: str, segments: int, *names: str) -> None:
@@ -101,9 +112,6 @@ def test_a_commit_whose_decision_failed_keeps_its_buffered_events_for_the_retry(
     txn.write_event(b"staged", routing_key="k")
     txn.flush()
     txn.write_event(b"buffered", routing_key="k")
-
-    def outage(*args: Any, **kwargs: Any) -> Any:
-        raise RedisUnavailableError("connection refused (the decision never reached Redis)")
 
     with monkeypatch.context() as patch:
         patch.setattr(txn_writer.store, "stage", outage)
@@ -432,15 +440,10 @@ def _decided_not_landed(
 ) -> list[tuple[str, bytes]]:
     """A transaction of ``writer`` decided, of which only its first segment's share landed
     (its completion failed after that): a Redis outage or crash mid-commit."""
-    from tests.test_transactions import Crash
-
     txn = writer.begin()
     written = write_keys(txn, keys=16, per_key=1, tag=tag)
 
-    def die(entry: PlanEntry) -> None:
-        raise Crash
-
-    writer.completer.after_entry = die
+    writer.completer.after_entry = die_after_entry
     with pytest.raises(Crash):
         txn.commit()
     writer.completer.after_entry = None
@@ -488,29 +491,13 @@ def test_a_rewound_reader_completes_the_decided_transaction_it_resumes_after(
     transactions left its segments; a transaction named there that is still committing
     (its committer died mid-commit) must be completed first, as an acquisition's claim
     does: else the reader's next output of the same keys lands before it."""
-    from tests.test_transactions import Crash
-
     create_streams(manager, scope, 1, "in")
     create_streams(manager, scope, 4, "out")
     write_input(factory, "a", 16, keys=16)
     manual_group(factory, scope)
     reader = factory.create_reader("r", "g", BytesSerializer())
-    dead = factory.create_transactional_writer(
-        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="dead")
-    )
-    dead.bind_reader(reader)
-    first = events_of(reader, 16, timeout=2)
-
-    def die(entry: PlanEntry) -> None:
-        raise Crash
-
-    dead.completer.after_entry = die
-    with pytest.raises(Crash):
-        commit_output(dead, reader, first)  # decided, one segment's share landed
+    first = died_mid_commit(factory, reader)
     live = pipe_writer(factory)
-
-    def outage(*args: Any, **kwargs: Any) -> Any:
-        raise RedisUnavailableError("no answer while claiming")
 
     with monkeypatch.context() as patch, pytest.raises(RedisUnavailableError):
         patch.setattr(live.store, "claim", outage)
@@ -529,6 +516,21 @@ def test_a_rewound_reader_completes_the_decided_transaction_it_resumes_after(
     }
 
 
+def died_mid_commit(factory: EventStreamClientFactory, reader: Any) -> list[Any]:
+    """``reader``'s next 16 events, their output decided with its positions by a writer
+    bound to it that dies after one segment's share landed (no group positions either)."""
+    dead = factory.create_transactional_writer(
+        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="dead")
+    )
+    dead.bind_reader(reader)
+    events = events_of(reader, 16, timeout=2)
+    assert len(events) == 16
+    dead.completer.after_entry = die_after_entry
+    with pytest.raises(Crash):
+        commit_output(dead, reader, events)
+    return events
+
+
 def sorted_by_key(events: list[Any]) -> list[bytes]:
     """Payloads of ``events`` in the order of their keys k0, k1, ..."""
     return [bytes(e.event or b"") for e in sorted(events, key=lambda e: int(e.routing_key[1:]))]
@@ -541,8 +543,6 @@ def test_a_sealed_input_segment_whose_last_commit_died_before_the_group_position
     died before committing the group's positions (best effort after the commit). The
     segment's next claim finds the decided positions at its end: the group's must follow,
     else manual mode never completes the segment and its successors are never read."""
-    from tests.test_transactions import Crash
-
     create_streams(manager, scope, 1, "in")
     create_streams(manager, scope, 4, "out")
     write_input(factory, "a", 16, keys=16)
@@ -550,19 +550,7 @@ def test_a_sealed_input_segment_whose_last_commit_died_before_the_group_position
     second = write_input(factory, "b", 16, keys=16)
     manual_group(factory, scope)
     reader = factory.create_reader("r", "g", BytesSerializer())
-    dead = factory.create_transactional_writer(
-        "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="dead")
-    )
-    dead.bind_reader(reader)
-    first = events_of(reader, 16, timeout=2)
-    assert len(first) == 16
-
-    def die(entry: PlanEntry) -> None:
-        raise Crash
-
-    dead.completer.after_entry = die
-    with pytest.raises(Crash):
-        commit_output(dead, reader, first)  # decided; the group's positions never followed
+    died_mid_commit(factory, reader)  # the group's positions never followed
     live = pipe_writer(factory)
     live.bind_reader(reader)  # as the segment's next owner would: claims, completes
     handed: list[Any] = []
