@@ -904,6 +904,8 @@ class GroupSession(Generic[T]):
                         owned.consumed >= owned.final_tail
                         and not owned.buffer
                         and not owned.pending
+                        # manual mode: completing commits the end, which only commit() does
+                        and (self._group.commit_mode == AUTO or owned.committed >= owned.final_tail)
                     )
                 if done:
                     finished.append(owned)

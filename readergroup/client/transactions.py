@@ -164,6 +164,7 @@ class TransactionalEventStreamWriter(Generic[T]):
             self.store,
             retention_ms=config.retention_ms,
             rng=self._rng,
+            clock=self._clock.monotonic,
         )
         self.transactional_id = config.transactional_id
         self.epoch = self.store.next_epoch(self.transactional_id) if epoch is None else epoch
@@ -178,7 +179,12 @@ class TransactionalEventStreamWriter(Generic[T]):
         self._closed = False
         self._claimers: dict[int, Claimer] = {}  # id() of a bound reader -> its listener
         self._last_sweep = float("-inf")
+        # decided transactions of this id whose completion failed: completed before the next
+        # decision, so that per key a later transaction's events come after theirs
+        self._decided_lock = threading.Lock()
+        self._decided: dict[str, TxnRecord] = {}
         self.sweep()
+        self._adopt_decided()
 
     # -- public API -------------------------------------------------------------------------
     def begin(self) -> Transaction[T]:
@@ -216,6 +222,37 @@ class TransactionalEventStreamWriter(Generic[T]):
     ) -> PositionsClaim:
         """The claim a commit of ``reader``'s ``positions`` makes (see :meth:`bind_reader`)."""
         return positions_claim(self, reader, positions)
+
+    def _adopt_decided(self) -> None:
+        """Complete the committing transactions of this transactional id that an earlier
+        instance decided (its process died mid-commit), as a new Kafka producer finishes its
+        id's pending transaction: before this instance commits anything after them."""
+        ids = [txn_id for txn_id, _ in self.store.unfinished()]
+        for record in self.store.records(ids):
+            if (
+                record.status is TxnStatus.COMMITTING
+                and record.transactional_id == self.transactional_id
+            ):
+                with self._decided_lock:
+                    self._decided[record.txn_id] = record
+        self._complete_decided()
+
+    def _complete_decided(self) -> None:
+        """Complete the decided transactions of this id not completed yet (raises what
+        completing one raises: the next commit then fails, deciding nothing)."""
+        with self._decided_lock:
+            records = list(self._decided.values())
+        for remembered in records:
+            record = self.store.record(remembered.txn_id)
+            if record is not None and record.status is TxnStatus.COMMITTING:
+                logger.info(
+                    "%s: completing it before the next commit of %r",
+                    self.store.subject(record.txn_id),
+                    self.transactional_id,
+                )
+                self.completer.complete(record)
+            with self._decided_lock:  # completed, by this or another client
+                self._decided.pop(remembered.txn_id, None)
 
     def sweep(self) -> int:
         """Abort this stream's transactions past their lease and complete committing ones
@@ -366,6 +403,7 @@ class Transaction(Generic[T]):
 
     def _commit(self, claim: PositionsClaim | None) -> None:
         writer = self._writer
+        writer._complete_decided()  # per key, this one's events come after theirs
         consumed: tuple[str, str, tuple[tuple[str, int, int], ...]] = (
             ("", "", ()) if claim is None else (claim.text, claim.group_sync, claim.claims)
         )
@@ -377,10 +415,12 @@ class Transaction(Generic[T]):
                 raise StreamSealedError(f"stream {writer.scope}/{writer.stream} is sealed")
             ranges = state.range_map()
             plan = CommitPlan.route([ranges.segment_at(position(e, writer._rng)) for e in events])
-            tail, self._pending = self._pending, []
             decision = Decision(len(events), plan, writer.config.grace_ms, *consumed)
+            # the buffered tail stays buffered until the decision took it: after a failure
+            # (Redis unreachable, a lost reply) a retried commit carries it again; if the
+            # decision did run, the retry finds the transaction COMMITTING and decides nothing
             code, total, decided = writer.store.stage(
-                self.id, writer.holder, tail, writer.config.retention_ms, decision
+                self.id, writer.holder, self._pending, writer.config.retention_ms, decision
             )
             if code == segment_status.CONFLICT:
                 raise TransactionError(
@@ -389,7 +429,7 @@ class Transaction(Generic[T]):
                     txn_id=self.id,
                     status=TxnStatus.OPEN.value,
                 )
-            self._events = events
+            self._events, self._pending = events, []
             self._ended = TxnStatus.COMMITTING
         record = TxnRecord(
             txn_id=self.id,
@@ -406,7 +446,12 @@ class Transaction(Generic[T]):
             positions=consumed[0],
             decided_ms=decided,
         )
-        writer.completer.complete(record, events)
+        try:
+            writer.completer.complete(record, events)
+        except BaseException:
+            with writer._decided_lock:  # completed before the writer's next commit
+                writer._decided[self.id] = record
+            raise
         self._ended = TxnStatus.COMMITTED
 
     def abort(self) -> None:

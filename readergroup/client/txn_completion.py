@@ -10,7 +10,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from readergroup.client.metadata_cache import StreamMetadataCache
 from readergroup.core.errors import (
@@ -22,7 +22,13 @@ from readergroup.core.errors import (
     TransactionNotFoundError,
 )
 from readergroup.core.routing import key_position
-from readergroup.core.transactions import CommitPlan, PlanEntry, TxnRecord, TxnStatus
+from readergroup.core.transactions import (
+    ENTRY_CHUNK,
+    CommitPlan,
+    PlanEntry,
+    TxnRecord,
+    TxnStatus,
+)
 from readergroup.storage import segment_status
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch
@@ -36,8 +42,11 @@ class TxnCompleter:
     """Completes committing transactions of one stream (any client may)."""
 
     _MAX_ROUNDS = 50
-    _RECHECK_AFTER = 30.0
-    """Seconds after which a completion re-reads the record before appending more."""
+    _RECHECK_AFTER = 0.25
+    """Seconds after which a completion re-reads the record before appending more: the
+    writer-table fields that make a replay a no-op are forgotten by the sweep of any writer
+    of the stream ``retention`` after the transaction finished, its own retention, which may
+    be as short as 1 s (a quarter of that)."""
 
     def __init__(
         self,
@@ -83,15 +92,18 @@ class TxnCompleter:
                 f"{record.events}; not completed"
             )
         plan, version = record.plan, record.plan_version
-        landed: set[int] = set()
-        began = self._clock()
+        progress: dict[int, int] = {}
+        checked = [self._clock()]
         for _ in range(self._MAX_ROUNDS):
-            if self._clock() - began > self._RECHECK_AFTER and not self._still_committing(txn_id):
+            sealed = self._apply(txn_id, plan, staged, progress, checked)
+            if sealed is None:
                 return  # finished by another client meanwhile: append nothing more
-            sealed = self._apply(txn_id, plan, staged, landed)
             if not sealed:
                 break
-            plan, version = self._reroute(record, plan, version, sealed, staged)
+            replanned = self._reroute(record, plan, version, sealed, staged, progress)
+            if replanned is None:
+                return  # another completer re-planned and finished it meanwhile
+            plan, version = replanned
         else:
             raise ReaderGroupError(
                 f"{store.subject(txn_id)}: segments kept sealing under its commit for "
@@ -100,53 +112,82 @@ class TxnCompleter:
         entries = [(e.segment, _entry_writer(txn_id, e)) for e in plan.entries]
         store.finish(txn_id, "commit", self._retention_ms, landed=entries)
 
-    def _still_committing(self, txn_id: str) -> bool:
-        """Whether the record still says COMMITTING (a completer that took long checks before
-        appending more: the writer table fields that make a replay a no-op are deleted
-        ``retention`` after the transaction finished)."""
+    def _still_committing(self, txn_id: str, checked: list[float]) -> bool:
+        """Whether the record still says COMMITTING, re-read when ``checked[0]`` (the last
+        time it was known) is older than the recheck interval: a completer that took long
+        checks before appending more (the writer table fields that make a replay a no-op are
+        deleted ``retention`` after the transaction finished)."""
+        now = self._clock()
+        if now - checked[0] <= self._RECHECK_AFTER:
+            return True
         record = self._store.record(txn_id)
+        checked[0] = now
         return record is not None and record.status is TxnStatus.COMMITTING
 
     def _apply(
-        self, txn_id: str, plan: CommitPlan, staged: Sequence[StagedEvent], landed: set[int]
-    ) -> list[PlanEntry]:
-        """Append every entry of ``plan`` not landed yet; returns the entries whose segment
-        was sealed (or is gone) without holding them."""
-        store, scope, stream = self._store, self._store.scope, self._store.stream
-        max_size = self._metadata.get(scope, stream).config.max_event_size
-        todo = [e for e in plan.entries if e.tag not in landed]
-        rounds = [[e] for e in todo] if self.after_entry is not None else [todo]
+        self,
+        txn_id: str,
+        plan: CommitPlan,
+        staged: Sequence[StagedEvent],
+        progress: dict[int, int],
+        checked: list[float],
+    ) -> list[PlanEntry] | None:
+        """Append every chunk of ``plan``'s entries not landed yet (``progress``: entry tag ->
+        chunks landed, :data:`~readergroup.core.transactions.ENTRY_CHUNK`), one chunk per
+        entry per round; returns the entries whose segment was sealed (or is gone) before
+        taking all of them (``progress`` then says how many it took); None: the transaction
+        was found finished (by another client) before an append (:meth:`_still_committing`)."""
+        todo = [e for e in plan.entries if progress.get(e.tag, 0) < e.chunks]
+        groups = [[e] for e in todo] if self.after_entry is not None else [todo]
         sealed: list[PlanEntry] = []
-        for entries in rounds:
-            batches = [
-                AppendBatch.of(
-                    scope,
-                    stream,
-                    entry.segment,
-                    _entry_writer(txn_id, entry),
-                    1,
-                    [staged[i] for i in entry.indexes],
-                    max(max_size, 1),
-                )
-                for entry in entries
-            ]
-            replies = self._connection.segments.append(batches) if batches else []
-            for entry, reply in zip(entries, replies, strict=True):
-                error = reply.error
-                if reply.status in (segment_status.OK, segment_status.DUPLICATE) and not error:
-                    landed.add(entry.tag)
-                elif reply.status == segment_status.SEALED or isinstance(
-                    error, SegmentNotFoundError
-                ):
-                    if store.applied(entry.segment, _entry_writer(txn_id, entry)):
-                        landed.add(entry.tag)  # it landed before the seal
-                    else:
-                        sealed.append(entry)
-                elif error is not None:
-                    raise error
-                if entry.tag in landed and self.after_entry is not None:
-                    self.after_entry(entry)
+        for group in groups:
+            pending = group
+            while pending:
+                if not self._still_committing(txn_id, checked):
+                    return None
+                pending = self._append_chunks(txn_id, pending, staged, progress, sealed)
         return sealed
+
+    def _append_chunks(
+        self,
+        txn_id: str,
+        entries: list[PlanEntry],
+        staged: Sequence[StagedEvent],
+        progress: dict[int, int],
+        sealed: list[PlanEntry],
+    ) -> list[PlanEntry]:
+        """One round: the next chunk of each of ``entries``; returns those with more to go."""
+        store, scope, stream = self._store, self._store.scope, self._store.stream
+        max_size = max(self._metadata.get(scope, stream).config.max_event_size, 1)
+        batches = []
+        for entry in entries:
+            done = progress.get(entry.tag, 0)
+            chunk = entry.indexes[done * ENTRY_CHUNK : (done + 1) * ENTRY_CHUNK]
+            writer = _entry_writer(txn_id, entry)
+            events = [staged[i] for i in chunk]
+            batches.append(
+                AppendBatch.of(scope, stream, entry.segment, writer, done + 1, events, max_size)
+            )
+        replies = self._connection.segments.append(batches)
+        more: list[PlanEntry] = []
+        for entry, reply in zip(entries, replies, strict=True):
+            error = reply.error
+            if reply.status in (segment_status.OK, segment_status.DUPLICATE) and not error:
+                progress[entry.tag] = progress.get(entry.tag, 0) + 1
+            elif reply.status == segment_status.SEALED or isinstance(error, SegmentNotFoundError):
+                # the chunks it took before the seal stay; a sealed segment changes no more
+                taken = store.applied(entry.segment, _entry_writer(txn_id, entry))
+                progress[entry.tag] = min(taken, entry.chunks)
+                if taken < entry.chunks:
+                    sealed.append(entry)
+                    continue
+            elif error is not None:
+                raise error
+            if progress[entry.tag] < entry.chunks:
+                more.append(entry)
+            elif self.after_entry is not None:
+                self.after_entry(entry)
+        return more
 
     def _reroute(
         self,
@@ -155,9 +196,11 @@ class TxnCompleter:
         version: int,
         sealed: list[PlanEntry],
         staged: Sequence[StagedEvent],
-    ) -> tuple[CommitPlan, int]:
+        progress: Mapping[int, int],
+    ) -> tuple[CommitPlan, int] | None:
         """Route the events of ``sealed`` entries to the segments current now; agree on the
-        new plan with any other completer (compare-and-set)."""
+        new plan with any other completer (compare-and-set). None: another completer
+        finished the transaction meanwhile (COMMITTED: its plan's entries all landed)."""
         store = self._store
         self._metadata.invalidate(store.scope, store.stream)
         state = self._metadata.get(store.scope, store.stream)
@@ -169,9 +212,17 @@ class TxnCompleter:
         ranges = state.range_map()
         new = plan
         for entry in sealed:
-            routes = {i: ranges.segment_at(position(staged[i], self._rng)) for i in entry.indexes}
-            new = new.rerouted(entry.tag, routes)
-        if store.replan(record.txn_id, version, new):
+            taken = progress.get(entry.tag, 0)  # chunks it took before the seal: they stay
+            rest = entry.indexes[taken * ENTRY_CHUNK :]
+            routes = {i: ranges.segment_at(position(staged[i], self._rng)) for i in rest}
+            new = new.rerouted(entry.tag, routes, taken)
+        try:
+            replanned = store.replan(record.txn_id, version, new)
+        except TransactionClosedError as exc:
+            if exc.status == TxnStatus.COMMITTED.value:
+                return None
+            raise
+        if replanned:
             logger.info(
                 "%s: %d plan entries re-routed off sealed segments",
                 store.subject(record.txn_id),

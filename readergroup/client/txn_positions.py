@@ -3,7 +3,8 @@
 
 Where the positions live, atomically with the decision: the output stream's *consumed
 positions* hash (``{txn:<out scope>/<out stream>}:consumed``, on the same slot as the
-decision), one field per reader group and input segment (``"<group>|<scope>/<stream>/<seg>"``):
+decision), one field per reader group and input segment
+(``"<group sync name>@<group created ms>|<scope>/<stream>/<seg>"``, :func:`group_of`):
 ``"<fencing token> <position> <txn id>"``.
 
 * A commit with positions (``txn.commit(reader=...)``/``send_positions``) first checks
@@ -61,8 +62,12 @@ def segment_field(segment: SegKey) -> str:
 
 
 def group_of(reader: EventStreamReader[Any]) -> str:
-    """The reader's group (its synchronizer's name, unique across scopes)."""
-    return str(reader._member.sync.name)
+    """The reader's group: its synchronizer's name (unique across scopes) and when it was
+    created (server ms), so that a group deleted and created again under the same name,
+    whose fencing tokens start at 1 again, neither inherits the old group's positions nor is
+    refused by its higher tokens."""
+    member = reader._member
+    return f"{member.sync.name}@{member.state.created_ms}"
 
 
 def positions_claim(
@@ -122,7 +127,11 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
             group_of(reader), [(segment_field(k), t) for k, t in owned.items()]
         )
         group = reader.committed()
-        for (segment, _), (position, _) in zip(owned.items(), found, strict=True):
+        behind: dict[SegKey, int] = {}
+        for (segment, _), (position, txn_id) in zip(owned.items(), found, strict=True):
+            complete_decided(writer, txn_id)  # it lands before what this reader commits next
+            if position > group.get(segment, 0):
+                behind[segment] = position
             target = max(position, group.get(segment, 0))
             try:
                 if reader.position(segment) != target:  # back; forward after a failed claim
@@ -133,10 +142,26 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
                         target,
                     )
                     reader.seek(segment, target)
-            except SegmentNotOwnedError:
-                continue  # gone meanwhile: its next owner starts from what was committed
+            except SegmentNotOwnedError as exc:  # its next owner starts from what was committed
+                logger.warning(
+                    "reader %r: %s went meanwhile; not rewound",
+                    reader.reader_id,
+                    segment,
+                    exc_info=exc,
+                )
+        if behind:  # the group's positions follow (their commit after the decision was lost)
+            mirror_positions(reader, behind)
     claimer.held = dict(owned)
     claimer.dropped.clear()
+
+
+def complete_decided(writer: TransactionalEventStreamWriter[Any], txn_id: str) -> None:
+    """Complete ``txn_id`` (named in the consumed positions, ``""``: none) if it is still
+    committing: a reader resuming after its positions commits nothing before it lands."""
+    if txn_id:
+        record = writer.store.record(txn_id)
+        if record is not None and record.status is TxnStatus.COMMITTING:
+            writer.completer.complete(record)
 
 
 def mirror_positions(reader: EventStreamReader[Any], positions: Mapping[SegKey, int]) -> None:
@@ -185,11 +210,10 @@ class Claimer:
         reader, writer = self._reader, self._writer
         claims = [(segment_field(k), owned[k]) for k in mine]
         found = writer.store.claim(group_of(reader), claims)
+        group = reader.committed()
+        behind: dict[SegKey, int] = {}
         for segment, (position, txn_id) in zip(mine, found, strict=True):
-            if txn_id:
-                record = writer.store.record(txn_id)
-                if record is not None and record.status is TxnStatus.COMMITTING:
-                    writer.completer.complete(record)
+            complete_decided(writer, txn_id)
             if position > reader.position(segment):
                 logger.info(
                     "reader %r: %s resumes at %d, after transaction %s",
@@ -199,14 +223,26 @@ class Claimer:
                     txn_id,
                 )
                 reader.seek(segment, position)
+            if position > group.get(segment, 0):
+                behind[segment] = position
+        if behind:  # the group's positions follow (their commit after the decision was lost)
+            mirror_positions(reader, behind)
 
     def on_segments_released(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        # a segment completed (read to its end, which manual mode does once the end is
+        # committed) is given to nobody: its output landed, nothing of it comes again
+        completed = self._reader._member.state.completed
+        self._drop([k for k in segments if k not in completed])
+        for segment in segments:
+            self.held.pop(segment, None)
+
+    def on_segments_lost(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        self._drop(segments)
+
+    def _drop(self, segments: Sequence[SegKey]) -> None:
         for segment in segments:
             if self.held.pop(segment, None) is not None:
                 self.dropped.add(segment)
-
-    def on_segments_lost(self, reader_id: str, segments: Sequence[SegKey]) -> None:
-        self.on_segments_released(reader_id, segments)
 
 
 def bind_reader(

@@ -25,7 +25,8 @@ every control step is one script on one slot, on Redis Cluster too; see
 * ``...:all``: sorted set of every transaction whose record may exist (id -> created, then
   finished, server ms), so deleting the stream deletes every key without a keyspace scan;
 * ``...:epochs``: hash of transactional id -> current epoch;
-* ``...:consumed``: consume-transform-produce positions (:mod:`readergroup.client.txn_positions`);
+* ``...:consumed``: consume-transform-produce positions, per reader group incarnation (its
+  name and creation time) and input segment (:mod:`readergroup.client.txn_positions`);
 * ``...:landed``: committed transactions' plan entries (``"<segment>|<writer id>"`` ->
   finished server ms): the sweep deletes their fields from the segments' writer tables once
   older than ``retention`` (a completer working longer than 30 s re-reads the record before
@@ -61,13 +62,15 @@ kept ``retention`` ms (then expire) so ``status()`` and ``get_txn`` answer after
   ``...:consumed`` under the reader's fencing token; a higher token there (a later owner)
   aborts the transaction instead (POSITIONS). This is the commit point: from here the
   transaction is committed, whoever completes it.
-* **complete** (Python, :mod:`readergroup.client.transactions`): per plan entry, one
-  ``append_events.lua`` batch to its segment under the writer id ``txn:<id>:<entry tag>``,
-  sequence 1: the segment's writer table makes a replay a no-op (DUPLICATE), so completing
-  twice, or by two clients at once, writes each event once. An entry whose segment was
-  sealed (the stream scaled after the decision) and does not hold the batch (its writer table
-  says so; a sealed segment changes no more) is re-routed to the segments current now, as
-  new entries (``txn_replan.lua``, compare-and-set on ``pv``: completers agree on one plan).
+* **complete** (Python, :mod:`readergroup.client.transactions`): per plan entry, appends
+  of at most :data:`ENTRY_CHUNK` events to its segment under the writer id
+  ``txn:<id>:<entry tag>``, sequences 1, 2, ...: the segment's writer table makes a replay a
+  no-op (DUPLICATE), so completing twice, or by two clients at once, writes each event once.
+  The chunks of an entry whose segment was sealed (the stream scaled after the decision) and
+  does not hold them (its writer table says how many it took; a sealed segment changes no
+  more) are re-routed to the segments current now, as new entries (``txn_replan.lua``,
+  compare-and-set on ``pv``: completers agree on one plan; one that finds the transaction
+  COMMITTED meanwhile stops there).
   Then ``txn_finish.lua``: COMMITTED, the staged list deleted, the entries indexed in
   ``...:landed``. Whoever finds a transaction COMMITTING completes it: the committing writer,
   ``get_txn``/``status()`` of any writer, the sweeper, ``readergroup txn list``, a reader
@@ -127,6 +130,12 @@ from readergroup.core.errors import InvalidConfigError, ReaderGroupError
 RECORD_FORMAT = 1
 """Version of the record layout (field ``v``); a reader of a later one refuses it."""
 
+ENTRY_CHUNK = 1000
+"""Events per append of a plan entry (the plain writer's default ``max_batch_events``), so
+no completion blocks Redis for a whole entry: chunk ``k`` (from 1) of an entry, its
+``indexes[(k - 1) * ENTRY_CHUNK : k * ENTRY_CHUNK]``, is appended under sequence ``k`` of the
+entry's writer id. Part of the plan's format: completers must agree on it."""
+
 
 class TxnStatus(enum.Enum):
     """Where a transaction is (Pravega's ``Transaction.Status``)."""
@@ -146,6 +155,11 @@ class PlanEntry:
     tag: int
     segment: int
     indexes: tuple[int, ...]
+
+    @property
+    def chunks(self) -> int:
+        """How many appends it takes (see :data:`ENTRY_CHUNK`)."""
+        return -(-len(self.indexes) // ENTRY_CHUNK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,14 +181,20 @@ class CommitPlan:
         )
         return cls(entries, len(entries))
 
-    def rerouted(self, tag: int, segments: Mapping[int, int]) -> CommitPlan:
+    def rerouted(self, tag: int, segments: Mapping[int, int], landed: int = 0) -> CommitPlan:
         """This plan with entry ``tag`` replaced by entries for the segments its events go to
-        now (``segments``: staged index -> segment), each keeping the events' order."""
+        now (``segments``: staged index -> segment), each keeping the events' order; the
+        entry keeps its first ``landed`` chunks (appended before its segment was sealed)."""
         old = next(e for e in self.entries if e.tag == tag)
+        cut = landed * ENTRY_CHUNK
         by_segment: dict[int, list[int]] = {}
-        for index in old.indexes:
+        for index in old.indexes[cut:]:
             by_segment.setdefault(segments[index], []).append(index)
-        kept = [e for e in self.entries if e.tag != tag]
+        kept = [
+            e if e.tag != tag else PlanEntry(tag, e.segment, e.indexes[:cut])
+            for e in self.entries
+            if e.tag != tag or cut > 0
+        ]
         new = [
             PlanEntry(self.next_tag + i, segment, tuple(indexes))
             for i, (segment, indexes) in enumerate(sorted(by_segment.items()))

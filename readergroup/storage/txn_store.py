@@ -218,11 +218,13 @@ class TxnStore:
             rows: Any = self._client.zrangebyscore(self.open_key, "-inf", top, withscores=True)
         return [(as_text(member), int(score)) for member, score in rows]
 
-    def applied(self, segment: int, writer: str) -> bool:
-        """Whether a segment's writer table records ``writer`` (a plan entry landed there)."""
+    def applied(self, segment: int, writer: str) -> int:
+        """The last sequence a segment's writer table records for ``writer`` (how many
+        chunks of a plan entry landed there; 0: none)."""
         key = self._keys.segment(self.scope, self.stream, segment).writers
         with translate_errors(f"read {key}"):
-            return bool(self._client.hexists(key, writer))
+            value: Any = self._client.hget(key, writer)
+        return int(value or 0)
 
     def forget_finished(self, before_ms: int, limit: int = 1000) -> int:
         """Drop from the index of every transaction those finished before ``before_ms`` (their

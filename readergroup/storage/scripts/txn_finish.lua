@@ -25,10 +25,14 @@
 --   {23, state}    it cannot end this way from where it is (an abort of a committing or
 --                  committed one, a commit of an open or aborted one, an expiry before the
 --                  deadline): nothing changed
---   {25}           no such transaction
+--   {25}           no such transaction ("expire": its record expired, left by every client
+--                  past its deadline + retention: it leaves the open transactions too)
 local record = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'deadline', 'tid')
 local state = record[1]
 if not state then
+  if ARGV[2] == 'expire' then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+  end
   return {25}
 end
 local mode = ARGV[2]

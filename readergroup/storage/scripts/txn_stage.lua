@@ -10,7 +10,7 @@
 -- KEYS[4]  the stream's transactional id epochs (hash: transactional id -> epoch)
 -- KEYS[5]  the stream's transactions (sorted set: id -> created, or finished, server ms)
 -- KEYS[6]  "decide" with consumed positions only: the consumed positions
---          (hash: "<group sync name>|<scope>/<stream>/<segment>" of the input ->
+--          (hash: "<group sync name>@<group created ms>|<scope>/<stream>/<segment>" of the input ->
 --          "<fencing token> <position> <txn id>"; consume-transform-produce)
 -- ARGV[1]  transaction id
 -- ARGV[2]  the caller: "<epoch>:<transactional id>"
