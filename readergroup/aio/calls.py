@@ -1,0 +1,32 @@
+"""Running :mod:`readergroup.core.calls` procedures in asyncio: each call awaited on the
+caller's event loop (see :func:`run_calls_async`)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import TypeVar
+
+from readergroup.core.calls import Call, Procedure
+from readergroup.core.steps import StepDriver
+
+R = TypeVar("R")
+
+
+async def run_calls_async(procedure: Procedure[R]) -> R:
+    """Run ``procedure``, awaiting each call (a target whose method returns a plain value,
+    as the in-memory backend's do, is not awaited); return what it returns. Cancelled, the
+    procedure is closed at the call it was waiting on (its ``with`` blocks exit)."""
+    driver: StepDriver[Call] = StepDriver(procedure)
+    try:
+        while (step := driver.next()) is not None:
+            try:
+                reply = step.perform()
+                if inspect.isawaitable(reply):
+                    reply = await reply
+                driver.reply = reply
+            except Exception as exc:  # thrown into the procedure, which decides
+                driver.error = exc
+    finally:
+        procedure.close()  # (cancelled: at the call it waited on; else a no-op)
+    result: R = driver.result
+    return result
