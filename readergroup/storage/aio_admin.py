@@ -26,7 +26,11 @@ from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_heartbeat_store import AsyncHeartbeatStore
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.scripts import script_source
-from readergroup.storage.segment_store import lag_probe_commands, lag_probe_of
+from readergroup.storage.segment_store import (
+    creation_commands,
+    lag_probe_commands,
+    lag_probe_of,
+)
 from readergroup.storage.translate import translate_errors
 from statesync import AsyncStateSynchronizer, SyncConfig, Update
 from statesync.aio_backend import AsyncLogBackend
@@ -47,26 +51,32 @@ def sync_config_of(config: ClientConfig) -> SyncConfig:
     )
 
 
-def open_synchronizer(
-    backend: AsyncLogBackend,
-    sync_config: SyncConfig,
-    name: str,
-    update_types: Sequence[type[Update]],
-    state_types: Sequence[type] = (),
-    writer_label: str | None = None,
-) -> AsyncStateSynchronizer[Any]:
-    """An asyncio synchronizer for an administrator: a reader group's entries are appended in
-    the format every supported version reads (:data:`~readergroup.core.log_format.
-    UNANNOUNCED_FORMAT`: an administrator's appends are few, so it does not negotiate)."""
-    return AsyncStateSynchronizer(
-        backend,
-        name,
-        update_types=update_types,
-        state_types=state_types,
-        config=sync_config,
-        writer_label=writer_label,
-        entry_version=(lambda state: UNANNOUNCED_FORMAT) if is_group_sync_name(name) else None,
-    )
+class AsyncSynchronizerSource:
+    """Opens asyncio synchronizers on ``log_backend`` with ``sync_config``: the one
+    :meth:`synchronizer` of the asyncio managers' connections (Redis and memory). A reader
+    group's entries are appended in the format every supported version reads
+    (:data:`~readergroup.core.log_format.UNANNOUNCED_FORMAT`: an administrator's appends are
+    few, so it does not negotiate)."""
+
+    log_backend: AsyncLogBackend
+    sync_config: SyncConfig
+
+    def synchronizer(
+        self,
+        name: str,
+        update_types: Sequence[type[Update]],
+        state_types: Sequence[type] = (),
+        writer_label: str | None = None,
+    ) -> AsyncStateSynchronizer[Any]:
+        return AsyncStateSynchronizer(
+            self.log_backend,
+            name,
+            update_types=update_types,
+            state_types=state_types,
+            config=self.sync_config,
+            writer_label=writer_label,
+            entry_version=(lambda state: UNANNOUNCED_FORMAT) if is_group_sync_name(name) else None,
+        )
 
 
 class AsyncSegmentAdmin(AsyncSegmentAppends):
@@ -85,8 +95,8 @@ class AsyncSegmentAdmin(AsyncSegmentAppends):
         """Create segments' meta hashes (idempotent: an existing segment is left alone)."""
         with translate_errors("create segments"):
             pipe = self._client.pipeline(transaction=False)
-            for segment in segments:
-                pipe.hsetnx(self._keys.segment(scope, stream, segment).meta, "created_ms", now_ms)
+            for command in creation_commands(self._keys, scope, stream, segments, now_ms):
+                pipe.execute_command(*command)
             await pipe.execute()
 
     async def create_closed_segments(
@@ -170,10 +180,12 @@ class AsyncSegmentAdmin(AsyncSegmentAppends):
             await pipe.execute()
 
 
-class AsyncAdminConnection:
+class AsyncAdminConnection(AsyncSynchronizerSource):
     """The asyncio managers' view of an :class:`~readergroup.storage.aio_connection.
     AsyncConnection` (it does not own it; :meth:`close` closes only what it opened: the
     client of the synchronizers' blocking waits). Use it from the connection's event loop."""
+
+    log_backend: AsyncRedisLogBackend
 
     def __init__(self, connection: AsyncConnection) -> None:
         self.connection = connection
@@ -183,23 +195,10 @@ class AsyncAdminConnection:
         self.log_backend = AsyncRedisLogBackend(
             client, key_prefix=self.config.key_prefix, acks=self.config.durability
         )
-        self._sync_config = sync_config_of(self.config)
+        self.sync_config = sync_config_of(self.config)
         self.segments = AsyncSegmentAdmin(client, self.keys, self.config)
         self.records = client
         """The created-records of :mod:`readergroup.storage.vanished` (hashes)."""
-
-    def synchronizer(
-        self,
-        name: str,
-        update_types: Sequence[type[Update]],
-        state_types: Sequence[type] = (),
-        writer_label: str | None = None,
-    ) -> AsyncStateSynchronizer[Any]:
-        """An asyncio synchronizer on this connection's log backend (see
-        :func:`open_synchronizer`)."""
-        return open_synchronizer(
-            self.log_backend, self._sync_config, name, update_types, state_types, writer_label
-        )
 
     def heartbeat_store(self, sync_name: str) -> AsyncHeartbeatStore:
         """The heartbeats of the reader group whose synchronizer is ``sync_name``."""

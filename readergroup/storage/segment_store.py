@@ -105,6 +105,13 @@ def segment_states_of(segments: Sequence[int], replies: Sequence[Any]) -> dict[i
     }
 
 
+def creation_commands(
+    keys: KeyLayout, scope: str, stream: str, segments: Sequence[int], now_ms: int
+) -> list[tuple[Any, ...]]:
+    """The commands creating segments (idempotent: an existing segment is left alone)."""
+    return [("HSETNX", keys.segment(scope, stream, s).meta, "created_ms", now_ms) for s in segments]
+
+
 def lag_probe_commands(
     keys: KeyLayout, scope: str, stream: str, positions: Mapping[int, int]
 ) -> list[tuple[Any, ...]]:
@@ -223,8 +230,8 @@ class SegmentStore:
         """Create segments' meta hashes (idempotent: an existing segment is left alone)."""
         with translate_errors("create segments"):
             pipe = self._client.pipeline(transaction=False)
-            for segment in segments:
-                pipe.hsetnx(self._keys.segment(scope, stream, segment).meta, "created_ms", now_ms)
+            for command in creation_commands(self._keys, scope, stream, segments, now_ms):
+                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
             pipe.execute()
 
     def create_closed_segments(

@@ -23,30 +23,26 @@ from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.connection_api import Connection
 from readergroup.testing.aio_memory_admin import AsyncMemoryAdminConnection
 from readergroup.testing.memory_connection import MemoryConnection
-from tests.support.async_adapter import LoopThread
+from tests.support.async_adapter import BlockingAsyncSynchronizer, LoopThread
 
 FLAVOURS = ("threaded", "asyncio")
 
 
-class Blocking:
-    """``target``'s coroutine methods as blocking calls on ``loop`` (an
-    :class:`AsyncReaderGroup` they return comes wrapped too); anything else as it is."""
-
-    def __init__(self, target: Any, loop: LoopThread) -> None:
-        self.target = target
-        self._loop = loop
+class Blocking(BlockingAsyncSynchronizer):
+    """``target``'s coroutine methods as blocking calls on ``loop``, as the synchronizer
+    adapter makes them; an :class:`AsyncReaderGroup` they return comes wrapped too."""
 
     def __getattr__(self, name: str) -> Any:
-        value = getattr(self.target, name)
-        if not asyncio.iscoroutinefunction(value):
+        value = super().__getattr__(name)
+        if not asyncio.iscoroutinefunction(getattr(self.target, name)):
             return value
 
         @functools.wraps(value)
-        def blocking(*args: Any, **kwargs: Any) -> Any:
-            result = self._loop.call(value(*args, **kwargs))
+        def wrapping(*args: Any, **kwargs: Any) -> Any:
+            result = value(*args, **kwargs)
             return Blocking(result, self._loop) if isinstance(result, AsyncReaderGroup) else result
 
-        return blocking
+        return wrapping
 
 
 def async_admin(connection: Connection, url: str | None) -> Any:
