@@ -269,7 +269,7 @@ def test_a_stream_made_and_scaled_by_asyncio_managers_while_both_writers_write(
     asyncio writer (on the loop) write until the asyncio manager has split a segment and
     merged the halves again: every event is stored once, in write order per key, and the
     successors took writes."""
-    keys = 8
+    keys = 32
 
     def view() -> Any:
         if isinstance(connection, MemoryConnection):
@@ -312,12 +312,22 @@ def test_a_stream_made_and_scaled_by_asyncio_managers_while_both_writers_write(
             middle = (first.low + first.high) / 2
             halves = [(first.low, middle), (middle, first.high)]
             created = await sm.scale_stream(scope, "s", [first.segment_id], halves)
-            await asyncio.sleep(0.05)
+            await written_to(sm, created)
             merged = await sm.scale_stream(scope, "s", created, [(first.low, first.high)])
-            await asyncio.sleep(0.05)
+            await written_to(sm, merged)
             scaled.set()
             await asyncio.gather(*writes)
             return [*created, *merged], written[0], written[1]
+
+    async def written_to(sm: Any, segments: list[int]) -> None:
+        """Until each of ``segments`` took events (polled on the manager, with a deadline)."""
+        deadline = asyncio.get_running_loop().time() + 20
+        while True:
+            states = await sm.segment_states(scope, "s", segments)
+            if all(state.tail > 0 for state in states.values()):
+                return
+            assert asyncio.get_running_loop().time() < deadline, "no writes reached the successors"
+            await asyncio.sleep(0.01)
 
     scaled, threaded, awaited = asyncio.run(main())
     events = list(factory.create_batch_client().read_events("s"))
