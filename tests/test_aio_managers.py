@@ -340,3 +340,54 @@ def test_a_stream_made_and_scaled_by_asyncio_managers_while_both_writers_write(
     for numbers in by_key.values():
         assert numbers == sorted(numbers)
     assert set(scaled) <= {e.segment for e in events}
+
+
+def samples(families: Any) -> dict[tuple[str, tuple[str, ...]], float]:
+    """Every sample of a collect, by name and label values (the scrape's duration left out)."""
+    return {
+        (s.name, tuple(s.labels.values())): s.value
+        for family in families
+        for s in family.samples
+        if s.name != "readergroup_scrape_duration_seconds"
+    }
+
+
+def test_the_asyncio_metrics_collector_reads_what_the_threaded_one_reads(
+    connection: Connection, scope: str, factory: Any, request: pytest.FixtureRequest
+) -> None:
+    """``factory.metrics_collector()``: after ``await refresh()`` its ``collect`` gives the
+    threaded ReaderGroupCollector's samples (positions, tails, lag, readers, checkpoints), and
+    reads nothing by itself."""
+    from readergroup.admin.metrics import ReaderGroupCollector
+
+    StreamManager(connection).create_stream(scope, "s", FOUR)
+    write(factory, 30)
+    config = ReaderGroupConfig(streams=[f"{scope}/s"], auto_commit_interval=0.1, **FAST)
+    ReaderGroupManager(scope, connection).create_reader_group("g", config)
+    reading = Reading(factory, "r1")
+    try:
+        wait_until(lambda: len(reading.records) == 30, 20)
+        group = ReaderGroupManager(scope, connection).get_reader_group("g")
+        group.initiate_checkpoint("cp", timeout=20)
+        wait_until(lambda: group.get_metrics().total.events == 0, 20)
+    finally:
+        reading.close()
+    threaded = samples(ReaderGroupCollector(connection, [scope]).collect())  # type: ignore[arg-type]
+
+    async def main() -> tuple[Any, Any]:
+        view = (
+            AsyncMemoryConnection(connection)
+            if isinstance(connection, MemoryConnection)
+            else AsyncConnection.from_url(request.getfixturevalue("redis_url"))
+        )
+        async with AsyncEventStreamClientFactory(scope, view, owns_connection=True) as made:
+            collector = made.metrics_collector()
+            before = samples(collector.collect())
+            await collector.refresh()
+            return before, samples(collector.collect())
+
+    before, refreshed = asyncio.run(main())
+    assert before == {}
+    assert refreshed == threaded
+    assert refreshed[("readergroup_group_checkpoints", (scope, "g", "completed"))] == 1
+    assert refreshed[("readergroup_up", ())] == 1

@@ -19,6 +19,7 @@ from readergroup.aio.metadata import (
     SynchronizedStreamStates,
     complete_scale_seals,
 )
+from readergroup.aio.metrics import AsyncReaderGroupCollector
 from readergroup.aio.stream_manager import AsyncStreamManager
 from readergroup.aio.writer import AsyncEventStreamWriter
 from readergroup.client.serializers import Serializer
@@ -116,6 +117,11 @@ class AsyncEventStreamClientFactory:
         """Create ``stream`` in this scope; ``False`` if it existed (see
         :meth:`AsyncStreamManager.create_stream`)."""
         return await self.stream_manager().create_stream(self._scope, stream, config)
+
+    def metrics_collector(self) -> AsyncReaderGroupCollector:
+        """A Prometheus collector of this scope's reader groups on this factory's connection
+        (``await collector.refresh()`` reads them; see :mod:`readergroup.aio.metrics`)."""
+        return AsyncReaderGroupCollector(self._admin, [self._scope])
 
     async def create_reader_group(self, group: str, config: ReaderGroupConfig) -> bool:
         """Create reader group ``group`` of this scope; ``False`` if it existed (see
