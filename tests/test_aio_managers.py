@@ -391,3 +391,46 @@ def test_the_asyncio_metrics_collector_reads_what_the_threaded_one_reads(
     assert refreshed == threaded
     assert refreshed[("readergroup_group_checkpoints", (scope, "g", "completed"))] == 1
     assert refreshed[("readergroup_up", ())] == 1
+
+
+def test_cancelling_an_awaited_checkpoint_leaves_it_requested_and_the_manager_usable(
+    connection: Connection, scope: str, factory: Any, request: pytest.FixtureRequest
+) -> None:
+    """A task awaiting a checkpoint is cancelled while the group's reader is paused: the
+    cancellation ends the wait at once, the checkpoint stays requested, the same handle keeps
+    working, and once the reader reads again the checkpoint completes."""
+    StreamManager(connection).create_stream(scope, "s", FOUR)
+    config = ReaderGroupConfig(streams=[f"{scope}/s"], **FAST)
+    ReaderGroupManager(scope, connection).create_reader_group("g", config)
+    reading = Reading(factory, "r1")
+
+    async def main() -> tuple[Any, Any]:
+        view = (
+            AsyncMemoryConnection(connection)
+            if isinstance(connection, MemoryConnection)
+            else AsyncConnection.from_url(request.getfixturevalue("redis_url"))
+        )
+        async with AsyncEventStreamClientFactory(scope, view, owns_connection=True) as made:
+            group = await made.reader_group_manager().get_reader_group("g")
+            while await group.get_online_readers() != ["r1"]:
+                await asyncio.sleep(0.01)
+            reading.paused.set()
+            await asyncio.sleep(0.2)  # (the reader's current read returns)
+            waiting = asyncio.create_task(group.initiate_checkpoint("cp", timeout=30))
+            while (await group.refresh()).checkpoint("cp") is None:
+                await asyncio.sleep(0.01)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            pending = (await group.refresh()).checkpoint("cp")
+            reading.paused.clear()
+            while (done := (await group.refresh()).checkpoint("cp")).completed_ms < 0:
+                await asyncio.sleep(0.01)
+            return pending, done
+
+    try:
+        pending, done = asyncio.run(asyncio.wait_for(main(), 30))  # (the polls' deadline)
+    finally:
+        reading.close()
+    assert pending.completed_ms < 0 and not pending.failed
+    assert done.completed_ms >= 0 and reading.checkpoints == ["cp"]
