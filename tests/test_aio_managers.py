@@ -24,8 +24,10 @@ from readergroup import (
     ReaderGroupInUseError,
     ReaderGroupManager,
     ReaderGroupNotFoundError,
+    RetentionPolicy,
     ScalingPolicy,
     StreamConfiguration,
+    StreamCut,
     StreamManager,
     UTF8StringSerializer,
 )
@@ -39,7 +41,7 @@ from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.connection_api import Connection
 from readergroup.testing.aio_memory import AsyncMemoryConnection
 from readergroup.testing.memory_connection import MemoryConnection
-from tests.support.async_managers import FLAVOURS, make_managers
+from tests.support.async_managers import FLAVOURS, make_managers, retention_of
 from tests.support.connections import new_scope, scoped_factory
 from tests.support.waiting import wait_until
 from tests.test_checkpoints import FAST, Reading, write
@@ -187,6 +189,35 @@ def test_a_checkpoint_nobody_acknowledges_fails_and_can_declare_readers_offline(
         assert group.get_online_readers() == []
     finally:
         silent.close()
+
+
+def test_retention_keeps_what_groups_and_subscribers_need_and_truncates_the_rest(
+    managers: tuple[Any, Any], connection: Connection, scope: str, factory: Any
+) -> None:
+    sm, rgm = managers
+    retention = retention_of(sm)
+    policy = RetentionPolicy(consumption_based=True)
+    sm.create_stream(scope, "r", StreamConfiguration(retention=policy))
+    write(factory, 100, stream="r")
+    config = ReaderGroupConfig(streams=[f"{scope}/r"], commit_mode="manual", **FAST)
+    rgm.create_reader_group("slow", config)
+    assert retention.apply(scope, "r") is None  # the group has read nothing yet
+    with factory.create_reader("x", "slow", UTF8StringSerializer()) as reader:
+        for _ in range(40):
+            reader.read_next_event(timeout=2)
+        reader.commit()
+    cut = retention.apply(scope, "r")
+    assert cut == StreamCut(scope, "r", {0: 40}) == sm.get_stream_info(scope, "r").head_cut
+    retention.publish(scope, "r", "spark-query", StreamCut(scope, "r", {0: 40}))
+    assert retention.subscriber_cuts(scope, "r")["external:spark-query"] == cut
+    with factory.create_reader("x", "slow", UTF8StringSerializer()) as reader:
+        while reader.read_next_event(timeout=0.3).event is not None:
+            pass
+        reader.commit()
+    assert retention.apply(scope, "r") is None  # the external subscriber holds it back
+    retention.unsubscribe(scope, "r", "spark-query")
+    assert retention.truncation_cut(scope, "r") == StreamCut(scope, "r", {0: 100})
+    assert retention.apply(scope, "r") == StreamCut(scope, "r", {0: 100})
 
 
 # -- the event loop stays free -----------------------------------------------------------------

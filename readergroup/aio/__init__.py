@@ -9,12 +9,15 @@ and logging. See ``docs/asyncio.md``.
   writer.flush()``, ``await writer.close()``, ``async with``.
 * :class:`AsyncStreamManager`, :class:`AsyncReaderGroupManager` and :class:`AsyncReaderGroup`:
   the managers, awaited (``factory.stream_manager()``, ``factory.reader_group_manager()``, or
-  ``from_url``).
+  ``from_url``); :class:`AsyncRetentionManager`; :class:`AsyncReaderGroupCollector`
+  (``factory.metrics_collector()``, Prometheus).
 """
 
 from readergroup.aio.factory import AsyncEventStreamClientFactory
 from readergroup.aio.group_manager import AsyncReaderGroup, AsyncReaderGroupManager
 from readergroup.aio.metadata import AsyncStreamMetadataCache, AsyncStreamStates
+from readergroup.aio.metrics import AsyncReaderGroupCollector
+from readergroup.aio.retention import AsyncRetentionManager
 from readergroup.aio.stream_manager import AsyncStreamManager
 from readergroup.aio.writer import AsyncEventStreamWriter, AsyncWriteFuture
 from readergroup.client.write_rounds import EventPointer, EventWriterConfig
@@ -23,7 +26,9 @@ __all__ = [
     "AsyncEventStreamClientFactory",
     "AsyncEventStreamWriter",
     "AsyncReaderGroup",
+    "AsyncReaderGroupCollector",
     "AsyncReaderGroupManager",
+    "AsyncRetentionManager",
     "AsyncStreamManager",
     "AsyncStreamMetadataCache",
     "AsyncStreamStates",

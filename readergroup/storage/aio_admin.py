@@ -31,7 +31,7 @@ from readergroup.storage.segment_store import (
     lag_probe_commands,
     lag_probe_of,
 )
-from readergroup.storage.translate import translate_errors
+from readergroup.storage.translate import as_text, translate_errors
 from statesync import AsyncStateSynchronizer, SyncConfig, Update
 from statesync.aio_backend import AsyncLogBackend
 from statesync.aio_redis_backend import AsyncRedisLogBackend
@@ -180,6 +180,32 @@ class AsyncSegmentAdmin(AsyncSegmentAppends):
             await pipe.execute()
 
 
+class AsyncSubscriberStore:
+    """External retention subscribers' published cuts, awaited (the keys and replies of
+    :class:`~readergroup.storage.subscriber_store.SubscriberStore`)."""
+
+    def __init__(self, client: redis.asyncio.Redis, keys: KeyLayout) -> None:
+        self._client = client
+        self._keys = keys
+
+    async def publish(self, scope: str, stream: str, subscriber: str, cut: str) -> None:
+        with translate_errors("publish subscriber"):
+            await self._client.hset(self._keys.subscribers(scope, stream), subscriber, cut)
+
+    async def unsubscribe(self, scope: str, stream: str, subscriber: str) -> None:
+        with translate_errors("unsubscribe"):
+            await self._client.hdel(self._keys.subscribers(scope, stream), subscriber)
+
+    async def published(self, scope: str, stream: str) -> dict[str, str]:
+        with translate_errors("read subscribers"):
+            raw = await self._client.hgetall(self._keys.subscribers(scope, stream))
+        return {as_text(name): as_text(cut) for name, cut in raw.items()}
+
+    async def delete(self, scope: str, stream: str) -> None:
+        with translate_errors("delete subscribers"):
+            await self._client.delete(self._keys.subscribers(scope, stream))
+
+
 class AsyncAdminConnection(AsyncSynchronizerSource):
     """The asyncio managers' view of an :class:`~readergroup.storage.aio_connection.
     AsyncConnection` (it does not own it; :meth:`close` closes only what it opened: the
@@ -198,6 +224,7 @@ class AsyncAdminConnection(AsyncSynchronizerSource):
         self.sync_config = sync_config_of(self.config)
         self.segments = AsyncSegmentAdmin(client, self.keys, self.config)
         self.records = client
+        self.subscribers = AsyncSubscriberStore(client, self.keys)
         """The created-records of :mod:`readergroup.storage.vanished` (hashes)."""
 
     def heartbeat_store(self, sync_name: str) -> AsyncHeartbeatStore:

@@ -24,6 +24,7 @@ class AsyncMemoryAdminConnection(AsyncSynchronizerSource):
         self.sync_config = memory._sync_config
         self.segments = memory.segments
         self.records = memory.records
+        self.subscribers = memory.subscribers
         self.server_time_ms = memory.server_time_ms
         self.forget_stream = memory.forget_stream
         self.heartbeat_store = memory.heartbeat_store

@@ -15,8 +15,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from readergroup import ReaderGroupManager, StreamManager
+from readergroup import ReaderGroupManager, RetentionManager, StreamManager
 from readergroup.aio.group_manager import AsyncReaderGroup, AsyncReaderGroupManager
+from readergroup.aio.retention import AsyncRetentionManager
 from readergroup.aio.stream_manager import AsyncStreamManager
 from readergroup.storage.aio_admin import AsyncAdminConnection
 from readergroup.storage.aio_connection import AsyncConnection
@@ -78,3 +79,10 @@ def make_managers(
     streams = Blocking(AsyncStreamManager(admin), loop)
     groups = Blocking(AsyncReaderGroupManager(scope, admin), loop)
     return streams, groups
+
+
+def retention_of(streams: Any) -> Any:
+    """The retention manager of ``streams``' flavour (an asyncio one behind the adapter)."""
+    if isinstance(streams, Blocking):
+        return Blocking(AsyncRetentionManager(streams.target), streams._loop)
+    return RetentionManager(streams)
