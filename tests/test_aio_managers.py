@@ -37,13 +37,12 @@ from readergroup.core.errors import (
     StreamNotFoundError,
     StreamNotSealedError,
 )
-from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.connection_api import Connection
-from readergroup.testing.aio_memory import AsyncMemoryConnection
 from readergroup.testing.memory_connection import MemoryConnection
 from tests.support.async_managers import FLAVOURS, make_managers, retention_of
 from tests.support.connections import new_scope, scoped_factory
 from tests.support.waiting import wait_until
+from tests.test_aio_writer import async_view
 from tests.test_checkpoints import FAST, Reading, write
 
 FOUR = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4))
@@ -302,13 +301,9 @@ def test_a_stream_made_and_scaled_by_asyncio_managers_while_both_writers_write(
     successors took writes."""
     keys = 32
 
-    def view() -> Any:
-        if isinstance(connection, MemoryConnection):
-            return AsyncMemoryConnection(connection)
-        return AsyncConnection.from_url(request.getfixturevalue("redis_url"))
-
     async def main() -> tuple[list[int], int, int]:
-        async with AsyncEventStreamClientFactory(scope, view(), owns_connection=True) as made:
+        view = async_view(connection, request)
+        async with AsyncEventStreamClientFactory(scope, view, owns_connection=True) as made:
             assert await made.create_stream("s", FOUR) is True
             sm = made.stream_manager()
             writer = await made.create_event_writer("s", UTF8StringSerializer())
@@ -406,11 +401,7 @@ def test_the_asyncio_metrics_collector_reads_what_the_threaded_one_reads(
     threaded = samples(ReaderGroupCollector(connection, [scope]).collect())  # type: ignore[arg-type]
 
     async def main() -> tuple[Any, Any]:
-        view = (
-            AsyncMemoryConnection(connection)
-            if isinstance(connection, MemoryConnection)
-            else AsyncConnection.from_url(request.getfixturevalue("redis_url"))
-        )
+        view = async_view(connection, request)
         async with AsyncEventStreamClientFactory(scope, view, owns_connection=True) as made:
             collector = made.metrics_collector()
             before = samples(collector.collect())
@@ -436,11 +427,7 @@ def test_cancelling_an_awaited_checkpoint_leaves_it_requested_and_the_manager_us
     reading = Reading(factory, "r1")
 
     async def main() -> tuple[Any, Any]:
-        view = (
-            AsyncMemoryConnection(connection)
-            if isinstance(connection, MemoryConnection)
-            else AsyncConnection.from_url(request.getfixturevalue("redis_url"))
-        )
+        view = async_view(connection, request)
         async with AsyncEventStreamClientFactory(scope, view, owns_connection=True) as made:
             group = await made.reader_group_manager().get_reader_group("g")
             while await group.get_online_readers() != ["r1"]:
