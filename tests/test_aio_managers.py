@@ -452,3 +452,46 @@ def test_cancelling_an_awaited_checkpoint_leaves_it_requested_and_the_manager_us
         reading.close()
     assert pending.completed_ms < 0 and not pending.failed
     assert done.completed_ms >= 0 and reading.checkpoints == ["cp"]
+
+
+def test_an_asyncio_group_watch_awaits_coroutine_listeners_as_segments_change(
+    connection: Connection, scope: str, factory: Any, request: pytest.FixtureRequest
+) -> None:
+    """``group.watch(listener)`` (a task of the loop, waiting on the group's log) awaits a
+    coroutine listener with the number of segments the group reads: 4 at first, 5 once a
+    reader finished the segment a split sealed (its two successors came in); a listener that
+    raises once is logged and the watch goes on."""
+    manager = StreamManager(connection)
+    manager.create_stream(scope, "s", FOUR)
+    config = ReaderGroupConfig(streams=[f"{scope}/s"], **FAST)
+    ReaderGroupManager(scope, connection).create_reader_group("g", config)
+    counts: list[int] = []
+
+    async def heard(count: int) -> None:
+        await asyncio.sleep(0)
+        counts.append(count)
+        if len(counts) == 1:
+            raise RuntimeError("a listener's bug")
+
+    async def main() -> None:
+        view = async_view(connection, request)
+        async with AsyncEventStreamClientFactory(scope, view, owns_connection=True) as made:
+            group = await made.reader_group_manager().get_reader_group("g")
+            watcher = group.watch(heard)
+            while 4 not in counts:
+                await asyncio.sleep(0.01)
+            info = manager.get_stream_info(scope, "s")
+            first = min(info.active_segments, key=lambda s: s.low)
+            middle = (first.low + first.high) / 2
+            halves = [(first.low, middle), (middle, first.high)]
+            await asyncio.to_thread(manager.scale_stream, scope, "s", [first.segment_id], halves)
+            reading = await asyncio.to_thread(Reading, factory, "r1")
+            try:
+                while 5 not in counts:
+                    await asyncio.sleep(0.01)
+            finally:
+                await asyncio.to_thread(reading.close)
+                await watcher.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))  # (the polls' deadline)
+    assert counts[0] == 4 and counts[-1] == 5

@@ -24,6 +24,7 @@ from readergroup.admin.group_steps import (
     SegmentLag,
     Start,
     plan_checkpoint,
+    watch,
 )
 from readergroup.core.calls import run_calls
 from readergroup.core.closing import Closing
@@ -250,25 +251,7 @@ class GroupWatcher:
         self._thread.start()
 
     def _run(self) -> None:
-        count, ended = -1, False
-        while not self._stop.is_set():
-            try:
-                self._sync.fetch_updates()
-                state: GroupState = self._sync.state
-                segments = len(state.assigned) + len(state.unassigned)
-                if segments != count and self._on_segments is not None:
-                    self._on_segments(segments)
-                count = segments
-                if state.end_of_data and not ended:
-                    ended = True
-                    if self._on_end is not None:
-                        self._on_end()
-                self._sync.wait_for_updates(0.5)
-            except Exception:  # a listener's or an outage's error must not end the watch
-                logger.warning(
-                    "watcher of %s: retrying after an error", self._sync.name, exc_info=True
-                )
-                self._stop.wait(0.5)
+        run_calls(watch(self._sync, self._on_segments, self._on_end, self._stop, self._stop.is_set))
 
     def stop(self) -> None:
         self._stop.set()

@@ -22,7 +22,7 @@ from typing import Any
 from readergroup.admin.group_positions import cuts_by_stream, resolve_group, resolve_start
 from readergroup.admin.stream_steps import StreamSteps, fetch_state_steps
 from readergroup.core import catalog, planning, reset_planning
-from readergroup.core.calls import Procedure, call
+from readergroup.core.calls import Call, Procedure, call
 from readergroup.core.errors import (
     CheckpointError,
     DataLostError,
@@ -510,6 +510,42 @@ class GroupSteps:
                 self.name,
             )
         return removed is not None
+
+
+WATCH_SECONDS = 0.5
+"""Longest wait of a group watcher on the group's log, and its pause after an error."""
+
+
+def watch(
+    sync: Any,
+    on_segments_changed: Callable[[int], Any] | None,
+    on_end_of_data: Callable[[], Any] | None,
+    pause: Any,
+    stopped: Callable[[], bool] = lambda: False,
+) -> Procedure[None]:
+    """A group watcher (until ``stopped()``): call ``on_segments_changed(count)`` whenever
+    the number of segments the group reads (assigned plus unassigned) changes and
+    ``on_end_of_data()`` once a bounded group is done, waiting on the group's log ``sync``
+    in between; the listeners are calls too (an asyncio driver awaits one that is a
+    coroutine function). An error (a listener's, an outage) is logged and, after
+    ``pause.wait(WATCH_SECONDS)``, the watch goes on."""
+    count, ended = -1, False
+    while not stopped():
+        try:
+            yield call(sync, "fetch_updates")
+            state: GroupState = sync.state
+            segments = len(state.assigned) + len(state.unassigned)
+            if segments != count and on_segments_changed is not None:
+                yield Call(on_segments_changed, "__call__", (segments,))
+            count = segments
+            if state.end_of_data and not ended:
+                ended = True
+                if on_end_of_data is not None:
+                    yield Call(on_end_of_data, "__call__")
+            yield call(sync, "wait_for_updates", WATCH_SECONDS)
+        except Exception:  # a listener's or an outage's error must not end the watch
+            logger.warning("watcher of %s: retrying after an error", sync.name, exc_info=True)
+            yield call(pause, "wait", WATCH_SECONDS)
 
 
 class GroupManagerSteps:

@@ -10,6 +10,7 @@ refused unless forced, as there.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,12 +23,13 @@ from readergroup.admin.group_steps import (
     ResetResult,
     SegmentDistribution,
     Start,
+    watch,
 )
 from readergroup.aio.calls import run_calls_async
 from readergroup.aio.stream_manager import close_admin_connection
 from readergroup.core.config import ClientConfig
 from readergroup.core.group_config import ReaderGroupConfig
-from readergroup.core.group_state import GroupState, SegKey
+from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState, SegKey
 from readergroup.core.group_view import MemberView
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage.aio_admin import AsyncAdminConnection
@@ -130,10 +132,58 @@ class AsyncReaderGroup:
     async def get_metrics(self) -> GroupMetrics:
         return await run_calls_async(self.steps.get_metrics())
 
+    def watch(
+        self,
+        on_segments_changed: Callable[[int], Any] | None = None,
+        on_end_of_data: Callable[[], Any] | None = None,
+    ) -> AsyncGroupWatcher:
+        """Call ``on_segments_changed(count)`` whenever the number of segments the group reads
+        (assigned plus unassigned) changes, and ``on_end_of_data()`` once a bounded group is
+        done (either may be a coroutine function: it is awaited). A task of the running loop,
+        awaiting the group's state log; ``await watcher.stop()`` ends it."""
+        return AsyncGroupWatcher(self, on_segments_changed, on_end_of_data)
+
     async def reader_offline(
         self, reader_id: str, positions: dict[SegKey, int] | None = None
     ) -> bool:
         return await run_calls_async(self.steps.reader_offline(reader_id, positions))
+
+
+class _Pause:
+    async def wait(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class AsyncGroupWatcher:
+    """A task of the loop running the group watcher's procedure
+    (:func:`~readergroup.admin.group_steps.watch`, as the threaded
+    :class:`~readergroup.admin.group_manager.GroupWatcher` runs it in a thread) on a
+    synchronizer of its own."""
+
+    def __init__(
+        self,
+        group: AsyncReaderGroup,
+        on_segments_changed: Callable[[int], Any] | None,
+        on_end_of_data: Callable[[], Any] | None,
+    ) -> None:
+        steps = group.steps
+        sync = steps.connection.synchronizer(steps.sync.name, UPDATE_TYPES, STATE_TYPES)
+        self._stopped = False
+        procedure = watch(sync, on_segments_changed, on_end_of_data, _Pause(), self._is_stopped)
+        self._task = asyncio.get_running_loop().create_task(
+            run_calls_async(procedure), name=f"rg-watch-{group.name}"
+        )
+
+    def _is_stopped(self) -> bool:
+        return self._stopped
+
+    async def stop(self) -> None:
+        """End the watch (at once, or at the end of its current wait if the cancellation
+        is lost: Python 3.11's ``asyncio.wait_for`` can drop one that races a wake-up); a
+        cancellation of the caller still reaches the caller."""
+        self._stopped = True
+        self._task.cancel()
+        await asyncio.wait([self._task])
 
 
 class AsyncReaderGroupManager:
