@@ -316,6 +316,8 @@ def test_a_stream_made_and_scaled_by_asyncio_managers_while_both_writers_write(
                     while not scaled.is_set() or i < 200:
                         threaded.write_event(f"t{i}", routing_key=f"t{i % keys}")
                         i += 1
+                        if i % 20 == 0:
+                            scaled.wait(0.001)  # (pacing: about as many as the asyncio writer)
                     written[0] = i
 
             async def asyncio_writes() -> None:
@@ -495,3 +497,35 @@ def test_an_asyncio_group_watch_awaits_coroutine_listeners_as_segments_change(
 
     asyncio.run(asyncio.wait_for(main(), 30))  # (the polls' deadline)
     assert counts[0] == 4 and counts[-1] == 5
+
+
+def test_a_cancellation_a_step_swallowed_still_ends_the_procedure() -> None:
+    """Python 3.11's ``asyncio.wait_for`` returns the result instead of raising when a
+    wake-up races the cancellation (the task stays "cancelling"): the driver notices after
+    that step and ends the procedure, so a cancelled checkpoint or watch never runs on."""
+    from readergroup.aio.calls import run_calls_async
+    from readergroup.core.calls import Procedure, call
+
+    class Swallowing:
+        async def wait(self) -> str:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                return "woken"  # the wake-up won the race
+            return "timed out"
+
+    steps: list[str] = []
+
+    def forever() -> Procedure[None]:
+        while True:
+            steps.append((yield call(Swallowing(), "wait")))
+
+    async def main() -> None:
+        task = asyncio.create_task(run_calls_async(forever()))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
+
+    asyncio.run(main())
+    assert steps == []  # ended right after the step that swallowed it
