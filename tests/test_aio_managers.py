@@ -503,8 +503,8 @@ def test_a_cancellation_a_step_swallowed_still_ends_the_procedure() -> None:
     """Python 3.11's ``asyncio.wait_for`` returns the result instead of raising when a
     wake-up races the cancellation (the task stays "cancelling"): the driver notices after
     that step and ends the procedure, so a cancelled checkpoint or watch never runs on."""
-    from readergroup.aio.calls import run_calls_async
-    from readergroup.core.calls import Procedure, call
+    from readergroup.aio.procedures import run_calls_async
+    from readergroup.core.procedures import Procedure, call
 
     class Swallowing:
         async def wait(self) -> str:

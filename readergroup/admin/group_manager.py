@@ -26,7 +26,6 @@ from readergroup.admin.group_steps import (
     plan_checkpoint,
     watch,
 )
-from readergroup.core.calls import run_calls
 from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import ReaderGroupError
@@ -34,6 +33,7 @@ from readergroup.core.group_config import ReaderGroupConfig
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState, SegKey
 from readergroup.core.group_view import MemberView
 from readergroup.core.names import validate_name
+from readergroup.core.procedures import run_calls
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.connection_api import Connection

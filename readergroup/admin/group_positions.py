@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from readergroup.admin.stream_steps import StreamSteps
-from readergroup.core.calls import Procedure
 from readergroup.core.errors import InvalidStreamCutError
 from readergroup.core.group_config import ReaderGroupConfig, StartPosition, start_word
 from readergroup.core.group_state import SegKey
 from readergroup.core.planning import plan_ranges
+from readergroup.core.procedures import Procedure
 from readergroup.core.stream_cut import StreamCut
 
 

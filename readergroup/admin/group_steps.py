@@ -1,5 +1,5 @@
 """The decisions of reader-group administration, written once (see
-:mod:`readergroup.core.calls`): :class:`GroupSteps` (one group: inspection, checkpoints,
+:mod:`readergroup.core.procedures`): :class:`GroupSteps` (one group: inspection, checkpoints,
 resets, lag, declaring readers offline) and :class:`GroupManagerSteps` (a scope's groups:
 create, list, delete) hold, as procedures, everything the threaded
 :class:`~readergroup.admin.group_manager.ReaderGroup` and
@@ -22,7 +22,6 @@ from typing import Any
 from readergroup.admin.group_positions import cuts_by_stream, resolve_group, resolve_start
 from readergroup.admin.stream_steps import StreamSteps, fetch_state_steps
 from readergroup.core import catalog, planning, reset_planning
-from readergroup.core.calls import Call, Procedure, call
 from readergroup.core.errors import (
     CheckpointError,
     DataLostError,
@@ -50,6 +49,7 @@ from readergroup.core.group_view import MemberView, group_state_word, members_of
 from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.core.membership import Plan, plan_remove
 from readergroup.core.names import group_sync_name, validate_name
+from readergroup.core.procedures import Call, Procedure, call
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage import vanished
 from readergroup.storage.translate import translate_errors

@@ -25,9 +25,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from readergroup.admin.group_steps import GroupManagerSteps, GroupSteps
 from readergroup.admin.stream_steps import StreamSteps
-from readergroup.core.calls import Procedure, run_calls
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.group_view import GROUP_STATES, group_state_word
+from readergroup.core.procedures import Procedure, run_calls
 from readergroup.storage.connection import RedisConnection
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def scrape(
     connection: Any, scopes: Sequence[str] | None, on_error: Callable[[str, Exception], None]
 ) -> Procedure[tuple[_Families, int]]:
     """One scrape of every reader group of ``scopes`` (all if ``None``) on ``connection``
-    (threaded, or an asyncio managers' connection: see :mod:`readergroup.core.calls`): the
+    (threaded, or an asyncio managers' connection: see :mod:`readergroup.core.procedures`): the
     families and ``readergroup_up``; a scope or group that cannot be read goes to
     ``on_error(scope, exc)`` and is left out."""
     families = _Families()

@@ -17,7 +17,7 @@ The truncation point is the *meet* of those cuts: at every point of the key spac
 position any of them still needs. :meth:`RetentionManager.apply` computes it and truncates;
 run it periodically from any process (it is idempotent and never moves the head backwards).
 
-The decisions are :class:`RetentionSteps`' procedures (see :mod:`readergroup.core.calls`), run
+The decisions are :class:`RetentionSteps`' procedures (see :mod:`readergroup.core.procedures`), run
 blocking by :class:`RetentionManager` and awaited by
 :class:`~readergroup.aio.retention.AsyncRetentionManager`.
 """
@@ -31,7 +31,6 @@ from readergroup.admin.group_positions import cuts_by_stream
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.admin.stream_steps import StreamSteps, fetch_state_steps
 from readergroup.core import catalog
-from readergroup.core.calls import Procedure, call, run_calls
 from readergroup.core.errors import (
     InvalidStreamCutError,
     ReaderGroupError,
@@ -40,6 +39,7 @@ from readergroup.core.errors import (
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState
 from readergroup.core.names import group_sync_name
 from readergroup.core.planning import descendants, plan_ranges
+from readergroup.core.procedures import Procedure, call, run_calls
 from readergroup.core.stream_config import RetentionPolicy
 from readergroup.core.stream_cut import StreamCut, check_cut_covers
 from readergroup.core.stream_metadata import StreamState

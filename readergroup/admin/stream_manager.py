@@ -38,10 +38,10 @@ from readergroup.admin.stream_steps import (
     scale_completion,
 )
 from readergroup.core import catalog
-from readergroup.core.calls import run_calls
 from readergroup.core.catalog import Catalog
 from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
+from readergroup.core.procedures import run_calls
 from readergroup.core.stream_config import StreamConfiguration
 from readergroup.core.stream_cut import StreamCut
 from readergroup.core.stream_metadata import StreamState

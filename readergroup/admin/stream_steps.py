@@ -1,4 +1,4 @@
-"""The decisions of stream administration, written once (see :mod:`readergroup.core.calls`):
+"""The decisions of stream administration, written once (see :mod:`readergroup.core.procedures`):
 :class:`StreamSteps` holds, as procedures, everything
 :class:`~readergroup.admin.stream_manager.StreamManager` does (threaded, blocking) and
 :class:`~readergroup.aio.stream_manager.AsyncStreamManager` does (asyncio, awaited), on the
@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 from readergroup.admin.group_member import segments_text
 from readergroup.core import catalog
-from readergroup.core.calls import Procedure, call
 from readergroup.core.catalog import Catalog, ScopeList
 from readergroup.core.errors import (
     DataLostError,
@@ -39,6 +38,7 @@ from readergroup.core.names import (
     validate_name,
 )
 from readergroup.core.planning import ancestors, time_positions
+from readergroup.core.procedures import Procedure, call
 from readergroup.core.routing import epoch_of, number_of, segment_id, segment_name
 from readergroup.core.stream_config import StreamConfiguration
 from readergroup.core.stream_cut import StreamCut, check_cut_covers

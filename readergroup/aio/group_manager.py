@@ -25,7 +25,7 @@ from readergroup.admin.group_steps import (
     Start,
     watch,
 )
-from readergroup.aio.calls import run_calls_async
+from readergroup.aio.procedures import run_calls_async
 from readergroup.aio.stream_manager import close_admin_connection
 from readergroup.core.config import ClientConfig
 from readergroup.core.group_config import ReaderGroupConfig

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from readergroup.admin.stream_steps import scale_completion
-from readergroup.aio.calls import run_calls_async
+from readergroup.aio.procedures import run_calls_async
 from readergroup.client.metadata_cache import FreshStates, fetch_stream_state
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.names import stream_sync_name

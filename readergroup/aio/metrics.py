@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from readergroup.admin.metrics import ReaderGroupCollector, scrape
-from readergroup.aio.calls import run_calls_async
+from readergroup.aio.procedures import run_calls_async
 
 
 class AsyncReaderGroupCollector(ReaderGroupCollector):

@@ -6,7 +6,7 @@ decisions of :class:`~readergroup.admin.retention.RetentionManager`
 from __future__ import annotations
 
 from readergroup.admin.retention import RetentionSteps
-from readergroup.aio.calls import run_calls_async
+from readergroup.aio.procedures import run_calls_async
 from readergroup.aio.stream_manager import AsyncStreamManager
 from readergroup.core.stream_cut import StreamCut
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from readergroup.admin.stream_steps import StreamInfo, StreamSteps
-from readergroup.aio.calls import run_calls_async
+from readergroup.aio.procedures import run_calls_async
 from readergroup.core.catalog import Catalog
 from readergroup.core.config import ClientConfig
 from readergroup.core.stream_config import StreamConfiguration

@@ -19,9 +19,9 @@ from typing import Any
 from cachetools import TTLCache
 
 from readergroup.admin.stream_manager import complete_scale_seals
-from readergroup.core.calls import Procedure, run_calls
 from readergroup.core.errors import ReaderGroupError, StreamNotFoundError
 from readergroup.core.names import stream_sync_name
+from readergroup.core.procedures import Procedure, run_calls
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.vanished import fetch_adopting_steps

@@ -15,7 +15,7 @@ synchronizer looks never created: that is why evicting policies are refused.)
 
 A synchronizer found deleted and created again (its log regressed) is reloaded from scratch.
 
-Each check is a :mod:`readergroup.core.calls` procedure, so the threaded managers run it
+Each check is a :mod:`readergroup.core.procedures` procedure, so the threaded managers run it
 blocking and the asyncio ones await it (on a :class:`~statesync.StateSynchronizer` or an
 :class:`~statesync.AsyncStateSynchronizer` and the matching connection).
 """
@@ -26,8 +26,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from readergroup.core.calls import Procedure, call
 from readergroup.core.errors import ReaderGroupError
+from readergroup.core.procedures import Procedure, call
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import is_not_found, translate_errors
 from statesync.errors import LogRegressedError

@@ -1,4 +1,4 @@
-"""Running :mod:`readergroup.core.calls` procedures in asyncio: each call awaited on the
+"""Running :mod:`readergroup.core.procedures` procedures in asyncio: each call awaited on the
 caller's event loop (see :func:`run_calls_async`)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 import inspect
 from typing import TypeVar
 
-from readergroup.core.calls import Call, Procedure
+from readergroup.core.procedures import Call, Procedure
 from readergroup.core.steps import StepDriver
 
 R = TypeVar("R")

@@ -2,7 +2,7 @@
 yields each I/O it needs as a :class:`Call` (a method of some I/O object, with its arguments)
 and is sent the result (or has the call's exception thrown in, so ``with``/``try`` blocks
 around a ``yield`` handle it as they would around the call itself). :func:`run_calls` performs
-the calls blocking; :func:`readergroup.aio.calls.run_calls_async` awaits them (a call
+the calls blocking; :func:`readergroup.aio.procedures.run_calls_async` awaits them (a call
 returning a plain value, such as an in-memory backend's, is taken as is). Procedures compose
 with ``yield from``. Pure: nothing here performs I/O by itself."""
 
