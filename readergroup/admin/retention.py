@@ -232,6 +232,7 @@ class RetentionManager:
     :class:`RetentionSteps`' procedure of the same name, blocking."""
 
     def __init__(self, manager: StreamManager) -> None:
+        self._manager = manager
         self.steps = RetentionSteps(manager.steps)
 
     def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> None:
