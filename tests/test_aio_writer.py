@@ -780,41 +780,47 @@ def test_closing_the_factory_closes_every_writer_though_one_flush_raises(
     assert len(stored(factory, "other")) == 50
 
 
-def test_the_state_log_source_reads_what_the_threaded_synchronizer_reads(
-    connection: Connection,
-    scope: str,
-    request: pytest.FixtureRequest,
-    monkeypatch: pytest.MonkeyPatch,
+def test_the_synchronized_source_reads_what_the_threaded_synchronizer_reads(
+    connection: Connection, scope: str, request: pytest.FixtureRequest
 ) -> None:
-    """LogStreamStates (the asyncio writer's interim metadata source) pages through the
-    stream's log from its snapshot: after scales and a truncation, with pages of two entries,
-    it gives the state the threaded StreamManager gives; a missing stream is
-    StreamNotFoundError."""
-    from readergroup.aio import metadata as aio_metadata
-    from readergroup.aio.metadata import LogStreamStates
+    """SynchronizedStreamStates (the asyncio writer's metadata source, one asyncio
+    synchronizer per stream) gives the state the threaded StreamManager gives, after scales
+    and again after more scales and a truncation (it applies the entries since its last
+    fetch); a missing stream is StreamNotFoundError."""
+    from readergroup.aio.admin_connection import admin_connection_of
+    from readergroup.aio.metadata import SynchronizedStreamStates
 
     manager = StreamManager(connection)
-    active = [s.segment_id for s in manager.get_stream_info(scope, "s").active_segments]
-    for _ in range(3):
+
+    def split_first() -> None:
         info = manager.get_stream_info(scope, "s")
         first = min(info.active_segments, key=lambda segment: segment.low).segment_id
         manager.scale_stream(scope, "s", [first], _halves(info, first))
-    assert len(manager.get_stream_info(scope, "s").active_segments) == len(active) + 3
-    monkeypatch.setattr(aio_metadata, "READ_BATCH", 2)
 
-    async def main() -> tuple[Any, BaseException | None]:
+    for _ in range(3):
+        split_first()
+
+    async def main() -> tuple[Any, Any, BaseException | None]:
         view = async_view(connection, request)
+        admin = admin_connection_of(view)
         try:
-            states = LogStreamStates(view)
-            state = await states.fetch(scope, "s")
+            states = SynchronizedStreamStates(admin)
+            first = await states.fetch(scope, "s")
+            await asyncio.to_thread(split_first)
+            await asyncio.to_thread(
+                manager.truncate_stream, scope, "s", manager.head_cut(scope, "s")
+            )
+            second = await states.fetch(scope, "s")
             try:
                 await states.fetch(scope, "missing")
             except StreamNotFoundError as exc:
-                return state, exc
-            return state, None
+                return first, second, exc
+            return first, second, None
         finally:
+            await admin.close()
             await view.close()
 
-    state, missing = asyncio.run(main())
-    assert state == manager.stream_state(scope, "s")
+    first, second, missing = asyncio.run(main())
+    assert second == manager.stream_state(scope, "s") != first
+    assert len(second.active_segments) == len(first.active_segments) + 1
     assert isinstance(missing, StreamNotFoundError) and "missing" in str(missing)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -27,11 +27,28 @@ from readergroup import (
     UTF8StringSerializer,
 )
 from readergroup.storage.connection_api import Connection
+from readergroup.testing.memory_connection import MemoryConnection
 from statesync import ManualClock
+from tests.support.async_managers import FLAVOURS, make_managers
 from tests.support.connections import new_scope, scoped_factory
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.1}
+
+
+@pytest.fixture(params=FLAVOURS)
+def each_group_manager(
+    request: pytest.FixtureRequest, connection: Connection, scope: str
+) -> Iterator[Any]:
+    """The scope's threaded ReaderGroupManager, or the asyncio one behind a blocking adapter
+    (the same procedures: the same results and errors), on the test's backend."""
+    closers: list[Callable[[], None]] = []
+    url = None if isinstance(connection, MemoryConnection) else request.getfixturevalue("redis_url")
+    try:
+        yield make_managers(request.param, connection, scope, url, closers)[1]
+    finally:
+        while closers:
+            closers.pop()()
 
 
 @pytest.fixture
@@ -180,13 +197,17 @@ def test_manual_commit_and_release_at_the_committed_position(
 
 
 def test_reader_offline_fences_the_reader(
-    connection: Connection, scope: str, stream4: str, factory: EventStreamClientFactory
+    connection: Connection,
+    scope: str,
+    stream4: str,
+    factory: EventStreamClientFactory,
+    each_group_manager: Any,
 ) -> None:
     write(factory, 20)
     make_group(connection, scope, **FAST)
     reader = factory.create_reader("victim", "billing", UTF8StringSerializer())
     reader.read_next_event(timeout=2)
-    group = ReaderGroupManager(scope, connection).get_reader_group("billing")
+    group = each_group_manager.get_reader_group("billing")
     assert group.reader_offline("victim") is True
     assert group.get_online_readers() == []
     with pytest.raises(ReaderNotInGroupError):
@@ -321,20 +342,20 @@ def test_start_positions_tail_time_and_cut(
         assert drain(reader, quiet=0.3) == []
 
 
-def test_group_administration_errors(connection: Connection, scope: str, stream4: str) -> None:
-    with ReaderGroupManager(scope, connection) as rgm:
-        with pytest.raises(ReaderGroupNotFoundError):
-            rgm.get_reader_group("nope")
-        with pytest.raises(InvalidConfigError):
-            ReaderGroupConfig(streams=[stream4], session_timeout=1, heartbeat_interval=1)
-        bad_cut = StreamCut(scope, "orders", {0: 0})
-        with pytest.raises(Exception, match="cover"):
-            rgm.create_reader_group("g", ReaderGroupConfig(streams=[stream4], start=bad_cut))
-        assert rgm.list_reader_groups() == []
-        rgm.create_reader_group("g", ReaderGroupConfig(streams=[stream4]))
-        assert rgm.create_reader_group("g", ReaderGroupConfig(streams=[stream4])) is False
-        assert rgm.delete_reader_group("g") is True
-        assert rgm.list_reader_groups() == []
+def test_group_administration_errors(each_group_manager: Any, scope: str, stream4: str) -> None:
+    rgm = each_group_manager
+    with pytest.raises(ReaderGroupNotFoundError):
+        rgm.get_reader_group("nope")
+    with pytest.raises(InvalidConfigError):
+        ReaderGroupConfig(streams=[stream4], session_timeout=1, heartbeat_interval=1)
+    bad_cut = StreamCut(scope, "orders", {0: 0})
+    with pytest.raises(Exception, match="cover"):
+        rgm.create_reader_group("g", ReaderGroupConfig(streams=[stream4], start=bad_cut))
+    assert rgm.list_reader_groups() == []
+    rgm.create_reader_group("g", ReaderGroupConfig(streams=[stream4]))
+    assert rgm.create_reader_group("g", ReaderGroupConfig(streams=[stream4])) is False
+    assert rgm.delete_reader_group("g") is True
+    assert rgm.list_reader_groups() == []
 
 
 def test_runner_processes_segments_in_parallel_and_each_in_order(

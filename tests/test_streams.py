@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -38,11 +39,27 @@ from readergroup import (
 )
 from readergroup.admin.autoscale import AutoScaler
 from readergroup.core.routing import key_position
+from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch
+from tests.support.async_managers import FLAVOURS, make_managers
 from tests.support.proxy import ReplyDroppingProxy
 from tests.support.waiting import wait_until
 
 FOUR = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4))
+
+
+@pytest.fixture(params=FLAVOURS)
+def each_manager(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Any]:
+    """The threaded StreamManager, or the asyncio one behind a blocking adapter (the same
+    procedures: the same results and errors), on the suite's Redis."""
+    closers: list[Callable[[], None]] = []
+    connection = RedisConnection.from_url(redis_url)
+    try:
+        yield make_managers(request.param, connection, "unused", redis_url, closers)[0]
+    finally:
+        while closers:
+            closers.pop()()
+        connection.close()
 
 
 def test_the_documented_usage(redis_url: str, scope: str) -> None:
@@ -65,53 +82,51 @@ def test_the_documented_usage(redis_url: str, scope: str) -> None:
     )
 
 
-def test_scopes_and_streams_lifecycle(manager: StreamManager, redis_url: str) -> None:
+def test_scopes_and_streams_lifecycle(each_manager: Any, redis_url: str) -> None:
     scope = f"lc{time.monotonic_ns()}"
-    assert manager.create_scope(scope) is True
-    assert manager.create_scope(scope) is False
-    assert scope in manager.list_scopes()
-    assert manager.create_stream(scope, "a", FOUR) is True
-    assert manager.create_stream(scope, "a") is False
-    assert manager.list_streams(scope) == ["a"]
+    assert each_manager.create_scope(scope) is True
+    assert each_manager.create_scope(scope) is False
+    assert scope in each_manager.list_scopes()
+    assert each_manager.create_stream(scope, "a", FOUR) is True
+    assert each_manager.create_stream(scope, "a") is False
+    assert each_manager.list_streams(scope) == ["a"]
     with pytest.raises(ScopeNotEmptyError):
-        manager.delete_scope(scope)
+        each_manager.delete_scope(scope)
     with pytest.raises(StreamNotSealedError):
-        manager.delete_stream(scope, "a")
-    assert manager.seal_stream(scope, "a") is True
-    assert manager.seal_stream(scope, "a") is False
-    assert manager.delete_stream(scope, "a") is True
-    assert manager.delete_stream(scope, "a") is False
-    assert manager.delete_scope(scope) is True
-    assert scope not in manager.list_scopes()
+        each_manager.delete_stream(scope, "a")
+    assert each_manager.seal_stream(scope, "a") is True
+    assert each_manager.seal_stream(scope, "a") is False
+    assert each_manager.delete_stream(scope, "a") is True
+    assert each_manager.delete_stream(scope, "a") is False
+    assert each_manager.delete_scope(scope) is True
+    assert scope not in each_manager.list_scopes()
     leftovers = redis.Redis.from_url(redis_url).keys(f"rg:{{{scope}/*")
     assert leftovers == []
 
 
-def test_bad_names_and_missing_things_are_specific_errors(
-    manager: StreamManager, scope: str
-) -> None:
+def test_bad_names_and_missing_things_are_specific_errors(each_manager: Any, scope: str) -> None:
     with pytest.raises(InvalidNameError):
-        manager.create_scope("bad/scope")
+        each_manager.create_scope("bad/scope")
     with pytest.raises(InvalidNameError):
-        manager.create_stream(scope, "bad name")
+        each_manager.create_stream(scope, "bad name")
     with pytest.raises(ScopeNotFoundError):
-        manager.create_stream("no-such-scope-x", "s")
+        each_manager.create_stream("no-such-scope-x", "s")
     with pytest.raises(StreamNotFoundError):
-        manager.get_stream_info(scope, "missing")
-    assert manager.list_streams(scope) == []  # nothing was created by the failures
+        each_manager.get_stream_info(scope, "missing")
+    assert each_manager.list_streams(scope) == []  # nothing was created by the failures
 
 
 def test_stream_info_reports_segments_cuts_and_sizes(
-    manager: StreamManager, redis_url: str, scope: str
+    each_manager: Any, redis_url: str, scope: str
 ) -> None:
-    manager.create_stream(scope, "s", FOUR)
+    each_manager.create_stream(scope, "s", FOUR)
     with (
         EventStreamClientFactory.from_url(scope, redis_url) as factory,
         factory.create_event_writer("s", BytesSerializer()) as writer,
     ):
         for i in range(100):
             writer.write_event(b"x" * 10, routing_key=f"k{i}")
-    info = manager.get_stream_info(scope, "s")
+    info = each_manager.get_stream_info(scope, "s")
     assert info.epoch == 0 and not info.sealed
     assert [(s.low, s.high) for s in info.active_segments] == [
         (0.0, 0.25),
@@ -267,14 +282,14 @@ def test_truncation_deletes_data_before_the_cut_and_moves_the_head(
             manager.truncate_stream(scope, "s", StreamCut(scope, "s", {succ[0]: 0, succ[1]: 1}))
 
 
-def test_bad_cuts_are_refused(manager: StreamManager, scope: str) -> None:
-    manager.create_stream(scope, "s", FOUR)
+def test_bad_cuts_are_refused(each_manager: Any, scope: str) -> None:
+    each_manager.create_stream(scope, "s", FOUR)
     with pytest.raises(InvalidStreamCutError, match="cover"):
-        manager.truncate_stream(scope, "s", StreamCut(scope, "s", {0: 0, 1: 0}))
+        each_manager.truncate_stream(scope, "s", StreamCut(scope, "s", {0: 0, 1: 0}))
     with pytest.raises(InvalidStreamCutError, match="past the tails"):
-        manager.truncate_stream(scope, "s", StreamCut(scope, "s", {0: 5, 1: 0, 2: 0, 3: 0}))
+        each_manager.truncate_stream(scope, "s", StreamCut(scope, "s", {0: 5, 1: 0, 2: 0, 3: 0}))
     with pytest.raises(InvalidStreamCutError, match="not"):
-        manager.truncate_stream(scope, "s", StreamCut(scope, "other", {0: 0}))
+        each_manager.truncate_stream(scope, "s", StreamCut(scope, "other", {0: 0}))
 
 
 def test_empty_and_maximum_size_events(manager: StreamManager, redis_url: str, scope: str) -> None:
@@ -302,14 +317,14 @@ def test_a_script_refuses_oversized_events_too(manager: StreamManager, scope: st
     assert manager.segment_states(scope, "s", [0])[0].tail == 0
 
 
-def test_bad_key_ranges_change_nothing(manager: StreamManager, scope: str) -> None:
-    manager.create_stream(scope, "s", FOUR)
+def test_bad_key_ranges_change_nothing(each_manager: Any, scope: str) -> None:
+    each_manager.create_stream(scope, "s", FOUR)
     for sealed, ranges in (([0], [(0.0, 0.1), (0.2, 0.25)]), ([0, 1], [(0.0, 0.4)]), ([0], [])):
         with pytest.raises(InvalidKeyRangesError):
-            manager.scale_stream(scope, "s", sealed, ranges)
+            each_manager.scale_stream(scope, "s", sealed, ranges)
     with pytest.raises(ScaleConflictError):
-        manager.scale_stream(scope, "s", [77], [(0.0, 0.25)])
-    info = manager.get_stream_info(scope, "s")
+        each_manager.scale_stream(scope, "s", [77], [(0.0, 0.25)])
+    info = each_manager.get_stream_info(scope, "s")
     assert info.epoch == 0 and len(info.active_segments) == 4 and info.total_segments == 4
 
 

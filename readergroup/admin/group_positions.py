@@ -1,43 +1,45 @@
 """Where a reader group starts, ends and stands: resolving start positions, end cuts, and
-turning group positions into per-stream stream cuts. Talks to streams through StreamManager."""
+turning group positions into per-stream stream cuts. Talks to streams through
+:class:`~readergroup.admin.stream_steps.StreamSteps`, as procedures (threaded or asyncio)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from readergroup.admin.stream_manager import StreamManager
+from readergroup.admin.stream_steps import StreamSteps
 from readergroup.core.errors import InvalidStreamCutError
 from readergroup.core.group_config import ReaderGroupConfig, StartPosition, start_word
 from readergroup.core.group_state import SegKey
 from readergroup.core.planning import plan_ranges
+from readergroup.core.procedures import Procedure
 from readergroup.core.stream_cut import StreamCut
 
 
 def resolve_start(
-    streams: StreamManager, scope: str, stream: str, start: StartPosition
-) -> StreamCut:
+    streams: StreamSteps, scope: str, stream: str, start: StartPosition
+) -> Procedure[StreamCut]:
     """The stream cut a start position means now."""
     start = start_word(start)  # type: ignore[assignment]
     if isinstance(start, StreamCut):
         if (start.scope, start.stream) != (scope, stream):
             raise InvalidStreamCutError(f"cut is for {start.scoped_stream}, not {scope}/{stream}")
-        streams.check_cut(start)
+        yield from streams.check_cut(start)
         return start
     if start == "head":
-        return streams.head_cut(scope, stream)
+        return (yield from streams.head_cut(scope, stream))
     if start == "tail":
-        return streams.tail_cut(scope, stream)
+        return (yield from streams.tail_cut(scope, stream))
     if isinstance(start, bool) or not isinstance(start, int):
         raise InvalidStreamCutError(f"not a start position: {start!r}")
-    return streams.cut_at_time(scope, stream, start)
+    return (yield from streams.cut_at_time(scope, stream, start))
 
 
 def resolve_group(
-    streams: StreamManager,
+    streams: StreamSteps,
     default_scope: str,
     config: ReaderGroupConfig,
     start: StartPosition | Mapping[str, StartPosition] | None = None,
-) -> tuple[dict[SegKey, int], dict[SegKey, int] | None]:
+) -> Procedure[tuple[dict[SegKey, int], dict[SegKey, int] | None]]:
     """``(starts, end)`` for a group: every segment's start offset, and, for a bounded group,
     the end offset of every segment it may read (``None``: unbounded)."""
     starts: dict[SegKey, int] = {}
@@ -50,16 +52,14 @@ def resolve_group(
             chosen = start.get(stream, start.get(scoped, "head"))
         else:
             chosen = start
-        cut = resolve_start(streams, scope, stream, chosen)
+        cut = yield from resolve_start(streams, scope, stream, chosen)
         starts.update({(scoped, s): o for s, o in cut.positions.items()})
         end_cut = config.end_for(stream, scoped)
         if end_cut is not None:
-            streams.check_cut(end_cut)
-            state = streams.stream_state(scope, stream)
-            tails = {
-                s: st.tail
-                for s, st in streams.segment_states(scope, stream, list(state.segments)).items()
-            }
+            yield from streams.check_cut(end_cut)
+            state = yield from streams.stream_state(scope, stream)
+            states = yield from streams.segment_states(scope, stream, list(state.segments))
+            tails = {s: st.tail for s, st in states.items()}
             ranges = plan_ranges(state, dict(cut.positions), dict(end_cut.positions), tails)
             end = end or {}
             end.update({(scoped, r.segment): r.end for r in ranges})

@@ -18,16 +18,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from readergroup.admin.group_manager import ReaderGroup, ReaderGroupManager
-from readergroup.admin.stream_manager import StreamManager
+from readergroup.admin.group_steps import GroupManagerSteps, GroupSteps
+from readergroup.admin.stream_steps import StreamSteps
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.group_view import GROUP_STATES, group_state_word
+from readergroup.core.procedures import Procedure, run_calls
 from readergroup.storage.connection import RedisConnection
 
 logger = logging.getLogger(__name__)
@@ -115,30 +116,9 @@ class ReaderGroupCollector(Collector):
     def collect(self) -> Iterator[Any]:
         with self._lock:  # one scrape at a time: they share the connection's state handles
             began = time.monotonic()
-            families = _Families()
-            up = 1
-            try:
-                scopes = self._scopes or StreamManager(self._connection).list_scopes()
-            except ReaderGroupError as exc:
-                self._error("", exc)
-                scopes, up = [], 0
-            for scope in scopes:
-                try:
-                    rgm = ReaderGroupManager(scope, self._connection)
-                    names = rgm.list_reader_groups()
-                except ReaderGroupError as exc:
-                    self._error(scope, exc)
-                    up = 0
-                    continue
-                for name in names:
-                    try:
-                        self._collect_group(rgm.get_reader_group(name), families)
-                    except ReaderGroupError as exc:
-                        self._error(scope, exc)
-                try:
-                    self._collect_transactions(scope, families)
-                except ReaderGroupError as exc:
-                    self._error(scope, exc)
+            families, up = run_calls(
+                scrape(self._connection, self._scopes, self._error, self._collect_transactions)
+            )
             yield from families.all()
             yield from self._scrape_families(up, time.monotonic() - began)
 
@@ -162,8 +142,12 @@ class ReaderGroupCollector(Collector):
         yield from self._scrape_families(None, None)
 
     def _collect_transactions(self, scope: str, out: _Families) -> None:
+        """The scope's unfinished transactions, per stream (Redis only: the memory backend
+        has no transactions; the asyncio collector does not report them yet)."""
+        if not isinstance(self._connection, RedisConnection):
+            return
         now = self._connection.server_time_ms()
-        for stream in StreamManager(self._connection).list_streams(scope):
+        for stream in run_calls(StreamSteps(self._connection).list_streams(scope)):
             store = self._connection.transactions(scope, stream)
             records = store.records([txn_id for txn_id, _ in store.unfinished()])
             counts = dict.fromkeys(("OPEN", "COMMITTING", "ABORTED"), 0)
@@ -175,37 +159,76 @@ class ReaderGroupCollector(Collector):
             oldest = min((r.created_ms for r in records), default=now)
             out.oldest_transaction.add_metric([scope, stream], max(0, now - oldest) / 1000)
 
-    @staticmethod
-    def _collect_group(g: ReaderGroup, out: _Families) -> None:
-        metrics = g.get_metrics()
-        state = g.sync.state
-        members = g.members()
-        word = group_state_word(state, members, g.missing_streams())
-        labels = [g.scope, g.name]
-        for row in metrics.segments:
-            key = [*labels, row.stream, str(row.segment)]
-            out.position.add_metric(key, row.position)
-            out.tail.add_metric(key, row.tail)
-            out.lag_events.add_metric(key, row.lag.events)
-            out.lag_bytes.add_metric(key, row.lag.bytes)
-            out.lag_seconds.add_metric(key, row.lag.ms / 1000)
-        out.readers.add_metric(labels, sum(not m.stale for m in members))
-        out.fenced.add_metric(labels, sum(m.stale for m in members))
-        for candidate in GROUP_STATES:
-            out.state.add_metric([*labels, candidate], 1 if candidate == word else 0)
-        out.lag_total.add_metric(labels, metrics.total.events)
-        out.unassigned.add_metric(labels, len(state.unassigned))
-        out.rebalances.add_metric(labels, state.next_generation - 1)
-        out.acquisitions.add_metric(labels, state.next_token - 1)
-        out.resets.add_metric(labels, state.generation)
-        done = [c for c in state.checkpoints if c.completed_ms >= 0]
-        failed = [c for c in state.checkpoints if c.failed]
-        pending = len(state.checkpoints) - len(done) - len(failed)
-        for status, count in (("completed", len(done)), ("failed", len(failed))):
-            out.checkpoints.add_metric([*labels, status], count)
-        out.checkpoints.add_metric([*labels, "pending"], pending)
-        if done:
-            out.last_checkpoint.add_metric(labels, max(c.completed_ms for c in done) / 1000)
+
+def scrape(
+    connection: Any,
+    scopes: Sequence[str] | None,
+    on_error: Callable[[str, Exception], None],
+    per_scope: Callable[[str, _Families], None] | None = None,
+) -> Procedure[tuple[_Families, int]]:
+    """One scrape of every reader group of ``scopes`` (all if ``None``) on ``connection``
+    (threaded, or an asyncio managers' connection: see :mod:`readergroup.core.procedures`): the
+    families and ``readergroup_up``; a scope or group that cannot be read goes to
+    ``on_error(scope, exc)`` and is left out. ``per_scope(scope, families)``: more of a scope
+    to collect, called directly (the threaded collector's transactions)."""
+    families = _Families()
+    up = 1
+    try:
+        listed = scopes or (yield from StreamSteps(connection).list_scopes())
+    except ReaderGroupError as exc:
+        on_error("", exc)
+        listed, up = [], 0
+    for scope in listed:
+        try:
+            groups = GroupManagerSteps(scope, connection)
+            names = yield from groups.list_reader_groups()
+        except ReaderGroupError as exc:
+            on_error(scope, exc)
+            up = 0
+            continue
+        for name in names:
+            try:
+                yield from _collect_group(groups.group(name), families)
+            except ReaderGroupError as exc:
+                on_error(scope, exc)
+        if per_scope is not None:
+            try:
+                per_scope(scope, families)
+            except ReaderGroupError as exc:
+                on_error(scope, exc)
+    return families, up
+
+
+def _collect_group(g: GroupSteps, out: _Families) -> Procedure[None]:
+    metrics = yield from g.get_metrics()
+    state = g.sync.state
+    members = yield from g.members()
+    word = group_state_word(state, members, (yield from g.missing_streams()))
+    labels = [g.scope, g.name]
+    for row in metrics.segments:
+        key = [*labels, row.stream, str(row.segment)]
+        out.position.add_metric(key, row.position)
+        out.tail.add_metric(key, row.tail)
+        out.lag_events.add_metric(key, row.lag.events)
+        out.lag_bytes.add_metric(key, row.lag.bytes)
+        out.lag_seconds.add_metric(key, row.lag.ms / 1000)
+    out.readers.add_metric(labels, sum(not m.stale for m in members))
+    out.fenced.add_metric(labels, sum(m.stale for m in members))
+    for candidate in GROUP_STATES:
+        out.state.add_metric([*labels, candidate], 1 if candidate == word else 0)
+    out.lag_total.add_metric(labels, metrics.total.events)
+    out.unassigned.add_metric(labels, len(state.unassigned))
+    out.rebalances.add_metric(labels, state.next_generation - 1)
+    out.acquisitions.add_metric(labels, state.next_token - 1)
+    out.resets.add_metric(labels, state.generation)
+    done = [c for c in state.checkpoints if c.completed_ms >= 0]
+    failed = [c for c in state.checkpoints if c.failed]
+    pending = len(state.checkpoints) - len(done) - len(failed)
+    for status, count in (("completed", len(done)), ("failed", len(failed))):
+        out.checkpoints.add_metric([*labels, status], count)
+    out.checkpoints.add_metric([*labels, "pending"], pending)
+    if done:
+        out.last_checkpoint.add_metric(labels, max(c.completed_ms for c in done) / 1000)
 
 
 def register_metrics(

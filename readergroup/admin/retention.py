@@ -16,6 +16,10 @@ with ``max_bytes`` data beyond that many bytes from the tail, with neither all o
 The truncation point is the *meet* of those cuts: at every point of the key space the earliest
 position any of them still needs. :meth:`RetentionManager.apply` computes it and truncates;
 run it periodically from any process (it is idempotent and never moves the head backwards).
+
+The decisions are :class:`RetentionSteps`' procedures (see :mod:`readergroup.core.procedures`), run
+blocking by :class:`RetentionManager` and awaited by
+:class:`~readergroup.aio.retention.AsyncRetentionManager`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Mapping, Sequence
 
 from readergroup.admin.group_positions import cuts_by_stream
 from readergroup.admin.stream_manager import StreamManager
+from readergroup.admin.stream_steps import StreamSteps, fetch_state_steps
 from readergroup.core import catalog
 from readergroup.core.errors import (
     InvalidStreamCutError,
@@ -34,10 +39,10 @@ from readergroup.core.errors import (
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState
 from readergroup.core.names import group_sync_name
 from readergroup.core.planning import descendants, plan_ranges
+from readergroup.core.procedures import Procedure, call, run_calls
 from readergroup.core.stream_config import RetentionPolicy
 from readergroup.core.stream_cut import StreamCut, check_cut_covers
 from readergroup.core.stream_metadata import StreamState
-from readergroup.storage.translate import fetch_state
 
 logger = logging.getLogger(__name__)
 
@@ -63,31 +68,32 @@ def meet(state: StreamState, cuts: Sequence[Mapping[int, int]]) -> dict[int, int
     return {s: o for s, o in sorted(merged.items()) if s not in later}
 
 
-class RetentionManager:
-    """Computes and applies retention for streams (any process may run it)."""
+class RetentionSteps:
+    """Retention of streams on ``streams``' connection (threaded or asyncio), as procedures."""
 
-    def __init__(self, manager: StreamManager) -> None:
-        self._manager = manager
-        self._connection = manager.connection
+    def __init__(self, streams: StreamSteps) -> None:
+        self._streams = streams
+        self._connection = streams.connection
 
-    def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> None:
+    def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> Procedure[None]:
         """Record ``subscriber``'s position so retention keeps what it has not passed."""
         if (cut.scope, cut.stream) != (scope, stream):
             raise InvalidStreamCutError(f"cut is for {cut.scoped_stream}, not {scope}/{stream}")
-        self._connection.subscribers.publish(scope, stream, subscriber, str(cut))
+        yield call(self._connection.subscribers, "publish", scope, stream, subscriber, str(cut))
 
-    def unsubscribe(self, scope: str, stream: str, subscriber: str) -> None:
-        self._connection.subscribers.unsubscribe(scope, stream, subscriber)
+    def unsubscribe(self, scope: str, stream: str, subscriber: str) -> Procedure[None]:
+        yield call(self._connection.subscribers, "unsubscribe", scope, stream, subscriber)
 
-    def subscriber_cuts(self, scope: str, stream: str) -> dict[str, StreamCut | None]:
+    def subscriber_cuts(self, scope: str, stream: str) -> Procedure[dict[str, StreamCut | None]]:
         """Every subscriber's cut (``None``: a subscriber that needs everything for now, such as
         a checkpoint-mode group without a checkpoint, or a group whose state cannot be read)."""
         scoped = f"{scope}/{stream}"
         cuts: dict[str, StreamCut | None] = {}
         # only this scope's keys: its catalog and its groups (a group reads its own scope only)
-        for group in catalog.subscribers_of(self._manager.catalog(scope), stream):
+        scope_catalog = yield from self._streams.catalog(scope)
+        for group in catalog.subscribers_of(scope_catalog, stream):
             try:
-                subscribes, cut = self._group_cut(scope, group, scoped)
+                subscribes, cut = yield from self._group_cut(scope, group, scoped)
             except ReaderGroupError as exc:
                 subscribes, cut = True, None  # unreadable: never delete what it may need
                 logger.warning(
@@ -101,17 +107,22 @@ class RetentionManager:
                 )
             if subscribes:
                 cuts[f"group:{scope}/{group}"] = cut
-        for name, text in self._connection.subscribers.published(scope, stream).items():
+        published = yield call(self._connection.subscribers, "published", scope, stream)
+        for name, text in published.items():
             cuts[f"external:{name}"] = StreamCut.from_text(text)
         return cuts
 
-    def _group_cut(self, scope: str, group: str, scoped: str) -> tuple[bool, StreamCut | None]:
+    def _group_cut(
+        self, scope: str, group: str, scoped: str
+    ) -> Procedure[tuple[bool, StreamCut | None]]:
         """Whether a group subscribes to ``scoped``, and its cut (``None``: needs everything)."""
         sync = self._connection.synchronizer(
             group_sync_name(scope, group), UPDATE_TYPES, STATE_TYPES
         )
         try:
-            state: GroupState = fetch_state(sync, SubscribedGroupGoneError, "read group")
+            state: GroupState = yield from fetch_state_steps(
+                sync, SubscribedGroupGoneError, "read group"
+            )
         except SubscribedGroupGoneError:
             return False, None  # deleted meanwhile: no longer a subscriber
         config = state.config
@@ -127,15 +138,15 @@ class RetentionManager:
             return True, cuts_by_stream(done[-1].positions).get(scoped)
         return True, cuts_by_stream(state.positions()).get(scoped)
 
-    def truncation_cut(self, scope: str, stream: str) -> StreamCut | None:
+    def truncation_cut(self, scope: str, stream: str) -> Procedure[StreamCut | None]:
         """Where :meth:`apply` would truncate now (``None``: nothing to delete)."""
-        state = self._manager.stream_state(scope, stream)
+        state = yield from self._streams.stream_state(scope, stream)
         policy = state.config.retention
         if policy is None:
             return None
-        candidates: list[Mapping[int, int]] = [self._limit_cut(state, policy)]
+        candidates: list[Mapping[int, int]] = [(yield from self._limit_cut(state, policy))]
         if policy.consumption_based:
-            for name, cut in self.subscriber_cuts(scope, stream).items():
+            for name, cut in (yield from self.subscriber_cuts(scope, stream)).items():
                 if cut is None:
                     return None
                 unknown = sorted(set(cut.positions) - set(state.segments))
@@ -159,54 +170,88 @@ class RetentionManager:
         check_cut_covers(cut, ranges)
         return cut
 
-    def _limit_cut(self, state: StreamState, policy: RetentionPolicy) -> dict[int, int]:
+    def _limit_cut(self, state: StreamState, policy: RetentionPolicy) -> Procedure[dict[int, int]]:
         """The cut the age and size limits allow (the tail when there is no limit)."""
         scope, stream = state.scope, state.stream
-        tail = self._manager.tail_cut(scope, stream)
+        tail = yield from self._streams.tail_cut(scope, stream)
         limits: list[Mapping[int, int]] = []
         if policy.max_age_ms is not None:
-            now = self._connection.server_time_ms()
-            limits.append(
-                dict(self._manager.cut_at_time(scope, stream, now - policy.max_age_ms).positions)
-            )
+            now = yield from self._streams.server_time_ms()
+            cut = yield from self._streams.cut_at_time(scope, stream, now - policy.max_age_ms)
+            limits.append(dict(cut.positions))
         if policy.max_bytes is not None:
-            limits.append(self._size_cut(state, policy.max_bytes, dict(tail.positions)))
+            limits.append(
+                (yield from self._size_cut(state, policy.max_bytes, dict(tail.positions)))
+            )
         if not limits:
             return dict(tail.positions)
         # a limit makes data *eligible*; when both are set, data must be beyond both
         return meet(state, limits)
 
-    def _size_cut(self, state: StreamState, max_bytes: int, tail: dict[int, int]) -> dict[int, int]:
+    def _size_cut(
+        self, state: StreamState, max_bytes: int, tail: dict[int, int]
+    ) -> Procedure[dict[int, int]]:
         """The latest time cut after which at most ``max_bytes`` remain (binary search)."""
         scope, stream = state.scope, state.stream
         low = state.created_ms
-        high = self._connection.server_time_ms()
+        high = yield from self._streams.server_time_ms()
         best = dict(state.head)
         while high - low > 1:
             middle = (low + high) // 2
-            cut = dict(self._manager.cut_at_time(scope, stream, middle).positions)
-            if self._bytes_after(state, cut) <= max_bytes:
+            cut = dict((yield from self._streams.cut_at_time(scope, stream, middle)).positions)
+            if (yield from self._bytes_after(state, cut)) <= max_bytes:
                 best, high = cut, middle
             else:
                 low = middle
-        return best if self._bytes_after(state, best) <= max_bytes else dict(tail)
+        return best if (yield from self._bytes_after(state, best)) <= max_bytes else dict(tail)
 
-    def _bytes_after(self, state: StreamState, cut: dict[int, int]) -> int:
+    def _bytes_after(self, state: StreamState, cut: dict[int, int]) -> Procedure[int]:
         """Bytes stored at and after ``cut`` (one round trip)."""
         ranges = plan_ranges(state, cut, None, dict.fromkeys(state.segments, 1 << 62))
-        probe = self._connection.segments.lag_probe(
-            state.scope, state.stream, {r.segment: r.start for r in ranges}
+        starts = {r.segment: r.start for r in ranges}
+        probe = yield call(
+            self._connection.segments, "lag_probe", state.scope, state.stream, starts
         )
         return sum(size - byte_at for _, size, byte_at, _ in probe.values())
+
+    def apply(self, scope: str, stream: str) -> Procedure[StreamCut | None]:
+        """Truncate ``scope/stream`` as far as its policy and subscribers allow; return the cut
+        truncated at (``None``: nothing was deleted)."""
+        cut = yield from self.truncation_cut(scope, stream)
+        if cut is None:
+            return None
+        try:
+            yield from self._streams.truncate_stream(scope, stream, cut)
+        except InvalidStreamCutError:
+            return None  # behind the head already: nothing new to delete
+        return cut
+
+
+class RetentionManager:
+    """Computes and applies retention for streams (any process may run it). Each method runs
+    :class:`RetentionSteps`' procedure of the same name, blocking."""
+
+    def __init__(self, manager: StreamManager) -> None:
+        self._manager = manager
+        self.steps = RetentionSteps(manager.steps)
+
+    def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> None:
+        """Record ``subscriber``'s position so retention keeps what it has not passed."""
+        run_calls(self.steps.publish(scope, stream, subscriber, cut))
+
+    def unsubscribe(self, scope: str, stream: str, subscriber: str) -> None:
+        run_calls(self.steps.unsubscribe(scope, stream, subscriber))
+
+    def subscriber_cuts(self, scope: str, stream: str) -> dict[str, StreamCut | None]:
+        """Every subscriber's cut (``None``: a subscriber that needs everything for now, such as
+        a checkpoint-mode group without a checkpoint, or a group whose state cannot be read)."""
+        return run_calls(self.steps.subscriber_cuts(scope, stream))
+
+    def truncation_cut(self, scope: str, stream: str) -> StreamCut | None:
+        """Where :meth:`apply` would truncate now (``None``: nothing to delete)."""
+        return run_calls(self.steps.truncation_cut(scope, stream))
 
     def apply(self, scope: str, stream: str) -> StreamCut | None:
         """Truncate ``scope/stream`` as far as its policy and subscribers allow; return the cut
         truncated at (``None``: nothing was deleted)."""
-        cut = self.truncation_cut(scope, stream)
-        if cut is None:
-            return None
-        try:
-            self._manager.truncate_stream(scope, stream, cut)
-        except InvalidStreamCutError:
-            return None  # behind the head already: nothing new to delete
-        return cut
+        return run_calls(self.steps.apply(scope, stream))

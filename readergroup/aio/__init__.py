@@ -7,16 +7,29 @@ and logging. See ``docs/asyncio.md``.
 * :class:`AsyncEventStreamWriter`: ``await writer.write_event(event, routing_key=...)`` (the
   durable acknowledgement), ``await writer.send(...)`` (a future, for pipelining), ``await
   writer.flush()``, ``await writer.close()``, ``async with``.
+* :class:`AsyncStreamManager`, :class:`AsyncReaderGroupManager` and :class:`AsyncReaderGroup`:
+  the managers, awaited (``factory.stream_manager()``, ``factory.reader_group_manager()``, or
+  ``from_url``); :class:`AsyncRetentionManager`; :class:`AsyncReaderGroupCollector`
+  (``factory.metrics_collector()``, Prometheus).
 """
 
 from readergroup.aio.factory import AsyncEventStreamClientFactory
+from readergroup.aio.group_manager import AsyncReaderGroup, AsyncReaderGroupManager
 from readergroup.aio.metadata import AsyncStreamMetadataCache, AsyncStreamStates
+from readergroup.aio.metrics import AsyncReaderGroupCollector
+from readergroup.aio.retention import AsyncRetentionManager
+from readergroup.aio.stream_manager import AsyncStreamManager
 from readergroup.aio.writer import AsyncEventStreamWriter, AsyncWriteFuture
 from readergroup.client.write_rounds import EventPointer, EventWriterConfig
 
 __all__ = [
     "AsyncEventStreamClientFactory",
     "AsyncEventStreamWriter",
+    "AsyncReaderGroup",
+    "AsyncReaderGroupCollector",
+    "AsyncReaderGroupManager",
+    "AsyncRetentionManager",
+    "AsyncStreamManager",
     "AsyncStreamMetadataCache",
     "AsyncStreamStates",
     "AsyncWriteFuture",

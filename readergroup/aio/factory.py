@@ -12,16 +12,22 @@ from __future__ import annotations
 import functools
 from typing import Any, TypeVar
 
+from readergroup.aio.admin_connection import admin_connection_of
+from readergroup.aio.group_manager import AsyncReaderGroupManager
 from readergroup.aio.metadata import (
     AsyncStreamMetadataCache,
-    LogStreamStates,
+    SynchronizedStreamStates,
     complete_scale_seals,
 )
+from readergroup.aio.metrics import AsyncReaderGroupCollector
+from readergroup.aio.stream_manager import AsyncStreamManager
 from readergroup.aio.writer import AsyncEventStreamWriter
 from readergroup.client.serializers import Serializer
 from readergroup.client.write_rounds import EventWriterConfig
 from readergroup.core.config import ClientConfig
+from readergroup.core.group_config import ReaderGroupConfig
 from readergroup.core.names import validate_name
+from readergroup.core.stream_config import StreamConfiguration
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_connection_api import AsyncConnectionApi
 
@@ -47,8 +53,9 @@ class AsyncEventStreamClientFactory:
         self._scope = validate_name(scope, "scope")
         self._connection = connection
         self._owns_connection = owns_connection
+        self._admin = admin_connection_of(connection)
         self._metadata = AsyncStreamMetadataCache(
-            LogStreamStates(connection).fetch,
+            SynchronizedStreamStates(self._admin).fetch,
             connection.config.metadata_ttl,
             repair=functools.partial(complete_scale_seals, connection),
         )
@@ -95,6 +102,33 @@ class AsyncEventStreamClientFactory:
         self._writers.append(writer)
         return writer
 
+    # -- managers (aio-admin) ---------------------------------------------------------------
+    def stream_manager(self) -> AsyncStreamManager:
+        """An :class:`~readergroup.aio.stream_manager.AsyncStreamManager` on this factory's
+        connection (closing it leaves the connection open)."""
+        return AsyncStreamManager(self._admin)
+
+    def reader_group_manager(self) -> AsyncReaderGroupManager:
+        """An :class:`~readergroup.aio.group_manager.AsyncReaderGroupManager` of this scope on
+        this factory's connection (closing it leaves the connection open)."""
+        return AsyncReaderGroupManager(self._scope, self._admin)
+
+    async def create_stream(self, stream: str, config: StreamConfiguration | None = None) -> bool:
+        """Create ``stream`` in this scope; ``False`` if it existed (see
+        :meth:`AsyncStreamManager.create_stream`)."""
+        return await self.stream_manager().create_stream(self._scope, stream, config)
+
+    def metrics_collector(self) -> AsyncReaderGroupCollector:
+        """A Prometheus collector of this scope's reader groups on this factory's connection
+        (``await collector.refresh()`` reads them; see :mod:`readergroup.aio.metrics`)."""
+        return AsyncReaderGroupCollector(self._admin, [self._scope])
+
+    async def create_reader_group(self, group: str, config: ReaderGroupConfig) -> bool:
+        """Create reader group ``group`` of this scope; ``False`` if it existed (see
+        :meth:`AsyncReaderGroupManager.create_reader_group`)."""
+        return await self.reader_group_manager().create_reader_group(group, config)
+
+    # -----------------------------------------------------------------------------------------
     async def close(self) -> None:
         """Close every writer created here (each flushes first), then the connection; raise
         the first writer's failure, if any, once all are closed (a writer whose flush raises
@@ -108,6 +142,7 @@ class AsyncEventStreamClientFactory:
                 except Exception as exc:
                     failure = failure or exc
         finally:
+            await self._admin.close()
             if self._owns_connection:
                 await self._connection.close()
         if failure is not None:

@@ -5,12 +5,12 @@
 ``ClientConfig.metadata_ttl`` seconds, fetch at once after a sealed-segment error) over an
 :class:`AsyncStreamStates` source.
 
-The source shipped now, :class:`LogStreamStates`, reads the stream's state log (its newest
-snapshot and the entries after it, ``read.lua``, read-only) with the asyncio connection and
-decodes it with the stream-state codec: one round trip per refresh, nothing kept between
-refreshes, so a log deleted and created again, or one that lost entries in a failover, is
-simply read as it is now. It is the interim source until statesync's asyncio synchronizer
-(``AsyncStateSynchronizer``) takes its place behind the same Protocol.
+The source, :class:`SynchronizedStreamStates`, keeps one
+:class:`~statesync.AsyncStateSynchronizer` per stream, as the threaded cache keeps one
+:class:`~statesync.StateSynchronizer`, and fetches it the same way
+(:func:`~readergroup.client.metadata_cache.fetch_stream_state`): each refresh reads only the
+entries after those it has, a stream deleted and created again is reloaded from scratch, a
+missing one is :class:`~readergroup.core.errors.StreamNotFoundError`.
 
 After a sealed-segment error the next fetch also completes the scales a crash left half done
 (:func:`complete_scale_seals`, the threaded cache's repair, awaited), so an asyncio writer
@@ -20,40 +20,21 @@ never waits on a successor left closed either.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
-from readergroup.admin.stream_manager import scale_completion
-from readergroup.client.metadata_cache import FreshStates, stream_missing
-from readergroup.core.errors import CoordinationError, ReaderGroupError
+from readergroup.admin.stream_steps import scale_completion
+from readergroup.aio.procedures import run_calls_async
+from readergroup.client.metadata_cache import FreshStates, fetch_stream_state
+from readergroup.core.errors import ReaderGroupError
 from readergroup.core.names import stream_sync_name
-from readergroup.core.steps import StepDriver
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
-from readergroup.storage.aio_connection_api import AsyncConnectionApi
-from readergroup.storage.translate import translate_errors
-from statesync import SynchronizerNotFoundError
-from statesync.codec import Codec, TypeRegistry
-from statesync.replica import Replica, advance
-
-READ_BATCH = 1000
-"""State-log entries read per round trip."""
-
-_CODEC = Codec(TypeRegistry([*UPDATE_TYPES, *STATE_TYPES]))
 
 
-async def complete_scale_seals(connection: AsyncConnectionApi, state: StreamState) -> None:
-    """The threaded :func:`~readergroup.admin.stream_manager.complete_scale_seals`, awaited:
-    the same decisions (:func:`~readergroup.admin.stream_manager.scale_completion`) and
-    warnings."""
-    segments = connection.segments
-    calls = {
-        "states": segments.segment_states,
-        "seal": segments.seal_segments,
-        "open": segments.open_segments,
-    }
-    driver = StepDriver(scale_completion(state))
-    while (step := driver.next()) is not None:
-        verb, ids = step
-        driver.reply = await calls[verb](state.scope, state.stream, ids)
+async def complete_scale_seals(connection: Any, state: StreamState) -> None:
+    """The threaded :func:`~readergroup.admin.stream_manager.complete_scale_seals`, awaited
+    on ``connection``'s segments: the same procedure
+    (:func:`~readergroup.admin.stream_steps.scale_completion`), decisions and warnings."""
+    await run_calls_async(scale_completion(connection.segments, state))
 
 
 class AsyncStreamStates(Protocol):
@@ -70,34 +51,23 @@ class AsyncStreamStates(Protocol):
         ...
 
 
-class LogStreamStates:
-    """Reads a stream's state from its state log, each time (see the module docstring)."""
+class SynchronizedStreamStates:
+    """Streams' states from one asyncio synchronizer per stream, opened on ``connection``
+    (an :class:`~readergroup.storage.aio_admin.AsyncAdminConnection`, or the memory
+    backend's) and kept (see the module docstring). For one event loop."""
 
-    def __init__(self, connection: AsyncConnectionApi) -> None:
+    def __init__(self, connection: Any) -> None:
         self._connection = connection
+        self._syncs: dict[tuple[str, str], Any] = {}
 
     async def fetch(self, scope: str, stream: str) -> StreamState:
-        name = stream_sync_name(scope, stream)
-        replica: Replica[StreamState] | None = None
-        try:
-            page = await self._connection.read_log(name, -1, READ_BATCH)
-            with translate_errors(f"read stream metadata of {scope}/{stream}"):
-                while True:
-                    if page.snapshot is not None:
-                        decoded = _CODEC.decode_snapshot(page.snapshot)
-                        replica = Replica(decoded.state, decoded.revision, page.incarnation, 0)
-                    if replica is None:
-                        raise CoordinationError(f"{name}: its log has no snapshot to read")
-                    entries = [
-                        _CODEC.decode_entry(raw.revision, raw.server_time_ms, raw.payload)
-                        for raw in page.entries
-                    ]
-                    replica = advance(replica, entries)
-                    if replica.revision >= page.head_revision or not page.entries:
-                        return replica.state
-                    page = await self._connection.read_log(name, replica.revision, READ_BATCH)
-        except SynchronizerNotFoundError as exc:
-            raise stream_missing(scope, stream)() from exc
+        key = (scope, stream)
+        sync = self._syncs.get(key)
+        if sync is None:
+            sync = self._syncs[key] = self._connection.synchronizer(
+                stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
+            )
+        return await run_calls_async(fetch_stream_state(sync, scope, stream))
 
 
 class AsyncStreamMetadataCache:

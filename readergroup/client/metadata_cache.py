@@ -14,15 +14,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from cachetools import TTLCache
 
 from readergroup.admin.stream_manager import complete_scale_seals
 from readergroup.core.errors import ReaderGroupError, StreamNotFoundError
 from readergroup.core.names import stream_sync_name
+from readergroup.core.procedures import Procedure, run_calls
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
 from readergroup.storage.connection_api import Connection
-from readergroup.storage.vanished import fetch_adopting
+from readergroup.storage.vanished import fetch_adopting_steps
 from statesync import StateSynchronizer
 
 log = logging.getLogger(__name__)
@@ -90,9 +92,7 @@ class StreamMetadataCache:
                 sync = self._syncs[key] = self._connection.synchronizer(
                     stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
                 )
-        state: StreamState = fetch_adopting(
-            sync, stream_missing(scope, stream), "read stream metadata"
-        )
+        state = run_calls(fetch_stream_state(sync, scope, stream))
         with self._lock:
             repair = self._states.fetched(key, state)
         if repair:
@@ -110,6 +110,16 @@ class StreamMetadataCache:
         """Drop the entry after a sealed-segment error: the next lookup fetches and repairs."""
         with self._lock:
             self._states.invalidate((scope, stream))
+
+
+def fetch_stream_state(sync: Any, scope: str, stream: str) -> Procedure[StreamState]:
+    """Fetch the stream's synchronizer (threaded or asyncio: the threaded cache runs this
+    blocking, the asyncio writer's awaits it); its state. A stream found deleted and created
+    again is reloaded from scratch; one that does not exist raises StreamNotFoundError."""
+    state: StreamState = yield from fetch_adopting_steps(
+        sync, stream_missing(scope, stream), "read stream metadata"
+    )
+    return state
 
 
 def stream_missing(scope: str, stream: str) -> Callable[[], ReaderGroupError]:

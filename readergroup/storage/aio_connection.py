@@ -34,7 +34,6 @@ from readergroup.core.config import ClientConfig
 from readergroup.core.errors import InvalidConfigError
 from readergroup.core.steps import StepDriver
 from readergroup.storage.aio_append import AsyncSegmentAppends
-from readergroup.storage.aio_state_log import read_log
 from readergroup.storage.connection import (
     DISCONNECT,
     READ,
@@ -45,7 +44,6 @@ from readergroup.storage.connection import (
 )
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import translate_errors
-from statesync.backend import ReadResult
 from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
 from statesync.redaction import redact_url
@@ -117,11 +115,6 @@ class AsyncConnection:
         with translate_errors("TIME"):
             seconds, micros = await self.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
-
-    async def read_log(self, name: str, after_revision: int, limit: int) -> ReadResult:
-        """One page of the state log ``name`` (see
-        :func:`~readergroup.storage.aio_state_log.read_log`)."""
-        return await read_log(self.client, self.config.key_prefix, name, after_revision, limit)
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -10,7 +10,6 @@ from typing import Protocol
 
 from readergroup.core.config import ClientConfig
 from readergroup.storage.segment_records import AppendBatch, AppendReply, SegmentState
-from statesync.backend import ReadResult
 
 
 class AsyncAppends(Protocol):
@@ -34,17 +33,11 @@ class AsyncAppends(Protocol):
 
 
 class AsyncConnectionApi(Protocol):
-    """One backend's appends and state-log reads, shared by everything an asyncio factory
-    creates."""
+    """One backend's appends, shared by everything an asyncio factory creates."""
 
     config: ClientConfig
 
     @property
     def segments(self) -> AsyncAppends: ...
-
-    async def read_log(self, name: str, after_revision: int, limit: int) -> ReadResult:
-        """One page of a state log (statesync's
-        :class:`~statesync.errors.SynchronizerNotFoundError` when it does not exist)."""
-        ...
 
     async def close(self) -> None: ...

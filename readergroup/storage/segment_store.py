@@ -105,6 +105,44 @@ def segment_states_of(segments: Sequence[int], replies: Sequence[Any]) -> dict[i
     }
 
 
+def creation_commands(
+    keys: KeyLayout, scope: str, stream: str, segments: Sequence[int], now_ms: int
+) -> list[tuple[Any, ...]]:
+    """The commands creating segments (idempotent: an existing segment is left alone)."""
+    return [("HSETNX", keys.segment(scope, stream, s).meta, "created_ms", now_ms) for s in segments]
+
+
+def lag_probe_commands(
+    keys: KeyLayout, scope: str, stream: str, positions: Mapping[int, int]
+) -> list[tuple[Any, ...]]:
+    """The commands of a lag probe (:meth:`SegmentStore.lag_probe`): per segment its meta's
+    event and byte totals, and the entry at its position."""
+    commands: list[tuple[Any, ...]] = []
+    for segment, position in positions.items():
+        meta, events, _ = keys.segment(scope, stream, segment)
+        entry_ms = position + 1
+        commands.append(("HMGET", meta, "events", "bytes"))
+        commands.append(("XRANGE", events, f"{entry_ms}-0", f"{entry_ms}-{LAST_EPOCH}", "COUNT", 1))
+    return commands
+
+
+def lag_probe_of(
+    positions: Mapping[int, int], replies: Sequence[Any]
+) -> dict[int, tuple[int, int, int, int]]:
+    """The lag probe's figures from the replies to :func:`lag_probe_commands` (``XRANGE``
+    raw)."""
+    out = {}
+    for index, segment in enumerate(positions):
+        (tail, size), entries = replies[2 * index], replies[2 * index + 1]
+        total = int(size or 0)
+        if entries:
+            event = SegmentEvent(segment, entries[0][0], entries[0][1])
+            out[segment] = (int(tail or 0), total, event.byte_offset, event.server_ms)
+        else:
+            out[segment] = (int(tail or 0), total, total, -1)
+    return out
+
+
 class SegmentStorage(Protocol):
     """The interface of the segment data plane: :class:`SegmentStore` on Redis, and
     :class:`~readergroup.testing.memory_segments.MemorySegmentStore` in memory."""
@@ -192,8 +230,8 @@ class SegmentStore:
         """Create segments' meta hashes (idempotent: an existing segment is left alone)."""
         with translate_errors("create segments"):
             pipe = self._client.pipeline(transaction=False)
-            for segment in segments:
-                pipe.hsetnx(self._keys.segment(scope, stream, segment).meta, "created_ms", now_ms)
+            for command in creation_commands(self._keys, scope, stream, segments, now_ms):
+                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
             pipe.execute()
 
     def create_closed_segments(
@@ -417,22 +455,10 @@ class SegmentStore:
         round trip; the last two are the totals and ``-1`` when the position is at the tail."""
         with translate_errors("lag"):
             pipe = self._client.pipeline(transaction=False)
-            for segment, position in positions.items():
-                meta, events, _ = self._keys.segment(scope, stream, segment)
-                pipe.hmget(meta, "events", "bytes")
-                entry_ms = position + 1
-                pipe.xrange(events, f"{entry_ms}-0", f"{entry_ms}-{LAST_EPOCH}", count=1)
+            for command in lag_probe_commands(self._keys, scope, stream, positions):
+                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
             replies = pipe.execute()
-        out = {}
-        for index, segment in enumerate(positions):
-            (tail, size), entries = replies[2 * index], replies[2 * index + 1]
-            total = int(size or 0)
-            if entries:
-                event = SegmentEvent(segment, entries[0][0], entries[0][1])
-                out[segment] = (int(tail or 0), total, event.byte_offset, event.server_ms)
-            else:
-                out[segment] = (int(tail or 0), total, total, -1)
-        return out
+        return lag_probe_of(positions, replies)
 
     def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None:
         """Delete segments' keys: one DEL per segment (its keys share a hash slot); one per

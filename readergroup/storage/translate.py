@@ -85,9 +85,14 @@ def missing_as(missing: Callable[[], ReaderGroupError], operation: str) -> Itera
         with translate_errors(operation):
             yield
     except ReaderGroupError as exc:
-        if isinstance(exc.__cause__, SynchronizerNotFoundError):
+        if is_not_found(exc):
             raise missing() from exc
         raise
+
+
+def is_not_found(exc: ReaderGroupError) -> bool:
+    """Whether ``exc`` (from :func:`translate_errors`) says a synchronizer does not exist."""
+    return isinstance(exc.__cause__, SynchronizerNotFoundError)
 
 
 def fetch_state(

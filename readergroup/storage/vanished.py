@@ -14,6 +14,10 @@ application's idempotent set-up creates everything again. (If a record itself is
 synchronizer looks never created: that is why evicting policies are refused.)
 
 A synchronizer found deleted and created again (its log regressed) is reloaded from scratch.
+
+Each check is a :mod:`readergroup.core.procedures` procedure, so the threaded managers run it
+blocking and the asyncio ones await it (on a :class:`~statesync.StateSynchronizer` or an
+:class:`~statesync.AsyncStateSynchronizer` and the matching connection).
 """
 
 from __future__ import annotations
@@ -23,60 +27,62 @@ from collections.abc import Callable
 from typing import Any
 
 from readergroup.core.errors import ReaderGroupError
-from readergroup.storage.connection_api import Connection
-from readergroup.storage.translate import missing_as, translate_errors
-from statesync import StateSynchronizer
+from readergroup.core.procedures import Procedure, call
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.translate import is_not_found, translate_errors
 from statesync.errors import LogRegressedError
 
 _log = logging.getLogger(__name__)
 
 Missing = Callable[[], ReaderGroupError]
+Sync = Any
+"""A :class:`~statesync.StateSynchronizer` or an :class:`~statesync.AsyncStateSynchronizer`
+(the procedures only name its methods)."""
 
 
-def record_key(connection: Connection, scope: str | None) -> str:
-    """The hash recording what was created in ``scope`` (``None``: the list of scopes)."""
-    return connection.keys.created_record(scope)
+def record_key(connection: Any, scope: str | None) -> str:
+    """The hash recording what was created in ``scope`` (``None``: the list of scopes);
+    ``connection``: anything with the ``keys`` of a connection."""
+    keys: KeyLayout = connection.keys
+    return keys.created_record(scope)
 
 
 def initialize_once(
-    connection: Connection,
-    scope: str | None,
-    sync: StateSynchronizer[Any],
-    initial_state: Any,
-    lost: Missing,
-) -> bool:
+    connection: Any, scope: str | None, sync: Sync, initial_state: Any, lost: Missing
+) -> Procedure[bool]:
     """Create ``sync`` (of ``scope``) with ``initial_state`` unless it exists, then load it;
     but if it was created before and has vanished since, raise ``lost()``. Returns whether
-    this call created it."""
+    this call created it. ``connection``: its ``records`` and ``keys`` are used."""
     key = record_key(connection, scope)
     with translate_errors(f"check {sync.name}"):
-        recorded = bool(connection.records.hexists(key, sync.name))
+        recorded = bool((yield call(connection.records, "hexists", key, sync.name)))
     if recorded:
-        fetch_adopting(sync, lost, f"load {sync.name}")
+        yield from fetch_adopting_steps(sync, lost, f"load {sync.name}")
         return False
     with translate_errors(f"create {sync.name}"):
-        created = _adopting(sync, lambda: sync.initialize(initial_state))
-        connection.records.hset(key, sync.name, 1)
+        created = yield from _adopting(sync, call(sync, "initialize", initial_state))
+        yield call(connection.records, "hset", key, sync.name, 1)
     return bool(created)
 
 
-def forget(connection: Connection, scope: str | None, name: str) -> None:
-    """Drop ``name``'s record: call it *before* deleting the synchronizer on purpose."""
+def forget(connection: Any, scope: str | None, name: str) -> Procedure[None]:
+    """Drop ``name``'s record: run it *before* deleting the synchronizer on purpose."""
     with translate_errors(f"delete {name}"):
-        connection.records.hdel(record_key(connection, scope), name)
+        yield call(connection.records, "hdel", record_key(connection, scope), name)
 
 
 def missing_or_lost(
-    connection: Connection, scope: str | None, name: str, missing: Missing, lost: Missing
-) -> Missing:
-    """For :func:`fetch_adopting`: the error for ``name`` not found, ``lost()`` if it had been
-    created (``missing()`` when that cannot be checked, e.g. by a role without access to the
-    record)."""
+    connection: Any, scope: str | None, name: str, missing: Missing, lost: Missing
+) -> Callable[[], Procedure[ReaderGroupError]]:
+    """For :func:`fetch_adopting_steps`: the error for ``name`` not found, ``lost()`` if it
+    had been created (``missing()`` when that cannot be checked, e.g. by a role without access
+    to the record)."""
 
-    def error() -> ReaderGroupError:
+    def error() -> Procedure[ReaderGroupError]:
         try:
             with translate_errors(f"check {name}"):
-                recorded = bool(connection.records.hexists(record_key(connection, scope), name))
+                key = record_key(connection, scope)
+                recorded = bool((yield call(connection.records, "hexists", key, name)))
         except ReaderGroupError as exc:
             _log.warning("could not tell whether %s vanished: %s", name, exc)
             return missing()
@@ -85,19 +91,32 @@ def missing_or_lost(
     return error
 
 
-def fetch_adopting(sync: StateSynchronizer[Any], missing: Missing, operation: str) -> Any:
-    """Fetch ``sync`` and return its state (``missing()`` if it does not exist); a synchronizer
+def fetch_adopting_steps(
+    sync: Sync,
+    missing: Missing | Callable[[], Procedure[ReaderGroupError]],
+    operation: str,
+) -> Procedure[Any]:
+    """Fetch ``sync`` and return its state (the error ``missing()`` makes, or the one its
+    procedure returns (:func:`missing_or_lost`), if it does not exist); a synchronizer
     deleted and created again is reloaded from scratch, with a warning."""
-    with missing_as(missing, operation):
-        _adopting(sync, sync.fetch_updates)
+    try:
+        with translate_errors(operation):
+            yield from _adopting(sync, call(sync, "fetch_updates"))
+    except ReaderGroupError as exc:
+        if not is_not_found(exc):
+            raise
+        made = missing()
+        error = (yield from made) if not isinstance(made, ReaderGroupError) else made
+        raise error from exc
     return sync.state
 
 
-def _adopting(sync: StateSynchronizer[Any], operation: Callable[[], object]) -> object:
-    """``operation()``; if it finds ``sync``'s log regressed, reload ``sync`` (returns None)."""
+def _adopting(sync: Sync, operation: Any) -> Procedure[object]:
+    """``operation``'s result; if it finds ``sync``'s log regressed, reload ``sync`` (returns
+    None)."""
     try:
-        return operation()
+        return (yield operation)
     except LogRegressedError as exc:
         _log.warning("%s was deleted and created again; reloading it: %s", sync.name, exc)
-        sync.resync()
+        yield call(sync, "resync")
         return None

@@ -12,7 +12,6 @@ from readergroup.storage.aio_connection_api import AsyncAppends, AsyncConnection
 from readergroup.storage.segment_records import AppendBatch, AppendReply, SegmentState
 from readergroup.storage.segment_store import SegmentStorage
 from readergroup.testing.memory_connection import MemoryConnection
-from statesync.backend import ReadResult
 
 
 class _Appends:
@@ -47,9 +46,6 @@ class AsyncMemoryConnection:
     @property
     def segments(self) -> AsyncAppends:
         return self._segments
-
-    async def read_log(self, name: str, after_revision: int, limit: int) -> ReadResult:
-        return self.memory.log_backend.read(name, after_revision, limit)
 
     async def close(self) -> None:
         return None

@@ -1,0 +1,246 @@
+"""What the asyncio managers need of Redis, on ``redis.asyncio``:
+:class:`AsyncAdminConnection`, the asyncio twin of the parts of
+:class:`~readergroup.storage.connection.RedisConnection` that
+:mod:`readergroup.admin.stream_steps` and :mod:`readergroup.admin.group_steps` call (the same
+method names, awaited): state synchronizers (:class:`~statesync.AsyncStateSynchronizer`),
+group heartbeats (:class:`~readergroup.storage.aio_heartbeat_store.AsyncHeartbeatStore`),
+the created-records hashes, and the segment administration of :class:`AsyncSegmentAdmin`
+(the same scripts, keys and reply parsing as :class:`~readergroup.storage.segment_store.
+SegmentStore`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from readergroup.core.config import ClientConfig
+from readergroup.core.log_format import UNANNOUNCED_FORMAT
+from readergroup.core.names import is_group_sync_name
+from readergroup.core.routing import segment_name
+from readergroup.storage import segment_status
+from readergroup.storage.aio_append import AsyncSegmentAppends, _pooled, _round_trip
+from readergroup.storage.aio_connection import AsyncConnection
+from readergroup.storage.aio_heartbeat_store import AsyncHeartbeatStore
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.scripts import script_source
+from readergroup.storage.segment_store import (
+    creation_commands,
+    lag_probe_commands,
+    lag_probe_of,
+)
+from readergroup.storage.translate import as_text, translate_errors
+from statesync import AsyncStateSynchronizer, SyncConfig, Update
+from statesync.aio_backend import AsyncLogBackend
+from statesync.aio_redis_backend import AsyncRedisLogBackend
+
+SCRIPTS_PER_ROUND = 512
+"""Scripts sent in one pipelined round (as the threaded store's rounds)."""
+
+
+def sync_config_of(config: ClientConfig) -> SyncConfig:
+    """The synchronizer configuration a connection with ``config`` opens synchronizers with."""
+    return SyncConfig(
+        key_prefix=config.key_prefix,
+        retry=config.retry,
+        socket_timeout=config.socket_timeout,
+        compact_every=config.compact_every,
+        acks=config.durability,
+    )
+
+
+class AsyncSynchronizerSource:
+    """Opens asyncio synchronizers on ``log_backend`` with ``sync_config``: the one
+    :meth:`synchronizer` of the asyncio managers' connections (Redis and memory). A reader
+    group's entries are appended in the format every supported version reads
+    (:data:`~readergroup.core.log_format.UNANNOUNCED_FORMAT`: an administrator's appends are
+    few, so it does not negotiate)."""
+
+    log_backend: AsyncLogBackend
+    sync_config: SyncConfig
+
+    def synchronizer(
+        self,
+        name: str,
+        update_types: Sequence[type[Update]],
+        state_types: Sequence[type] = (),
+        writer_label: str | None = None,
+    ) -> AsyncStateSynchronizer[Any]:
+        return AsyncStateSynchronizer(
+            self.log_backend,
+            name,
+            update_types=update_types,
+            state_types=state_types,
+            config=self.sync_config,
+            writer_label=writer_label,
+            entry_version=(lambda state: UNANNOUNCED_FORMAT) if is_group_sync_name(name) else None,
+        )
+
+
+class AsyncSegmentAdmin(AsyncSegmentAppends):
+    """Segment administration, awaited: creation, truncation, time lookups, lag probes and
+    deletion, besides the appends, states, seals and openings of
+    :class:`~readergroup.storage.aio_append.AsyncSegmentAppends`."""
+
+    def __init__(self, client: redis.asyncio.Redis, keys: KeyLayout, config: ClientConfig):
+        super().__init__(client, keys, config.durability)
+        for name in ("create_closed_segment", "truncate_segment", "offset_at_time"):
+            self._scripts[name] = client.register_script(script_source(name))
+
+    async def create_segments(
+        self, scope: str, stream: str, segments: Sequence[int], now_ms: int
+    ) -> None:
+        """Create segments' meta hashes (idempotent: an existing segment is left alone)."""
+        with translate_errors("create segments"):
+            pipe = self._client.pipeline(transaction=False)
+            for command in creation_commands(self._keys, scope, stream, segments, now_ms):
+                pipe.execute_command(*command)
+            await pipe.execute()
+
+    async def create_closed_segments(
+        self, scope: str, stream: str, segments: Sequence[int], now_ms: int
+    ) -> None:
+        """Create a scale's successors closed (see ``create_closed_segment.lua``)."""
+        await self._run_each("create_closed_segment", scope, stream, segments, args=[now_ms])
+
+    async def _run_each(
+        self,
+        script: str,
+        scope: str,
+        stream: str,
+        segments: Sequence[int],
+        *,
+        keys: int = 1,
+        args: Sequence[Any] = (),
+    ) -> list[Any]:
+        """``script`` (on each segment's first ``keys`` keys, with ``args``) for each of
+        ``segments``, pipelined in rounds; the first refusal raises, naming its segment."""
+        runner = self._scripts[script]
+        replies: list[Any] = []
+        for first in range(0, len(segments), SCRIPTS_PER_ROUND):
+            with translate_errors(script):
+                pipe = self._client.pipeline(transaction=False)
+                for segment in segments[first : first + SCRIPTS_PER_ROUND]:
+                    segment_keys = list(self._keys.segment(scope, stream, segment))[:keys]
+                    await runner(keys=segment_keys, args=list(args), client=pipe)
+                chunk: list[Any] = await pipe.execute(raise_on_error=False)
+                for reply in chunk:
+                    if isinstance(reply, Exception):
+                        raise reply
+            replies.extend(chunk)
+        for segment, reply in zip(segments, replies, strict=True):
+            segment_status.check(script, segment_name(scope, stream, segment), reply)
+        return replies
+
+    async def truncate(self, scope: str, stream: str, segment: int, offset: int) -> int:
+        """Delete events below ``offset``; return how many were removed."""
+        [reply] = await self._run_each(
+            "truncate_segment", scope, stream, [segment], keys=2, args=[offset]
+        )
+        return int(reply[2])
+
+    async def offset_at_time(
+        self, scope: str, stream: str, segment: int, server_ms: int
+    ) -> tuple[int, int]:
+        """The first offset appended at or after ``server_ms`` (at least the head; the tail
+        when every event is older), and the tail (``EVALSHA_RO``: a read-only role may)."""
+        meta, events, _ = self._keys.segment(scope, stream, segment)
+        script = self._scripts["offset_at_time"]
+        with translate_errors("offset_at_time"):
+            try:
+                reply = await self._client.evalsha_ro(script.sha, 2, meta, events, server_ms)
+            except redis.exceptions.NoScriptError:
+                await self._client.script_load(script.script)
+                reply = await self._client.evalsha_ro(script.sha, 2, meta, events, server_ms)
+        segment_status.check("offset_at_time", segment_name(scope, stream, segment), reply)
+        return int(reply[1]), int(reply[2])
+
+    async def lag_probe(
+        self, scope: str, stream: str, positions: Mapping[int, int]
+    ) -> dict[int, tuple[int, int, int, int]]:
+        """Per segment ``(tail, bytes, byte offset at position, server ms at position)`` in one
+        round trip (see :meth:`~readergroup.storage.segment_store.SegmentStore.lag_probe`)."""
+        commands = lag_probe_commands(self._keys, scope, stream, positions)
+        with translate_errors("lag"):
+            async with _pooled(self._client) as connection:
+                replies = await _round_trip(connection, commands)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return lag_probe_of(positions, replies)
+
+    async def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None:
+        """Delete segments' keys: one DEL per segment (its keys share a hash slot)."""
+        with translate_errors("delete segments"):
+            pipe = self._client.pipeline(transaction=False)
+            for segment in segments:
+                pipe.delete(*self._keys.segment(scope, stream, segment))
+            await pipe.execute()
+
+
+class AsyncSubscriberStore:
+    """External retention subscribers' published cuts, awaited (the keys and replies of
+    :class:`~readergroup.storage.subscriber_store.SubscriberStore`)."""
+
+    def __init__(self, client: redis.asyncio.Redis, keys: KeyLayout) -> None:
+        self._client = client
+        self._keys = keys
+
+    async def publish(self, scope: str, stream: str, subscriber: str, cut: str) -> None:
+        with translate_errors("publish subscriber"):
+            await self._client.hset(self._keys.subscribers(scope, stream), subscriber, cut)
+
+    async def unsubscribe(self, scope: str, stream: str, subscriber: str) -> None:
+        with translate_errors("unsubscribe"):
+            await self._client.hdel(self._keys.subscribers(scope, stream), subscriber)
+
+    async def published(self, scope: str, stream: str) -> dict[str, str]:
+        with translate_errors("read subscribers"):
+            raw = await self._client.hgetall(self._keys.subscribers(scope, stream))
+        return {as_text(name): as_text(cut) for name, cut in raw.items()}
+
+    async def delete(self, scope: str, stream: str) -> None:
+        with translate_errors("delete subscribers"):
+            await self._client.delete(self._keys.subscribers(scope, stream))
+
+
+class AsyncAdminConnection(AsyncSynchronizerSource):
+    """The asyncio managers' view of an :class:`~readergroup.storage.aio_connection.
+    AsyncConnection` (it does not own it; :meth:`close` closes only what it opened: the
+    client of the synchronizers' blocking waits). Use it from the connection's event loop."""
+
+    log_backend: AsyncRedisLogBackend
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self.connection = connection
+        self.config: ClientConfig = connection.config
+        self.keys = connection.keys
+        client = connection.client
+        self.log_backend = AsyncRedisLogBackend(
+            client, key_prefix=self.config.key_prefix, acks=self.config.durability
+        )
+        self.sync_config = sync_config_of(self.config)
+        self.segments = AsyncSegmentAdmin(client, self.keys, self.config)
+        self.records = client
+        self.subscribers = AsyncSubscriberStore(client, self.keys)
+        """The created-records of :mod:`readergroup.storage.vanished` (hashes)."""
+
+    def heartbeat_store(self, sync_name: str) -> AsyncHeartbeatStore:
+        """The heartbeats of the reader group whose synchronizer is ``sync_name``."""
+        return AsyncHeartbeatStore(self.connection.client, self.keys, sync_name)
+
+    async def server_time_ms(self) -> int:
+        return await self.connection.server_time_ms()
+
+    async def forget_stream(self, scope: str, stream: str) -> None:
+        """Delete what is kept beside a deleted stream: its retention subscribers and the
+        Spark sink's record of committed jobs (as the threaded connection does)."""
+        with translate_errors("forget stream"):
+            await self.connection.client.delete(
+                self.keys.subscribers(scope, stream), self.keys.staged_jobs(scope, stream)
+            )
+
+    async def close(self) -> None:
+        await self.log_backend.blocking_client.aclose()
