@@ -54,7 +54,7 @@ def test_only_backend_modules_import_redis() -> None:
 
 
 # readergroup's layers, bottom first: a module may import its own layer and the ones below.
-LAYERS = ["core", "storage", "testing", "admin", "client", "app"]
+LAYERS = ["core", "storage", "testing", "admin", "client", "aio", "app"]
 APP = {"cli", "console", "spark", "demo", "__init__", "__main__"}
 
 
@@ -114,6 +114,39 @@ def test_no_import_runs_up_a_layer() -> None:
                 continue
             target_rank = LAYERS.index(readergroup_layer(target))
             assert target_rank <= rank, f"{path.relative_to(ROOT)} imports {dotted}: up a layer"
+
+
+def test_the_asyncio_layer_sits_between_client_and_app() -> None:
+    """``readergroup/aio`` may use the clients' pure pieces, never the app layer; nothing below
+    it imports it (so the threaded clients never depend on asyncio code), and the app layer
+    may."""
+    assert LAYERS.index("client") < LAYERS.index("aio") < LAYERS.index("app")
+    below = LAYERS[: LAYERS.index("aio")]
+    for path in (ROOT / "readergroup").glob("**/*.py"):
+        if readergroup_layer(path) in below:
+            assert not {d for d in readergroup_imports(path) if d.startswith("readergroup.aio")}, (
+                path
+            )
+
+
+def test_the_asyncio_layer_starts_no_thread_and_never_blocks_on_redis() -> None:
+    """No thread (its background work is tasks of the caller's loop), no blocking Redis
+    client: its Redis I/O is the storage layer's ``redis.asyncio`` code."""
+    for path in (ROOT / "readergroup" / "aio").glob("*.py"):
+        roots = imported_roots(path)
+        assert not roots & {"threading", "concurrent", "redis", "socket", "subprocess"}, path
+        source = path.read_text()
+        assert "to_thread" not in source and "run_in_executor" not in source, path
+        storage = {d for d in readergroup_imports(path) if d.startswith("readergroup.storage.")}
+        blocking = {"readergroup.storage.connection", "readergroup.storage.segment_store"}
+        assert not storage & blocking, path
+
+
+def test_the_writers_decisions_do_no_io() -> None:
+    """The sender decisions both writers drive (readergroup/client/write_rounds.py) do no I/O
+    and take no lock of their own: the thread and the task supply both."""
+    path = ROOT / "readergroup" / "client" / "write_rounds.py"
+    assert not imported_roots(path) & (FORBIDDEN | {"threading", "asyncio"}), path
 
 
 def test_pure_core_does_no_io() -> None:

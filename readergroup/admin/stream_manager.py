@@ -25,7 +25,7 @@ Order of effects, chosen so that a crash at any point leaves a state the next ca
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -55,6 +55,7 @@ from readergroup.core.names import (
 )
 from readergroup.core.planning import ancestors, time_positions
 from readergroup.core.routing import epoch_of, number_of, segment_id, segment_name
+from readergroup.core.steps import StepDriver
 from readergroup.core.stream_config import StreamConfiguration
 from readergroup.core.stream_cut import StreamCut, check_cut_covers
 from readergroup.core.stream_metadata import (
@@ -630,6 +631,29 @@ def complete_scale_seals(
     """Seal in Redis every segment the metadata says is sealed, then open the successors
     left closed (repairs interrupted scales, see the module docstring). Idempotent. With
     ``repair`` False (``seal_stream`` sealing what it just marked sealed) nothing is logged.
+    The decisions are :func:`scale_completion`'s (the asyncio writer drives them too)."""
+    segments = connection.segments
+    calls = {
+        "states": segments.segment_states,
+        "seal": segments.seal_segments,
+        "open": segments.open_segments,
+    }
+    driver = StepDriver(scale_completion(state, repair=repair))
+    while (step := driver.next()) is not None:
+        verb, ids = step
+        driver.reply = calls[verb](state.scope, state.stream, ids)
+
+
+ScaleStep = tuple[str, list[int]]
+"""A step of :func:`scale_completion`: ``("states", segments)`` (send their
+:class:`~readergroup.storage.segment_records.SegmentState` by id), ``("seal", segments)``
+or ``("open", segments)`` (send what the segment store's ``seal_segments`` /
+``open_segments`` return)."""
+
+
+def scale_completion(state: StreamState, *, repair: bool = True) -> Generator[ScaleStep, Any, None]:
+    """:func:`complete_scale_seals`'s decisions, as steps (see
+    :class:`~readergroup.core.steps.StepDriver`).
 
     Reads the states of only the segments the newest epoch changed (O(that change), not the
     stream's history): every ``scale_stream`` completes the seals of the state it plans
@@ -641,15 +665,15 @@ def complete_scale_seals(
     inactive, closed = _newest_changes(state)
     if not (inactive or closed):
         return
-    states = connection.segments.segment_states(scope, stream, inactive + closed)
+    states = yield ("states", inactive + closed)
     unsealed = [s for s in inactive if states[s].exists and not states[s].sealed]
     if unsealed:
         named = segments_text([(f"{scope}/{stream}", s) for s in unsealed])
         if repair:
             log.warning("sealing %s left unsealed by a scale", named)
-        connection.segments.seal_segments(scope, stream, unsealed)
+        yield ("seal", unsealed)
     closed = [s for s in closed if states[s].sealed]
-    opened = connection.segments.open_segments(scope, stream, closed) if closed else []
+    opened = (yield ("open", closed)) if closed else []
     if opened:
         named = segments_text([(f"{scope}/{stream}", s) for s in opened])
         log.warning("opened %s left closed by a scale", named)

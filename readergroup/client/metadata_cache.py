@@ -28,6 +28,43 @@ from statesync import StateSynchronizer
 log = logging.getLogger(__name__)
 
 
+class FreshStates:
+    """The cache's decisions, shared by this cache and the asyncio writer's
+    (:class:`~readergroup.aio.metadata.AsyncStreamMetadataCache`): which stream's metadata is
+    fresh enough to use (``ttl`` seconds since it was fetched; ``timer``: the monotonic clock
+    by default), and which must have its scales completed after its next fetch (it was
+    invalidated after a sealed-segment error). Not thread-safe: its users serialize."""
+
+    def __init__(self, ttl: float, timer: Callable[[], float] | None = None) -> None:
+        self._fresh: TTLCache[tuple[str, str], StreamState] = (
+            TTLCache(maxsize=1024, ttl=ttl, timer=timer)
+            if timer
+            else TTLCache(maxsize=1024, ttl=ttl)
+        )
+        self._repair: set[tuple[str, str]] = set()
+
+    def fresh(self, key: tuple[str, str]) -> StreamState | None:
+        return self._fresh.get(key)
+
+    def fetched(self, key: tuple[str, str], state: StreamState) -> bool:
+        """Keep ``state`` as fetched now; return whether its scales must be completed now."""
+        self._fresh[key] = state
+        repair = key in self._repair
+        self._repair.discard(key)
+        return repair
+
+    def repair_failed(self, key: tuple[str, str], exc: ReaderGroupError) -> None:
+        """Completing the scales failed (the caller retries): try again after the next
+        fetch."""
+        log.warning("could not complete the scales of %s/%s: %s", *key, exc, exc_info=exc)
+        self._repair.add(key)
+
+    def invalidate(self, key: tuple[str, str]) -> None:
+        """Drop the entry after a sealed-segment error: the next lookup fetches and repairs."""
+        self._fresh.pop(key, None)
+        self._repair.add(key)
+
+
 class StreamMetadataCache:
     """Stream metadata by ``(scope, stream)``, refreshed at most every ``ttl`` seconds.
 
@@ -38,19 +75,14 @@ class StreamMetadataCache:
         self, connection: Connection, ttl: float, timer: Callable[[], float] | None = None
     ) -> None:
         self._connection = connection
-        self._fresh: TTLCache[tuple[str, str], StreamState] = (
-            TTLCache(maxsize=1024, ttl=ttl, timer=timer)
-            if timer
-            else TTLCache(maxsize=1024, ttl=ttl)
-        )
+        self._states = FreshStates(ttl, timer)
         self._syncs: dict[tuple[str, str], StateSynchronizer[StreamState]] = {}
-        self._repair: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
     def get(self, scope: str, stream: str) -> StreamState:
         key = (scope, stream)
         with self._lock:
-            cached = self._fresh.get(key)
+            cached = self._states.fresh(key)
             if cached is not None:
                 return cached
             sync = self._syncs.get(key)
@@ -58,12 +90,11 @@ class StreamMetadataCache:
                 sync = self._syncs[key] = self._connection.synchronizer(
                     stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
                 )
-        missing = lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist")  # noqa: E731
-        state: StreamState = fetch_adopting(sync, missing, "read stream metadata")
+        state: StreamState = fetch_adopting(
+            sync, stream_missing(scope, stream), "read stream metadata"
+        )
         with self._lock:
-            self._fresh[key] = state
-            repair = key in self._repair
-            self._repair.discard(key)
+            repair = self._states.fetched(key, state)
         if repair:
             self._complete_scales(key, state)
         return state
@@ -72,12 +103,15 @@ class StreamMetadataCache:
         try:
             complete_scale_seals(self._connection, state)
         except ReaderGroupError as exc:  # the caller retries; so does the repair, next time
-            log.warning("could not complete the scales of %s/%s: %s", *key, exc, exc_info=exc)
             with self._lock:
-                self._repair.add(key)
+                self._states.repair_failed(key, exc)
 
     def invalidate(self, scope: str, stream: str) -> None:
         """Drop the entry after a sealed-segment error: the next lookup fetches and repairs."""
         with self._lock:
-            self._fresh.pop((scope, stream), None)
-            self._repair.add((scope, stream))
+            self._states.invalidate((scope, stream))
+
+
+def stream_missing(scope: str, stream: str) -> Callable[[], ReaderGroupError]:
+    """The error for a stream whose metadata does not exist."""
+    return lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist")

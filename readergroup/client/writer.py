@@ -39,102 +39,40 @@ child, ``write_event`` and ``flush`` raise :class:`~readergroup.core.errors.Writ
 
 from __future__ import annotations
 
-import functools
-import itertools
-import logging
 import os
 import random
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from itertools import chain
-from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 from readergroup.client.metadata_cache import StreamMetadataCache
-from readergroup.client.replay import AcknowledgedBatches
 from readergroup.client.serializers import Serializer
-from readergroup.core.errors import (
-    EventTooLargeError,
-    InvalidConfigError,
-    ReaderGroupError,
-    SegmentNotFoundError,
-    SerializationError,
-    StreamNotFoundError,
-    StreamSealedError,
-    WriteFailedError,
-    WriterClosedError,
-    WriterForkedError,
+from readergroup.client.write_rounds import (
+    EventPointer,
+    EventWriterConfig,
+    FetchState,
+    Pause,
+    QueuedEvent,
+    RoundSender,
+    SendBatches,
+    Step,
+    logger,
 )
-from readergroup.core.headers import Headers, encode_headers
-from readergroup.core.routing import key_position
-from readergroup.core.stream_metadata import StreamState
-from readergroup.storage import segment_status
+from readergroup.core.errors import WriterClosedError, WriterForkedError
+from readergroup.core.headers import Headers
+from readergroup.core.steps import StepDriver
 from readergroup.storage.connection_api import Connection
-from readergroup.storage.segment_records import AppendBatch, AppendReply
-from statesync import RetryPolicy
 from statesync.clock import Clock
-from statesync.retry import RetryBudget
 from statesync.system_clock import SYSTEM_CLOCK
 
-logger = logging.getLogger(__name__)
+__all__ = ["EventPointer", "EventStreamWriter", "EventWriterConfig", "WriteFuture"]
 
 T = TypeVar("T")
-MiB = 1024 * 1024
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EventWriterConfig:
-    """Writer settings.
-
-    Attributes:
-        max_batch_events: most events in one script call to one segment (default 1000; 1-10000).
-        max_in_flight_bytes: payload bytes queued or in flight before ``write_event`` blocks
-            (default 32 MiB; >= 1 MiB).
-        max_block: seconds ``write_event`` waits for room before raising (default 60.0).
-        delivery_timeout: seconds a round of appends is retried before its events fail
-            (default 120.0; > 0), like Kafka's ``delivery.timeout.ms``.
-        linger: seconds the sender waits for more events before sending a non-full round
-            (default 0.0: send at once; events arriving meanwhile form the next round).
-        replay_window: seconds the writer keeps each acknowledged batch, to append it again,
-            unchanged, where a failover lost it (default 30.0; 0 keeps none: the loss is only
-            recorded, see :mod:`readergroup.client.replay`).
-        replay_bytes: most payload bytes kept for that (default 16 MiB; oldest dropped first).
-    """
-
-    max_batch_events: int = 1000
-    max_in_flight_bytes: int = 32 * MiB
-    max_block: float = 60.0
-    delivery_timeout: float = 120.0
-    linger: float = 0.0
-    replay_window: float = 30.0
-    replay_bytes: int = 16 * MiB
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.max_batch_events <= 10_000:
-            raise InvalidConfigError(
-                f"max_batch_events must be 1..10000, got {self.max_batch_events}"
-            )
-        if self.max_in_flight_bytes < MiB:
-            raise InvalidConfigError("max_in_flight_bytes must be at least 1 MiB")
-        if not self.max_block >= 0 or not self.delivery_timeout > 0 or not self.linger >= 0:
-            raise InvalidConfigError("max_block and linger must be >= 0, delivery_timeout > 0")
-        if not self.replay_window >= 0 or self.replay_bytes < 0:
-            raise InvalidConfigError("replay_window and replay_bytes must be >= 0")
-
-
-@dataclass(frozen=True, slots=True)
-class EventPointer:
-    """Where an acknowledged event landed."""
-
-    segment: int
-    offset: int
-
-
-class WriteFuture:
+class WriteFuture(QueuedEvent):
     """The outcome of one ``write_event``: resolves to an :class:`EventPointer` once the event
     is in Redis, or to the error that stopped it. ``result``, ``exception``, ``done`` and
     ``add_done_callback`` behave as in :mod:`concurrent.futures`.
@@ -144,53 +82,14 @@ class WriteFuture:
     had landed, the pointer's offset is ``-1`` (the script reports only that the batch is
     already in)."""
 
-    __slots__ = (
-        "_callbacks",
-        "_completed",
-        "_done",
-        "_error",
-        "_offset",
-        "_segment",
-        "deadline",
-        "headers",
-        "order",
-        "payload",
-        "position",
-        "size",
-        "wire_key",
-        "writer_ms",
-    )
+    __slots__ = ("_callbacks", "_completed")
 
     _callback_lock = threading.Lock()
 
-    def __init__(
-        self,
-        completed: threading.Condition,
-        order: int,
-        wire_key: str,
-        payload: bytes,
-        writer_ms: int,
-        position: float,
-        deadline: float,
-        headers: bytes = b"",
-    ) -> None:
+    def __init__(self, completed: threading.Condition, *event: Any) -> None:
+        super().__init__(*event)  # (see QueuedEvent)
         self._completed = completed
-        self._done = False
-        self._segment = -1
-        self._offset = -1
-        self._error: BaseException | None = None
         self._callbacks: list[Callable[[WriteFuture], Any]] | None = None
-        self.order = order
-        self.wire_key = wire_key
-        self.payload = payload
-        self.headers = headers  # packed (readergroup.core.headers); b"": none
-        self.size = len(payload) + len(headers)
-        self.writer_ms = writer_ms
-        self.position = position
-        self.deadline = deadline  # the writer's monotonic clock: write time + delivery_timeout
-
-    def done(self) -> bool:
-        return self._done
 
     def _wait(self, timeout: float | None) -> None:
         if self._done:
@@ -227,8 +126,7 @@ class WriteFuture:
     def _complete(self, segment: int, offset: int, error: BaseException | None) -> None:
         """Called by the sender only; waiters are woken by its notify at the end of a round. A
         future without callbacks (the usual one) is completed without taking the lock."""
-        self._segment, self._offset, self._error = segment, offset, error
-        self.payload = self.headers = b""  # acknowledged or failed: the writer keeps no copy
+        self._record(segment, offset, error)
         if self._callbacks is None:
             self._done = True
             return
@@ -238,34 +136,8 @@ class WriteFuture:
         for callback in callbacks or ():
             self._call(callback)
 
-    @staticmethod
-    def _land(futures: list[WriteFuture], segment: int, first: int) -> tuple[int, int]:
-        """Acknowledge ``futures``, landed in ``segment`` at offsets ``first``, ``first + 1``...
-        (``first`` -1: offsets unknown); return how many were not done yet (one whose deadline
-        passed while its batch was re-sent failed then, and stays failed) and their payload
-        bytes. Called by the sender only (see :meth:`_complete`)."""
-        count = size = 0
-        offset = first
-        for future in futures:
-            if not future._done:
-                count += 1
-                size += future.size
-                future._complete(segment, offset, None)
-            if first >= 0:
-                offset += 1
-        return count, size
 
-
-_POSITION: Callable[[WriteFuture], float] = attrgetter("position")
-
-
-@functools.lru_cache(maxsize=65536)
-def _cached_route(routing_key: str) -> tuple[float, str]:
-    """A routing key's key-space position and its wire form (``"k" + key``)."""
-    return key_position(routing_key), "k" + routing_key
-
-
-class EventStreamWriter(Generic[T]):
+class EventStreamWriter(RoundSender[T, WriteFuture], Generic[T]):
     """Writes events of type ``T`` to one stream. Create with
     :meth:`EventStreamClientFactory.create_event_writer`."""
 
@@ -283,59 +155,31 @@ class EventStreamWriter(Generic[T]):
         wall_clock_ms: Callable[[], int] | None = None,
         writer_id: str | None = None,
     ) -> None:
+        state = metadata.get(scope, stream)
+        super().__init__(
+            scope,
+            stream,
+            serializer,
+            config,
+            clock=clock or SYSTEM_CLOCK,
+            wall_ms=wall_clock_ms or wall_clock_ms_now,
+            max_event_size=state.config.max_event_size,
+            rng=rng,
+            writer_id=writer_id,
+        )
         self._connection = connection
         self._metadata = metadata
-        self._scope = scope
-        self._stream = stream
-        self._serializer = serializer
-        self._config = config or EventWriterConfig()
-        self._clock = clock or SYSTEM_CLOCK
         # (the system clock's own function: one call less per event than through the clock)
         self._monotonic = time.monotonic if clock is None else self._clock.monotonic
-        self._delivery_timeout = self._config.delivery_timeout
-        self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
-        self._wall_ms = wall_clock_ms or _wall_clock_ms
-        self.writer_id = writer_id or f"w-{uuid.uuid4().hex[:16]}"
-        self._sequence = itertools.count(1)
-        # segment -> (created_ms, highest tail acknowledged): a stored tail found behind it
-        # (a lossy failover) is never reused (append_events.lua); sender thread only
-        self._seen: dict[int, tuple[str, int]] = {}
-        # batches acknowledged lately, put back where a lossy failover lost them; sender only
-        self._acked = AcknowledgedBatches(
-            window=self._config.replay_window,
-            max_bytes=self._config.replay_bytes,
-            clock=self._clock.monotonic,
-        )
-        self._order = itertools.count()
-        # events written and not yet taken by the sender; appended under _accounting, taken
-        # whole by the sender (one swap, not one pop per event) into its own _backlog
-        self._queue: list[WriteFuture] = []
-        self._max_in_flight = self._config.max_in_flight_bytes
-        # sender thread only: _backlog's events from _backlog_next on are not sent yet (an
-        # index, not a slice a round: a long backlog drains in linear time); [] once all are
-        self._backlog: list[WriteFuture] = []
-        self._backlog_next = 0
         self._wakeup = threading.Event()
-        # _accounting guards _outstanding and _buffered; _idle/_room wait on it
+        # _accounting guards _outstanding, _buffered, _queue and _failures; _idle/_room wait
         self._accounting = threading.Lock()
         self._idle = threading.Condition(self._accounting)
         self._room = threading.Condition(self._accounting)
-        self._outstanding = 0
-        self._buffered = 0
         self._completed = threading.Condition()
         self._closed = False
         self._pid = os.getpid()  # a copy in a forked child is unusable (_after_fork_in_child)
         _LIVE_WRITERS.add(self)
-        self._failures: list[BaseException] = []
-        self._max_event_size = metadata.get(scope, stream).config.max_event_size
-        # each event fails by its own deadline (_wait_to_retry); a round's budget only backs
-        # that up: its events were all written before it began, so all expire within it
-        self._retry = RetryPolicy(
-            max_attempts=100_000,
-            deadline=self._config.delivery_timeout + 2 * _MAX_DELAY,
-            base_delay=0.005,
-            max_delay=_MAX_DELAY,
-        )
         self._sender = threading.Thread(
             target=self._run, name=f"rg-writer-{scope}/{stream}", daemon=True
         )
@@ -369,26 +213,7 @@ class EventStreamWriter(Generic[T]):
         """
         if self._closed:
             raise self._closed_error()
-        payload = self._serializer.serialize(event)
-        if type(payload) is not bytes:
-            payload = self._bytes_of(payload, routing_key)
-        size = len(payload)
-        packed = b""
-        if headers:
-            packed = encode_headers(headers, self._event_name(routing_key))
-            size += len(packed)
-        if size > self._max_event_size:
-            with_headers = f" ({len(packed)} of them headers)" if packed else ""
-            raise EventTooLargeError(
-                f"event of {size} bytes{with_headers} exceeds max_event_size "
-                f"{self._max_event_size} of {self._scope}/{self._stream}; nothing was written"
-            )
-        if routing_key is None:
-            position, wire = self._rng.random(), ""
-        elif type(routing_key) is str:
-            position, wire = _cached_route(routing_key)
-        else:
-            raise TypeError(f"routing_key must be a str or None, got {type(routing_key).__name__}")
+        payload, packed, position, wire = self._encoded(event, routing_key, headers)
         future = WriteFuture(
             self._completed,
             next(self._order),
@@ -399,6 +224,7 @@ class EventStreamWriter(Generic[T]):
             self._monotonic() + self._delivery_timeout,
             packed,
         )
+        size = future.size
         with self._accounting:
             if self._buffered + size > self._max_in_flight and self._buffered:
                 self._wait_for_room(size)
@@ -410,21 +236,6 @@ class EventStreamWriter(Generic[T]):
         if first:  # the sender takes the queue whole, so only its first event must wake it
             self._wakeup.set()
         return future
-
-    def _bytes_of(self, payload: object, routing_key: str | None) -> bytes:
-        """What the serializer returned, if bytes-like, as bytes (a copy: the caller may reuse
-        its buffer); else :class:`SerializationError`."""
-        if isinstance(payload, (bytes, bytearray, memoryview)):
-            return bytes(payload)
-        hint = " (encode it in the serializer)" if isinstance(payload, str) else ""
-        raise SerializationError(
-            f"serializer {type(self._serializer).__name__} returned a "
-            f"{type(payload).__name__}, not bytes{hint}, for the event with routing key "
-            f"{routing_key!r} of {self._scope}/{self._stream}; nothing was written"
-        )
-
-    def _event_name(self, routing_key: str | None) -> str:
-        return f"the event with routing key {routing_key!r} of {self._scope}/{self._stream}"
 
     def _closed_error(self) -> WriterClosedError:
         if os.getpid() != self._pid:
@@ -449,9 +260,9 @@ class EventStreamWriter(Generic[T]):
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"{self._outstanding} events still unacknowledged")
                 self._idle.wait(remaining)
-            failures, self._failures = self._failures, []
-        if failures:
-            raise failures[0]
+            failure = self._take_failure()
+        if failure is not None:
+            raise failure
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the sender. Idempotent. In a process forked from the one that
@@ -482,10 +293,7 @@ class EventStreamWriter(Generic[T]):
         while self._buffered + size > self._max_in_flight and self._buffered:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise WriteFailedError(
-                    f"no room for the event within max_block={self._config.max_block}s "
-                    f"({self._buffered} bytes in flight)"
-                )
+                raise self._no_room_error()
             self._room.wait(remaining)
 
     def _run(self) -> None:
@@ -499,362 +307,42 @@ class EventStreamWriter(Generic[T]):
             if self._closed and not self._queue:
                 return
 
-    def _drain(self) -> list[WriteFuture]:
-        """The next round: the oldest events written, at most 16 full batches."""
-        backlog, start = self._backlog, self._backlog_next
-        if not backlog:
-            with self._accounting:
-                backlog, self._queue = self._queue, []
-            start = 0
-        end = start + self._config.max_batch_events * 16
-        if end >= len(backlog):
-            self._backlog, self._backlog_next = [], 0
-            return backlog if start == 0 else backlog[start:]
-        self._backlog, self._backlog_next = backlog, end
-        return backlog[start:end]
-
     def _send_round(self) -> None:
         """Send one drained round until every event in it is acknowledged or failed."""
         events = self._drain()
+        driver = StepDriver(self.round_steps(events))
         try:
-            self._deliver(_Round(events), self._retry.start(self._clock, self._rng))
+            while (step := driver.next()) is not None:
+                try:
+                    driver.reply = self._perform(step)
+                except Exception as exc:
+                    driver.error = exc
         except BaseException as exc:  # fail what is left of the round; the sender lives on
             self._fail(events, exc)
         finally:
-            with self._completed:
-                self._completed.notify_all()
+            self._wake_waiters()
 
-    def _deliver(self, round_: _Round, budget: RetryBudget) -> None:
-        """Route, send and settle until nothing is left. Every step that can fail for a while,
-        the metadata refresh included, is retried until each event's deadline
-        (:meth:`_wait_to_retry`); a batch that may have landed is re-sent as it was (same
-        sequence number), never re-batched. A batch refused because a failover lost the
-        segment's last appends (``REGRESSED``) waits for :meth:`_put_back`, then goes again at
-        once (no backoff unless something else failed)."""
-        route = round_.events
-        pending: _Sent = ([], [])
-        refresh = False
-        while route or pending[0]:
-            try:
-                if route:
-                    batches, members = self._batches(self._state(refresh), route)
-                    pending, route = (pending[0] + batches, pending[1] + members), []
-                replies = self._connection.segments.append(pending[0])
-            except ReaderGroupError as exc:
-                if not _worth_retrying(exc):
-                    raise
-                route, pending = self._wait_to_retry(budget, exc, round_, route, pending)
-                continue
-            left = self._settle(*pending, replies)
-            route, pending, refresh = left.reroute, left.resend, bool(left.reroute)
-            if left.regressed:
-                pending, cause = self._put_back(left.regressed, pending)
-                left.cause = left.cause or cause
-                if not (route or left.cause):
-                    continue  # put back: send the refused batches again at once
-            if route or pending[0]:
-                route, pending = self._wait_to_retry(budget, left.cause, round_, route, pending)
+    def _perform(self, step: Step) -> Any:
+        """One step of a round (see :mod:`readergroup.client.write_rounds`), blocking."""
+        if type(step) is SendBatches:
+            return self._connection.segments.append(step.batches)
+        if type(step) is FetchState:
+            if step.refresh:
+                self._metadata.invalidate(self._scope, self._stream)
+            return self._metadata.get(self._scope, self._stream)
+        assert type(step) is Pause
+        self._clock.sleep(step.seconds)
+        return None
 
-    def _put_back(
-        self, regressed: dict[int, int], pending: _Sent
-    ) -> tuple[_Sent, ReaderGroupError | None]:
-        """A failover lost appends of segments ``regressed`` (segment -> the stored tail,
-        behind what this writer saw acknowledged): append again, unchanged and in order, the
-        batches this writer still holds that chain from that tail (see
-        :mod:`readergroup.client.replay`), each segment's in one pipelined round: once one is
-        refused (not where it was any more) the later ones are too, since each must begin
-        where the one before ends and under the epoch no other append has changed. Then the
-        batches refused for it (in ``pending``) go again without ``report_regression``: what
-        was not put back is recorded lost by the script. A retriable error leaves a segment to
-        the next round (returned as the cause to back off for)."""
-        finished: set[int] = set()
-        cause: ReaderGroupError | None = None
-        for segment, tail in regressed.items():
-            seen = self._seen.get(segment, ("", 0))[1]
-            put_back = tail
-            try:
-                chain = self._acked.replays(segment, tail=tail, seen=seen)
-                replies = self._connection.segments.append(chain) if chain else []
-                for batch, reply in zip(chain, replies, strict=True):
-                    if reply.error is not None and _worth_retrying(reply.error):
-                        raise reply.error
-                    if reply.status == segment_status.OK:
-                        put_back = max(put_back, reply.first_offset + batch.count)
-            except ReaderGroupError as exc:
-                if not _worth_retrying(exc):
-                    raise
-                cause = exc
-                logger.warning(
-                    "writer of %s/%s: putting back acknowledged events a failover lost in "
-                    "segment %d failed; trying again",
-                    self._scope,
-                    self._stream,
-                    segment,
-                    exc_info=exc,
-                )
-                continue
-            finished.add(segment)
-            logger.warning(
-                "writer of %s/%s: a failover lost offsets %d..%d of segment %d; put back "
-                "%d acknowledged events of this writer there, unchanged%s",
-                self._scope,
-                self._stream,
-                tail,
-                seen - 1,
-                segment,
-                put_back - tail,
-                ""
-                if put_back >= seen
-                else f"; offsets {put_back}..{seen - 1} are recorded lost (not held any more, "
-                "or another writer's)",
-            )
-        batches = [
-            replace(batch, report_regression=False) if batch.segment in finished else batch
-            for batch in pending[0]
-        ]
-        return (batches, pending[1]), cause
+    def _released(self) -> None:
+        if not self._outstanding:
+            self._idle.notify_all()
+        self._room.notify_all()
 
-    def _wait_to_retry(
-        self,
-        budget: RetryBudget,
-        cause: BaseException | None,
-        round_: _Round,
-        route: list[WriteFuture],
-        pending: _Sent,
-    ) -> tuple[list[WriteFuture], _Sent]:
-        """Back off before the next attempt; meanwhile fail each event whose deadline passes,
-        of this round or queued behind it, at that deadline. Return what is left to route
-        and to send again: events failed here are dropped from ``route``; a batch that may
-        have landed goes again unchanged while any of its events is still due (the failed
-        ones stay failed if it lands: :meth:`WriteFuture._land`)."""
-        delay = budget.next_delay()
-        if delay is None:  # a backstop: every event of the round expires before this
-            raise self._expired_error(cause, None)
-        if cause is not None and budget.attempts == 2:  # once per round, not per attempt
-            logger.warning(
-                "writer of %s/%s: retrying until each event's delivery_timeout=%ss after: %s",
-                self._scope,
-                self._stream,
-                self._config.delivery_timeout,
-                cause,
-                exc_info=cause,
-            )
-        clock = self._clock
-        wake = clock.monotonic() + delay
-        while True:
-            now = clock.monotonic()
-            due = min(self._expire_round(round_, now, cause), self._expire_waiting(now, cause))
-            if round_.finished() or now >= wake:
-                break
-            clock.sleep(min(wake, due) - now)
-        route = [event for event in route if not event._done]
-        kept = [i for i, group in enumerate(pending[1]) if not all(e._done for e in group)]
-        return route, ([pending[0][i] for i in kept], [pending[1][i] for i in kept])
+    def _wake_waiters(self) -> None:
+        with self._completed:
+            self._completed.notify_all()
 
-    def _expire_round(self, round_: _Round, now: float, cause: BaseException | None) -> float:
-        """Fail the round's events whose deadline is at or before ``now``; return the next
-        deadline of the round (``inf``: none left)."""
-        events, start = round_.events, round_.expired
-        end = start
-        while end < len(events) and (events[end].deadline <= now or events[end]._done):
-            end += 1
-        round_.expired = end
-        if end > start:
-            self._expire(events[start:end], cause)
-        return events[end].deadline if end < len(events) else _NEVER
-
-    def _expire_waiting(self, now: float, cause: BaseException | None) -> float:
-        """Fail the events queued behind the round (the backlog's rest, then the queue) whose
-        deadline is at or before ``now``, and take them out; return the next deadline
-        (``inf``: none waiting). Both are in write order, so the expired ones come first."""
-        backlog, start = self._backlog, self._backlog_next
-        end = start
-        while end < len(backlog) and backlog[end].deadline <= now:
-            end += 1
-        expired = backlog[start:end]
-        if end >= len(backlog):
-            self._backlog, self._backlog_next = [], 0
-        else:
-            self._backlog_next = end
-        due = _NEVER if end >= len(backlog) else backlog[end].deadline
-        with self._accounting:
-            queue = self._queue
-            count = 0
-            while count < len(queue) and queue[count].deadline <= now:
-                count += 1
-            if count:
-                expired += queue[:count]
-                del queue[:count]
-            if queue and due == _NEVER:
-                due = queue[0].deadline
-        if expired:
-            self._expire(expired, cause)
-        return due
-
-    def _expire(self, events: list[WriteFuture], cause: BaseException | None) -> None:
-        """Fail ``events`` (those not done yet), each with its own deadline, and wake whoever
-        waits for them."""
-        unfinished = [event for event in events if not event._done]
-        for event in unfinished:
-            event._complete(-1, -1, self._expired_error(cause, event.deadline))
-        if unfinished:
-            self._record_failure(unfinished[0]._error)
-            self._release(len(unfinished), sum(event.size for event in unfinished))
-            with self._completed:
-                self._completed.notify_all()
-
-    def _expired_error(self, cause: BaseException | None, deadline: float | None) -> Exception:
-        if cause is None:
-            return StreamSealedError(
-                f"segments of {self._scope}/{self._stream} stayed sealed without successors "
-                f"for delivery_timeout={self._config.delivery_timeout}s"
-            )
-        error = WriteFailedError(
-            f"event not acknowledged within delivery_timeout={self._config.delivery_timeout}s"
-            f" of its write: {cause}",
-            deadline=deadline,
-        )
-        error.__cause__ = cause
-        return error
-
-    def _state(self, refresh: bool) -> StreamState:
-        if refresh:
-            self._metadata.invalidate(self._scope, self._stream)
-        state = self._metadata.get(self._scope, self._stream)
-        if state.sealed:
-            raise StreamSealedError(f"stream {self._scope}/{self._stream} is sealed")
-        self._max_event_size = state.config.max_event_size
-        return state
-
-    def _batches(
-        self, state: StreamState, events: list[WriteFuture]
-    ) -> tuple[list[AppendBatch], list[list[WriteFuture]]]:
-        groups = state.range_map().group(events, _POSITION)
-        batches: list[AppendBatch] = []
-        members: list[list[WriteFuture]] = []
-        size = self._config.max_batch_events
-        for segment, group in groups.items():
-            created, seen = self._seen.get(segment, ("", 0))
-            for start in range(0, len(group), size):
-                chunk = group[start : start + size]
-                args: list[Any] = list(chain.from_iterable(map(_event_args, chunk)))
-                batches.append(
-                    AppendBatch(
-                        self._scope,
-                        self._stream,
-                        segment,
-                        self.writer_id,
-                        next(self._sequence),
-                        len(chunk),
-                        args,
-                        self._max_event_size,
-                        seen,
-                        created,
-                        report_regression=self._acked.enabled,
-                    )
-                )
-                members.append(chunk)
-        return batches, members
-
-    def _settle(
-        self, batches: list[AppendBatch], members: list[list[WriteFuture]], replies: list[Any]
-    ) -> _Left:
-        """Settle each batch on its own reply: acknowledge what landed, fail what was refused
-        for good (naming its segment); return what is left to route or send again."""
-        left = _Left([], ([], []), None)
-        for batch, group, reply in zip(batches, members, replies, strict=True):
-            error = reply.error
-            if reply.status == segment_status.SEALED or isinstance(error, SegmentNotFoundError):
-                left.reroute.extend(group)  # stale metadata (a scale, or a re-created stream)
-                left.cause = error or left.cause
-            elif reply.status == segment_status.REGRESSED:
-                left.regressed[batch.segment] = reply.tail  # nothing written: put back first
-                left.resend[0].append(batch)
-                left.resend[1].append(group)
-            elif error is None:
-                self._acknowledge(batch, group, reply)
-            elif error.retriable:  # a server-wide condition, so later batches got it too
-                left.resend[0].append(batch)
-                left.resend[1].append(group)
-                left.cause = error
-            else:
-                self._fail(group, error)
-        # re-routed events keep their queue order; a sealed segment refuses every later batch
-        # too, so no event of a key can overtake an earlier one of the same key
-        left.reroute.sort(key=lambda event: event.order)
-        return left
-
-    def _acknowledge(
-        self, batch: AppendBatch, group: list[WriteFuture], reply: AppendReply
-    ) -> None:
-        segment = batch.segment
-        if reply.status == segment_status.OK:
-            first = reply.first_offset
-            tail = first + len(group)
-            created, seen = self._seen.get(segment, ("", 0))
-            if reply.created and (reply.created != created or tail > seen):
-                self._seen[segment] = (reply.created, tail)
-            count, size = WriteFuture._land(group, segment, first)
-            self._acked.keep(
-                batch,
-                first_offset=first,
-                epoch=reply.epoch,
-                server_ms=reply.server_ms,
-                created=reply.created,
-                size=size,
-            )
-        else:  # DUPLICATE: an earlier try landed; its offsets are not known here
-            count, size = WriteFuture._land(group, segment, -1)
-        self._release(count, size)
-
-    def _fail(self, events: list[WriteFuture], error: BaseException) -> None:
-        if not isinstance(error, ReaderGroupError):
-            wrapped = WriteFailedError(f"writer failed: {error!r}")
-            wrapped.__cause__ = error
-            error = wrapped
-        unfinished = [event for event in events if not event.done()]
-        released = sum(event.size for event in unfinished)
-        for event in unfinished:
-            event._complete(-1, -1, error)
-        self._record_failure(error)
-        self._release(len(unfinished), released)
-
-    def _record_failure(self, error: BaseException | None) -> None:
-        """Keep the first failure since the last flush, for it to raise."""
-        with self._accounting:
-            if error is not None and not self._failures:
-                self._failures.append(error)
-
-    def _release(self, count: int, size: int) -> None:
-        with self._accounting:
-            self._outstanding -= count
-            self._buffered -= size
-            if not self._outstanding:
-                self._idle.notify_all()
-            self._room.notify_all()
-
-
-_event_args = attrgetter("wire_key", "payload", "writer_ms", "headers")
-"""An event's part of a batch's ``event_args``."""
-
-_Sent = tuple[list[AppendBatch], list[list[WriteFuture]]]
-"""Batches and, for each, the events it carries."""
-
-
-@dataclass(slots=True)
-class _Round:
-    """The events of one round, in write order (so in deadline order), and how many of them,
-    from the first, are done or have had their deadline pass."""
-
-    events: list[WriteFuture]
-    expired: int = 0
-
-    def finished(self) -> bool:
-        return self.expired >= len(self.events)
-
-
-_NEVER = float("inf")
-_MAX_DELAY = 1.0  # longest backoff between two attempts at a round, seconds
 
 _LIVE_WRITERS: weakref.WeakSet[EventStreamWriter[Any]] = weakref.WeakSet()
 """Every writer of this process, to mark its copies in a forked child unusable."""
@@ -871,21 +359,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-@dataclass(slots=True)
-class _Left:
-    """What a round's replies leave to do."""
-
-    reroute: list[WriteFuture]  # sealed or missing segments: route again on fresh metadata
-    resend: _Sent  # refused with a retriable error (or REGRESSED): send again
-    cause: BaseException | None  # why (None: sealed or regressed segments only)
-    regressed: dict[int, int] = field(default_factory=dict)  # segment -> stored tail
-
-
-def _worth_retrying(error: ReaderGroupError) -> bool:
-    """A transient error, or a stream not found on refresh: it may be being re-created after
-    Redis lost it (as Kafka producers retry an unknown topic within their delivery timeout)."""
-    return error.retriable or isinstance(error, StreamNotFoundError)
-
-
-def _wall_clock_ms() -> int:
+def wall_clock_ms_now() -> int:
+    """The wall clock in ms since the epoch (what writers stamp on each event)."""
     return int(time.time() * 1000)

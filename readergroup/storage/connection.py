@@ -13,7 +13,7 @@ state synchronizers (:meth:`synchronizer`) and blocking reads over many keys
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -34,6 +34,7 @@ from readergroup.core.errors import (
     ReaderGroupError,
     UnsupportedServerError,
 )
+from readergroup.core.steps import StepDriver
 from readergroup.storage.connection_api import SynchronizerSource
 from readergroup.storage.heartbeat_store import RedisHeartbeatStore
 from readergroup.storage.keys import KeyLayout
@@ -86,15 +87,7 @@ def _set_up(connection: Any) -> None:
         if "hello" not in str(exc).lower():
             raise
         connection.disconnect()
-        raise _too_old_for_hello(exc) from exc
-
-
-def _too_old_for_hello(exc: Exception) -> UnsupportedServerError:
-    """No ``HELLO`` (Redis 5), or none without arguments (6.0)."""
-    return UnsupportedServerError(
-        f"the server does not answer HELLO ({exc}): it is older than Redis 6.2; readergroup "
-        f"needs Redis {'.'.join(map(str, OLDEST_SERVER))} or later (or any Valkey)"
-    )
+        raise too_old_for_hello(exc) from exc
 
 
 def _check_server(connection: Any, *, eviction: bool = True) -> None:
@@ -104,43 +97,115 @@ def _check_server(connection: Any, *, eviction: bool = True) -> None:
     ``maxmemory-policy`` may evict keys (``INFO memory``); at most one round trip. RedisCluster
     calls it after its own set-up of the socket."""
     hello = getattr(connection, "handshake_metadata", None)
+    driver = StepDriver(server_check(hello, eviction=eviction))
+    while (step := driver.next()) is not None:
+        try:
+            if step is READ:
+                driver.reply = connection.read_response()
+            elif step is DISCONNECT:
+                connection.disconnect()
+            else:
+                connection.send_command(*step)
+        except redis.RedisError as exc:
+            driver.error = exc
+
+
+READ: tuple[str, ...] = ("read a reply",)
+"""A step of :func:`server_check`: read the next reply."""
+DISCONNECT: tuple[str, ...] = ("disconnect",)
+"""A step of :func:`server_check`: drop the socket."""
+
+
+def server_check(hello: Any, *, eviction: bool) -> Generator[tuple[str, ...], Any, None]:
+    """The check of a new socket as steps (:class:`~readergroup.core.steps.StepDriver`; the
+    threaded and the asyncio connection drive them): a command to send, :data:`READ` or
+    :data:`DISCONNECT`. ``hello``: what redis-py's own ``HELLO`` on connect answered
+    (``None``: not known, one is sent)."""
     asked = "HELLO" if hello is None else "INFO"
     try:
         if hello is None:
-            connection.send_command("HELLO")
+            yield ("HELLO",)
         if eviction:
-            connection.send_command("INFO", "memory")
+            yield ("INFO", "memory")
         if hello is None:
             try:
-                hello = connection.read_response()
+                hello = yield READ
             except redis.exceptions.NoPermissionError:
                 raise
             except redis.ResponseError as exc:
-                raise _too_old_for_hello(exc) from exc
+                raise too_old_for_hello(exc) from exc
         check_server_version(*server_version(hello))
         if eviction:
             asked = "INFO"
-            info = connection.read_response()
-            if isinstance(info, bytes):
-                info = info.decode("utf-8", "replace")
-            for line in str(info).splitlines():
-                name, _, value = line.partition(":")
-                if name == "maxmemory_policy":
-                    check_eviction_policy(value.strip())
+            check_memory_info((yield READ))
     except redis.exceptions.NoPermissionError as exc:
-        connection.disconnect()
-        needed = (
-            "+hello, needed to check the server's version"
-            if asked == "HELLO"
-            else "+info, needed to check its maxmemory-policy (or opt out with "
-            "ClientConfig(allow_key_eviction=True))"
-        )
-        raise AccessDeniedError(
-            f"Redis refused {asked} ({exc}): grant the ACL user {needed}"
-        ) from exc
+        yield DISCONNECT
+        raise check_denied(asked, exc) from exc
     except ReaderGroupError:
-        connection.disconnect()  # never leave an unchecked socket in the pool
+        yield DISCONNECT  # never leave an unchecked socket in the pool
         raise
+
+
+def url_options(
+    url: str, config: ClientConfig
+) -> tuple[dict[str, Any], bool, str, list[tuple[str, int]]]:
+    """The client options for ``url`` and ``config`` (the threaded and the asyncio
+    connection's alike), whether it names Sentinels, the URL of its first host and its seeds
+    (several: a cluster's)."""
+    options: dict[str, Any] = {
+        "socket_connect_timeout": min(config.socket_timeout, 5.0),
+        **dict(config.redis_options),
+    }
+    try:
+        sentinel = is_sentinel_url(url)
+        first, seeds = (url, []) if sentinel else split_seeds(url)
+    except EndpointURLError as exc:
+        raise InvalidConfigError(str(exc)) from exc
+    if sentinel and config.cluster:
+        raise InvalidConfigError("a redis+sentinel:// URL cannot name a cluster")
+    # No CLIENT SETINFO on connect (redis-py's default): two round trips fewer per new
+    # socket, no metadata lookup of redis-py's version for each, and one set of ACL rules
+    # for every server (Redis 7.0 has no CLIENT SETINFO; 7.2+ would log a denial)
+    options.setdefault("driver_info", None)
+    return options, sentinel, first, seeds
+
+
+def unusable_url(url: str, config: ClientConfig, exc: Exception) -> InvalidConfigError:
+    """redis-py refused ``url`` (a bad scheme, port or option): said without its password."""
+    return InvalidConfigError(
+        f"{redact_url(url)!r} is not a usable Redis URL: "
+        f"{redact(str(exc), [config.redis_options.get('password')])}"
+    )
+
+
+def check_memory_info(info: Any) -> None:
+    """Refuse a server whose ``maxmemory-policy`` (in an ``INFO memory`` reply) may evict."""
+    if isinstance(info, bytes):
+        info = info.decode("utf-8", "replace")
+    for line in str(info).splitlines():
+        name, _, value = line.partition(":")
+        if name == "maxmemory_policy":
+            check_eviction_policy(value.strip())
+
+
+def check_denied(asked: str, exc: Exception) -> AccessDeniedError:
+    """The error for an ACL user that may not run ``asked`` (``HELLO`` or ``INFO``), which
+    checking a new socket's server needs."""
+    needed = (
+        "+hello, needed to check the server's version"
+        if asked == "HELLO"
+        else "+info, needed to check its maxmemory-policy (or opt out with "
+        "ClientConfig(allow_key_eviction=True))"
+    )
+    return AccessDeniedError(f"Redis refused {asked} ({exc}): grant the ACL user {needed}")
+
+
+def too_old_for_hello(exc: Exception) -> UnsupportedServerError:
+    """No ``HELLO`` (Redis 5), or none without arguments (6.0)."""
+    return UnsupportedServerError(
+        f"the server does not answer HELLO ({exc}): it is older than Redis 6.2; readergroup "
+        f"needs Redis {'.'.join(map(str, OLDEST_SERVER))} or later (or any Valkey)"
+    )
 
 
 class RedisConnection(SynchronizerSource):
@@ -205,21 +270,7 @@ class RedisConnection(SynchronizerSource):
     @classmethod
     def from_url(cls, url: str, config: ClientConfig | None = None) -> RedisConnection:
         config = config or ClientConfig()
-        options: dict[str, Any] = {
-            "socket_connect_timeout": min(config.socket_timeout, 5.0),
-            **dict(config.redis_options),
-        }
-        try:
-            sentinel = is_sentinel_url(url)
-            first, seeds = (url, []) if sentinel else split_seeds(url)
-        except EndpointURLError as exc:
-            raise InvalidConfigError(str(exc)) from exc
-        if sentinel and config.cluster:
-            raise InvalidConfigError("a redis+sentinel:// URL cannot name a cluster")
-        # No CLIENT SETINFO on connect (redis-py's default): two round trips fewer per new
-        # socket, no metadata lookup of redis-py's version for each, and one set of ACL rules
-        # for every server (Redis 7.0 has no CLIENT SETINFO; 7.2+ would log a denial)
-        options.setdefault("driver_info", None)
+        options, sentinel, first, seeds = url_options(url, config)
         if config.cluster:  # (RedisCluster sets a socket up itself, then calls this)
             options["redis_connect_func"] = functools.partial(
                 _check_server, eviction=not config.allow_key_eviction
@@ -234,10 +285,7 @@ class RedisConnection(SynchronizerSource):
         except ReaderGroupError:
             raise
         except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
-            raise InvalidConfigError(
-                f"{redact_url(url)!r} is not a usable Redis URL: "
-                f"{redact(str(exc), [config.redis_options.get('password')])}"
-            ) from exc
+            raise unusable_url(url, config, exc) from exc
         return cls(client, config, blocking)
 
     def server_time_ms(self) -> int:

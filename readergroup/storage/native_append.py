@@ -41,12 +41,13 @@ Why this is as safe as the script:
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Generator, Sequence
+from typing import Any, NamedTuple
 
 import redis
 
 from readergroup.core.errors import NativeAppendConflictError
+from readergroup.core.steps import StepDriver
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.raw_connection import known_server as _known_server
 from readergroup.storage.raw_connection import pack as _pack
@@ -60,12 +61,14 @@ from readergroup.storage.segment_records import AppendBatch
 
 _STREAM = (b"stream", b"none", "stream", "none")  # TYPE replies of an events key to append to
 _HIREDIS_PARSER: Any = None  # redis-py's hiredis parser, whose reader _skip reads directly
-_NOT_ENOUGH_DATA: Any = object()  # what that reader returns while a reply is incomplete
+ASYNC_HIREDIS_PARSER: Any = None  # redis.asyncio's (storage/aio_append.py reads it so)
+NOT_ENOUGH_DATA: Any = object()  # what their reader returns while a reply is incomplete
 try:
     from redis._parsers import hiredis as _hiredis_parsing
 
     _HIREDIS_PARSER = _hiredis_parsing._HiredisParser
-    _NOT_ENOUGH_DATA = _hiredis_parsing.NOT_ENOUGH_DATA
+    ASYNC_HIREDIS_PARSER = _hiredis_parsing._AsyncHiredisParser
+    NOT_ENOUGH_DATA = _hiredis_parsing.NOT_ENOUGH_DATA
 except (ImportError, AttributeError):  # another redis-py layout: read through read_response
     pass
 
@@ -89,27 +92,76 @@ def append_natively(
     segment's ``created_ms`` and the epoch it went under, and the reply of ``wait`` (``None``
     without one); or ``None`` when the round must go through the script (nothing of it was
     written then: a replay always does). Connection errors propagate (redis-py's)."""
-    if (
+    if not goes_natively(batches):
+        return None
+    with pooled_connection(client) as connection:
+        steps = native_steps(layout, batches, wait, _known_server(connection))
+        driver = StepDriver(steps)
+        try:
+            while (step := driver.next()) is not None:
+                if type(step) is Remember:
+                    _remember_server(connection, step.server)
+                elif type(step) is RoundTrip:
+                    driver.reply = _round_trip(connection, step.commands)
+                else:
+                    assert type(step) is Transaction
+                    connection.send_packed_command(step.parts, check_health=False)
+                    _skip(connection, step.queued)
+                    driver.reply = [_read(connection) for _ in range(step.replies)]
+        except NativeAppendConflictError:  # nothing written; the connection is in a clean state
+            return None
+        return driver.result  # type: ignore[no-any-return]
+
+
+def goes_natively(batches: Sequence[AppendBatch]) -> bool:
+    """Whether a round may be appended natively (enough events, not too many segments, no
+    replay), else through the script."""
+    return not (
         sum(batch.count for batch in batches) < MIN_EVENTS
         or len(batches) > MAX_BATCHES
         or any(batch.replay is not None for batch in batches)
-    ):
-        return None
-    with pooled_connection(client) as connection:
-        try:
-            return _append(connection, layout, batches, wait)
-        except NativeAppendConflictError:  # nothing written; the connection is in a clean state
-            return None
+    )
 
 
-def _append(
-    connection: Any,
+class RoundTrip(NamedTuple):
+    """Send ``commands`` at once, send back their replies (error replies as values)."""
+
+    commands: list[tuple[Any, ...]]
+
+
+class Transaction(NamedTuple):
+    """Send the packed ``parts``, read and drop ``queued`` replies (the ``QUEUED`` ones), then
+    send back the next ``replies`` replies (``EXEC``'s, and the wait's)."""
+
+    parts: list[bytes]
+    queued: int
+    replies: int
+
+
+class Remember(NamedTuple):
+    """The connection's socket reaches the server whose ``run_id`` is ``server``."""
+
+    server: str | None
+
+
+NativeSteps = Generator[
+    RoundTrip | Transaction | Remember, Any, tuple[list[tuple[int, int, bytes, int]], Any]
+]
+
+
+def native_steps(
     layout: KeyLayout,
     batches: Sequence[AppendBatch],
     wait: Sequence[Any] | None,
-) -> tuple[list[tuple[int, int, bytes, int]], Any]:
+    server: str | None,
+) -> NativeSteps:
+    """The round trips of a native append (the threaded and the asyncio appends drive them,
+    see :class:`~readergroup.core.steps.StepDriver`); ``server``: the ``run_id`` the
+    connection knows (``None``: not known, ``INFO`` is asked). Raises
+    :class:`NativeAppendConflictError` when the round must take the script (nothing written,
+    the connection left clean)."""
     keys = [layout.segment(b.scope, b.stream, b.segment) for b in batches]
-    replies, now_ms, server = _first_round(connection, batches, keys)
+    replies, now_ms, server = yield from _first_round(batches, keys, server)
     commands = [b"*1\r\n$5\r\nMULTI\r\n"]
     outcomes: list[tuple[int, int, bytes, int]] = []  # (first offset, server ms, created, epoch)
     # meta key -> tail, bytes, ms, epoch of this round
@@ -117,7 +169,7 @@ def _append(
     for index, (batch, (meta, events, writers)) in enumerate(zip(batches, keys, strict=True)):
         state, last, kind = replies[3 * index : 3 + 3 * index]
         if any(isinstance(reply, Exception) for reply in (state, last)) or kind not in _STREAM:
-            _unwatch(connection)  # a key of the wrong type: the script names it
+            raise (yield from _unwatched())  # a key of the wrong type: the script names it
         created, sealed, tail_text, bytes_text, last_ms, epoch_text, began, history = state
         if (
             created is None
@@ -125,20 +177,20 @@ def _append(
             or (last is not None and int(last) >= batch.sequence)
             or server is None
         ):
-            _unwatch(connection)
+            raise (yield from _unwatched())
         if meta in tails:
             tail, size, ms, epoch = tails[meta]
         else:
             tail, size = int(tail_text or 0), int(bytes_text or 0)
             if tail < batch.seen_tail:  # appends were lost: the script records it
-                _unwatch(connection)
+                raise (yield from _unwatched())
             ms = max(now_ms, int(last_ms or 0))
             epoch, begin = _epoch(meta, epoch_text, began, history, server, tail, now_ms)
             if begin is not None:
                 commands.append(begin)
         command, size_after = _xadds(events, tail, size, ms, epoch, batch)
         if command is None:  # an event over the limit: the script names it
-            _unwatch(connection)
+            raise (yield from _unwatched())
         commands.append(command)
         count = batch.count
         commands.append(
@@ -163,10 +215,9 @@ def _append(
     commands.append(b"*1\r\n$4\r\nEXEC\r\n")
     if wait is not None:
         commands.append(_pack(tuple(wait)))
-    connection.send_packed_command(commands, check_health=False)
-    _skip(connection, queued)
-    executed = _read(connection)
-    acknowledged = _read(connection) if wait is not None else None
+    read = yield Transaction(commands, queued, 1 if wait is None else 2)
+    executed = read[0]
+    acknowledged = read[1] if wait is not None else None
     if executed is None or isinstance(executed, Exception):  # a watched key changed, EXECABORT
         raise NativeAppendConflictError
     if any(issubclass(kind, Exception) for kind in set(map(type, executed))):  # cannot happen
@@ -188,12 +239,11 @@ def _epoch(
 
 
 def _first_round(
-    connection: Any, batches: Sequence[AppendBatch], keys: Sequence[tuple[str, str, str]]
-) -> tuple[list[Any], int, str | None]:
+    batches: Sequence[AppendBatch], keys: Sequence[tuple[str, str, str]], server: str | None
+) -> Generator[RoundTrip | Remember, Any, tuple[list[Any], int, str | None]]:
     """Step 1: ``WATCH`` and the reads; return the per-batch replies (three each), the server
     ms and the server's ``run_id``."""
     watched = list(dict.fromkeys(key for triple in keys for key in triple))
-    server = _known_server(connection)
     reads: list[tuple[Any, ...]] = [("WATCH", *watched), ("TIME",)]
     if server is None:
         reads.append(("INFO", "server"))
@@ -204,12 +254,12 @@ def _first_round(
             ("HGET", writers, batch.writer),
             ("TYPE", events),
         )
-    replies = _round_trip(connection, reads)
+    replies = yield RoundTrip(reads)
     if any(isinstance(reply, Exception) for reply in replies[:head]):
-        _unwatch(connection)
+        raise (yield from _unwatched())
     if server is None:
         server = _run_id(replies[2])
-        _remember_server(connection, server)
+        yield Remember(server)
     now_sec, now_us = replies[1]
     return replies[head:], int(now_sec) * 1000 + int(now_us) // 1000, server
 
@@ -322,7 +372,7 @@ def _skip(connection: Any, count: int) -> None:
     try:
         while count:
             reply = gets()
-            if reply is _NOT_ENOUGH_DATA:
+            if reply is NOT_ENOUGH_DATA:
                 parser.read_from_socket()
             elif isinstance(reply, redis.ConnectionError):  # as redis-py raises it (LOADING)
                 raise reply
@@ -334,7 +384,7 @@ def _skip(connection: Any, count: int) -> None:
         raise redis.ConnectionError(f"error while reading from the server: {exc.args}") from exc
 
 
-def _unwatch(connection: Any) -> NoReturn:
-    connection.send_packed_command([b"*1\r\n$7\r\nUNWATCH\r\n"], check_health=False)
-    _read(connection)
-    raise NativeAppendConflictError
+def _unwatched() -> Generator[RoundTrip, Any, NativeAppendConflictError]:
+    """``UNWATCH``; the error that sends the round through the script (nothing written)."""
+    yield RoundTrip([("UNWATCH",)])
+    return NativeAppendConflictError()

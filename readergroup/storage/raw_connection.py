@@ -41,7 +41,7 @@ def known_server(connection: Any) -> str | None:
     """The ``run_id`` of the server this connection's socket reaches, if learnt before on that
     socket (see the module's docstring)."""
     remembered = getattr(connection, _SERVER_ATTRIBUTE, None)
-    sock = getattr(connection, "_sock", None)
+    sock = socket_of(connection)
     if remembered is None or sock is None or remembered[0] is not sock:
         return None
     server: str = remembered[1]
@@ -50,9 +50,16 @@ def known_server(connection: Any) -> str | None:
 
 def remember_server(connection: Any, server: str | None) -> None:
     """Remember ``server`` as the ``run_id`` the connection's current socket reaches."""
-    sock = getattr(connection, "_sock", None)
+    sock = socket_of(connection)
     if server and sock is not None:
         setattr(connection, _SERVER_ATTRIBUTE, (sock, server))
+
+
+def socket_of(connection: Any) -> Any:
+    """What stands for the connection's socket: redis-py's socket, or the stream writer of a
+    ``redis.asyncio`` connection (``None``: not connected)."""
+    sock = getattr(connection, "_sock", None)
+    return sock if sock is not None else getattr(connection, "_writer", None)
 
 
 def run_id(reply: Any) -> str | None:

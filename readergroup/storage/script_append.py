@@ -19,12 +19,13 @@ What is not sent per append any more (both were, on every small append):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
+from redis.typing import EncodableT
 
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.raw_connection import (
@@ -60,10 +61,39 @@ def _append(
     wait: Sequence[Any] | None,
 ) -> tuple[list[Any], Any]:
     server = known_server(connection) or ""
+    steps = append_steps(layout, script.sha, script.script, batches, wait, server)
+    replies: Any = None
+    try:
+        while True:
+            replies = round_trip(connection, steps.send(replies))
+    except StopIteration as finished:
+        replies, acknowledged, learnt = finished.value
+    remember_server(connection, learnt)
+    return replies, acknowledged
+
+
+AppendSteps = Generator[list[tuple[Any, ...]], list[Any], tuple[list[Any], Any, str | None]]
+"""Commands to send in one round trip each (the replies, error replies as values, are sent
+back in); returns the scripts' replies, the ``wait`` reply and the server's ``run_id`` if a
+reply told it."""
+
+
+def append_steps(
+    layout: KeyLayout,
+    sha: str,
+    source: EncodableT,
+    batches: Sequence[AppendBatch],
+    wait: Sequence[Any] | None,
+    server: str,
+) -> AppendSteps:
+    """The round trips of :func:`append_by_script`, without the I/O (the threaded writer's
+    and the asyncio writer's appends both run them): ``EVALSHA`` per batch and the ``wait``;
+    on ``NOSCRIPT``, ``SCRIPT LOAD`` and the refused batches again. ``server``: the
+    ``run_id`` the connection knows (``""``: none)."""
     calls = [
         (
             "EVALSHA",
-            script.sha,
+            sha,
             3,
             *layout.segment(batch.scope, batch.stream, batch.segment),
             *batch.script_args(server),
@@ -71,21 +101,22 @@ def _append(
         for batch in batches
     ]
     waits = [] if wait is None else [tuple(wait)]
-    replies = round_trip(connection, calls + waits)
+    replies = yield calls + waits
     acknowledged = replies.pop() if wait is not None else None
     refused = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if refused:  # this server does not have the script yet: nothing of those batches ran
-        (loaded,) = round_trip(connection, [("SCRIPT", "LOAD", script.script)])
+        (loaded,) = yield [("SCRIPT", "LOAD", source)]
         if isinstance(loaded, Exception):
             raise loaded
-        again = round_trip(connection, [calls[i] for i in refused] + waits)
+        again = yield [calls[i] for i in refused] + waits
         if wait is not None:
             acknowledged = again.pop()  # a wait covers every write before it on the connection
         for index, reply in zip(refused, again, strict=True):
             replies[index] = reply
+    learnt = None
     if not server:
         for reply in replies:
             if isinstance(reply, list) and len(reply) > 6 and reply[6]:
-                remember_server(connection, text(reply[6]))
+                learnt = text(reply[6])
                 break
-    return replies, acknowledged
+    return replies, acknowledged, learnt

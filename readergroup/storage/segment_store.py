@@ -68,6 +68,43 @@ def append_reply(batch: AppendBatch, reply: Any) -> AppendReply:
     return AppendReply(code)
 
 
+def append_replies(
+    acks: Acks, batches: Sequence[AppendBatch], replies: list[Any], waits: list[Any], client: Any
+) -> list[AppendReply]:
+    """Each batch's :class:`AppendReply` (:func:`append_reply`); if any wrote, the replies to
+    the acknowledgement waits (``waits``) must show it acknowledged as ``acks`` asks (else a
+    retriable error). ``client``: the one the appends went through (a Sentinel client asks
+    where the primary is at once on a shortfall; ``None``: none to ask)."""
+    results = [append_reply(batch, reply) for batch, reply in zip(batches, replies, strict=True)]
+    wrote_nothing = (segment_status.SEALED, segment_status.REGRESSED, REFUSED)
+    if any(r.status not in wrote_nothing for r in results):
+        with translate_errors("append"):
+            for acknowledged in waits:
+                where = f"stream {batches[0].scope}/{batches[0].stream}"
+                check_acknowledged(acks, acknowledged, where, client)
+    return results
+
+
+def native_replies(
+    batches: Sequence[AppendBatch], appended: Sequence[tuple[int, int, bytes, int]]
+) -> list[list[Any]]:
+    """A native append's outcomes (first offset, server ms, created, epoch per batch) as the
+    replies ``append_events.lua`` would have given."""
+    return [
+        [segment_status.OK, first, batch.count, ms, created, epoch]
+        for batch, (first, ms, created, epoch) in zip(batches, appended, strict=True)
+    ]
+
+
+def segment_states_of(segments: Sequence[int], replies: Sequence[Any]) -> dict[int, SegmentState]:
+    """Each segment's state from its ``HMGET meta`` reply (of
+    :data:`~readergroup.storage.segment_records.META_FIELDS`), by segment."""
+    return {
+        segment: segment_state_of(segment, fields)
+        for segment, fields in zip(segments, replies, strict=True)
+    }
+
+
 class SegmentStorage(Protocol):
     """The interface of the segment data plane: :class:`SegmentStore` on Redis, and
     :class:`~readergroup.testing.memory_segments.MemorySegmentStore` in memory."""
@@ -212,10 +249,7 @@ class SegmentStore:
                         replies.append(exc)
             elif (native := append_natively(self._client, self._keys, batches, wait)) is not None:
                 appended, acknowledged = native
-                replies = [
-                    [segment_status.OK, first, batch.count, ms, created, epoch]
-                    for batch, (first, ms, created, epoch) in zip(batches, appended, strict=True)
-                ]
+                replies = native_replies(batches, appended)
                 if wait is not None:
                     waits.append(acknowledged)
             else:
@@ -224,16 +258,7 @@ class SegmentStore:
                 )
                 if wait is not None:
                     waits.append(acknowledged)
-        results = [
-            append_reply(batch, reply) for batch, reply in zip(batches, replies, strict=True)
-        ]
-        wrote_nothing = (segment_status.SEALED, segment_status.REGRESSED, REFUSED)
-        if any(r.status not in wrote_nothing for r in results):
-            with translate_errors("append"):
-                for acknowledged in waits:
-                    where = f"stream {batches[0].scope}/{batches[0].stream}"
-                    check_acknowledged(self._acks, acknowledged, where, self._client)
-        return results
+        return append_replies(self._acks, batches, replies, waits, self._client)
 
     def _run(
         self, script: str, scope: str, stream: str, segment: int, keys: int, *args: Any
@@ -363,10 +388,7 @@ class SegmentStore:
                 meta = self._keys.segment(scope, stream, segment).meta
                 pipe.hmget(meta, *META_FIELDS)
             replies = pipe.execute()
-        return {
-            segment: segment_state_of(segment, fields)
-            for segment, fields in zip(segments, replies, strict=True)
-        }
+        return segment_states_of(segments, replies)
 
     def read_blocking(
         self,

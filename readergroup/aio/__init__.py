@@ -1,0 +1,25 @@
+"""The asyncio API (issue 29): clients on ``redis.asyncio`` whose background work runs as
+tasks of the caller's event loop, never threads, with the threaded clients' guarantees, errors
+and logging. See ``docs/asyncio.md``.
+
+* :class:`AsyncEventStreamClientFactory` (``async with``): ``await
+  factory.create_event_writer(stream, serializer)``.
+* :class:`AsyncEventStreamWriter`: ``await writer.write_event(event, routing_key=...)`` (the
+  durable acknowledgement), ``await writer.send(...)`` (a future, for pipelining), ``await
+  writer.flush()``, ``await writer.close()``, ``async with``.
+"""
+
+from readergroup.aio.factory import AsyncEventStreamClientFactory
+from readergroup.aio.metadata import AsyncStreamMetadataCache, AsyncStreamStates
+from readergroup.aio.writer import AsyncEventStreamWriter, AsyncWriteFuture
+from readergroup.client.write_rounds import EventPointer, EventWriterConfig
+
+__all__ = [
+    "AsyncEventStreamClientFactory",
+    "AsyncEventStreamWriter",
+    "AsyncStreamMetadataCache",
+    "AsyncStreamStates",
+    "AsyncWriteFuture",
+    "EventPointer",
+    "EventWriterConfig",
+]

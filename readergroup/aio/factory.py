@@ -1,0 +1,120 @@
+"""``AsyncEventStreamClientFactory``: the asyncio entry point for one scope's data-plane
+clients, all sharing one :class:`~readergroup.storage.aio_connection.AsyncConnection` and one
+metadata cache.
+
+Today it creates writers (:meth:`AsyncEventStreamClientFactory.create_event_writer`). The
+asyncio reader will be created here too, as ``await factory.create_reader(...)`` beside
+``create_event_writer``, sharing the connection and the metadata cache the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, TypeVar
+
+from readergroup.aio.metadata import (
+    AsyncStreamMetadataCache,
+    LogStreamStates,
+    complete_scale_seals,
+)
+from readergroup.aio.writer import AsyncEventStreamWriter
+from readergroup.client.serializers import Serializer
+from readergroup.client.write_rounds import EventWriterConfig
+from readergroup.core.config import ClientConfig
+from readergroup.core.names import validate_name
+from readergroup.storage.aio_connection import AsyncConnection
+from readergroup.storage.aio_connection_api import AsyncConnectionApi
+
+T = TypeVar("T")
+
+
+class AsyncEventStreamClientFactory:
+    """Entry point for asyncio data-plane clients of one scope.
+
+    Example::
+
+        async with AsyncEventStreamClientFactory.from_url("shop", url) as factory:
+            writer = await factory.create_event_writer("orders", UTF8StringSerializer())
+            pointer = await writer.write_event("hello", routing_key="customer-7")
+
+    Closing the factory closes (flushes) every writer it created, then the connection (if it
+    owns it). Use it from one event loop.
+    """
+
+    def __init__(
+        self, scope: str, connection: AsyncConnectionApi, *, owns_connection: bool = False
+    ) -> None:
+        self._scope = validate_name(scope, "scope")
+        self._connection = connection
+        self._owns_connection = owns_connection
+        self._metadata = AsyncStreamMetadataCache(
+            LogStreamStates(connection).fetch,
+            connection.config.metadata_ttl,
+            repair=functools.partial(complete_scale_seals, connection),
+        )
+        self._writers: list[AsyncEventStreamWriter[Any]] = []
+
+    @classmethod
+    def from_url(
+        cls, scope: str, url: str, config: ClientConfig | None = None
+    ) -> AsyncEventStreamClientFactory:
+        """A factory on its own connection to ``url`` (connects at the first command)."""
+        return cls(scope, AsyncConnection.from_url(url, config), owns_connection=True)
+
+    @property
+    def scope(self) -> str:
+        return self._scope
+
+    @property
+    def connection(self) -> AsyncConnectionApi:
+        return self._connection
+
+    async def create_event_writer(
+        self,
+        stream: str,
+        serializer: Serializer[T],
+        config: EventWriterConfig | None = None,
+        **kwargs: Any,
+    ) -> AsyncEventStreamWriter[T]:
+        """A writer for ``stream`` of this scope. Raises
+        :class:`~readergroup.core.errors.StreamNotFoundError` if it is missing. ``kwargs``:
+        :class:`~readergroup.aio.writer.AsyncEventStreamWriter`'s injectable ``clock``,
+        ``sleep``, ``rng``, ``wall_clock_ms`` and ``writer_id``."""
+        validate_name(stream, "stream")
+        state = await self._metadata.get(self._scope, stream)
+        writer: AsyncEventStreamWriter[T] = AsyncEventStreamWriter(
+            self._connection,
+            self._metadata,
+            self._scope,
+            stream,
+            serializer,
+            config,
+            max_event_size=state.config.max_event_size,
+            **kwargs,
+        )
+        self._writers.append(writer)
+        return writer
+
+    async def close(self) -> None:
+        """Close every writer created here (each flushes first), then the connection; raise
+        the first writer's failure, if any, once all are closed (a writer whose flush raises
+        does not leave the others' events unsent)."""
+        writers, self._writers = self._writers, []
+        failure: Exception | None = None
+        try:
+            for writer in writers:
+                try:
+                    await writer.close()
+                except Exception as exc:
+                    failure = failure or exc
+        finally:
+            if self._owns_connection:
+                await self._connection.close()
+        if failure is not None:
+            raise failure
+
+    async def __aenter__(self) -> AsyncEventStreamClientFactory:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

@@ -1,0 +1,199 @@
+"""The asyncio Redis connection of readergroup: :class:`AsyncConnection`, on ``redis.asyncio``.
+
+Built from the same URL and :class:`~readergroup.core.config.ClientConfig` as the threaded
+:class:`~readergroup.storage.connection.RedisConnection` (:func:`~readergroup.storage.
+connection.url_options`): ACL user and password (in the URL or ``redis_options``), TLS
+(``rediss://`` and the ``ssl_*`` options), ``unix://``, ``socket_timeout``, the key prefix and
+``acks``. redis-py's own retries are off (the writer retries with the same sequence number,
+which the scripts deduplicate); every new socket is checked like the threaded client's: a
+server older than Redis 7.0, or one whose ``maxmemory-policy`` may evict keys, is refused.
+
+``redis+sentinel://`` URLs name the primary the Sentinels say (asked on each new connection;
+see :func:`_sentinel_client`). Not yet on asyncio: ``ClientConfig(cluster=True)`` raises
+:class:`~readergroup.core.errors.InvalidConfigError` here (use the threaded client for it).
+
+No password comes out: the connection's ``repr`` names the redacted URL only, and errors are
+translated (:mod:`readergroup.storage.translate`) from redis-py's, which never carry it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from readergroup.core.config import ClientConfig
+from readergroup.core.errors import InvalidConfigError
+from readergroup.core.steps import StepDriver
+from readergroup.storage.aio_append import AsyncSegmentAppends
+from readergroup.storage.aio_state_log import read_log
+from readergroup.storage.connection import (
+    DISCONNECT,
+    READ,
+    server_check,
+    too_old_for_hello,
+    unusable_url,
+    url_options,
+)
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.translate import translate_errors
+from statesync.backend import ReadResult
+from statesync.endpoints import parse_sentinel_url
+from statesync.errors import EndpointURLError
+from statesync.redaction import redact_url
+from statesync.redis_backend import SENTINEL_CHECK_INTERVAL
+
+
+class AsyncConnection:
+    """One ``redis.asyncio`` client (and its pool) shared by everything an
+    :class:`~readergroup.aio.factory.AsyncEventStreamClientFactory` creates. Use it from one
+    event loop (the one that created it)."""
+
+    def __init__(self, client: redis.asyncio.Redis, config: ClientConfig, url: str) -> None:
+        self.config = config
+        self.client = client
+        self.keys = KeyLayout(config.key_prefix)
+        self._where = redact_url(url)
+        self.segments = AsyncSegmentAppends(client, self.keys, config.durability)
+        """The segment appends (``await segments.append(batches)``)."""
+
+    @classmethod
+    def from_url(cls, url: str, config: ClientConfig | None = None) -> AsyncConnection:
+        """A connection to ``url`` (nothing is sent until the first command)."""
+        config = config or ClientConfig()
+        options, sentinel, _, seeds = url_options(url, config)
+        if config.cluster:
+            raise InvalidConfigError(
+                "the asyncio API does not support ClientConfig(cluster=True) yet: use the "
+                "threaded client (EventStreamClientFactory) for a Redis Cluster"
+            )
+        if len(seeds) > 1:
+            raise InvalidConfigError(
+                f"{len(seeds)} hosts in the URL: several seeds need ClientConfig(cluster=True)"
+            )
+        eviction = not config.allow_key_eviction
+
+        async def connect_checking_server(connection: Any) -> None:
+            await _set_up(connection)
+            await _check_server(connection, eviction=eviction)
+
+        options["redis_connect_func"] = connect_checking_server
+        try:
+            client = (
+                _sentinel_client(url, config, options)
+                if sentinel
+                else redis.asyncio.Redis.from_url(
+                    url,
+                    socket_timeout=config.socket_timeout,
+                    retry=Retry(NoBackoff(), 0),
+                    **options,
+                )
+            )
+        except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
+            raise unusable_url(url, config, exc) from exc
+        return cls(client, config, url)
+
+    def __repr__(self) -> str:
+        return f"AsyncConnection({self._where!r}, key_prefix={self.config.key_prefix!r})"
+
+    async def server_time_ms(self) -> int:
+        with translate_errors("TIME"):
+            seconds, micros = await self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    async def read_log(self, name: str, after_revision: int, limit: int) -> ReadResult:
+        """One page of the state log ``name`` (see
+        :func:`~readergroup.storage.aio_state_log.read_log`)."""
+        return await read_log(self.client, self.config.key_prefix, name, after_revision, limit)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def _sentinel_client(
+    url: str, config: ClientConfig, options: dict[str, Any]
+) -> redis.asyncio.Redis:
+    """The client of the primary a ``redis+sentinel://`` URL names (as
+    :func:`statesync.redis_backend.sentinel_clients` builds the threaded one: the URL's
+    credentials win over ``redis_options``; ``sentinel_options`` go to the Sentinels). Each
+    new connection asks the Sentinels where the primary is; one to a primary demoted since
+    is dropped at its first ``READONLY`` reply (redis-py's), so the writer's retry reaches
+    the new primary."""
+    try:
+        target = parse_sentinel_url(url)
+    except EndpointURLError as exc:
+        raise InvalidConfigError(str(exc)) from exc
+    auth = {"username": target.username, "password": target.password}
+    options = {**options, **{name: value for name, value in auth.items() if value is not None}}
+    if target.tls:
+        options = {"ssl": True, **options}
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        target.sentinels,
+        sentinel_kwargs={
+            "socket_timeout": min(config.socket_timeout, 5.0),
+            **dict(config.sentinel_options),
+        },
+        **options,
+    )
+    client: redis.asyncio.Redis = sentinel.master_for(
+        target.service,
+        socket_timeout=config.socket_timeout,
+        db=target.db,
+        retry=Retry(NoBackoff(), 0),
+        connection_pool_class=_FollowingPool,
+    )
+    return client
+
+
+class _FollowingPool(SentinelConnectionPool):
+    """A Sentinel pool that asks the Sentinels where the primary is when a connection is
+    taken, at most every :data:`~statesync.redis_backend.SENTINEL_CHECK_INTERVAL` seconds, as
+    the threaded client's pool does: after a failover the old primary stays writable until
+    the Sentinels demote it, and what a client writes there meanwhile is lost; on a switch
+    the idle connections are closed and the busy ones dropped when handed back."""
+
+    _asked = -math.inf
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if now - self._asked >= SENTINEL_CHECK_INTERVAL:
+            self._asked = now
+            with contextlib.suppress(MasterNotFoundError):  # (connecting raises it)
+                await self.get_master_address()  # type: ignore[no-untyped-call]
+        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+
+async def _set_up(connection: Any) -> None:
+    """redis-py's own set-up of a socket, a server without ``HELLO`` refused as too old."""
+    try:
+        await connection.on_connect()
+    except redis.exceptions.NoPermissionError:
+        raise
+    except redis.ResponseError as exc:
+        if "hello" not in str(exc).lower():
+            raise
+        await connection.disconnect()
+        raise too_old_for_hello(exc) from exc
+
+
+async def _check_server(connection: Any, *, eviction: bool) -> None:
+    """The threaded client's check of a new socket
+    (:func:`~readergroup.storage.connection.server_check`), awaited."""
+    driver = StepDriver(server_check(None, eviction=eviction))
+    while (step := driver.next()) is not None:
+        try:
+            if step is READ:
+                driver.reply = await connection.read_response()
+            elif step is DISCONNECT:
+                await connection.disconnect()
+            else:
+                await connection.send_command(*step)
+        except redis.RedisError as exc:
+            driver.error = exc
