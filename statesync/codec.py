@@ -24,7 +24,8 @@ Wire format (``FORMAT_VERSION`` 3; versions 1 and 2 are read too)
   know them may drop, because the update means the same without them, only with less detail
   (Kafka's tagged fields). So a later version can add a tagged field without breaking this
   one. Extension ``2`` stays strict (an unknown field is refused), as every earlier version
-  reads it.
+  reads it; a tagged field at its default is left out there too, so an update that gained a
+  tagged field still reads in every earlier version while the field keeps its default.
 * A snapshot is the map ``{"v": 1, "r": revision, "t": server_time_ms, "s": state}``.
 * ``"v"`` is 3 when the entry holds tagged updates, else 2 when the value holds a compact form
   (extension ``4``), else 1, so readers of an older format keep reading everything that does
@@ -176,6 +177,21 @@ def _init_fields(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
 
 
+def _tagged_defaults(obj: Any) -> frozenset[str]:
+    """The tagged fields of update ``obj`` at their defaults: left out in every format (the
+    reader's default stands in), so a tagged field added later reaches no reader of format 2
+    while it keeps its default (writers leave it so in that format)."""
+    if not isinstance(obj, Update) or not obj.tagged_fields:
+        return frozenset()
+    return frozenset(
+        spec.name
+        for spec in dataclasses.fields(obj)  # type: ignore[arg-type]  # an Update dataclass
+        if spec.name in obj.tagged_fields
+        and spec.default is not dataclasses.MISSING
+        and getattr(obj, spec.name) == spec.default
+    )
+
+
 class _Tagged:
     """An update to be written as a tagged update (extension 5)."""
 
@@ -276,7 +292,12 @@ class Codec:
                 written.compact = True
                 payload = self._encode([name, to_wire()], depth, written)
                 return msgpack.ExtType(_EXT_COMPACT, payload)
-            fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
+            left_out = _tagged_defaults(obj)
+            fields = {
+                f.name: getattr(obj, f.name)
+                for f in dataclasses.fields(obj)
+                if f.init and f.name not in left_out
+            }
             return msgpack.ExtType(_EXT_DATACLASS, self._encode([name, fields], depth, written))
         # read-only (e.g. persistent) mappings and sets: a msgpack map, a frozenset
         if isinstance(obj, Mapping) and not isinstance(obj, MutableMapping):

@@ -14,6 +14,7 @@ from readergroup.admin import group_member
 from readergroup.admin.group_member import GroupMember
 from readergroup.core import membership
 from readergroup.core.group_state import (
+    NO_LAG,
     CompleteSegments,
     GroupState,
     SegKey,
@@ -109,6 +110,7 @@ def _unguarded_release(
     epochs: Mapping[SegKey, int] | None = None,
     *,
     only_listed: bool = False,
+    lag: int = NO_LAG,
 ) -> Any:
     def release(state: GroupState) -> Any:
         chosen = membership.segments_to_release(state, reader_id, max_moves)
@@ -116,7 +118,7 @@ def _unguarded_release(
             chosen = [s for s in chosen if s in positions]
         owned = state.assigned
         triples = tuple((s, owned[s].token, positions.get(s, owned[s].position)) for s in chosen)
-        update = membership.ReleaseSegments(reader_id, generation, triples)
+        update = membership.ReleaseSegments(reader_id, generation, triples, (), lag)
         return ([update] if triples else []), chosen
 
     return release

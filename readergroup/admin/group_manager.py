@@ -40,6 +40,7 @@ from readergroup.core.group_state import (
     SegKey,
     check_new_checkpoint,
     new_group,
+    without_lags,
 )
 from readergroup.core.group_view import MemberView, group_state_word, members_of
 from readergroup.core.log_format import NEWEST_FORMAT
@@ -192,10 +193,11 @@ class ReaderGroup:
         the log from its newest snapshot, which every supported version reads: stop every
         reader of the group, compact, and readers of the previous version can join although
         entries of a newer log format were written (the last reader to leave does this itself;
-        this is for readers that crashed)."""
-        self.refresh()
+        this is for readers that crashed). With no member live, the readers' lags are left out
+        of the snapshot (they need a newer form of it; nobody ranks by them)."""
+        live = any(not m.stale for m in self.members())
         with translate_errors("compact the group log"):
-            self.sync.compact()
+            self.sync.compact(None if live else without_lags)
         return self.sync.revision
 
     def missing_streams(self) -> list[str]:

@@ -31,7 +31,7 @@ from readergroup.core.balance import (
     next_expiry_ms,
 )
 from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError
-from readergroup.core.group_state import Assignment, GroupState, ReaderRecord, SegKey
+from readergroup.core.group_state import NO_LAG, Assignment, GroupState, ReaderRecord, SegKey
 from readergroup.core.liveness import ExpiryGuard
 from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.core.membership import (
@@ -46,6 +46,7 @@ from readergroup.core.membership import (
     plan_remove,
     plan_rewind,
 )
+from readergroup.storage.format_negotiation import NegotiatedFormat
 from readergroup.storage.translate import translate_errors
 from statesync import LogRegressedError, StateSynchronizer
 
@@ -133,6 +134,9 @@ class GroupMember:
         self._refreshed_ms = 0
         """Server time of the heartbeat's latest read of the group log."""
         self._max_moves = max_moves
+        self._log_format = NegotiatedFormat(heartbeats)
+        """The group log's format as the synchronizer negotiates it: a commit reports its lag
+        only in the newest (a previous version refuses a field it does not know)."""
         self._joined = False
         self._recovery = threading.RLock()
         self._expiry = ExpiryGuard(session_timeout_ms)
@@ -387,6 +391,7 @@ class GroupMember:
         fetched_at: int | None = None,
         only_listed: bool = False,
         release_epochs: Mapping[SegKey, int] | None = None,
+        lag: int = NO_LAG,
     ) -> tuple[dict[SegKey, Assignment], list[SegKey]]:
         """Release above-share segments at ``release_positions`` (``only_listed``: none but
         those; with the epochs they were read under, where ``release_epochs`` has them) and
@@ -399,22 +404,25 @@ class GroupMember:
         in the same step (see :meth:`refresh`), so a decision to move nothing is taken on it
         without reading the log again: one read per wake-up.
 
+        ``lag``: this reader's (see :meth:`commit`), carried on its moves.
+
         Returns ``(acquired, released)``. Raises ReaderNotInGroupError if no longer a member.
         """
         me, generation, moves = self.reader_id, self.generation, self._max_moves
+        lag = self._reportable(lag)
         positions = dict(release_positions)
         released: list[SegKey] = []
         # bounded: every capped round gives back ``moves`` of the segments owned now
         for _ in range(len(self.sync.state.owned_by(me)) // moves + 1):
             plan = plan_release(
-                me, generation, moves, positions, release_epochs, only_listed=only_listed
+                me, generation, moves, positions, release_epochs, only_listed=only_listed, lag=lag
             )
             chosen = self.sync.update_state(plan, fetched_at=fetched_at)
             fetched_at = self._fresh_after(fetched_at)
             released.extend(chosen)
             if len(chosen) < moves:
                 break
-        plan = plan_acquire(me, generation, self.server_ms)
+        plan = plan_acquire(me, generation, self.server_ms, lag)
         chosen = self.sync.update_state(plan, fetched_at=fetched_at)
         # another thread may have adopted a regressed log since: keep what we still own
         mine = self.sync.state.owned_by(me)
@@ -457,15 +465,26 @@ class GroupMember:
         self,
         positions: Mapping[SegKey, tuple[int, int]],
         epochs: Mapping[SegKey, int] | None = None,
+        lag: int = NO_LAG,
     ) -> None:
         """Record ``segment -> (token, position)`` (with the epoch each was read under, where
-        ``epochs`` has it); fenced readers get an error, nothing lands."""
+        ``epochs`` has it, and this reader's ``lag``: events behind the tails of its segments,
+        reported while every member reads the newest log format); fenced readers get an
+        error, nothing lands."""
         if not positions:
             return
         triples = tuple((s, token, position) for s, (token, position) in positions.items())
         given = epochs or {}
         known = tuple((s, given[s]) for s in positions if s in given)
-        self.sync.update_state(plan_commit(self.reader_id, self.generation, triples, known))
+        lag = self._reportable(lag)
+        self.sync.update_state(plan_commit(self.reader_id, self.generation, triples, known, lag))
+
+    def _reportable(self, lag: int) -> int:
+        """``lag`` if the group's log is written in the newest format (every member reads the
+        field), else :data:`NO_LAG`."""
+        if lag >= 0 and self._log_format(self.sync.state) < NEWEST_FORMAT:
+            return NO_LAG
+        return lag
 
     @_recovers
     def rewind(self, rewinds: Mapping[SegKey, tuple[int, int, int]]) -> None:

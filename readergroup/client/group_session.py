@@ -46,9 +46,16 @@ from readergroup.core.errors import (
     TruncatedDataError,
 )
 from readergroup.core.group_config import AUTO, ReaderGroupConfig
+from readergroup.core.group_state import (
+    NO_LAG,
+    Assignment,
+    GroupState,
+    SegKey,
+    readers_to_move,
+)
 from readergroup.core.group_state import STATE_TYPES as GROUP_STATE_TYPES
 from readergroup.core.group_state import UPDATE_TYPES as GROUP_UPDATE_TYPES
-from readergroup.core.group_state import Assignment, GroupState, SegKey, readers_to_move
+from readergroup.core.lag import events_behind
 from readergroup.core.names import split_scoped_stream, stream_sync_name
 from readergroup.core.reader_machine import ReaderMachine, SegmentPhase
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
@@ -137,6 +144,8 @@ class GroupSession(Generic[T]):
         """When (monotonic) the reading thread's fetch last watched the group's wake streams
         (news there wakes it): while it does, the maintenance thread need not look itself."""
         self._handled_checkpoints: set[str] = set()
+        # owned segment -> its log's tail as the latest commit's look found it (for its lag)
+        self._tails: dict[SegKey, int] = {}
         self.end_of_data = False
         self._stuck_at: dict[str, int] = {}
         """Synchronizer name -> revision of the bad entry it stopped at: the XREAD waits
@@ -557,8 +566,10 @@ class GroupSession(Generic[T]):
                         refused[key] = (position, limit)
                 positions = {k: v for k, v in positions.items() if k not in refused}
                 epochs = fetcher.epochs_of((k, p) for k, (_, p) in positions.items())
+                lag = self._lag(positions, logs)
         else:
             epochs = fetcher.epochs_of(((k, p) for k, (_, p) in positions.items()), table)
+            lag = NO_LAG  # leaving: its lag no longer matters
         if refused:
             logger.warning(
                 "reader %r: commit of %s refused: their logs no longer hold those positions "
@@ -570,7 +581,7 @@ class GroupSession(Generic[T]):
             return refused
         before = self.member.sync.revision
         try:
-            self.member.commit(positions, epochs)
+            self.member.commit(positions, epochs, lag)
         except SegmentNotOwnedError:
             self.group_dirty = True  # ownership moved: reconcile on the next maintenance
             self.wake.set()
@@ -583,6 +594,27 @@ class GroupSession(Generic[T]):
                 if owned is not None:
                     owned.committed = max(owned.committed, position)
         return refused
+
+    def _lag(
+        self,
+        positions: Mapping[SegKey, tuple[int, int]] | None = None,
+        logs: Mapping[SegKey, tuple[int, list[tuple[int, int]]]] | None = None,
+    ) -> int:
+        """(Under the gate's lock.) This reader's lag (as it commits ``positions``): events
+        between where it is in each owned segment and that segment's tail, as a commit's look
+        at the logs (``logs``) found it, else as an earlier look did (at least what was
+        fetched). Reported on commits and moves (see :mod:`readergroup.core.lag`); no command
+        of its own."""
+        owned_now, logs, positions = self._fetcher.owned, logs or {}, positions or {}
+        self._tails = {
+            key: logs[key][0] if key in logs else max(self._tails.get(key, 0), owned.fetch)
+            for key, owned in owned_now.items()
+        }
+        at = {
+            key: max(owned.consumed, positions[key][1] if key in positions else 0)
+            for key, owned in owned_now.items()
+        }
+        return events_behind(at, self._tails)
 
     def send_rewinds(
         self, *, reported: bool = False, table: Mapping[SegKey, OwnedSegment] | None = None
@@ -648,12 +680,17 @@ class GroupSession(Generic[T]):
             going = {
                 k: table[k] for k in self.machine.in_phase(SegmentPhase.RELEASABLE) if k in table
             }
+            lag = self._lag()
         release_at = {k: self._release_position(o) for k, o in going.items()}
         epochs = self._fetcher.epochs_of(release_at.items(), going)
         try:
             # decided on the state just read: one read of the group log per wake-up
             acquired, released = self.member.rebalance(
-                release_at, fetched_at=sync.revision, only_listed=True, release_epochs=epochs
+                release_at,
+                fetched_at=sync.revision,
+                only_listed=True,
+                release_epochs=epochs,
+                lag=lag,
             )
         except BaseException:
             if going:  # the outcome is unknown: the next round adopts what is still ours

@@ -10,11 +10,13 @@ to itself on every refresh, converge to sizes that differ by at most one and the
   reader is below ``floor`` and no segment is unassigned. Between ``floor`` and ``ceil`` nothing
   moves: that band is the hysteresis that keeps the group from flapping;
 * moves that several readers could make but fewer are needed are made **in turn**, in an order
-  every reader computes alike from the state (fewest segments first, then a hash of the reader
-  id): the extra segments up to ``ceil`` go to the first readers at ``floor`` (the k-th takes
+  every reader computes alike from the state (fewest segments first, then least lag, then a
+  hash of the reader id; see :func:`~readergroup.core.lag.lag_ranks`): the extra segments up
+  to ``ceil`` go to the first readers at ``floor`` (the k-th takes
   the k-th oldest unassigned segment); when the readers below ``floor`` want all that is
   unassigned (or more), each takes its want from the oldest in that order, after those before
-  it; only the first ``deficit`` readers above ``floor`` release one for a reader below it. The
+  it; only the first ``deficit`` readers above ``floor`` (most segments first, then most lag)
+  release one for a reader below it. The
   others move nothing (no herd of conflicting updates when one reader joins or leaves a large
   group);
 * a reader acquires its whole share in one update (like Pravega's reader group; bounded by the
@@ -42,8 +44,17 @@ import heapq
 import zlib
 from collections.abc import Callable, Mapping
 
-from readergroup.core.fair_share import acquire_count, fair_share, in_turn, release_count
+from readergroup.core.fair_share import (
+    TurnKey,
+    acquire_count,
+    donor_key,
+    fair_share,
+    in_turn,
+    release_count,
+    taker_key,
+)
 from readergroup.core.group_state import GroupState, ReaderRecord, SegKey
+from readergroup.core.lag import lag_ranks
 from readergroup.core.routing import epoch_of, number_of
 
 __all__ = [  # the counting rules live in fair_share (the group state's updates use them too)
@@ -85,15 +96,16 @@ def segments_to_acquire(state: GroupState, reader_id: str) -> list[SegKey]:
     if not count:
         return []
     floor, ceil = fair_share(sum(counts.values()) + unassigned, len(counts))
+    takes = taker_key(counts, lag_ranks(state.lags, counts))
     if owned >= floor:  # one extra segment, which every reader at floor may take: in turn
         takers = [r for r, c in counts.items() if floor <= c < ceil and not state.frozen_for(r)]
-        turn = _turn(reader_id, takers, lambda r: counts[r])
+        turn = _turn(reader_id, takers, takes)
         if turn >= unassigned:
             return []
         return [heapq.nsmallest(turn + 1, state.unassigned, key=segment_age)[turn]]
     starving = [r for r, c in counts.items() if c < floor and not state.frozen_for(r)]
     if sum(floor - counts[r] for r in starving) >= unassigned:  # none to spare: in turn
-        ordered = in_turn(starving, lambda r: counts[r])
+        ordered = in_turn(starving, takes)
         before = ordered[: ordered.index(reader_id)] if reader_id in ordered else ordered
         offset = sum(floor - counts[r] for r in before)
         if offset >= unassigned:
@@ -115,13 +127,14 @@ def segments_to_release(state: GroupState, reader_id: str, max_moves: int) -> li
     if count and len(mine) <= ceil:  # one for a reader below floor, from any above it: in turn
         deficit = sum(floor - c for c in counts.values() if c < floor)
         donors = [r for r, c in counts.items() if c > floor and not state.frozen_for(r)]
-        if _turn(reader_id, donors, lambda r: -counts[r]) >= deficit:
+        gives = donor_key(counts, lag_ranks(state.lags, counts))
+        if _turn(reader_id, donors, gives) >= deficit:
             count = 0
     newest_first = sorted(mine, key=lambda s: mine[s].token, reverse=True)
     return newest_first[:count]
 
 
-def _turn(reader_id: str, candidates: list[str], key: Callable[[str], int]) -> int:
+def _turn(reader_id: str, candidates: list[str], key: TurnKey) -> int:
     """``reader_id``'s place in :func:`_in_turn` order; ``len(candidates)`` if not among them."""
     ordered = in_turn(candidates, key)
     return ordered.index(reader_id) if reader_id in ordered else len(ordered)

@@ -30,6 +30,14 @@ is never appended, and fenced readers get a specific error):
 * :class:`RewindPositions`: an owner moves committed positions back to where a segment's log
   diverged in a failover (the offsets past it were lost, and new events are there now).
 
+Lag: a commit, an acquisition or a release may carry its reader's lag (events behind the tails
+of the segments it owns, a tagged field: see :class:`CommitPositions`), recorded in
+``lag_reports``. The balancing turns
+read ``lags``, the reports as *published* by the last update that moved segments or members
+(join, leave, acquire, release, completion): those updates wake the readers with a move to
+make, decided on the state after them, so a commit (which wakes nobody) never changes whose
+turn it is between a wake-up and the move it is for. A removed reader's lag is dropped.
+
 Epochs: a position may come with the log epoch (``epoch.lua``) of the event before it, as
 the reader read it (``epochs``); the next owner checks the segment's log still holds that
 (:func:`readergroup.core.epochs.committed_divergence`), so offsets a failover lost below a
@@ -142,6 +150,12 @@ class GroupState:
     epochs: Mapping[SegKey, int] = field(default_factory=dict)
     """Per assigned or unassigned segment, the log epoch its position was read under (the
     epoch of the event before it), where known."""
+    lag_reports: Mapping[str, int] = field(default_factory=dict)
+    """Per online reader, the lag its latest commit reported (events behind the tails of its
+    segments), where one did."""
+    lags: Mapping[str, int] = field(default_factory=dict)
+    """``lag_reports`` as published by the latest move (see the module doc): what the
+    balancing turns read (:func:`~readergroup.core.fair_share.lag_ranks`)."""
     _owners: PMap[str, PMap[SegKey, Assignment]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -232,7 +246,16 @@ class GroupState:
         return out
 
 
-_PERSISTENT_MAPS = ("readers", "assigned", "unassigned", "future", "waiting_ends", "epochs")
+_PERSISTENT_MAPS = (
+    "readers",
+    "assigned",
+    "unassigned",
+    "future",
+    "waiting_ends",
+    "epochs",
+    "lag_reports",
+    "lags",
+)
 
 
 def new_group(
@@ -334,7 +357,9 @@ MAX_NAMED_WAKES = 256
 def readers_to_move(state: GroupState) -> frozenset[str]:
     """The readers the balancing rules (turns included) give a move in ``state``, frozen
     readers excepted (:func:`~readergroup.core.fair_share.readers_with_moves` on its counts)."""
-    return readers_with_moves(state.counts(), len(state.unassigned), state.frozen_readers())
+    return readers_with_moves(
+        state.counts(), len(state.unassigned), state.frozen_readers(), state.lags
+    )
 
 
 def movers(state: GroupState) -> frozenset[str] | None:
@@ -374,6 +399,31 @@ _EPOCHS_TAGGED = frozenset({"epochs"})
 """Position epochs are tagged fields (see ``statesync.codec``): a reader that does not know them
 moves the positions without epochs, which only skips the divergence check there."""
 
+NO_LAG = -1
+"""A commit's ``lag`` when it reports none (a previous version's, or one written for readers
+of an older log format, which would refuse the field)."""
+
+
+def without_lags(state: GroupState) -> GroupState:
+    """``state`` with no lag known (a snapshot in the form the previous versions read, for a
+    group none of whose readers is live: nobody ranks by the lags dropped)."""
+    if not (state.lag_reports or state.lags):
+        return state
+    return _changed(state, lag_reports=PMap(), lags=PMap())
+
+
+def _published(state: GroupState) -> Mapping[str, int]:
+    """The lags a move publishes: the latest reports (the same persistent map, O(1))."""
+    return state.lag_reports
+
+
+def _reported(state: GroupState, reader_id: str, lag: int) -> Mapping[str, int]:
+    """``state.lag_reports`` with ``reader_id``'s ``lag`` (unchanged for :data:`NO_LAG`)."""
+    reports = state.lag_reports
+    if lag < 0 or reports.get(reader_id) == lag:
+        return reports
+    return pmap(reports).set(reader_id, lag)
+
 
 @dataclass(frozen=True)
 class AddReader(Update):
@@ -394,6 +444,7 @@ class AddReader(Update):
             state,
             readers=pmap(state.readers).set(self.reader_id, record),
             next_generation=state.next_generation + 1,
+            lags=_published(state),
         )
 
 
@@ -423,6 +474,9 @@ class RemoveReader(Update):
         assigned = pmap(state.assigned).evolve(deletes=released)
         unassigned = pmap(state.unassigned).evolve(released.items())
         readers = pmap(state.readers).delete(self.reader_id)
+        reports = pmap(state.lag_reports)
+        if self.reader_id in reports:
+            reports = reports.delete(self.reader_id)
         checkpoints = tuple(
             _acknowledged(c, self.reader_id, released, self.now_ms)
             if self.reader_id in c.pending and not c.done
@@ -438,15 +492,23 @@ class RemoveReader(Update):
             checkpoints=checkpoints,
             reset_pending=tuple(r for r in state.reset_pending if r != self.reader_id),
             epochs=_moved_epochs(state, moves, self.epochs),
+            lag_reports=reports,
+            lags=reports,
         )
 
 
 @dataclass(frozen=True)
 class AcquireSegments(Update):
+    """Take unassigned segments; ``lag`` (tagged): the reader's lag as it decided (see
+    :class:`CommitPositions`)."""
+
+    tagged_fields: ClassVar[frozenset[str]] = frozenset({"lag"})
+
     reader_id: str
     generation: int
     segments: tuple[SegKey, ...]
     now_ms: int
+    lag: int = NO_LAG
 
     def conflict_keys(self) -> tuple[str, ...]:
         return _keys(self.reader_id, self.segments)
@@ -470,20 +532,24 @@ class AcquireSegments(Update):
             assigned=pmap(state.assigned).evolve(acquired.items()),
             unassigned=pmap(state.unassigned).evolve(deletes=acquired),
             next_token=token,
+            lag_reports=(reports := _reported(state, self.reader_id, self.lag)),
+            lags=reports,
         )
 
 
 @dataclass(frozen=True)
 class ReleaseSegments(Update):
-    """Give segments back at the given positions: ``(segment, token, position)``."""
+    """Give segments back at the given positions: ``(segment, token, position)``; ``lag``
+    (tagged): the reader's lag as it decided (see :class:`CommitPositions`)."""
 
-    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED
+    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED | {"lag"}
 
     reader_id: str
     generation: int
     releases: tuple[tuple[SegKey, int, int], ...]
     epochs: tuple[tuple[SegKey, int], ...] = ()
     """The epoch each released position was read under, where known."""
+    lag: int = NO_LAG
 
     def conflict_keys(self) -> tuple[str, ...]:
         return _keys(self.reader_id, (s for s, _, _ in self.releases))
@@ -508,6 +574,8 @@ class ReleaseSegments(Update):
             assigned=pmap(state.assigned).evolve(deletes=released),
             unassigned=pmap(state.unassigned).evolve(released.items()),
             epochs=_moved_epochs(state, moves, self.epochs),
+            lag_reports=(reports := _reported(state, self.reader_id, self.lag)),
+            lags=reports,
         )
 
 
@@ -516,16 +584,20 @@ class CommitPositions(Update):
     """Record processed positions: ``(segment, token, position)``; positions never go back.
 
     Wakes no follower: no reader acts on another's progress (readers block on the group's
-    wake stream, so commits cost them nothing)."""
+    wake stream, so commits cost them nothing). ``lag`` (a tagged field, format 3): the
+    reader's lag as it committed, recorded in ``lag_reports`` (the next move publishes it);
+    :data:`NO_LAG`: none reported."""
 
     wakes_followers: ClassVar[bool] = False
-    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED
+    tagged_fields: ClassVar[frozenset[str]] = _EPOCHS_TAGGED | {"lag"}
 
     reader_id: str
     generation: int
     positions: tuple[tuple[SegKey, int, int], ...]
     epochs: tuple[tuple[SegKey, int], ...] = ()
     """The epoch each position was read under (of the event before it), where known."""
+    lag: int = NO_LAG
+    """Events the reader was behind the tails of its segments as it committed."""
 
     def conflict_keys(self) -> tuple[str, ...]:
         return _keys(self.reader_id, (s for s, _, _ in self.positions))
@@ -543,6 +615,7 @@ class CommitPositions(Update):
             added=committed.items(),
             assigned=pmap(state.assigned).evolve(committed.items()),
             epochs=_moved_epochs(state, moves, self.epochs),
+            lag_reports=_reported(state, self.reader_id, self.lag),
         )
 
 
@@ -666,6 +739,7 @@ class CompleteSegments(Update):
             completed=completed,
             waiting_ends=waiting,
             epochs=epochs.evolve(deletes=[s for s in ends if s in epochs]) if epochs else epochs,
+            lags=_published(state),
         )
 
 
@@ -858,6 +932,8 @@ def check_invariants(state: GroupState) -> None:
         assert set(ends) <= state.completed, f"{successor} waits on uncompleted ends {ends}"
     for segment in state.epochs:
         assert segment in state.assigned or segment in state.unassigned, f"{segment} epoch"
+    for reader_id in chain(state.lag_reports, state.lags):
+        assert reader_id in state.readers, f"lag of offline reader {reader_id}"
 
 
 # -- compact form (snapshots) -----------------------------------------------------------------
@@ -867,10 +943,15 @@ def check_invariants(state: GroupState) -> None:
 # unassigned, future, completed, next_generation, next_token, generation, created_ms,
 # checkpoints, end, reset_pending, waiting_ends, epochs]``, segment keys as ``[stream indexes,
 # ids]`` over ``streams``; ``epochs`` (form 2) is ``[assigned, unassigned]``, each a column of
-# epochs in the order of that map's keys (-1: none), so it costs no keys of its own.
+# epochs in the order of that map's keys (-1: none), so it costs no keys of its own. Form 3 adds
+# ``lags``: ``[reader ids, reported, published]`` (-1: none); it is written only while a lag is
+# known (only readers of log format 3 report one), so a group without lags keeps form 2, which
+# the previous versions read (the last reader to leave a group compacts it: no lags then).
 WIRE_FORM = 2
-READ_FORMS = (1, 2)
-"""Forms read: form 1 (before position epochs) has no ``epochs``."""
+LAGS_WIRE_FORM = 3
+READ_FORMS = (1, 2, 3)
+"""Forms read: form 1 (before position epochs) has no ``epochs``, form 2 no ``lags``."""
+_FIELDS = {1: 18, 2: 19, 3: 20}
 
 
 def _position_columns(table: columns.StreamTable, values: Mapping[SegKey, int]) -> list[Any]:
@@ -912,8 +993,9 @@ def state_to_wire(state: GroupState) -> list[Any]:
     attribute = columns.attribute
     streams, ids, names, positions, tokens, acquired = _assigned_columns(table, state)
     unassigned = columns.to_columns(table, state.unassigned, _one_column)
-    return [
-        WIRE_FORM,
+    lagging = state.lag_reports or state.lags
+    wire = [
+        LAGS_WIRE_FORM if lagging else WIRE_FORM,
         state.scope,
         state.name,
         state.config,
@@ -957,6 +1039,28 @@ def state_to_wire(state: GroupState) -> list[Any]:
             _epoch_column(state.epochs, table.streams, unassigned),
         ],
     ]
+    if lagging:
+        lag_ids = sorted({*state.lag_reports, *state.lags})
+        wire.append(
+            [
+                lag_ids,
+                [state.lag_reports.get(r, NO_LAG) for r in lag_ids],
+                [state.lags.get(r, NO_LAG) for r in lag_ids],
+            ]
+        )
+    return wire
+
+
+def _lags_from(wire: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """``(lag_reports, lags)`` of form 3's ``lags`` field."""
+    ids, reported, published = columns.fields(wire, "lags", 3)
+    reader_ids = columns.strings(ids, "lag reader ids")
+    reports = columns.ints(reported, "reported lags", len(reader_ids))
+    lags = columns.ints(published, "published lags", len(reader_ids))
+    return (
+        {r: lag for r, lag in zip(reader_ids, reports, strict=True) if lag >= 0},
+        {r: lag for r, lag in zip(reader_ids, lags, strict=True) if lag >= 0},
+    )
 
 
 def _epoch_column(
@@ -984,7 +1088,7 @@ def state_from_wire(wire: Any) -> GroupState:
     form = wire[0] if type(wire) is list and wire else None
     if form not in READ_FORMS:
         raise ValueError(f"group state form {form!r} is not supported (reads {READ_FORMS})")
-    wire = columns.fields(wire, "group state", 18 if form == 1 else 19)
+    wire = columns.fields(wire, "group state", _FIELDS[form])
     streams = columns.strings(wire[4], "stream table")
     ids, generations, joined = columns.fields(wire[5], "readers", 3)
     reader_ids = columns.strings(ids, "reader ids")
@@ -1037,6 +1141,7 @@ def state_from_wire(wire: Any) -> GroupState:
         assigned_epochs, unassigned_epochs = columns.fields(wire[18], "epochs", 2)
         epochs.extend(_epochs_from(assigned_keys, assigned_epochs, "assigned epochs"))
         epochs.extend(_epochs_from(unassigned.key_columns, unassigned_epochs, "unassigned epochs"))
+    lag_reports, lags = _lags_from(wire[19]) if form == LAGS_WIRE_FORM else ({}, {})
     scope, name, config = wire[1:4]
     if not (isinstance(scope, str) and isinstance(name, str)):
         raise ValueError("scope or name is not a string")
@@ -1061,6 +1166,8 @@ def state_from_wire(wire: Any) -> GroupState:
         reset_pending=tuple(columns.strings(wire[16], "reset pending readers")),
         waiting_ends=PMap(waiting),
         epochs=PMap(epochs),
+        lag_reports=PMap(lag_reports),
+        lags=PMap(lags),
     )
     object.__setattr__(state, "_owners", owners)
     return state

@@ -21,6 +21,7 @@ from readergroup.core.balance import (
 )
 from readergroup.core.errors import ReaderAlreadyOnlineError, ReaderReplacedError
 from readergroup.core.group_state import (
+    NO_LAG,
     AckCheckpoint,
     AckReset,
     AcquireSegments,
@@ -187,13 +188,14 @@ def plan_release(
     epochs: Mapping[SegKey, int] | None = None,
     *,
     only_listed: bool = False,
+    lag: int = NO_LAG,
 ) -> Plan[list[SegKey]]:
     """Give back above-share segments at ``positions`` (else their committed ones; with the
     epochs they were read under, where ``epochs`` has them), unless a checkpoint or reset
     awaits this reader; ``only_listed``: none but those in ``positions`` (the reader stopped
     handing out exactly those): as many of them as the balance rule gives back, newest first
-    (which segments is the reader's choice; how many is the rule's). Result: the segments
-    released."""
+    (which segments is the reader's choice; how many is the rule's); ``lag``: the reader's, if
+    reported. Result: the segments released."""
 
     def release(state: GroupState) -> Decision[list[SegKey]]:
         check_member(state, reader_id, generation)
@@ -208,22 +210,24 @@ def plan_release(
         triples = tuple((s, owned[s].token, positions.get(s, owned[s].position)) for s in chosen)
         given = epochs or {}
         known = tuple((s, given[s]) for s in chosen if s in positions and s in given)
-        update = ReleaseSegments(reader_id, generation, triples, known)
+        update = ReleaseSegments(reader_id, generation, triples, known, lag)
         return ([update] if triples else []), chosen
 
     return release
 
 
-def plan_acquire(reader_id: str, generation: int, now_ms: int) -> Plan[list[SegKey]]:
+def plan_acquire(
+    reader_id: str, generation: int, now_ms: int, lag: int = NO_LAG
+) -> Plan[list[SegKey]]:
     """Take this reader's whole share of unassigned segments, unless a checkpoint or reset
-    awaits this reader. Result: the segments acquired."""
+    awaits this reader (``lag``: the reader's, if reported). Result: the segments acquired."""
 
     def acquire(state: GroupState) -> Decision[list[SegKey]]:
         check_member(state, reader_id, generation)
         if state.frozen_for(reader_id):
             return [], []
         chosen = segments_to_acquire(state, reader_id)
-        update = AcquireSegments(reader_id, generation, tuple(chosen), now_ms)
+        update = AcquireSegments(reader_id, generation, tuple(chosen), now_ms, lag)
         return ([update] if chosen else []), chosen
 
     return acquire
@@ -234,14 +238,16 @@ def plan_commit(
     generation: int,
     triples: tuple[tuple[SegKey, int, int], ...],
     epochs: tuple[tuple[SegKey, int], ...] = (),
+    lag: int = NO_LAG,
 ) -> Plan[None]:
     """Record ``(segment, token, position)`` triples (with the epoch each position was read
-    under, where ``epochs`` has it); fenced readers get an error."""
+    under, where ``epochs`` has it, and the reader's ``lag``, if reported); fenced readers get
+    an error."""
 
     def commit(state: GroupState) -> Decision[None]:
         for segment, token, _ in triples:
             check_owner(state, reader_id, generation, segment, token)
-        return [CommitPositions(reader_id, generation, triples, epochs)], None
+        return [CommitPositions(reader_id, generation, triples, epochs, lag)], None
 
     return commit
 
