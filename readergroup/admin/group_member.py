@@ -137,6 +137,10 @@ class GroupMember:
         self._log_format = NegotiatedFormat(heartbeats)
         """The group log's format as the synchronizer negotiates it: a commit reports its lag
         only in the newest (a previous version refuses a field it does not know)."""
+        self._newest_for: object = None
+        """The members map a commit last found writing the newest format: a move reports its
+        lag only while the members are still those (it reads no announcements itself: a join
+        storm made every reader's every round read them)."""
         self._joined = False
         self._recovery = threading.RLock()
         self._expiry = ExpiryGuard(session_timeout_ms)
@@ -404,12 +408,14 @@ class GroupMember:
         in the same step (see :meth:`refresh`), so a decision to move nothing is taken on it
         without reading the log again: one read per wake-up.
 
-        ``lag``: this reader's (see :meth:`commit`), carried on its moves.
+        ``lag``: this reader's (see :meth:`commit`), carried on its moves while the members are
+        those its latest commit found all reading the newest format.
 
         Returns ``(acquired, released)``. Raises ReaderNotInGroupError if no longer a member.
         """
         me, generation, moves = self.reader_id, self.generation, self._max_moves
-        lag = self._reportable(lag)
+        if self.sync.state.readers is not self._newest_for:
+            lag = NO_LAG
         positions = dict(release_positions)
         released: list[SegKey] = []
         # bounded: every capped round gives back ``moves`` of the segments owned now
@@ -482,8 +488,12 @@ class GroupMember:
     def _reportable(self, lag: int) -> int:
         """``lag`` if the group's log is written in the newest format (every member reads the
         field), else :data:`NO_LAG`."""
-        if lag >= 0 and self._log_format(self.sync.state) < NEWEST_FORMAT:
+        if lag < 0:
+            return lag
+        readers = self.sync.state.readers
+        if self._log_format(self.sync.state) < NEWEST_FORMAT:
             return NO_LAG
+        self._newest_for = readers
         return lag
 
     @_recovers
