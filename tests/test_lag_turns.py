@@ -24,6 +24,7 @@ from readergroup.core.group_state import (
     ReleaseSegments,
     RemoveReader,
     check_invariants,
+    readers_to_move,
 )
 from readergroup.core.lag import events_behind, lag_ranks
 from statesync import Update
@@ -186,6 +187,7 @@ def test_snapshots_carry_the_lags_in_form_3_and_stay_form_2_without() -> None:
     assert wire[0] == 3 and len(wire) == 20
     back = GroupState.from_wire(wire)
     assert (dict(back.lag_reports), dict(back.lags)) == ({"a": 120, "b": 3}, {"a": 100})
+    assert back == state and readers_to_move(back) == readers_to_move(state)
     assert GroupState.from_wire(plain.to_wire()) == plain
 
 
