@@ -84,12 +84,7 @@ class AsyncWriteFuture(QueuedEvent):
     retry whose first try had landed, the pointer's offset is ``-1`` (as the threaded
     writer's)."""
 
-    __slots__ = ("_future", "_loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, *args: Any) -> None:
-        super().__init__(*args)
-        self._loop = loop
-        self._future: asyncio.Future[EventPointer] | None = None
+    __slots__ = ()  # _owner: the writer's event loop; _waiter: the asyncio.Future, if made
 
     def result(self) -> EventPointer:
         if not self._done:
@@ -106,9 +101,10 @@ class AsyncWriteFuture(QueuedEvent):
     def as_future(self) -> asyncio.Future[EventPointer]:
         """An :class:`asyncio.Future` resolved with this outcome (the same one each call);
         cancelling it cancels nothing but itself."""
-        future = self._future
+        future: asyncio.Future[EventPointer] | None = self._waiter
         if future is None:
-            future = self._future = self._loop.create_future()
+            loop: asyncio.AbstractEventLoop = self._owner
+            future = self._waiter = loop.create_future()
             if self._done:
                 self._resolve(future)
         return future
@@ -121,7 +117,7 @@ class AsyncWriteFuture(QueuedEvent):
     def _complete(self, segment: int, offset: int, error: BaseException | None) -> None:
         self._record(segment, offset, error)
         self._done = True
-        future = self._future
+        future = self._waiter
         if future is not None and not future.done():  # (done: cancelled by its holder)
             self._resolve(future)
 
@@ -179,6 +175,8 @@ class AsyncEventStreamWriter(RoundSender[T, AsyncWriteFuture], Generic[T]):
         self._sleep = sleep or (asyncio.sleep if clock is None else _sleeping_on(clock))
         self._accounting = nullcontext()
         self._loop = asyncio.get_running_loop()
+        self._event_class = AsyncWriteFuture
+        self._event_owner = self._loop
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -220,17 +218,7 @@ class AsyncEventStreamWriter(RoundSender[T, AsyncWriteFuture], Generic[T]):
         (:class:`WriteFailedError`)."""
         if self._closed:
             raise WriterClosedError("the writer is closed")
-        payload, packed, position, wire = self._encoded(event, routing_key, headers)
-        queued = AsyncWriteFuture(
-            self._loop,
-            next(self._order),
-            wire,
-            payload,
-            self._wall_ms(),
-            position,
-            self._clock.monotonic() + self._delivery_timeout,
-            packed,
-        )
+        queued = self._new_event(event, routing_key, headers)
         if self._waiting or not self._fits(queued.size):
             await self._wait_for_room(queued)
         else:

@@ -118,7 +118,9 @@ class QueuedEvent:
         "_done",
         "_error",
         "_offset",
+        "_owner",
         "_segment",
+        "_waiter",
         "deadline",
         "headers",
         "order",
@@ -131,6 +133,7 @@ class QueuedEvent:
 
     def __init__(
         self,
+        owner: Any,
         order: int,
         wire_key: str,
         payload: bytes,
@@ -139,6 +142,8 @@ class QueuedEvent:
         deadline: float,
         headers: bytes = b"",
     ) -> None:
+        self._owner = owner  # what waiters need of the writer (see the subclasses)
+        self._waiter: Any = None  # what a waiter left (see the subclasses); None: nobody
         self._done = False
         self._segment = -1
         self._offset = -1
@@ -226,6 +231,10 @@ class RoundSender(Generic[T, E]):
     no-op for the task); :meth:`_released` is called with it held after events settle."""
 
     _accounting: AbstractContextManager[Any]
+    _event_class: type[E]
+    """The subclass's queued events."""
+    _event_owner: Any
+    """What its events' waiters need of it (:attr:`QueuedEvent._owner`)."""
 
     ROUND_BATCHES = 16
     """Most full batches in one round (one round trip): more amortise a round trip over more
@@ -251,6 +260,7 @@ class RoundSender(Generic[T, E]):
         self._serializer = serializer
         self._config = config
         self._clock = clock
+        self._monotonic = clock.monotonic
         self._delivery_timeout = config.delivery_timeout
         self._rng = rng
         self._wall_ms = wall_ms
@@ -286,11 +296,10 @@ class RoundSender(Generic[T, E]):
         )
 
     # -- write_event's checks ------------------------------------------------------------------
-    def _encoded(
-        self, event: T, routing_key: str | None, headers: Headers | None
-    ) -> tuple[bytes, bytes, float, str]:
-        """The event's payload and packed headers, its key-space position and wire routing
-        key; raises (nothing queued) as ``write_event`` documents."""
+    def _new_event(self, event: T, routing_key: str | None, headers: Headers | None) -> E:
+        """The queued event for ``event`` (of :attr:`_event_class`, owned by
+        :attr:`_event_owner`), written now; raises (nothing queued) as ``write_event``
+        documents."""
         payload = self._serializer.serialize(event)
         if type(payload) is not bytes:
             payload = self._bytes_of(payload, routing_key)
@@ -306,11 +315,21 @@ class RoundSender(Generic[T, E]):
                 f"{self._max_event_size} of {self._scope}/{self._stream}; nothing was written"
             )
         if routing_key is None:
-            return payload, packed, self._rng.random(), ""
-        if type(routing_key) is str:
+            position, wire = self._rng.random(), ""
+        elif type(routing_key) is str:
             position, wire = cached_route(routing_key)
-            return payload, packed, position, wire
-        raise TypeError(f"routing_key must be a str or None, got {type(routing_key).__name__}")
+        else:
+            raise TypeError(f"routing_key must be a str or None, got {type(routing_key).__name__}")
+        return self._event_class(
+            self._event_owner,
+            next(self._order),
+            wire,
+            payload,
+            self._wall_ms(),
+            position,
+            self._monotonic() + self._delivery_timeout,
+            packed,
+        )
 
     def _bytes_of(self, payload: object, routing_key: str | None) -> bytes:
         """What the serializer returned, if bytes-like, as bytes (a copy: the caller may reuse

@@ -82,20 +82,16 @@ class WriteFuture(QueuedEvent):
     had landed, the pointer's offset is ``-1`` (the script reports only that the batch is
     already in)."""
 
-    __slots__ = ("_callbacks", "_completed")
+    __slots__ = ()  # _owner: the writer's completion Condition; _waiter: callbacks, if any
 
     _callback_lock = threading.Lock()
-
-    def __init__(self, completed: threading.Condition, *event: Any) -> None:
-        super().__init__(*event)  # (see QueuedEvent)
-        self._completed = completed
-        self._callbacks: list[Callable[[WriteFuture], Any]] | None = None
 
     def _wait(self, timeout: float | None) -> None:
         if self._done:
             return
-        with self._completed:
-            if not self._completed.wait_for(lambda: self._done, timeout):
+        completed: threading.Condition = self._owner
+        with completed:
+            if not completed.wait_for(lambda: self._done, timeout):
                 raise TimeoutError("the event was not acknowledged in time")
 
     def result(self, timeout: float | None = None) -> EventPointer:
@@ -111,7 +107,7 @@ class WriteFuture(QueuedEvent):
     def add_done_callback(self, callback: Callable[[WriteFuture], Any]) -> None:
         with self._callback_lock:
             if not self._done:
-                self._callbacks = [*(self._callbacks or []), callback]
+                self._waiter = [*(self._waiter or []), callback]
                 return
         self._call(callback)
 
@@ -127,12 +123,12 @@ class WriteFuture(QueuedEvent):
         """Called by the sender only; waiters are woken by its notify at the end of a round. A
         future without callbacks (the usual one) is completed without taking the lock."""
         self._record(segment, offset, error)
-        if self._callbacks is None:
+        if self._waiter is None:
             self._done = True
             return
         with self._callback_lock:
             self._done = True
-            callbacks, self._callbacks = self._callbacks, None
+            callbacks, self._waiter = self._waiter, None
         for callback in callbacks or ():
             self._call(callback)
 
@@ -177,6 +173,8 @@ class EventStreamWriter(RoundSender[T, WriteFuture], Generic[T]):
         self._idle = threading.Condition(self._accounting)
         self._room = threading.Condition(self._accounting)
         self._completed = threading.Condition()
+        self._event_class = WriteFuture
+        self._event_owner = self._completed
         self._closed = False
         self._pid = os.getpid()  # a copy in a forked child is unusable (_after_fork_in_child)
         _LIVE_WRITERS.add(self)
@@ -213,17 +211,7 @@ class EventStreamWriter(RoundSender[T, WriteFuture], Generic[T]):
         """
         if self._closed:
             raise self._closed_error()
-        payload, packed, position, wire = self._encoded(event, routing_key, headers)
-        future = WriteFuture(
-            self._completed,
-            next(self._order),
-            wire,
-            payload,
-            self._wall_ms(),
-            position,
-            self._monotonic() + self._delivery_timeout,
-            packed,
-        )
+        future = self._new_event(event, routing_key, headers)
         size = future.size
         with self._accounting:
             if self._buffered + size > self._max_in_flight and self._buffered:
