@@ -87,7 +87,9 @@ class AsyncReaderConnection:
 
     async def close(self) -> None:
         """Close the blocking client the log backend made (the shared client stays open)."""
-        await self.log_backend.blocking_client.aclose()
+        blocking = self.log_backend.blocking_client
+        await blocking.aclose()
+        await blocking.connection_pool.disconnect()
 
 
 async def join_group(
