@@ -5,10 +5,8 @@ on a real Redis."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import threading
-from collections import defaultdict
 from typing import Any
 
 import pytest
@@ -24,15 +22,12 @@ from readergroup import (
 )
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncEventStreamReader
 from readergroup.core.errors import ReaderClosedError, ReaderGroupNotFoundError
-from readergroup.core.group_config import ReaderConfig
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 2.0, "group_refresh_time": 0.1}
 
 
-def make_group(
-    url: str, scope: str, segments: int = 4, group: str = "g", **config: Any
-) -> None:
+def make_group(url: str, scope: str, segments: int = 4, group: str = "g", **config: Any) -> None:
     with StreamManager.from_url(url) as streams:
         streams.create_stream(
             scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
@@ -234,3 +229,94 @@ def test_a_sync_and_an_async_reader_share_a_group_and_hand_over_exactly_once(
     every = sync_got + async_got
     assert len(every) == 700 and len(set(every)) == 700
     assert async_got and in_key_order(async_got) and in_key_order(sync_got)
+
+
+async def _cancelled_reads(url: str, scope: str, cancellations: int, seed: int) -> list[str]:
+    """Read while an asyncio writer writes, cancelling read tasks at random moments until
+    ``cancellations`` reads were cancelled while under way; every value read, in order."""
+    rng = random.Random(seed)
+    got: list[str] = []
+    async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
+        writer = await factory.create_event_writer("s", UTF8StringSerializer())
+        reader = await factory.create_reader("a", "g", UTF8StringSerializer())
+        total = 3000
+
+        async def write_all() -> None:
+            for key, value in keyed(total):
+                await writer.send(value, routing_key=key)
+                if rng.random() < 0.05:
+                    await asyncio.sleep(0.001)
+            await writer.flush()
+
+        writing = asyncio.create_task(write_all())
+        cancelled = 0
+        async with asyncio.timeout(60):
+            while cancelled < cancellations or len(got) < total:
+                task = asyncio.create_task(reader.read_next_event(timeout=0.05))
+                if cancelled < cancellations:
+                    for _ in range(rng.randrange(4)):
+                        await asyncio.sleep(0)  # cancelled at any await of the read
+                    if rng.random() < 0.3:
+                        await asyncio.sleep(rng.random() * 0.003)
+                    if not task.done():
+                        task.cancel()
+                        cancelled += 1
+                try:
+                    event = await task
+                except asyncio.CancelledError:
+                    continue
+                if event.is_event:
+                    got.append(event.event)
+        await writing
+        await reader.close()
+    return got
+
+
+@pytest.mark.parametrize("cancellations", [150])
+def test_cancelled_reads_lose_nothing_and_leave_the_reader_usable(
+    redis_url: str, scope: str, cancellations: int
+) -> None:
+    make_group(redis_url, scope, segments=2)
+    got = asyncio.run(_cancelled_reads(redis_url, scope, cancellations, seed=cancellations))
+    assert len(got) == len(set(got)) == 3000
+    assert in_key_order(got)
+
+
+@pytest.mark.long
+def test_a_thousand_cancelled_reads_lose_nothing(redis_url: str, scope: str) -> None:
+    make_group(redis_url, scope, segments=2)
+    got = asyncio.run(_cancelled_reads(redis_url, scope, 1000, seed=1000))
+    assert len(got) == len(set(got)) == 3000
+    assert in_key_order(got)
+
+
+def test_cancelling_the_service_closes_the_reader_and_gives_its_segments_back(
+    redis_url: str, scope: str
+) -> None:
+    """A service task cancelled in ``async for`` leaves ``async with`` (close: the group is
+    left, heartbeat and maintenance tasks end); another reader takes every segment at once."""
+    make_group(redis_url, scope, session_timeout=30.0)
+    write(redis_url, scope, keyed(40))
+
+    async def main() -> None:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            started = asyncio.Event()
+
+            async def service() -> None:
+                async with await factory.create_reader("a", "g", UTF8StringSerializer()) as r:
+                    async for _ in r:
+                        started.set()
+
+            task = asyncio.create_task(service())
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            others = [t for t in asyncio.all_tasks() if t.get_name().startswith("rg-")]
+            assert not [t for t in others if not t.done()]
+            b = await factory.create_reader("b", "g", UTF8StringSerializer())
+            async with asyncio.timeout(10):  # well within the 30 s session: a leave, not expiry
+                while len(b.assignment()) < 4:
+                    await b.read_next_event(timeout=0.05)
+
+    asyncio.run(main())

@@ -34,6 +34,7 @@ from readergroup.client.aio_fetcher import AsyncFetcher
 from readergroup.client.event_read import NOTHING, EventRead, RebalanceListener
 from readergroup.client.fetch_core import Outage
 from readergroup.client.serializers import Serializer
+from readergroup.core.calls import drive_async
 from readergroup.core.errors import ReaderClosedError, ReaderNotInGroupError, ReaderReplacedError
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.group_state import SegKey
@@ -147,12 +148,13 @@ class AsyncEventStreamReader(Generic[T]):
         session, fetcher = self._session, self._fetcher
         now = self._now()
         if now < session.quiet_until and session.fenced is None and not fetcher.errors:
-            event = fetcher.take_one()
-            if event is not None:
-                session.last_poll = now
-                if fetcher.turn_due():
-                    await fetcher.take_turn()
-                return event
+            if fetcher.turn_due():  # (before an event is taken: a cancellation here loses none)
+                await fetcher.take_turn()
+            if now < session.quiet_until and session.fenced is None and not fetcher.errors:
+                event = fetcher.take_one()
+                if event is not None:
+                    session.last_poll = now
+                    return event
         batch = await self._read_slowly(
             1, self._group.group_refresh_time if timeout is None else timeout, now
         )
@@ -166,12 +168,12 @@ class AsyncEventStreamReader(Generic[T]):
             raise ValueError("max_events must be >= 1")
         session, fetcher = self._session, self._fetcher
         now = self._now()
+        await fetcher.take_turn()  # (before events are taken: a cancellation here loses none)
         if now < session.quiet_until and session.fenced is None and not fetcher.errors:
             fetcher.consume_returned()
             events = fetcher.take(max_events)
             if events:
                 session.last_poll = now
-                await fetcher.take_turn()
                 return events
         timeout = self._group.group_refresh_time if timeout is None else timeout
         return await self._read_slowly(max_events, timeout, now)
@@ -183,8 +185,12 @@ class AsyncEventStreamReader(Generic[T]):
         async with self._reading:
             session.start_maintenance()
             try:
-                result: list[EventRead[T]] = await session.run(
-                    session.serve_steps(max_events, timeout, now)
+                # not under the hand-out lock between calls: the fetcher's calls take it, no
+                # other task's calls span an await under it, and nothing may be awaited
+                # between the events leaving their buffers and this call returning them (a
+                # cancellation there would lose them)
+                result: list[EventRead[T]] = await drive_async(
+                    session.serve_steps(max_events, timeout, now), session
                 )
                 return result
             finally:
