@@ -88,6 +88,7 @@ class AsyncReaderConnection:
     async def close(self) -> None:
         """Close the blocking client the log backend made (the shared client stays open)."""
         blocking = self.log_backend.blocking_client
+        assert isinstance(blocking, Redis)
         await blocking.aclose()
         await blocking.connection_pool.disconnect()
 
