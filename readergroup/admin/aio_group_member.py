@@ -12,13 +12,12 @@ and a member missing from that copy counts as one not announced yet, so the olde
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from readergroup.admin.group_member import Liveness, MemberSteps
-from readergroup.core.calls import drive_async
+from readergroup.core.calls import awaited, drive_async
 from readergroup.core.errors import ReaderGroupError
-from readergroup.core.group_state import NO_LAG, Assignment, GroupState, SegKey
+from readergroup.core.group_state import GroupState
 from readergroup.core.log_format import NEWEST_FORMAT, negotiated_format
 from readergroup.storage.format_negotiation import NegotiatedFormat
 
@@ -72,69 +71,24 @@ class AsyncGroupMember(MemberSteps):
             log_format=NegotiatedFormat(self.announcements),  # type: ignore[arg-type]
         )
 
-    async def refresh(self) -> GroupState:
-        return await drive_async(self.refresh_steps(), self)
+    refresh = awaited(MemberSteps.refresh_steps)
+    leave = awaited(MemberSteps.leave_steps)
+    rebalance = awaited(MemberSteps.rebalance_steps)
+    ack_checkpoint = awaited(MemberSteps.ack_checkpoint_steps)
+    ack_reset = awaited(MemberSteps.ack_reset_steps)
+    commit = awaited(MemberSteps.commit_steps)
+    rewind = awaited(MemberSteps.rewind_steps)
+    complete_segments = awaited(MemberSteps.complete_segments_steps)
 
     async def join(self, *, takeover: bool = False) -> int:
-        """See :meth:`MemberSteps.join_steps`."""
+        """See :meth:`MemberSteps.join_steps` (then reads the announced formats)."""
         generation = await drive_async(self.join_steps(takeover=takeover), self)
         await self.announcements.refresh()
         return generation
 
     async def heartbeat(self, *, judge: bool = False) -> Liveness:
-        """See :meth:`MemberSteps.heartbeat_steps` (and reads the announced formats again)."""
+        """See :meth:`MemberSteps.heartbeat_steps` (then reads the announced formats, while
+        some member is not known to read the newest)."""
         liveness = await drive_async(self.heartbeat_steps(judge=judge), self)
         await self.announcements.refresh(self.state)
         return liveness
-
-    async def leave(
-        self,
-        positions: Mapping[SegKey, int] | None = None,
-        epochs: Mapping[SegKey, int] | None = None,
-    ) -> bool:
-        """See :meth:`MemberSteps.leave_steps`."""
-        return await drive_async(self.leave_steps(positions, epochs), self)
-
-    async def rebalance(
-        self,
-        release_positions: Mapping[SegKey, int],
-        *,
-        fetched_at: int | None = None,
-        only_listed: bool = False,
-        release_epochs: Mapping[SegKey, int] | None = None,
-        lag: int = NO_LAG,
-    ) -> tuple[dict[SegKey, Assignment], list[SegKey]]:
-        """See :meth:`MemberSteps.rebalance_steps`."""
-        steps = self.rebalance_steps(
-            release_positions,
-            fetched_at=fetched_at,
-            only_listed=only_listed,
-            release_epochs=release_epochs,
-            lag=lag,
-        )
-        return await drive_async(steps, self)
-
-    async def ack_checkpoint(self, name: str, positions: Mapping[SegKey, int]) -> None:
-        await drive_async(self.ack_checkpoint_steps(name, positions), self)
-
-    async def ack_reset(self, group_generation: int) -> None:
-        await drive_async(self.ack_reset_steps(group_generation), self)
-
-    async def commit(
-        self,
-        positions: Mapping[SegKey, tuple[int, int]],
-        epochs: Mapping[SegKey, int] | None = None,
-        lag: int = NO_LAG,
-    ) -> None:
-        """See :meth:`MemberSteps.commit_steps`."""
-        await drive_async(self.commit_steps(positions, epochs, lag), self)
-
-    async def rewind(self, rewinds: Mapping[SegKey, tuple[int, int, int]]) -> None:
-        await drive_async(self.rewind_steps(rewinds), self)
-
-    async def complete_segments(
-        self,
-        completions: Sequence[tuple[SegKey, int, int]],
-        successors: Sequence[tuple[SegKey, tuple[SegKey, ...], int]],
-    ) -> bool:
-        return await drive_async(self.complete_segments_steps(completions, successors), self)

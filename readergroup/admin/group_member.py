@@ -30,7 +30,7 @@ from readergroup.core.balance import (
     expired_readers,
     next_expiry_ms,
 )
-from readergroup.core.calls import Steps, call, drive
+from readergroup.core.calls import Steps, blocking, call
 from readergroup.core.errors import ReaderGroupError, ReaderNotInGroupError
 from readergroup.core.group_state import NO_LAG, Assignment, GroupState, ReaderRecord, SegKey
 from readergroup.core.liveness import ExpiryGuard
@@ -580,73 +580,18 @@ class GroupMember(MemberSteps):
             judge_every_ms=judge_every_ms,
         )
 
-    def recover(self, cause: LogRegressedError) -> None:
-        drive(self.recover_steps(cause), self)
-
-    def refresh(self) -> GroupState:
-        return drive(self.refresh_steps(), self)
-
-    def join(self, *, takeover: bool = False) -> int:
-        """See :meth:`MemberSteps.join_steps`."""
-        return drive(self.join_steps(takeover=takeover), self)
-
-    def heartbeat(self, *, judge: bool = False) -> Liveness:
-        """See :meth:`MemberSteps.heartbeat_steps`."""
-        return drive(self.heartbeat_steps(judge=judge), self)
-
-    def remove_if(
-        self,
-        reader_id: str,
-        generation: int,
-        positions: Sequence[tuple[SegKey, int]] = (),
-        epochs: Sequence[tuple[SegKey, int]] = (),
-    ) -> bool:
-        return drive(self.remove_if_steps(reader_id, generation, positions, epochs), self)
-
-    def leave(
-        self,
-        positions: Mapping[SegKey, int] | None = None,
-        epochs: Mapping[SegKey, int] | None = None,
-    ) -> bool:
-        """See :meth:`MemberSteps.leave_steps`."""
-        return drive(self.leave_steps(positions, epochs), self)
-
-    def rebalance(
-        self,
-        release_positions: Mapping[SegKey, int],
-        *,
-        fetched_at: int | None = None,
-        only_listed: bool = False,
-        release_epochs: Mapping[SegKey, int] | None = None,
-        lag: int = NO_LAG,
-    ) -> tuple[dict[SegKey, Assignment], list[SegKey]]:
-        """See :meth:`MemberSteps.rebalance_steps`."""
-        steps = self.rebalance_steps(
-            release_positions,
-            fetched_at=fetched_at,
-            only_listed=only_listed,
-            release_epochs=release_epochs,
-            lag=lag,
-        )
-        return drive(steps, self)
-
-    def ack_checkpoint(self, name: str, positions: Mapping[SegKey, int]) -> None:
-        drive(self.ack_checkpoint_steps(name, positions), self)
-
-    def ack_reset(self, group_generation: int) -> None:
-        drive(self.ack_reset_steps(group_generation), self)
-
-    def commit(
-        self,
-        positions: Mapping[SegKey, tuple[int, int]],
-        epochs: Mapping[SegKey, int] | None = None,
-        lag: int = NO_LAG,
-    ) -> None:
-        """See :meth:`MemberSteps.commit_steps`."""
-        drive(self.commit_steps(positions, epochs, lag), self)
-
-    def rewind(self, rewinds: Mapping[SegKey, tuple[int, int, int]]) -> None:
-        drive(self.rewind_steps(rewinds), self)
+    recover = blocking(MemberSteps.recover_steps)
+    refresh = blocking(MemberSteps.refresh_steps)
+    join = blocking(MemberSteps.join_steps)
+    heartbeat = blocking(MemberSteps.heartbeat_steps)
+    remove_if = blocking(MemberSteps.remove_if_steps)
+    leave = blocking(MemberSteps.leave_steps)
+    rebalance = blocking(MemberSteps.rebalance_steps)
+    ack_checkpoint = blocking(MemberSteps.ack_checkpoint_steps)
+    ack_reset = blocking(MemberSteps.ack_reset_steps)
+    commit = blocking(MemberSteps.commit_steps)
+    rewind = blocking(MemberSteps.rewind_steps)
+    complete_segments = blocking(MemberSteps.complete_segments_steps)
 
     def complete(
         self,
@@ -658,10 +603,3 @@ class GroupMember(MemberSteps):
         """The segment was read to the end of its seal (offset ``end``): see
         :meth:`MemberSteps.complete_segments_steps`."""
         return self.complete_segments(((segment, token, end),), successors)
-
-    def complete_segments(
-        self,
-        completions: Sequence[tuple[SegKey, int, int]],
-        successors: Sequence[tuple[SegKey, tuple[SegKey, ...], int]],
-    ) -> bool:
-        return drive(self.complete_segments_steps(completions, successors), self)

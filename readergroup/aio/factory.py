@@ -17,7 +17,7 @@ from readergroup.aio.metadata import (
     complete_scale_seals,
 )
 from readergroup.aio.reader import AsyncEventStreamReader
-from readergroup.aio.reader_connection import AsyncReaderConnection, join_group
+from readergroup.aio.reader_join import join_group
 from readergroup.aio.writer import AsyncEventStreamWriter
 from readergroup.client.serializers import Serializer
 from readergroup.client.write_rounds import EventWriterConfig
@@ -27,6 +27,7 @@ from readergroup.core.group_config import ReaderConfig
 from readergroup.core.names import validate_name
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_connection_api import AsyncConnectionApi
+from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 
 T = TypeVar("T")
 

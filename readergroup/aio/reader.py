@@ -28,7 +28,6 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from readergroup.admin.aio_group_member import AsyncGroupMember
-from readergroup.aio.reader_connection import AsyncReaderConnection
 from readergroup.aio.session import AsyncGroupSession
 from readergroup.client.aio_fetcher import AsyncFetcher
 from readergroup.client.event_read import NOTHING, EventRead, RebalanceListener
@@ -38,6 +37,7 @@ from readergroup.core.calls import drive_async
 from readergroup.core.errors import ReaderClosedError, ReaderNotInGroupError, ReaderReplacedError
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.group_state import SegKey
+from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK, SystemClock
 

@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from readergroup.admin.aio_group_member import AsyncGroupMember
-from readergroup.aio.reader_connection import AsyncReaderConnection
 from readergroup.client.aio_fetcher import AsyncFetcher
 from readergroup.client.event_read import EventRead
 from readergroup.client.fetch_core import FetchOutcome, Outage
@@ -34,11 +33,7 @@ from readergroup.client.group_session import SessionSteps
 from readergroup.client.maintenance import maintenance_steps
 from readergroup.core.calls import Steps, drive_async
 from readergroup.core.group_config import ReaderGroupConfig
-from readergroup.core.group_state import STATE_TYPES as GROUP_STATE_TYPES
-from readergroup.core.group_state import UPDATE_TYPES as GROUP_UPDATE_TYPES
-from readergroup.core.names import split_scoped_stream, stream_sync_name
-from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES
-from statesync import AsyncStateSynchronizer
+from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from statesync.aio_synchronizer import clock_sleep
 from statesync.clock import Clock
 
@@ -160,29 +155,6 @@ class AsyncGroupSession(SessionSteps[T]):
             await _acquire_uncancelled(self.hand_out)
 
     # -- the steps' I/O, awaited -------------------------------------------------------------
-    async def open_stream(self, scoped: str) -> AsyncStateSynchronizer[Any]:
-        scope, stream = split_scoped_stream(scoped, None)
-        sync = self._reader_connection.synchronizer(
-            stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
-        )
-        await sync.follow()
-        return sync
-
-    @staticmethod
-    async def follow(sync: AsyncStateSynchronizer[Any]) -> int:
-        return await sync.follow()
-
-    async def fetch_group_log(self) -> None:
-        sync = self._reader_connection.synchronizer(
-            self.member.sync.name, GROUP_UPDATE_TYPES, GROUP_STATE_TYPES
-        )
-        await sync.fetch_updates()
-
-    @staticmethod
-    def invoke(function: Callable[..., Any], *args: Any) -> Any:
-        """Call a listener (a coroutine function's coroutine is awaited by the driver)."""
-        return function(*args)
-
     async def fetch(self, block: float, logs: Mapping[str, str], hold: float) -> FetchOutcome:
         async with self.hand_out:
             return await self._aio_fetcher.fetch(block, logs, hold=hold)

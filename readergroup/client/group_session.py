@@ -65,7 +65,7 @@ from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamSt
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import translate_errors
-from statesync import BadEntryError, StateSynchronizer, SynchronizerNotFoundError
+from statesync import BadEntryError, SynchronizerNotFoundError, Update
 from statesync.backend import wake_revision, wakes_follower
 from statesync.clock import Clock
 
@@ -99,6 +99,12 @@ class WakeKeys(Protocol):
         self, sync_name: str, after_revision: int, follower: str
     ) -> tuple[str, str]: ...
 
+    def synchronizer(
+        self, name: str, update_types: Sequence[type[Update]], state_types: Sequence[type] = ()
+    ) -> Any:
+        """A synchronizer of ``name`` (threaded or asyncio: the steps call its I/O through
+        their driver's ``follow`` and ``fetch_updates``)."""
+
 
 class Signal(Protocol):
     """A flag one side sets and the other waits on (``threading.Event``, ``asyncio.Event``)."""
@@ -117,7 +123,7 @@ class SessionSteps(Generic[T]):
     (:mod:`readergroup.aio.session`) with tasks. The steps' I/O, by the paths they call on
     their driver: ``member.*`` (its :class:`~readergroup.admin.group_member.GroupMember`, or
     the asyncio one), ``fetcher.histories``, ``segments.*`` (segment states and seals),
-    ``open_stream``, ``fetch_group_log``, ``fetch``, ``take_refilled``, ``invoke`` (a
+    ``follow``, ``fetch_updates``, ``fetch``, ``take_refilled``, ``invoke`` (a
     rebalance listener), ``group_lock.*``, ``backoff``, ``stopped_within``, ``wait_wake``,
     ``stop_background``, ``start_background``."""
 
@@ -147,7 +153,8 @@ class SessionSteps(Generic[T]):
         self.machine = ReaderMachine(member.reader_id)
         """What this reader may hand out, and when (every transition is the machine's; it is
         changed only under the gate's lock)."""
-        self._streams: dict[str, StateSynchronizer[StreamState]] = {}
+        self._streams: dict[str, Any] = {}
+        """Stream -> the synchronizer of its metadata (threaded or asyncio)."""
         self.gone = False
         """The group was deleted under this reader: every read raises ReaderGroupNotFoundError."""
         self.closed = False
@@ -904,7 +911,11 @@ class SessionSteps(Generic[T]):
         first use."""
         sync = self._streams.get(scoped)
         if sync is None:
-            sync = yield from call("open_stream", scoped)
+            scope, stream = split_scoped_stream(scoped, None)
+            sync = self._connection.synchronizer(
+                stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
+            )
+            yield from call("follow", sync)
             with self.gate.lock:  # the reading thread's fetch lists the streams' logs
                 self._streams[scoped] = sync
         return sync
@@ -1135,8 +1146,11 @@ class SessionSteps(Generic[T]):
         if not isinstance(error.__cause__, SynchronizerNotFoundError):
             return False
         try:
+            group = self._connection.synchronizer(
+                self.member.sync.name, GROUP_UPDATE_TYPES, GROUP_STATE_TYPES
+            )
             with translate_errors("read group"):
-                yield from call("fetch_group_log")
+                yield from call("fetch_updates", group)
         except ReaderGroupError as exc:
             return isinstance(exc.__cause__, SynchronizerNotFoundError)
         return False
@@ -1357,6 +1371,20 @@ class SessionSteps(Generic[T]):
                 exc_info=exc,
             )
 
+    # -- I/O both drivers perform alike (an asyncio driver awaits what these return) -----------
+    @staticmethod
+    def follow(sync: Any) -> Any:
+        return sync.follow()
+
+    @staticmethod
+    def fetch_updates(sync: Any) -> Any:
+        return sync.fetch_updates()
+
+    @staticmethod
+    def invoke(function: Callable[..., Any], *args: Any) -> Any:
+        """Call a rebalance listener (an asyncio driver awaits a coroutine it returns)."""
+        return function(*args)
+
     # -- a read call (the reading thread) ----------------------------------------------------
     def serve_steps(self, max_events: int, timeout: float, now: float) -> Steps[list[EventRead[T]]]:
         """A read call's slow path (under the gate's lock, let go while a fetch waits): a
@@ -1417,7 +1445,6 @@ class GroupSession(SessionSteps[T]):
         clock: Clock,
         rng: random.Random,
     ) -> None:
-        self._threaded_connection = connection
         self._fetcher_threaded = fetcher
         self._group_lock = threading.RLock()
         self._maintenance: threading.Thread | None = None
@@ -1441,27 +1468,6 @@ class GroupSession(SessionSteps[T]):
         return self._group_lock
 
     # -- the steps' I/O, blocking ------------------------------------------------------------
-    def open_stream(self, scoped: str) -> StateSynchronizer[StreamState]:
-        scope, stream = split_scoped_stream(scoped, None)
-        sync: StateSynchronizer[StreamState] = self._threaded_connection.synchronizer(
-            stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
-        )
-        sync.follow()
-        return sync
-
-    @staticmethod
-    def follow(sync: StateSynchronizer[StreamState]) -> int:
-        return sync.follow()
-
-    def fetch_group_log(self) -> None:
-        self._threaded_connection.synchronizer(
-            self.member.sync.name, GROUP_UPDATE_TYPES, GROUP_STATE_TYPES
-        ).fetch_updates()
-
-    @staticmethod
-    def invoke(function: Callable[..., Any], *args: Any) -> Any:
-        return function(*args)
-
     def fetch(self, block: float, logs: Mapping[str, str], hold: float) -> FetchOutcome:
         return self._fetcher_threaded.fetch(block, logs, hold=hold)
 

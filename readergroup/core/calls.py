@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 R = TypeVar("R")
+H = TypeVar("H")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +110,29 @@ async def drive_async(
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
+
+
+def blocking(
+    method: Callable[Concatenate[H, P], Steps[R]],
+) -> Callable[Concatenate[H, P], R]:
+    """A method running ``method``'s steps with :func:`drive` on the instance itself (its
+    attributes are the steps' I/O)."""
+
+    @functools.wraps(method)
+    def run(self: H, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return drive(method(self, *args, **kwargs), self)
+
+    return run
+
+
+def awaited(
+    method: Callable[Concatenate[H, P], Steps[R]],
+) -> Callable[Concatenate[H, P], Coroutine[Any, Any, R]]:
+    """A coroutine method running ``method``'s steps with :func:`drive_async` on the instance
+    itself."""
+
+    @functools.wraps(method)
+    async def run(self: H, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await drive_async(method(self, *args, **kwargs), self)
+
+    return run
