@@ -55,21 +55,15 @@ class AsyncGroupMember(MemberSteps):
         heartbeats: Any,
         reader_id: str,
         *,
-        session_timeout_ms: int,
-        max_moves: int,
-        judge_every_ms: int | None = None,
         announcements: CachedAnnouncements | None = None,
+        **limits: Any,
     ) -> None:
+        """``limits``: :class:`MemberSteps`' ``session_timeout_ms``, ``max_moves`` and
+        ``judge_every_ms``; ``announcements``: the copy the group synchronizer's format is
+        negotiated on too."""
         self.announcements = announcements or CachedAnnouncements(heartbeats)
-        super().__init__(
-            sync,
-            heartbeats,
-            reader_id,
-            session_timeout_ms=session_timeout_ms,
-            max_moves=max_moves,
-            judge_every_ms=judge_every_ms,
-            log_format=NegotiatedFormat(self.announcements),  # type: ignore[arg-type]
-        )
+        log_format = NegotiatedFormat(self.announcements)  # type: ignore[arg-type]
+        super().__init__(sync, heartbeats, reader_id, log_format=log_format, **limits)
 
     refresh = awaited(MemberSteps.refresh_steps)
     leave = awaited(MemberSteps.leave_steps)

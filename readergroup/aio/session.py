@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -35,7 +34,6 @@ from readergroup.core.calls import Steps, drive_async
 from readergroup.core.group_config import ReaderGroupConfig
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from statesync.aio_synchronizer import clock_sleep
-from statesync.clock import Clock
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -103,29 +101,20 @@ class AsyncGroupSession(SessionSteps[T]):
         group_config: ReaderGroupConfig,
         fetcher: AsyncFetcher[T],
         outage: Outage,
-        *,
-        clock: Clock,
-        rng: random.Random,
+        **injected: Any,
     ) -> None:
-        super().__init__(
-            connection,
-            member,
-            group_config,
-            fetcher,
-            outage,
-            clock=clock,
-            rng=rng,
-            gate=LoopGate(self._shut),
-            wake=asyncio.Event(),
-            stop=asyncio.Event(),
-        )
+        """``injected``: ``clock`` and ``rng`` (see :class:`SessionSteps`)."""
+        wake, stop = asyncio.Event(), asyncio.Event()
+        gate = LoopGate(self._shut)
+        args = (connection, member, group_config, fetcher, outage)
+        super().__init__(*args, gate=gate, wake=wake, stop=stop, **injected)
         self._reader_connection = connection
         self._aio_fetcher = fetcher
         self.segments = connection.segments
         self.hand_out = asyncio.Lock()
         """Held by the fetcher's calls (let go while they wait) and the steps' own code."""
         self._group_lock = TaskRLock()
-        self._sleep = clock_sleep(clock)
+        self._sleep = clock_sleep(self._clock)
         self._maintenance: asyncio.Task[Any] | None = None
         self._heartbeats: asyncio.Task[Any] | None = None
         fetcher.unlocked = self._unlocked
