@@ -14,6 +14,7 @@ import pytest
 from readergroup import EventStreamClientFactory, ScalingPolicy, StreamConfiguration, StreamManager
 from readergroup.storage.connection import RedisConnection
 from tests import test_client_suite as suite
+from tests import test_reader_group as group_suite
 from tests.support.async_reader_adapter import FlavouredFactory
 from tests.support.connections import new_scope
 
@@ -55,6 +56,35 @@ def test_the_reader_suite(
         factory = FlavouredFactory(threaded, redis_url, flavour)
         try:
             test(connection, scope, factory)
+            assert factory.readers, "no asyncio reader took part"
+        finally:
+            factory.close()
+
+
+THREADED_ONLY = {
+    "test_the_documented_usage",  # the threaded factory's own example
+    "test_runner_processes_segments_in_parallel_and_each_in_order",  # run(): worker threads
+}
+GROUP_SUITE: list[Callable[..., None]] = [
+    getattr(group_suite, name)
+    for name in dir(group_suite)
+    if name.startswith("test_")
+    and name not in THREADED_ONLY
+    and "factory" in getattr(group_suite, name).__code__.co_varnames
+]
+
+
+@pytest.mark.parametrize("flavour", ["async", "mixed"])
+@pytest.mark.parametrize("test", GROUP_SUITE, ids=lambda t: t.__name__.removeprefix("test_"))
+def test_the_group_suite(
+    test: Callable[..., Any], flavour: str, connection: RedisConnection, redis_url: str
+) -> None:
+    scope = new_scope(connection)
+    stream = group_suite.stream4.__wrapped__(connection, scope)  # type: ignore[attr-defined]
+    with EventStreamClientFactory(scope, connection) as threaded:
+        factory = FlavouredFactory(threaded, redis_url, flavour)
+        try:
+            test(connection, scope, stream, factory)
             assert factory.readers, "no asyncio reader took part"
         finally:
             factory.close()

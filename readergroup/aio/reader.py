@@ -87,6 +87,12 @@ class AsyncEventStreamReader(Generic[T]):
         self._reading = asyncio.Lock()
         self._stopping = False
 
+    @property
+    def _stop(self) -> asyncio.Event:
+        """Set to stop heartbeats (tests simulate a crash with it, as with the threaded
+        reader's)."""
+        return self._session.stop
+
     # -- the reader's state (no I/O) ---------------------------------------------------------
     @property
     def commit_mode(self) -> str:

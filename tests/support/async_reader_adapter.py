@@ -17,16 +17,54 @@ from tests.support.async_adapter import LoopThread
 READER_FLAVOURS = ("sync", "async", "mixed")
 
 
+PLAIN = (int, float, str, bytes, bool, type(None), dict, list, set, frozenset, tuple)
+
+
+def in_loop(value: Any, loop: LoopThread) -> Any:
+    """``value`` for blocking code: a method runs in ``loop`` (a coroutine it returns awaited
+    there); an object with coroutine methods (the reader's member, its stop event) is wrapped
+    the same way; anything else as it is."""
+    if isinstance(value, PLAIN):
+        return value
+    if not callable(value):
+        kind = type(value)
+        awaits = any(asyncio.iscoroutinefunction(getattr(kind, n, None)) for n in dir(kind))
+        return LoopProxy(value, loop) if awaits else value
+
+    @functools.wraps(value)
+    def blocking(*args: Any, **kwargs: Any) -> Any:
+        async def run() -> Any:
+            result = value(*args, **kwargs)
+            return await result if asyncio.iscoroutine(result) else result
+
+        return loop.call(run())
+
+    return blocking
+
+
+class LoopProxy:
+    """An object of an asyncio reader, every use of it made in the reader's loop."""
+
+    def __init__(self, target: Any, loop: LoopThread) -> None:
+        self._target = target
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        return in_loop(getattr(self._target, name), self._loop)
+
+
 class BlockingAsyncReader:
     """An :class:`AsyncEventStreamReader` called from blocking code: every method runs in the
     reader's loop (coroutines awaited there), the caller waits for its result."""
 
-    def __init__(self, url: str, scope: str, reader_id: str, group: str, *args: Any) -> None:
+    def __init__(
+        self, url: str, scope: str, reader_id: str, group: str, *args: Any, **kwargs: Any
+    ) -> None:
         self._loop = LoopThread()
 
         async def create() -> tuple[AsyncEventStreamClientFactory, AsyncEventStreamReader[Any]]:
             factory = AsyncEventStreamClientFactory.from_url(scope, url)
-            return factory, await factory.create_reader(reader_id, group, *args)
+            return factory, await factory.create_reader(reader_id, group, *args, **kwargs)
 
         try:
             self._factory, self.target = self._loop.call(create())
@@ -35,19 +73,7 @@ class BlockingAsyncReader:
             raise
 
     def __getattr__(self, name: str) -> Any:
-        value = getattr(self.target, name)
-        if not callable(value):
-            return value
-
-        @functools.wraps(value)
-        def blocking(*args: Any, **kwargs: Any) -> Any:
-            async def run() -> Any:
-                result = value(*args, **kwargs)
-                return await result if asyncio.iscoroutine(result) else result
-
-            return self._loop.call(run())
-
-        return blocking
+        return in_loop(getattr(self.target, name), self._loop)
 
     def close(self, **kwargs: Any) -> None:
         if self._loop.loop.is_closed():
