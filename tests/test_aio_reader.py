@@ -323,3 +323,24 @@ def test_cancelling_the_service_closes_the_reader_and_gives_its_segments_back(
                     await b.read_next_event(timeout=0.05)
 
     asyncio.run(main())
+
+
+@pytest.mark.long
+def test_hundreds_of_readers_of_one_loop_join_at_once(redis_url: str, scope: str) -> None:
+    """150 asyncio readers of one factory joining concurrently: their commands queue for the
+    factory's connections instead of failing with "Too many connections" (redis-py's pool
+    holds 100 by default), and they balance."""
+    make_group(redis_url, scope, segments=150, heartbeat_interval=1.0, session_timeout=10.0)
+
+    async def main() -> None:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            readers = await asyncio.gather(
+                *(factory.create_reader(f"r{n}", "g", UTF8StringSerializer()) for n in range(150))
+            )
+            async with asyncio.timeout(30):
+                while sum(len(r.assignment()) for r in readers) < 150 or any(
+                    len(r.assignment()) != 1 for r in readers
+                ):
+                    await asyncio.gather(*(r.read_next_event(timeout=0.05) for r in readers))
+
+    asyncio.run(main())

@@ -9,13 +9,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_heartbeat_store import AsyncHeartbeatStore
 from readergroup.storage.aio_reads import AsyncSegmentReads
 from statesync import AsyncStateSynchronizer, SyncConfig, Update
 from statesync.aio_redis_backend import AsyncRedisLogBackend
+
+COMMAND_CONNECTIONS = 64
+"""Sockets the readers of one factory use for commands at most (``XREAD BLOCK`` waits have
+their own, unbounded: each parked reader holds one)."""
+
+
+def _queueing_twin(client: Redis, socket_timeout: float) -> Redis | None:
+    """A client like ``client`` whose pool waits for a free connection (``None`` for a pool
+    that is not a plain one, such as a Sentinel's: that client is used as it is)."""
+    pool = client.connection_pool
+    if type(pool) is not ConnectionPool:
+        return None
+    queueing = BlockingConnectionPool(
+        connection_class=pool.connection_class,
+        max_connections=COMMAND_CONNECTIONS,
+        timeout=socket_timeout,
+        **pool.connection_kwargs,
+    )
+    return Redis(connection_pool=queueing)
 
 
 class AsyncReaderConnection:
@@ -27,14 +46,18 @@ class AsyncReaderConnection:
         self.connection = connection
         self.config = config
         self.keys = connection.keys
-        self.client = connection.client
+        self._own_client = _queueing_twin(connection.client, config.socket_timeout)
+        self.client = self._own_client or connection.client
+        """The readers' commands: a pool that queues a command for a free connection (up to
+        the socket timeout) instead of failing, so hundreds of readers of one loop joining at
+        once share :data:`COMMAND_CONNECTIONS` sockets."""
         self.segments = connection.segments
         self.log_backend = AsyncRedisLogBackend(
-            connection.client, key_prefix=config.key_prefix, acks=config.durability
+            self.client, key_prefix=config.key_prefix, acks=config.durability
         )
         blocking = self.log_backend.blocking_client
         assert isinstance(blocking, Redis)  # (no cluster in the asyncio API yet)
-        self.reads = AsyncSegmentReads(connection.client, connection.keys, blocking)
+        self.reads = AsyncSegmentReads(self.client, connection.keys, blocking)
         self.sync_config = SyncConfig(
             key_prefix=config.key_prefix,
             retry=config.retry,
@@ -77,7 +100,10 @@ class AsyncReaderConnection:
 
     async def close(self) -> None:
         """Close the blocking client the log backend made (the shared client stays open)."""
-        blocking = self.log_backend.blocking_client
-        assert isinstance(blocking, Redis)
-        await blocking.aclose()
-        await blocking.connection_pool.disconnect()
+        clients = [self.log_backend.blocking_client]
+        if self._own_client is not None:
+            clients.append(self._own_client)
+        for client in clients:
+            assert isinstance(client, Redis)
+            await client.aclose()
+            await client.connection_pool.disconnect()
