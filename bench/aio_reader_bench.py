@@ -12,7 +12,8 @@ other, never two at once):
   (goal: <= 2 s); then, idle (nothing written), the process's CPU over ``--idle`` seconds as a
   share of one core (goal: <= 5%) and the server's commands per reader per second (``INFO
   stats``: every client's, the group's only); the same commands figure for ``--sync-readers``
-  threaded readers of another group over as many segments (goal: async <= sync).
+  threaded readers of another group over as many segments, and for as many asyncio readers
+  (the per-reader figure depends on the group's size; goal: async <= sync).
 * ``loop_lag``: the event loop's p99 lag (a probe task asking to run every 1 ms) while one
   asyncio reader consumes ``--lag-events`` events with ``async for`` as fast as it can, with its
   events/s (the goal: p99 <= 5 ms at 50k events/s).
@@ -257,6 +258,9 @@ def main() -> None:
                 [(url, scope, _group(url, scope, stream), args.readers, args.segments, args.idle)],
             )
             stream = _stream(url, scope, args.segments, 0)
+            same = (url, scope, _group(url, scope, stream), args.sync_readers, args.segments)
+            (async_few,) = run_processes(_many_async, [(*same, args.idle)])
+            stream = _stream(url, scope, args.segments, 0)
             (sync_many,) = run_processes(
                 _many_sync, [(url, scope, _group(url, scope, stream), args.sync_readers, args.idle)]
             )
@@ -267,6 +271,9 @@ def main() -> None:
                 "idle_cpu_share_of_one_core": round(many["idle_cpu"], 3),
                 "idle_commands_per_reader_per_s_async": round(many["commands"], 2),
                 "idle_commands_per_reader_per_s_sync": round(sync_many["commands"], 2),
+                "idle_commands_per_reader_per_s_async_as_many_as_sync": round(
+                    async_few["commands"], 2
+                ),
                 "sync_readers": args.sync_readers,
             }
         if "loop_lag" in parts:
