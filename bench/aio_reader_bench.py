@@ -15,8 +15,8 @@ other, never two at once):
   threaded readers of another group over as many segments, and for as many asyncio readers
   (the per-reader figure depends on the group's size; goal: async <= sync).
 * ``loop_lag``: the event loop's p99 lag (a probe task asking to run every 1 ms) while one
-  asyncio reader consumes ``--lag-events`` events with ``async for`` as fast as it can, with its
-  events/s (the goal: p99 <= 5 ms at 50k events/s).
+  asyncio reader consumes ``--lag-events`` events with ``async for``, paced at ``--lag-rate``
+  events/s (the goal: p99 <= 5 ms at 50k events/s), then as fast as it can, with its events/s.
 
 Prints JSON.
 """
@@ -188,7 +188,7 @@ def _many_sync(
 
 
 # -- loop lag while reading ------------------------------------------------------------------
-def _lag(url: str, scope: str, group: str, events: int, start: Any, out: Any) -> None:
+def _lag(url: str, scope: str, group: str, events: int, rate: float, start: Any, out: Any) -> None:
     start.wait()
 
     async def main() -> dict[str, float]:
@@ -211,6 +211,10 @@ def _lag(url: str, scope: str, group: str, events: int, start: Any, out: Any) ->
                 n += 1
                 if n == events:
                     break
+                if rate:  # paced: sleep whenever a millisecond ahead of ``rate``
+                    ahead = began + n / rate - time.perf_counter()
+                    if ahead > 0.001:
+                        await asyncio.sleep(ahead)
             elapsed = time.perf_counter() - began
             probing.cancel()
             await reader.close()
@@ -228,6 +232,7 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=1024)
     parser.add_argument("--idle", type=float, default=10.0)
     parser.add_argument("--lag-events", type=int, default=200_000)
+    parser.add_argument("--lag-rate", type=float, default=50_000.0)
     parser.add_argument("--parts", default="per_event,many_readers,loop_lag")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -278,10 +283,11 @@ def main() -> None:
             }
         if "loop_lag" in parts:
             stream = _stream(url, scope, 1, args.lag_events)
-            (lag,) = run_processes(
-                _lag, [(url, scope, _group(url, scope, stream), args.lag_events)]
-            )
-            results["loop_lag"] = {k: round(v, 2) for k, v in lag.items()}
+            for rate in (args.lag_rate, 0.0):
+                group = _group(url, scope, stream)
+                (lag,) = run_processes(_lag, [(url, scope, group, args.lag_events, rate)])
+                name = f"loop_lag_at_{int(rate)}_per_s" if rate else "loop_lag_flat_out"
+                results[name] = {k: round(v, 2) for k, v in lag.items()}
     emit("aio_reader", results)
 
 
