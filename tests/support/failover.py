@@ -31,10 +31,12 @@ def remember(backend: LogBackend, name: str) -> Callable[[], None]:
     keys = backend.keys(name).all
     dumps = {key: client.dump(key) for key in keys}
 
-    def restore_redis() -> None:
-        client.delete(*keys)
+    def restore_redis() -> None:  # atomic, as a promoted replica serves its whole state
+        pipe = client.pipeline(transaction=True)
+        pipe.delete(*keys)
         for key, blob in dumps.items():
             if blob is not None:
-                client.restore(key, 0, blob)
+                pipe.restore(key, 0, blob)
+        pipe.execute()
 
     return restore_redis
