@@ -13,13 +13,15 @@ import pytest
 import redis
 import redis.asyncio
 
-from readergroup import EventStreamClientFactory, EventTooLargeError, StreamManager
-from readergroup.core.errors import WrongKeyTypeError
+from readergroup import ClientConfig, EventStreamClientFactory, EventTooLargeError, StreamManager
+from readergroup.core.errors import AckTimeoutError, WrongKeyTypeError
 from readergroup.storage import aio_append, segment_status
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.native_append import MIN_EVENTS
 from readergroup.storage.scripts import script_source
 from readergroup.storage.segment_records import AppendBatch, AppendReply
+from readergroup.testing.embedded_redis import LocalRedisServer
+from tests.test_ha_acks import replicated  # noqa: F401 (a fixture)
 from tests.test_native_appends import batches, calls, events, stored
 
 
@@ -170,3 +172,59 @@ def test_segment_states_seals_and_opens_answer_as_the_threaded_store(
         assert sealed == {0: 100} and opened == [7] and again == []
         after = threaded.segment_states(scope, "s", [0, 7])
         assert after[0].sealed and not after[7].sealed
+
+
+@pytest.mark.long  # a replica to sync: about 5 s
+def test_asyncio_appends_wait_for_replicas_natively_and_by_script(
+    replicated: tuple[LocalRedisServer, LocalRedisServer],  # noqa: F811
+) -> None:
+    """acks=replicas=1: a bulk round (native) and a small one (script) are acknowledged once
+    the replica has them."""
+    primary, replica = replicated
+    with StreamManager.from_url(primary.url) as sm:
+        sm.create_scope("ha")
+        sm.create_stream("ha", "s")
+        events_key = sm.connection.keys.segment("ha", "s", 0).events
+    config = ClientConfig(acks="replicas=1")
+
+    async def main() -> list[AppendReply]:
+        connection = AsyncConnection.from_url(primary.url, config)
+        try:
+            bulk = await connection.segments.append(batches("ha", "s", "w", 1, events(200)))
+            small = await connection.segments.append(batches("ha", "s", "w", 3, events(10)))
+            return bulk + small
+        finally:
+            await connection.close()
+
+    assert [r.status for r in asyncio.run(main())] == [0, 0, 0]
+    follower = redis.Redis(port=replica.port)
+    assert follower.xlen(events_key) == 210  # on the replica when acknowledged
+    follower.close()
+
+
+def test_asyncio_appends_without_enough_replicas_fail_retriably_and_land_once(
+    private_redis: LocalRedisServer,
+) -> None:
+    with StreamManager.from_url(private_redis.url) as sm:
+        sm.create_scope("ha")
+        sm.create_stream("ha", "s")
+    config = ClientConfig(acks="replicas=1", ack_timeout=0.05)
+    sent = batches("ha", "s", "w", 1, events(200))
+
+    async def main() -> list[BaseException]:
+        connection = AsyncConnection.from_url(private_redis.url, config)
+        raised = []
+        try:
+            for _ in range(2):  # the first try lands unacknowledged; the retry is recognised
+                try:
+                    await connection.segments.append(sent)
+                except AckTimeoutError as exc:
+                    raised.append(exc)
+        finally:
+            await connection.close()
+        return raised
+
+    raised = asyncio.run(main())
+    assert len(raised) == 2 and all(exc.retriable for exc in raised)
+    with StreamManager.from_url(private_redis.url) as sm:
+        assert sm.connection.segments.segment_states("ha", "s", [0])[0].tail == 200

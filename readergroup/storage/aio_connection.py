@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -56,9 +57,18 @@ class AsyncConnection:
     :class:`~readergroup.aio.factory.AsyncEventStreamClientFactory` creates. Use it from one
     event loop (the one that created it)."""
 
-    def __init__(self, client: redis.asyncio.Redis, config: ClientConfig, url: str) -> None:
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        config: ClientConfig,
+        url: str,
+        *,
+        sentinels: Sequence[redis.asyncio.Redis] = (),
+    ) -> None:
+        """``sentinels``: the clients of the Sentinels ``client`` asks (closed with it)."""
         self.config = config
         self.client = client
+        self._sentinels = tuple(sentinels)
         self.keys = KeyLayout(config.key_prefix)
         self._where = redact_url(url)
         self.segments = AsyncSegmentAppends(client, self.keys, config.durability)
@@ -85,20 +95,20 @@ class AsyncConnection:
             await _check_server(connection, eviction=eviction)
 
         options["redis_connect_func"] = connect_checking_server
+        sentinels: list[redis.asyncio.Redis] = []
         try:
-            client = (
-                _sentinel_client(url, config, options)
-                if sentinel
-                else redis.asyncio.Redis.from_url(
+            if sentinel:
+                client, sentinels = _sentinel_client(url, config, options)
+            else:
+                client = redis.asyncio.Redis.from_url(
                     url,
                     socket_timeout=config.socket_timeout,
                     retry=Retry(NoBackoff(), 0),
                     **options,
                 )
-            )
         except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
             raise unusable_url(url, config, exc) from exc
-        return cls(client, config, url)
+        return cls(client, config, url, sentinels=sentinels)
 
     def __repr__(self) -> str:
         return f"AsyncConnection({self._where!r}, key_prefix={self.config.key_prefix!r})"
@@ -115,12 +125,14 @@ class AsyncConnection:
 
     async def close(self) -> None:
         await self.client.aclose()
+        for sentinel in self._sentinels:
+            await sentinel.aclose()
 
 
 def _sentinel_client(
     url: str, config: ClientConfig, options: dict[str, Any]
-) -> redis.asyncio.Redis:
-    """The client of the primary a ``redis+sentinel://`` URL names (as
+) -> tuple[redis.asyncio.Redis, list[redis.asyncio.Redis]]:
+    """The client of the primary a ``redis+sentinel://`` URL names, and the Sentinels' (as
     :func:`statesync.redis_backend.sentinel_clients` builds the threaded one: the URL's
     credentials win over ``redis_options``; ``sentinel_options`` go to the Sentinels). Each
     new connection asks the Sentinels where the primary is; one to a primary demoted since
@@ -142,14 +154,14 @@ def _sentinel_client(
         },
         **options,
     )
-    client: redis.asyncio.Redis = sentinel.master_for(
+    primary: redis.asyncio.Redis = sentinel.master_for(
         target.service,
         socket_timeout=config.socket_timeout,
         db=target.db,
         retry=Retry(NoBackoff(), 0),
         connection_pool_class=_FollowingPool,
     )
-    return client
+    return primary, sentinel.sentinels
 
 
 class _FollowingPool(SentinelConnectionPool):
