@@ -43,6 +43,7 @@ def test_a_short_chaos_run_loses_nothing_and_never_overlaps() -> None:
     assert figures["writes_failed_early"] == 0  # also the writer whose metadata had expired
     assert figures["kills"] >= 5 and figures["redis_restarts"] == 1 and figures["scales"] == 2
     assert figures["acknowledged"] > 1000
+    assert figures["asyncio_reader_deliveries"] > 0  # a mixed group: r1 and r3 are asyncio
     assert done.returncode == 0, done.stderr[-2000:]
 
 

@@ -73,3 +73,9 @@ def test_the_demo_main_job_in_short_mode(redis_url: str) -> None:
 )
 def test_every_example_runs(redis_url: str, script: str, args: list[str], expect: str) -> None:
     assert expect in run_example(script, redis_url, *args)
+
+
+def test_aio_consumer_example(redis_url: str) -> None:
+    """``async for`` workers of one group in one loop, one cancelled, one joining late."""
+    out = run_example("aio_consumer.py", redis_url, "--events", "1500")
+    assert "VERIFIED" in out, out

@@ -21,6 +21,7 @@ ownership, or handed out by two live readers at once, or if a writer future fail
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import functools
 import json
@@ -53,6 +54,7 @@ from readergroup import (  # noqa: E402
     UTF8StringSerializer,
     WriteFuture,
 )
+from readergroup.aio import AsyncEventStreamClientFactory  # noqa: E402
 from readergroup.testing.embedded_redis import local_redis_server  # noqa: E402
 from tests.support.proxy import ReplyDroppingProxy  # noqa: E402
 from tools.chaos_check import Delivery, check  # noqa: E402
@@ -168,6 +170,45 @@ def reader_main(url: str, reader_id: str, out: str, stop_file: str) -> None:
     log.close()
 
 
+def aio_reader_main(url: str, reader_id: str, out: str, stop_file: str) -> None:
+    """:func:`reader_main` with an asyncio reader (``async``/``await``, one event loop): the
+    group mixes threaded and asyncio readers (issue 29)."""
+    asyncio.run(_aio_reader(url, reader_id, out, stop_file))
+
+
+async def _aio_reader(url: str, reader_id: str, out: str, stop_file: str) -> None:
+    log = open(out, "a", encoding="utf-8")  # noqa: SIM115
+    async with AsyncEventStreamClientFactory.from_url("chaos", url) as factory:
+        deadline = time.monotonic() + 60
+        while True:  # a restarted id waits for its previous session to expire
+            try:
+                reader = await factory.create_reader(reader_id, "g", UTF8StringSerializer())
+                break
+            except (ReaderAlreadyOnlineError, ReaderGroupError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+        while not Path(stop_file).exists():
+            try:
+                batch = await reader.read_batch(100, timeout=0.2)
+            except ReaderNotInGroupError:
+                await reader.rejoin()  # fenced: a new generation
+                continue
+            except ReaderGroupError:
+                await asyncio.sleep(0.2)  # Redis is restarting: back off and try again
+                continue
+            now = time.time()
+            for e in batch:
+                log.write(
+                    json.dumps([reader_id, e.fencing_token, e.segment, e.offset, e.event, now])
+                    + "\n"
+                )
+            log.flush()
+            os.fsync(log.fileno())
+        await reader.close()
+    log.close()
+
+
 def spawn(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "tools.chaos", *args],
@@ -218,7 +259,9 @@ class ChaosRun:
 
     def reader(self, name: str) -> subprocess.Popen[bytes]:
         url = self.proxy.url if name.startswith("p") else self.url
-        return spawn("reader", url, name, str(self.work / f"{name}.log"), self.stop_file)
+        # every other reader is an asyncio one: a mixed group (issue 29)
+        kind = "aio-reader" if name[-1] in "13579" else "reader"
+        return spawn(kind, url, name, str(self.work / f"{name}.log"), self.stop_file)
 
     def partition(self) -> float:
         """Blackhole the proxied reader's traffic; returns when to heal (2.5 sessions on)."""
@@ -317,6 +360,7 @@ def run(
         redis_restarts=chaos.restarts,
         reader_partitions=chaos.partitions,
         partitioned_reader_events_after_heal=len(after_heal),
+        asyncio_reader_deliveries=sum(d.reader[-1] in "13579" for d in deliveries),
         ok=report.ok,
     )
     return figures
@@ -351,6 +395,9 @@ def main() -> int:
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "reader":
         reader_main(*sys.argv[2:6])
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "aio-reader":
+        aio_reader_main(*sys.argv[2:6])
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "ha":  # failovers of a replicated Redis
         from tools import chaos_ha

@@ -3,7 +3,11 @@ tasks of the caller's event loop, never threads, with the threaded clients' guar
 and logging. See ``docs/asyncio.md``.
 
 * :class:`AsyncEventStreamClientFactory` (``async with``): ``await
-  factory.create_event_writer(stream, serializer)``.
+  factory.create_event_writer(stream, serializer)``, ``await factory.create_reader(reader_id,
+  group, serializer)``.
+* :class:`AsyncEventStreamReader`: ``async for event in reader``, ``await
+  reader.read_next_event(timeout=...)``, ``await reader.read_batch(n, timeout=...)``, ``await
+  reader.commit()``, ``await reader.close()``, ``async with``.
 * :class:`AsyncEventStreamWriter`: ``await writer.write_event(event, routing_key=...)`` (the
   durable acknowledgement), ``await writer.send(...)`` (a future, for pipelining), ``await
   writer.flush()``, ``await writer.close()``, ``async with``.
@@ -17,6 +21,7 @@ from readergroup.aio.factory import AsyncEventStreamClientFactory
 from readergroup.aio.group_manager import AsyncReaderGroup, AsyncReaderGroupManager
 from readergroup.aio.metadata import AsyncStreamMetadataCache, AsyncStreamStates
 from readergroup.aio.metrics import AsyncReaderGroupCollector
+from readergroup.aio.reader import AsyncEventStreamReader
 from readergroup.aio.retention import AsyncRetentionManager
 from readergroup.aio.stream_manager import AsyncStreamManager
 from readergroup.aio.writer import AsyncEventStreamWriter, AsyncWriteFuture
@@ -24,6 +29,7 @@ from readergroup.client.write_rounds import EventPointer, EventWriterConfig
 
 __all__ = [
     "AsyncEventStreamClientFactory",
+    "AsyncEventStreamReader",
     "AsyncEventStreamWriter",
     "AsyncReaderGroup",
     "AsyncReaderGroupCollector",

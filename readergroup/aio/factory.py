@@ -2,9 +2,8 @@
 clients, all sharing one :class:`~readergroup.storage.aio_connection.AsyncConnection` and one
 metadata cache.
 
-Today it creates writers (:meth:`AsyncEventStreamClientFactory.create_event_writer`). The
-asyncio reader will be created here too, as ``await factory.create_reader(...)`` beside
-``create_event_writer``, sharing the connection and the metadata cache the same way.
+It creates writers (:meth:`AsyncEventStreamClientFactory.create_event_writer`) and readers
+(:meth:`AsyncEventStreamClientFactory.create_reader`).
 """
 
 from __future__ import annotations
@@ -20,16 +19,20 @@ from readergroup.aio.metadata import (
     complete_scale_seals,
 )
 from readergroup.aio.metrics import AsyncReaderGroupCollector
+from readergroup.aio.reader import AsyncEventStreamReader
+from readergroup.aio.reader_join import join_group
 from readergroup.aio.stream_manager import AsyncStreamManager
 from readergroup.aio.writer import AsyncEventStreamWriter
 from readergroup.client.serializers import Serializer
 from readergroup.client.write_rounds import EventWriterConfig
 from readergroup.core.config import ClientConfig
-from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.core.errors import InvalidConfigError
+from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.names import validate_name
 from readergroup.core.stream_config import StreamConfiguration
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_connection_api import AsyncConnectionApi
+from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 
 T = TypeVar("T")
 
@@ -60,6 +63,8 @@ class AsyncEventStreamClientFactory:
             repair=functools.partial(complete_scale_seals, connection),
         )
         self._writers: list[AsyncEventStreamWriter[Any]] = []
+        self._readers: list[AsyncEventStreamReader[Any]] = []
+        self._reader_connection: AsyncReaderConnection | None = None
 
     @classmethod
     def from_url(
@@ -129,20 +134,59 @@ class AsyncEventStreamClientFactory:
         return await self.reader_group_manager().create_reader_group(group, config)
 
     # -----------------------------------------------------------------------------------------
+    async def create_reader(
+        self,
+        reader_id: str,
+        group: str,
+        serializer: Serializer[T],
+        config: ReaderConfig | None = None,
+        **kwargs: Any,
+    ) -> AsyncEventStreamReader[T]:
+        """Join ``reader_id`` to reader group ``group`` of this scope and return its reader
+        (as :meth:`EventStreamClientFactory.create_reader
+        <readergroup.client.client_factory.EventStreamClientFactory.create_reader>`: static
+        membership, ``ReaderConfig(takeover=False)``, the same errors). ``kwargs``: the
+        reader's injectable ``clock`` and ``rng``."""
+        connection = self._reader_side()
+        takeover = (config or ReaderConfig()).takeover
+        member, group_config = await join_group(
+            connection, self._scope, group, reader_id, takeover=takeover
+        )
+        reader: AsyncEventStreamReader[T] = AsyncEventStreamReader(
+            connection, member, group_config, serializer, config, **kwargs
+        )
+        self._readers.append(reader)
+        return reader
+
+    def _reader_side(self) -> AsyncReaderConnection:
+        if self._reader_connection is None:
+            if not isinstance(self._connection, AsyncConnection):
+                raise InvalidConfigError(
+                    "asyncio readers need a Redis connection (AsyncConnection); the in-memory "
+                    "backend has no asyncio reader yet"
+                )
+            self._reader_connection = AsyncReaderConnection(self._connection)
+        return self._reader_connection
+
     async def close(self) -> None:
-        """Close every writer created here (each flushes first), then the connection; raise
-        the first writer's failure, if any, once all are closed (a writer whose flush raises
-        does not leave the others' events unsent)."""
+        """Close every reader created here (each leaves its group), then every writer (each
+        flushes first), then the connection; raise the first failure, if any, once all are
+        closed (a writer whose flush raises does not leave the others' events unsent)."""
+        readers, self._readers = self._readers, []
         writers, self._writers = self._writers, []
         failure: Exception | None = None
         try:
-            for writer in writers:
+            closeables: list[AsyncEventStreamReader[Any] | AsyncEventStreamWriter[Any]]
+            closeables = [*readers, *writers]
+            for closeable in closeables:
                 try:
-                    await writer.close()
+                    await closeable.close()
                 except Exception as exc:
                     failure = failure or exc
         finally:
             await self._admin.close()
+            if self._reader_connection is not None:
+                await self._reader_connection.close()
             if self._owns_connection:
                 await self._connection.close()
         if failure is not None:

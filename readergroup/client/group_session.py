@@ -24,13 +24,16 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from readergroup.admin.group_member import GroupMember, segments_text
 from readergroup.client.event_read import EventRead, RebalanceListener
+from readergroup.client.fetch_core import FetchCore
 from readergroup.client.fetcher import Fetcher, FetchOutcome, Outage, OwnedSegment
-from readergroup.client.maintenance import HandOutGate, maintain_in_background
+from readergroup.client.maintenance import HandOutGate, maintenance_steps
 from readergroup.core.balance import segments_to_release
+from readergroup.core.calls import Steps, call, drive
+from readergroup.core.config import ClientConfig
 from readergroup.core.errors import (
     CommitRefusedError,
     CoordinationError,
@@ -60,8 +63,9 @@ from readergroup.core.names import split_scoped_stream, stream_sync_name
 from readergroup.core.reader_machine import ReaderMachine, SegmentPhase
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
 from readergroup.storage.connection_api import Connection
+from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import translate_errors
-from statesync import BadEntryError, StateSynchronizer, SynchronizerNotFoundError
+from statesync import BadEntryError, SynchronizerNotFoundError, Update
 from statesync.backend import wake_revision, wakes_follower
 from statesync.clock import Clock
 
@@ -69,28 +73,79 @@ T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
+MAINTENANCE_POLL = 0.02
+"""Longest wait (s) of a fetch while the maintenance thread has a round under way: a fetch
+cannot be woken by segments adopted or a checkpoint queued meanwhile, so it looks again soon."""
+
 REJOIN_MAX_DELAY = 2.0
 """Cap (seconds) of the jittered backoff between attempts to rejoin after being fenced."""
 
 
-class GroupSession(Generic[T]):
-    """One reader's life in its group, keeping ``fetcher``'s segments those the group gives."""
+class WakeKeys(Protocol):
+    """What a session's steps use of a connection without I/O: key names and the client
+    config (the I/O goes through its driver: see :class:`SessionSteps`)."""
+
+    @property
+    def config(self) -> ClientConfig: ...
+
+    @property
+    def keys(self) -> KeyLayout: ...
+
+    def wake_on(
+        self, sync_name: str, after_revision: int, *, wakes_only: bool
+    ) -> tuple[str, str]: ...
+
+    def follower_wake_on(
+        self, sync_name: str, after_revision: int, follower: str
+    ) -> tuple[str, str]: ...
+
+    def synchronizer(
+        self, name: str, update_types: Sequence[type[Update]], state_types: Sequence[type] = ()
+    ) -> Any:
+        """A synchronizer of ``name`` (threaded or asyncio: the steps call its I/O through
+        their driver's ``follow`` and ``fetch_updates``)."""
+
+
+class Signal(Protocol):
+    """A flag one side sets and the other waits on (``threading.Event``, ``asyncio.Event``)."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
+class SessionSteps(Generic[T]):
+    """One reader's life in its group, keeping ``fetcher``'s segments those the group gives:
+    every decision of it, written once as call steps (:mod:`readergroup.core.calls`) that the
+    threaded :class:`GroupSession` drives with threads and the asyncio session
+    (:mod:`readergroup.aio.session`) with tasks. The steps' I/O, by the paths they call on
+    their driver: ``member.*`` (its :class:`~readergroup.admin.group_member.GroupMember`, or
+    the asyncio one), ``fetcher.histories``, ``segments.*`` (segment states and seals),
+    ``follow``, ``fetch_updates``, ``fetch``, ``take_refilled``, ``invoke`` (a
+    rebalance listener), ``group_lock.*``, ``backoff``, ``stopped_within``, ``wait_wake``,
+    ``stop_background``, ``start_background``."""
 
     def __init__(
         self,
-        connection: Connection,
-        member: GroupMember,
+        connection: WakeKeys,
+        member: Any,
         group_config: ReaderGroupConfig,
-        fetcher: Fetcher[T],
+        fetcher: FetchCore[T],
         outage: Outage,
         *,
         clock: Clock,
         rng: random.Random,
+        gate: Any,
+        wake: Signal,
+        stop: Signal,
     ) -> None:
         self._connection = connection
         self.member = member
         self._group = group_config
         self._fetcher = fetcher
+        self.fetcher = fetcher
         self._outage = outage
         self._clock, self._rng = clock, rng
         self.reader_id = member.reader_id
@@ -98,7 +153,8 @@ class GroupSession(Generic[T]):
         self.machine = ReaderMachine(member.reader_id)
         """What this reader may hand out, and when (every transition is the machine's; it is
         changed only under the gate's lock)."""
-        self._streams: dict[str, StateSynchronizer[StreamState]] = {}
+        self._streams: dict[str, Any] = {}
+        """Stream -> the synchronizer of its metadata (threaded or asyncio)."""
         self.gone = False
         """The group was deleted under this reader: every read raises ReaderGroupNotFoundError."""
         self.closed = False
@@ -108,15 +164,13 @@ class GroupSession(Generic[T]):
         """Until when (monotonic) reads may take the fast path (the gate's *window*): nothing is
         flagged for the reading thread, and the session is surely alive. Zeroed by whatever
         needs the reading thread's attention; reopened only by its slow path."""
-        self.gate = HandOutGate(self._shut)
+        self.gate = gate
         """Hand-out vs changes to the segment table (see :mod:`~readergroup.client.maintenance`)."""
-        self.group_lock = threading.RLock()
-        """Serializes group round trips: maintenance rounds, ``commit()``, ``close()``."""
-        self.wake = threading.Event()
+        self.wake = wake
         """Set to have the maintenance thread run a round now."""
-        self._maintenance: threading.Thread | None = None
         self._maintaining = False
-        self.stop = threading.Event()
+        self._beat_failed = False
+        self.stop = stop
         self.group_dirty = self._streams_dirty = True
         self._session = group_config.session_timeout
         now = self._clock.monotonic()
@@ -155,7 +209,6 @@ class GroupSession(Generic[T]):
         self._bad_logs: set[str] = set()
         """State logs whose key has the wrong type: left out of the XREAD (their refresh
         reports the error)."""
-        self._heartbeat_thread = self._start_heartbeats()
 
     @property
     def fenced(self) -> str | None:
@@ -267,7 +320,7 @@ class GroupSession(Generic[T]):
         if lost:
             logger.warning("reader %r fenced, segments lost: %s", self.reader_id, reason)
 
-    def begin_read(self) -> EventRead[T] | None:
+    def begin_read_steps(self) -> Steps[EventRead[T] | None]:
         """(Reading thread, under the gate's lock, at the start of a read call and before each
         of its fetches: nothing was handed out since the call began.) Carry out what the
         reader's machine says a read call must do first: tell the listeners of lost, released
@@ -279,7 +332,7 @@ class GroupSession(Generic[T]):
         if step.ack:
             self.wake.set()  # the maintenance thread acknowledges it
         if step.lost or step.released or step.acquired or step.completed:
-            failure = self._tell_listeners(
+            failure = yield from self._tell_listeners(
                 step.lost, (*step.completed, *step.released), step.acquired
             )
             if step.released:
@@ -310,14 +363,14 @@ class GroupSession(Generic[T]):
 
     def _tell_listeners(
         self, lost: Sequence[SegKey], released: Sequence[SegKey], acquired: Sequence[SegKey]
-    ) -> ReaderGroupError | None:
+    ) -> Steps[ReaderGroupError | None]:
         """Call the listeners (the gate's lock let go: they may commit, or read positions);
         every listener hears every change even if one raises; returns the first failure,
         wrapped, for the read call to raise once the changes are carried out."""
         failure: ReaderGroupError | None = None
         with self.gate.released():
             try:
-                self._notify(acquired=acquired, released=released, lost=lost)
+                yield from self._notify(acquired=acquired, released=released, lost=lost)
             except Exception as exc:  # the application's code: raised by the read call
                 logger.warning(
                     "reader %r: a rebalance listener raised", self.reader_id, exc_info=exc
@@ -330,26 +383,6 @@ class GroupSession(Generic[T]):
         return failure
 
     # -- maintenance (the maintenance thread) ------------------------------------------------
-    def start_maintenance(self) -> None:
-        """Start the maintenance thread, once (reading thread: its first read call)."""
-        if self._maintenance is None and not self.closed and self.fenced is None:
-            self._maintenance = threading.Thread(
-                target=maintain_in_background,
-                args=(self, self.wake, self.stop, self._rng),
-                name=f"rg-maintenance-{self.reader_id}",
-                daemon=True,
-            )
-            self._maintenance.start()
-
-    def _stop_maintenance(self, timeout: float) -> bool:
-        """Stop the maintenance thread (``stop`` is set); whether it is gone."""
-        self.wake.set()
-        thread = self._maintenance
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-            return not thread.is_alive()
-        return True
-
     def maintenance_due_in(self) -> float:
         """Seconds until the next round is due (0: work was posted)."""
         if self.group_dirty or self._streams_dirty or self.machine.ack_due is not None:
@@ -396,39 +429,39 @@ class GroupSession(Generic[T]):
         ):
             self.wake.set()
 
-    def maintain(self) -> bool:
+    def maintain_steps(self) -> Steps[bool]:
         """One round: acknowledge a checkpoint the application moved past, then commit,
         rebalance and complete as due; False if Redis could not be reached (retry after a
         backoff). Fencing, outages, a deleted group and bad log entries are handled (and
         re-raised when the reader must end with them)."""
-        with self.group_lock:
+        yield from call("group_lock.acquire")
+        try:
             self._maintaining = True
-            try:
-                with translate_errors("read"):
-                    self._acknowledge_checkpoint()
-                    self._maintain()
-                return True
-            except ReaderNotInGroupError as exc:
-                self.fence(str(exc))
-                raise
-            except RedisUnavailableError as exc:  # buffered events still go out; then back off
-                self._outage.lost(exc)
-                self.check_usable()  # past the session: fenced
-                return False
-            except ReaderGroupError as exc:
-                if self._group_deleted(exc):
-                    self._on_group_deleted()
-                    raise self.group_gone() from exc
-                if isinstance(exc, CoordinationError):
-                    self._note_bad_entry(exc)
-                raise
-            finally:
-                self._maintaining = False
+            with translate_errors("read"):
+                yield from self._acknowledge_checkpoint()
+                yield from self._maintain()
+            return True
+        except ReaderNotInGroupError as exc:
+            self.fence(str(exc))
+            raise
+        except RedisUnavailableError as exc:  # buffered events still go out; then back off
+            self._outage.lost(exc)
+            self.check_usable()  # past the session: fenced
+            return False
+        except ReaderGroupError as exc:
+            if (yield from self._group_deleted(exc)):
+                yield from self._on_group_deleted()
+                raise self.group_gone() from exc
+            if isinstance(exc, CoordinationError):
+                self._note_bad_entry(exc)
+            raise
+        finally:
+            self._maintaining = False
+            self.group_lock.release()
 
     def maintenance_under_way(self) -> bool:
         """Whether the maintenance thread has work posted or a round under way (its outcome,
         such as segments to read or a checkpoint, may concern the reading thread soon)."""
-        thread = self._maintenance
         return self.machine.needs_reader or (
             (
                 self._maintaining
@@ -436,10 +469,20 @@ class GroupSession(Generic[T]):
                 or self._streams_dirty
                 or self.machine.ack_due is not None
             )
-            and (thread is not None and thread.is_alive())
+            and self.background_alive()
         )
 
-    def _maintain(self) -> None:
+    def background_alive(self) -> bool:
+        """Whether the maintenance thread (task) runs."""
+        raise NotImplementedError  # each driver's own
+
+    @property
+    def group_lock(self) -> Any:
+        """Serializes group round trips: maintenance rounds, ``commit()``, ``close()``
+        (re-entrant: a listener may commit while ``close()`` tells it)."""
+        raise NotImplementedError  # each driver's own
+
+    def _maintain(self) -> Steps[None]:
         """Commit, rebalance and complete as due. Intervals count from the end of the previous
         round.
 
@@ -450,25 +493,25 @@ class GroupSession(Generic[T]):
         to their known end, without asking Redis."""
         now = self._clock.monotonic()
         refresh_due = now - self._last_refresh >= self._group.group_refresh_time
-        self.send_rewinds()
+        yield from self.send_rewinds()
         if (
             self._group.commit_mode == AUTO
             and now - self._last_commit >= self._group.auto_commit_interval
         ):
             if self._auto_positions():
-                self._absorb_reset()  # never commit positions of a generation the group left
-                self._commit(self._auto_positions())
+                yield from self._absorb_reset()  # never commit positions of a left generation
+                yield from self._commit(self._auto_positions())
             self._last_commit = self._clock.monotonic()
         if refresh_due:
             self._last_refresh = now  # a failed round is not retried before the next is due
         if self.group_dirty or (refresh_due and (self._behind() or self._unwatched(now))):
             self.group_dirty = False
             self._last_refresh = now
-            self._rebalance()
+            yield from self._rebalance()
             self._woken_to.pop(self.member.sync.name, None)
         if self._streams_dirty or refresh_due:
             follow, self._streams_dirty = self._streams_dirty, False
-            self._complete_finished(follow=follow)
+            yield from self._complete_finished(follow=follow)
             if follow:
                 for name in list(self._woken_to):  # (the reading thread may add to it)
                     if name != self.member.sync.name:
@@ -499,10 +542,11 @@ class GroupSession(Generic[T]):
     def _release_position(self, owned: OwnedSegment) -> int:
         return owned.consumed if self._group.commit_mode == AUTO else owned.committed
 
-    def commit(self, positions: Mapping[SegKey, int] | None) -> None:
+    def commit_steps(self, positions: Mapping[SegKey, int] | None) -> Steps[None]:
         """Commit ``positions`` (segment -> position) of owned segments, or by default every
         event returned (:meth:`EventStreamReader.commit`)."""
-        with self.group_lock:
+        yield from call("group_lock.acquire")
+        try:
             with self.gate.lock:
                 owned_now = self._fetcher.owned
                 if positions is None:
@@ -520,7 +564,9 @@ class GroupSession(Generic[T]):
                                 f"reader {self.reader_id!r} does not own {key}"
                             )
                         chosen[key] = (owned.token, position)
-            refused = self._commit(chosen)
+            refused = yield from self._commit(chosen)
+        finally:
+            self.group_lock.release()
         if refused:
             raise CommitRefusedError(
                 f"reader {self.reader_id!r}: commit of {_refused_text(refused)} refused: the "
@@ -535,7 +581,7 @@ class GroupSession(Generic[T]):
         positions: Mapping[SegKey, tuple[int, int]],
         *,
         table: Mapping[SegKey, OwnedSegment] | None = None,
-    ) -> dict[SegKey, tuple[int, int]]:
+    ) -> Steps[dict[SegKey, tuple[int, int]]]:
         """Commit ``positions``, with the epochs they were read under; returns those refused
         (segment -> (position, where its log ends)). A position past what the segment's log
         holds now (a failover lost its tail) is refused: the logs are looked at first (one
@@ -552,7 +598,7 @@ class GroupSession(Generic[T]):
         if table is None:
             with self.gate.lock:
                 looks = fetcher.looks(positions)
-            logs = fetcher.histories([look.owned for look in looks])
+            logs = yield from call("fetcher.histories", [look.owned for look in looks])
             with self.gate.lock:
                 limits = fetcher.commit_limits(looks, logs)
                 if limits:
@@ -581,7 +627,7 @@ class GroupSession(Generic[T]):
             return refused
         before = self.member.sync.revision
         try:
-            self.member.commit(positions, epochs, lag)
+            yield from call("member.commit", positions, epochs, lag)
         except SegmentNotOwnedError:
             self.group_dirty = True  # ownership moved: reconcile on the next maintenance
             self.wake.set()
@@ -618,7 +664,7 @@ class GroupSession(Generic[T]):
 
     def send_rewinds(
         self, *, reported: bool = False, table: Mapping[SegKey, OwnedSegment] | None = None
-    ) -> None:
+    ) -> Steps[None]:
         """Move the group's positions back where the reading thread's fetcher found segments'
         logs diverged below them (reported lost there): a crash then resumes at the
         divergence. ``reported``: only where the loss was handed to the application (a reader
@@ -644,7 +690,7 @@ class GroupSession(Generic[T]):
         if not rewinds:
             return
         try:
-            self.member.rewind(rewinds)
+            yield from call("member.rewind", rewinds)
         except SegmentNotOwnedError:
             self.group_dirty = True  # ownership moved: the next owner checks the log itself
             self.wake.set()
@@ -661,8 +707,8 @@ class GroupSession(Generic[T]):
                     if owned.rewind == (position, epoch):
                         owned.rewind = None
 
-    def _rebalance(self) -> None:
-        state = self.member.refresh()
+    def _rebalance(self) -> Steps[None]:
+        state = yield from call("member.refresh")
         sync = self.member.sync
         looked_at, appended = sync.revision, sync.stats.appends
         if not self.member.is_member(state):
@@ -671,9 +717,9 @@ class GroupSession(Generic[T]):
                 "its session expired); create it again to rejoin"
             )
         if state.generation != self._group_generation:
-            self._reinitialize(state)
+            yield from self._reinitialize(state)
             state = self.member.state
-        self._take_checkpoints(state)
+        yield from self._take_checkpoints(state)
         self._hold_releases(state)
         with self.gate.lock:
             table = self._fetcher.owned
@@ -685,7 +731,8 @@ class GroupSession(Generic[T]):
         epochs = self._fetcher.epochs_of(release_at.items(), going)
         try:
             # decided on the state just read: one read of the group log per wake-up
-            acquired, released = self.member.rebalance(
+            acquired, released = yield from call(
+                "member.rebalance",
                 release_at,
                 fetched_at=sync.revision,
                 only_listed=True,
@@ -709,7 +756,9 @@ class GroupSession(Generic[T]):
         state = self.member.state
         self._seen_revision = self._wake_seen = seen
         self.end_of_data = state.end_of_data
-        self._reconcile(state, released, going)  # adopts what was acquired, as owned in ``state``
+        yield from self._reconcile(
+            state, released, going
+        )  # adopts what was acquired, as owned in ``state``
         if acquired:
             logger.debug("reader %r acquired %s", self.reader_id, sorted(acquired))
         if (acquired or released) and self.reader_id in readers_to_move(state):
@@ -759,16 +808,16 @@ class GroupSession(Generic[T]):
             for key in held:
                 self._fetcher.hold(key)
 
-    def _absorb_reset(self) -> bool:
+    def _absorb_reset(self) -> Steps[bool]:
         """Re-initialize now if the group was reset since this reader last looked; whether it
         was."""
-        state = self.member.refresh()
+        state = yield from call("member.refresh")
         if state.generation != self._group_generation and self._group_generation >= 0:
-            self._reinitialize(state)
+            yield from self._reinitialize(state)
             return True
         return False
 
-    def _reinitialize(self, state: GroupState) -> None:
+    def _reinitialize(self, state: GroupState) -> Steps[None]:
         """The group was reset (or this is the first look): start over from its state."""
         first = self._group_generation < 0
         self._group_generation = state.generation
@@ -783,9 +832,9 @@ class GroupSession(Generic[T]):
                 sorted(dropped),
             )
         if self.reader_id in state.reset_pending:
-            self.member.ack_reset(state.generation)
+            yield from call("member.ack_reset", state.generation)
 
-    def _take_checkpoints(self, state: GroupState) -> None:
+    def _take_checkpoints(self, state: GroupState) -> Steps[None]:
         """Queue (or, if silent, acknowledge at once) checkpoints that wait for this reader."""
         for checkpoint in state.checkpoints:
             name = checkpoint.name
@@ -797,7 +846,7 @@ class GroupSession(Generic[T]):
                 self._handled_checkpoints.add(name)
                 with self.gate.lock:
                     positions = {k: o.consumed for k, o in self._fetcher.owned.items()}
-                self.member.ack_checkpoint(name, positions)
+                yield from call("member.ack_checkpoint", name, positions)
             else:
                 with self.gate.lock:  # the reading thread hands it out next
                     if self.machine.checkpoint_seen(name):
@@ -809,7 +858,7 @@ class GroupSession(Generic[T]):
         state: GroupState,
         released: list[SegKey],
         going: Mapping[SegKey, OwnedSegment],
-    ) -> None:
+    ) -> Steps[None]:
         """Drop local segments the group no longer gives this reader (released, taken away) and
         adopt the ones it gives and this reader does not hold yet (acquired, or handed back);
         segments ``going`` (sent for release) that were not released and are still this
@@ -817,11 +866,10 @@ class GroupSession(Generic[T]):
         mine = state.owned_by(self.reader_id)
         with self.gate.lock:
             held = set(self._fetcher.owned)
-        new = [
-            self._prepare(key, assignment)
-            for key, assignment in mine.items()
-            if key not in held or key in released
-        ]
+        new = []
+        for key, assignment in mine.items():
+            if key not in held or key in released:
+                new.append((yield from self._prepare(key, assignment)))
         machine = self.machine
         with self.gate.closed():
             owned_now = self._fetcher.owned
@@ -845,7 +893,7 @@ class GroupSession(Generic[T]):
         if lost:
             logger.debug("reader %r lost %s", self.reader_id, sorted(lost))
 
-    def _prepare(self, key: SegKey, assignment: Assignment) -> OwnedSegment:
+    def _prepare(self, key: SegKey, assignment: Assignment) -> Steps[OwnedSegment]:
         """A segment to adopt, with its stream's limits (read now, outside any lock)."""
         scope, stream = split_scoped_stream(key[0], None)
         data_key = self._connection.keys.segment(scope, stream, key[1]).events
@@ -854,23 +902,25 @@ class GroupSession(Generic[T]):
         end = self.member.state.end
         if end is not None:
             owned.final_tail, owned.bounded = end.get(key, assignment.position), True
-        stream_state: StreamState = self._stream_sync(key[0]).state
+        stream_state: StreamState = (yield from self._stream_sync(key[0])).state
         owned.max_event_size = stream_state.config.max_event_size
         return owned
 
-    def _stream_sync(self, scoped: str) -> StateSynchronizer[StreamState]:
+    def _stream_sync(self, scoped: str) -> Steps[Any]:
+        """The synchronizer of the metadata of stream ``scoped``, opened (and followed) at its
+        first use."""
         sync = self._streams.get(scoped)
         if sync is None:
             scope, stream = split_scoped_stream(scoped, None)
             sync = self._connection.synchronizer(
                 stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
             )
-            sync.follow()
+            yield from call("follow", sync)
             with self.gate.lock:  # the reading thread's fetch lists the streams' logs
                 self._streams[scoped] = sync
         return sync
 
-    def _complete_finished(self, *, follow: bool = True) -> None:
+    def _complete_finished(self, *, follow: bool = True) -> Steps[None]:
         """Complete owned segments that are sealed (or at a bounded end) and consumed, all in
         one group update (``follow``: read the streams' metadata logs first; else no news woke
         the reader and the local copies are current)."""
@@ -880,7 +930,7 @@ class GroupSession(Generic[T]):
         successors: dict[SegKey, tuple[tuple[SegKey, ...], int]] = {}
         for scoped, sync in list(self._streams.items()):
             if follow:
-                sync.follow()
+                yield from call("follow", sync)
             state: StreamState = sync.state
             ended = []
             with self.gate.lock:
@@ -895,9 +945,11 @@ class GroupSession(Generic[T]):
                 if record is None or (record.active and not owned.bounded):
                     continue
                 if record.truncated:
-                    self._truncated_away(owned)
+                    yield from self._truncated_away(owned)
                 ended.append((owned, record))
-            self._learn_final_tails([o for o, r in ended if o.final_tail < 0 and not r.truncated])
+            yield from self._learn_final_tails(
+                [o for o, r in ended if o.final_tail < 0 and not r.truncated]
+            )
             for owned, record in ended:
                 with self.gate.lock:
                     done = (
@@ -920,7 +972,7 @@ class GroupSession(Generic[T]):
             return
         completions = [(o.key, o.token, o.final_tail) for o in finished]
         handed = [(succ, preds, start) for succ, (preds, start) in successors.items()]
-        if not self.member.complete_segments(completions, handed):
+        if not (yield from call("member.complete_segments", completions, handed)):
             return  # a checkpoint or reset arrived: complete after it
         with self.gate.closed():
             completed = [o.key for o in finished if self._fetcher.owned.get(o.key) is o]
@@ -929,7 +981,7 @@ class GroupSession(Generic[T]):
             self.machine.complete(completed)
         self.group_dirty = True
 
-    def _learn_final_tails(self, owned: Sequence[OwnedSegment]) -> None:
+    def _learn_final_tails(self, owned: Sequence[OwnedSegment]) -> Steps[None]:
         """Set the final tail of each of ``owned`` (sealed in the stream's metadata), reading
         their states in one round trip; finish the seal of any an interrupted scale left open."""
         by_stream: dict[tuple[str, str], list[OwnedSegment]] = {}
@@ -937,7 +989,7 @@ class GroupSession(Generic[T]):
             by_stream.setdefault((segment.scope, segment.stream), []).append(segment)
         for (scope, stream), segments in by_stream.items():
             ids = [o.segment for o in segments]
-            states = self._connection.segments.segment_states(scope, stream, ids)
+            states = yield from call("segments.segment_states", scope, stream, ids)
             tails = {s: state.tail for s, state in states.items() if state.sealed}
             unsealed = [s for s in ids if s not in tails]
             if unsealed:  # an interrupted scale: finish its seals
@@ -946,19 +998,19 @@ class GroupSession(Generic[T]):
                     self.reader_id,
                     segments_text([(f"{scope}/{stream}", s) for s in unsealed]),
                 )
-                tails.update(self._connection.segments.seal_segments(scope, stream, unsealed))
+                tails.update((yield from call("segments.seal_segments", scope, stream, unsealed)))
             with self.gate.lock:
                 for segment in segments:
                     segment.final_tail = tails[segment.segment]
 
-    def _truncated_away(self, owned: OwnedSegment) -> None:
+    def _truncated_away(self, owned: OwnedSegment) -> Steps[None]:
         """The segment is wholly behind the stream's head: its data is (being) deleted. Hand out
         what is buffered, report the loss of anything after it once, then complete it (its
         successors become readable from the head)."""
         tail = owned.final_tail
         if tail < 0:
-            seg = self._connection.segments.segment_states(
-                owned.scope, owned.stream, [owned.segment]
+            seg = yield from call(
+                "segments.segment_states", owned.scope, owned.stream, [owned.segment]
             )
             if seg[owned.segment].exists and seg[owned.segment].sealed:
                 tail = seg[owned.segment].tail
@@ -973,12 +1025,14 @@ class GroupSession(Generic[T]):
         acquired: Sequence[SegKey] = (),
         released: Sequence[SegKey] = (),
         lost: Sequence[SegKey] = (),
-    ) -> None:
+    ) -> Steps[None]:
         """Tell every listener (lost, then released, then acquired); every listener hears
-        every change even if one raises; the first exception is raised at the end."""
+        every change even if one raises; the first exception is raised at the end. (An asyncio
+        reader's listener may be a coroutine function: its driver awaits what ``invoke``
+        returns.)"""
         failure: Exception | None = None
         for listener in list(self.listeners):
-            calls: list[tuple[Callable[[str, list[SegKey]], None], Sequence[SegKey]]] = []
+            calls: list[tuple[Callable[[str, list[SegKey]], Any], Sequence[SegKey]]] = []
             if lost:
                 calls.append(
                     (getattr(listener, "on_segments_lost", listener.on_segments_released), lost)
@@ -987,16 +1041,16 @@ class GroupSession(Generic[T]):
                 calls.append((listener.on_segments_released, released))
             if acquired:
                 calls.append((listener.on_segments_acquired, acquired))
-            for call, keys in calls:
+            for method, keys in calls:
                 try:
-                    call(self.reader_id, list(keys))
+                    yield from call("invoke", method, self.reader_id, list(keys))
                 except Exception as exc:
                     failure = failure or exc
         if failure is not None:
             raise failure
 
     # -- checkpoints -------------------------------------------------------------------------
-    def _acknowledge_checkpoint(self, *, leaving: bool = False) -> None:
+    def _acknowledge_checkpoint(self, *, leaving: bool = False) -> Steps[None]:
         """Report the positions a checkpoint was handed out at, once the application moved
         past it (``leaving``: or now, as the next read would)."""
         if leaving:
@@ -1006,7 +1060,7 @@ class GroupSession(Generic[T]):
         if due is not None:
             name, positions = due
             try:
-                self.member.ack_checkpoint(name, positions)
+                yield from call("member.ack_checkpoint", name, positions)
             except RedisUnavailableError:
                 raise  # acknowledged on a later round
             except BaseException:
@@ -1088,21 +1142,22 @@ class GroupSession(Generic[T]):
             self._stuck_at[cause.name] = cause.revision
 
     # -- a deleted group ---------------------------------------------------------------------
-    def _group_deleted(self, error: ReaderGroupError) -> bool:
+    def _group_deleted(self, error: ReaderGroupError) -> Steps[bool]:
         """Whether ``error`` came from the group's state having been deleted (a deleted stream's
         metadata also reads as a missing synchronizer: the group's own log is checked)."""
         if not isinstance(error.__cause__, SynchronizerNotFoundError):
             return False
         try:
+            group = self._connection.synchronizer(
+                self.member.sync.name, GROUP_UPDATE_TYPES, GROUP_STATE_TYPES
+            )
             with translate_errors("read group"):
-                self._connection.synchronizer(
-                    self.member.sync.name, GROUP_UPDATE_TYPES, GROUP_STATE_TYPES
-                ).fetch_updates()
+                yield from call("fetch_updates", group)
         except ReaderGroupError as exc:
             return isinstance(exc.__cause__, SynchronizerNotFoundError)
         return False
 
-    def _on_group_deleted(self) -> None:
+    def _on_group_deleted(self) -> Steps[None]:
         """Stop for good: fenced, heartbeats stopped, and its heartbeat row removed (a beat may
         have recreated the hash after the deletion)."""
         if not self.gone:
@@ -1111,14 +1166,14 @@ class GroupSession(Generic[T]):
         self.stop.set()
         self.fence(str(self.group_gone()))  # zeroes quiet_until
         try:
-            self.member.heartbeats.forget(self.reader_id, self.member.generation)
+            yield from call("member.heartbeats.forget", self.reader_id, self.member.generation)
         except ReaderGroupError as exc:
             logger.warning(
                 "reader %s: could not remove its heartbeat", self.reader_id, exc_info=exc
             )
 
     # -- leaving and rejoining ---------------------------------------------------------------
-    def close(self, *, leave: bool = True) -> None:
+    def close_steps(self, *, leave: bool = True) -> Steps[None]:
         """Graceful leave, or (``leave=False``) a static leave (see
         :meth:`EventStreamReader.close`)."""
         if self.closed:
@@ -1126,9 +1181,9 @@ class GroupSession(Generic[T]):
         self.closed = True
         self.quiet_until = 0.0
         self.stop.set()
-        self._heartbeat_thread.join(10)
-        self._stop_maintenance(10)
-        with self.group_lock:
+        yield from call("stop_background", 10.0)
+        yield from call("group_lock.acquire")
+        try:
             with self.gate.closed():  # nothing is handed out from here on
                 removed = self.machine.removed
                 step = self.machine.read_call()  # (closed: what the application is yet to hear)
@@ -1138,28 +1193,30 @@ class GroupSession(Generic[T]):
             self._closing = True  # a listener may commit(): the segments are still owned
             try:
                 if removed is None:
-                    self._notify_quietly(step.lost, (*step.completed, *owned_keys))
+                    yield from self._notify_quietly(step.lost, (*step.completed, *owned_keys))
                 else:
-                    self._notify_quietly((*step.lost, *owned_keys), step.completed)
+                    yield from self._notify_quietly((*step.lost, *owned_keys), step.completed)
             finally:
                 self._closing = False
             with self.gate.closed():
                 owned_now = dict(self._fetcher.owned)
                 self._fetcher.clear()
             if removed is None:
-                self._leave(owned_now, stay=not leave)
+                yield from self._leave(owned_now, stay=not leave)
+        finally:
+            self.group_lock.release()
 
-    def _notify_quietly(self, lost: Sequence[SegKey], released: Sequence[SegKey]) -> None:
+    def _notify_quietly(self, lost: Sequence[SegKey], released: Sequence[SegKey]) -> Steps[None]:
         """Tell the listeners as a reader closes (a listener's exception is logged: the
         reader leaves all the same)."""
         try:
-            self._notify(released=released, lost=lost)
+            yield from self._notify(released=released, lost=lost)
         except Exception as exc:
             logger.warning(
                 "reader %r: a rebalance listener raised while closing", self.reader_id, exc_info=exc
             )
 
-    def _leave(self, owned_now: dict[SegKey, OwnedSegment], *, stay: bool = False) -> None:
+    def _leave(self, owned_now: dict[SegKey, OwnedSegment], *, stay: bool = False) -> Steps[None]:
         """Acknowledge a checkpoint handed out, move positions back where losses were
         reported, commit what was consumed (auto mode), then give the segments back; or
         (``stay``, a static leave) keep them: they wait for a restart under this id (which
@@ -1168,12 +1225,12 @@ class GroupSession(Generic[T]):
             owned.consumed = owned.returned
         try:
             with translate_errors("leave"):
-                self._acknowledge_checkpoint(leaving=True)
-                if self._absorb_reset():
+                yield from self._acknowledge_checkpoint(leaving=True)
+                if (yield from self._absorb_reset()):
                     owned_now = {}  # the group was reset: nothing of the old generation
-                self.send_rewinds(reported=True, table=owned_now)
+                yield from self.send_rewinds(reported=True, table=owned_now)
                 if self._group.commit_mode == AUTO:  # manual mode commits only on commit()
-                    self._commit(self._auto_positions(owned_now), table=owned_now)
+                    yield from self._commit(self._auto_positions(owned_now), table=owned_now)
                 if stay:
                     logger.info(
                         "reader %r closed keeping its segments for a restart within the session",
@@ -1181,7 +1238,7 @@ class GroupSession(Generic[T]):
                     )
                     return
                 at = {k: self._release_position(o) for k, o in owned_now.items()}
-                self.member.leave(at, self._fetcher.epochs_of(at.items(), owned_now))
+                yield from call("member.leave", at, self._fetcher.epochs_of(at.items(), owned_now))
             logger.debug("reader %r left its group", self.reader_id)
         except ReaderGroupError as exc:
             logger.warning(
@@ -1194,14 +1251,14 @@ class GroupSession(Generic[T]):
                 exc_info=exc,
             )
 
-    def rejoin(self, stop: threading.Event | None = None) -> int:
+    def rejoin_steps(self, stop: Signal | None = None) -> Steps[int]:
         """See :meth:`EventStreamReader.rejoin`."""
         failures = 0
         while not self.closed and not (stop is not None and stop.is_set()):
             if self.fenced is None:
-                return self.member.generation
+                return int(self.member.generation)
             try:
-                return self._rejoin_once()
+                return (yield from self._rejoin_once())
             except (RedisUnavailableError, ReaderAlreadyOnlineError) as exc:
                 failures += 1
                 delay = self._rng.uniform(0, min(REJOIN_MAX_DELAY, 0.05 * 2 ** min(failures, 8)))
@@ -1211,21 +1268,21 @@ class GroupSession(Generic[T]):
                     delay,
                     exc_info=exc,
                 )
-                self._clock.sleep(delay)
+                yield from call("backoff", delay)
         return -1
 
-    def _rejoin_once(self) -> int:
+    def _rejoin_once(self) -> Steps[int]:
         self.stop.set()  # the fenced threads must be gone before a new generation
-        self._heartbeat_thread.join(self._connection.config.socket_timeout + 1)
-        gone = self._stop_maintenance(self._connection.config.socket_timeout + 1)
-        if self._heartbeat_thread.is_alive() or not gone:
+        gone = yield from call("stop_background", self._connection.config.socket_timeout + 1)
+        if not gone:
             raise RedisUnavailableError(
                 f"reader {self.reader_id!r}: the previous heartbeat or maintenance is still "
                 "waiting on Redis"
             )
-        with self.group_lock:
+        yield from call("group_lock.acquire")
+        try:
             with translate_errors("rejoin"):
-                generation = self.member.join()
+                generation: int = yield from call("member.join")
             now = self._clock.monotonic()
             with self.gate.closed():
                 self.machine.rejoined()
@@ -1236,83 +1293,263 @@ class GroupSession(Generic[T]):
                 self._seen_revision = self._wake_seen = -1
                 self._woken_to.clear()
                 self._last_beat_ok = self.last_poll = self._last_refresh = self._last_commit = now
-                self.stop = threading.Event()
+                self.stop.clear()
                 self.wake.clear()
-                self._maintenance = None  # started again by the next read call
-        self._heartbeat_thread = self._start_heartbeats()
+        finally:
+            self.group_lock.release()
+        yield from call("start_background")  # the heartbeats; maintenance at the next read
         logger.info("reader %r rejoined its group as generation %d", self.reader_id, generation)
         return generation
 
-    # -- heartbeat thread --------------------------------------------------------------------
-    def _start_heartbeats(self) -> threading.Thread:
-        thread = threading.Thread(
-            target=self._heartbeat_loop, name=f"rg-heartbeat-{self.reader_id}", daemon=True
-        )
-        thread.start()
-        return thread
-
-    def _heartbeat_loop(self) -> None:
-        interval = self._group.heartbeat_interval
-        failed = False
+    # -- the heartbeat thread ----------------------------------------------------------------
+    def heartbeat_loop_steps(self) -> Steps[None]:
+        """H's loop: a round, then a wait (cut short by ``stop``), until a round ends it."""
         stop = self.stop
         while not stop.is_set():
-            sent = self._clock.monotonic()
-            wait = interval
-            try:
-                with translate_errors("heartbeat"):
-                    liveness = self.member.heartbeat()
-                if liveness.member:
-                    self._last_beat_ok = sent
-                elif self.fenced is None:
-                    self._removed(
-                        f"reader {self.reader_id!r} was removed from the group (its session "
-                        "expired, or reader_offline was called); create it again to rejoin"
-                    )
-                if liveness.removed:
-                    logger.debug(
-                        "reader %r removed expired members %s", self.reader_id, liveness.removed
-                    )
-                    self.group_dirty = True
-                    self.wake.set()
-                if liveness.next_expiry_ms is not None:
-                    until = (liveness.next_expiry_ms - liveness.now_ms) / 1000
-                    wait = max(0.05, min(interval, until))
-                if failed:
-                    logger.info("reader %r: heartbeat renewed again", self.reader_id)
-                failed = False
-            except ReaderGroupError as exc:
-                if self._group_deleted(exc):
-                    self._on_group_deleted()
-                    return
-                if not failed:
-                    logger.warning(
-                        "reader %r: heartbeat failed, retrying", self.reader_id, exc_info=exc
-                    )
-                failed = True
-                wait = min(interval, 0.5)
-            if self.fenced is None and sent - self.last_poll > self._group.max_poll_interval:
-                self._removed(
-                    f"reader {self.reader_id!r} did not call read_next_event for "
-                    f"max_poll_interval={self._group.max_poll_interval}s; its segments were "
-                    "given back at their committed positions"
-                )
-                self._leave_quietly()
+            wait = yield from self.heartbeat_steps()
+            if wait is None:
                 return
-            if self.fenced is not None:
-                self._leave_quietly()
-                return
-            stop.wait(wait)
+            yield from call("stopped_within", wait)
 
-    def _leave_quietly(self) -> None:
+    def heartbeat_steps(self) -> Steps[float | None]:
+        """One heartbeat round: renew, notice a removal, an expired poll interval or a deleted
+        group; how long to wait before the next (``None``: the heartbeats end)."""
+        interval = self._group.heartbeat_interval
+        sent = self._clock.monotonic()
+        wait = interval
+        try:
+            with translate_errors("heartbeat"):
+                liveness = yield from call("member.heartbeat")
+            if liveness.member:
+                self._last_beat_ok = sent
+            elif self.fenced is None:
+                self._removed(
+                    f"reader {self.reader_id!r} was removed from the group (its session "
+                    "expired, or reader_offline was called); create it again to rejoin"
+                )
+            if liveness.removed:
+                logger.debug(
+                    "reader %r removed expired members %s", self.reader_id, liveness.removed
+                )
+                self.group_dirty = True
+                self.wake.set()
+            if liveness.next_expiry_ms is not None:
+                until = (liveness.next_expiry_ms - liveness.now_ms) / 1000
+                wait = max(0.05, min(interval, until))
+            if self._beat_failed:
+                logger.info("reader %r: heartbeat renewed again", self.reader_id)
+            self._beat_failed = False
+        except ReaderGroupError as exc:
+            if (yield from self._group_deleted(exc)):
+                yield from self._on_group_deleted()
+                return None
+            if not self._beat_failed:
+                logger.warning(
+                    "reader %r: heartbeat failed, retrying", self.reader_id, exc_info=exc
+                )
+            self._beat_failed = True
+            wait = min(interval, 0.5)
+        if self.fenced is None and sent - self.last_poll > self._group.max_poll_interval:
+            self._removed(
+                f"reader {self.reader_id!r} did not call read_next_event for "
+                f"max_poll_interval={self._group.max_poll_interval}s; its segments were "
+                "given back at their committed positions"
+            )
+            yield from self._leave_quietly()
+            return None
+        if self.fenced is not None:
+            yield from self._leave_quietly()
+            return None
+        return wait
+
+    def _leave_quietly(self) -> Steps[None]:
         try:
             with translate_errors("leave"):
-                self.member.leave()
+                yield from call("member.leave")
         except ReaderGroupError as exc:
             logger.warning(
                 "reader %r: could not leave after being fenced; its session expires instead",
                 self.reader_id,
                 exc_info=exc,
             )
+
+    # -- I/O both drivers perform alike (an asyncio driver awaits what these return) -----------
+    @staticmethod
+    def follow(sync: Any) -> Any:
+        return sync.follow()
+
+    @staticmethod
+    def fetch_updates(sync: Any) -> Any:
+        return sync.fetch_updates()
+
+    @staticmethod
+    def invoke(function: Callable[..., Any], *args: Any) -> Any:
+        """Call a rebalance listener (an asyncio driver awaits a coroutine it returns)."""
+        return function(*args)
+
+    # -- a read call (the reading thread) ----------------------------------------------------
+    def serve_steps(self, max_events: int, timeout: float, now: float) -> Steps[list[EventRead[T]]]:
+        """A read call's slow path (under the gate's lock, let go while a fetch waits): a
+        checkpoint due, errors, buffered events, or what one fetch brings (always at least
+        one fetch, even past ``timeout``, when nothing is buffered). No group round trip: the
+        maintenance thread makes those."""
+        fetcher = self._fetcher
+        if self.closed:
+            raise ReaderClosedError(f"reader {self.reader_id!r} is closed")
+        self.check_lease()
+        self.last_poll = now
+        fetcher.consume_returned()  # the application moved past every event handed out
+        self.consumed_recorded()
+        deadline = now + max(0.0, timeout)
+        fetched = False
+        while True:
+            # what the reader's machine says comes first: listeners, a removal, a checkpoint
+            # (again before each fetch: nothing was handed out since the call began)
+            checkpoint = yield from self.begin_read_steps()
+            if checkpoint is not None:
+                return [checkpoint]
+            if fetcher.errors:
+                raise fetcher.errors.popleft()
+            events: list[EventRead[T]] = yield from call("take_refilled", max_events)
+            if events:
+                return events
+            if self.end_of_data:
+                return []
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0 and fetched:
+                return []
+            hold = self.longest_block()
+            if self.maintenance_under_way():  # poll: its outcome may be segments to read
+                hold = min(hold, MAINTENANCE_POLL)
+            block = max(0.0, min(remaining, hold))
+            self.absorb((yield from call("fetch", block, self.wake_logs(), hold)))
+            fetched = True
+            self.check_lease()
+
+
+class GroupSession(SessionSteps[T]):
+    """One reader's life in its group, keeping ``fetcher``'s segments those the group gives:
+    :class:`SessionSteps` driven by the reading thread, a maintenance thread and a heartbeat
+    thread (see :mod:`~readergroup.client.maintenance`)."""
+
+    gate: HandOutGate
+    wake: threading.Event
+    stop: threading.Event
+
+    def __init__(
+        self,
+        connection: Connection,
+        member: GroupMember,
+        group_config: ReaderGroupConfig,
+        fetcher: Fetcher[T],
+        outage: Outage,
+        *,
+        clock: Clock,
+        rng: random.Random,
+    ) -> None:
+        self._fetcher_threaded = fetcher
+        self._group_lock = threading.RLock()
+        self._maintenance: threading.Thread | None = None
+        super().__init__(
+            connection,
+            member,
+            group_config,
+            fetcher,
+            outage,
+            clock=clock,
+            rng=rng,
+            gate=HandOutGate(self._shut),
+            wake=threading.Event(),
+            stop=threading.Event(),
+        )
+        self.segments = connection.segments
+        self._heartbeat_thread = self._start_heartbeats()
+
+    @property
+    def group_lock(self) -> threading.RLock:
+        return self._group_lock
+
+    # -- the steps' I/O, blocking ------------------------------------------------------------
+    def fetch(self, block: float, logs: Mapping[str, str], hold: float) -> FetchOutcome:
+        return self._fetcher_threaded.fetch(block, logs, hold=hold)
+
+    def take_refilled(self, max_events: int) -> list[EventRead[T]]:
+        return self._fetcher_threaded.take(max_events, refill=True)
+
+    def backoff(self, seconds: float) -> None:
+        self._clock.sleep(seconds)
+
+    def wait_wake(self, timeout: float) -> bool:
+        return self.wake.wait(timeout)
+
+    def stopped_within(self, timeout: float) -> bool:
+        return self.stop.wait(timeout)
+
+    def stop_background(self, timeout: float) -> bool:
+        """Stop the heartbeat and maintenance threads (``stop`` is set); whether both are
+        gone."""
+        self._heartbeat_thread.join(timeout)
+        gone = self._stop_maintenance(timeout)
+        return gone and not self._heartbeat_thread.is_alive()
+
+    def start_background(self) -> None:
+        self._maintenance = None  # started again by the next read call
+        self._heartbeat_thread = self._start_heartbeats()
+
+    # -- the threaded API --------------------------------------------------------------------
+    def begin_read(self) -> EventRead[T] | None:
+        return drive(self.begin_read_steps(), self)
+
+    def serve(self, max_events: int, timeout: float, now: float) -> list[EventRead[T]]:
+        return drive(self.serve_steps(max_events, timeout, now), self)
+
+    def maintain(self) -> bool:
+        return drive(self.maintain_steps(), self)
+
+    def commit(self, positions: Mapping[SegKey, int] | None) -> None:
+        drive(self.commit_steps(positions), self)
+
+    def close(self, *, leave: bool = True) -> None:
+        drive(self.close_steps(leave=leave), self)
+
+    def rejoin(self, stop: threading.Event | None = None) -> int:
+        return drive(self.rejoin_steps(stop), self)
+
+    # -- maintenance thread ------------------------------------------------------------------
+    def start_maintenance(self) -> None:
+        """Start the maintenance thread, once (reading thread: its first read call)."""
+        if self._maintenance is None and not self.closed and self.fenced is None:
+            self._maintenance = threading.Thread(
+                target=drive,
+                args=(maintenance_steps(self, self.wake, self.stop, self._rng), self),
+                name=f"rg-maintenance-{self.reader_id}",
+                daemon=True,
+            )
+            self._maintenance.start()
+
+    def _stop_maintenance(self, timeout: float) -> bool:
+        """Stop the maintenance thread (``stop`` is set); whether it is gone."""
+        self.wake.set()
+        thread = self._maintenance
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
+    def background_alive(self) -> bool:
+        thread = self._maintenance
+        return thread is not None and thread.is_alive()
+
+    # -- heartbeat thread --------------------------------------------------------------------
+    def _start_heartbeats(self) -> threading.Thread:
+        thread = threading.Thread(
+            target=drive,
+            args=(self.heartbeat_loop_steps(), self),
+            name=f"rg-heartbeat-{self.reader_id}",
+            daemon=True,
+        )
+        thread.start()
+        return thread
 
 
 def _refused_text(refused: Mapping[SegKey, tuple[int, int]]) -> str:

@@ -89,6 +89,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
+from readergroup.core.calls import Steps, call
 from readergroup.core.errors import (
     ReaderGroupError,
     ReaderGroupNotFoundError,
@@ -142,37 +143,47 @@ class Maintained(Protocol):
     """What the maintenance thread runs: a group session."""
 
     reader_id: str
-    fenced: str | None
     gone: bool
     closed: bool
 
+    @property
+    def fenced(self) -> str | None: ...
+
     def maintenance_due_in(self) -> float: ...
 
-    def maintain(self) -> bool: ...
+    def maintain_steps(self) -> Steps[bool]: ...
 
     def post_error(self, error: BaseException) -> None: ...
 
 
-def maintain_in_background(
-    session: Maintained, wake: threading.Event, stop: threading.Event, rng: random.Random
-) -> None:
-    """M's loop: a round whenever R or H posts work (``wake``) or an interval is due, until
-    ``stop`` is set or the reader is fenced, closed or its group deleted. A failed round is
-    reported to R (raised by its next read call) and retried after a jittered backoff; so is a
-    round that could not reach Redis (not reported: reads go on with what is buffered, and
-    the lease check fences the reader if the outage outlasts the session)."""
+class Signal(Protocol):
+    def is_set(self) -> bool: ...
+
+    def clear(self) -> None: ...
+
+
+def maintenance_steps(
+    session: Maintained, wake: Signal, stop: Signal, rng: random.Random
+) -> Steps[None]:
+    """M's loop, as call steps (:mod:`readergroup.core.calls`: a thread drives them blocking,
+    an asyncio task awaiting): a round whenever R or H posts work (``wake``: waited on by the
+    driver's ``wait_wake``) or an interval is due, until ``stop`` is set or the reader is
+    fenced, closed or its group deleted. A failed round is reported to R (raised by its next
+    read call) and retried after a jittered backoff (the driver's ``pause``, cut short by
+    ``stop``); so is a round that could not reach Redis (not reported: reads go on with what is
+    buffered, and the lease check fences the reader if the outage outlasts the session)."""
     failures = 0
     while not stop.is_set():
         if failures:
             delay = rng.uniform(0, min(MAX_BACKOFF, 0.05 * 2 ** min(failures, 5)))
-            stop.wait(delay)
+            yield from call("stopped_within", delay)
         else:
-            wake.wait(session.maintenance_due_in())
+            yield from call("wait_wake", session.maintenance_due_in())
         wake.clear()
         if stop.is_set() or session.closed or session.gone or session.fenced is not None:
             return
         try:
-            failures = 0 if session.maintain() else failures + 1
+            failures = 0 if (yield from session.maintain_steps()) else failures + 1
         except (ReaderNotInGroupError, ReaderGroupNotFoundError):
             return  # fenced or deleted: R raises it on its next call
         except ReaderGroupError as exc:

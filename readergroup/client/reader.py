@@ -66,10 +66,6 @@ from statesync.system_clock import SYSTEM_CLOCK, SystemClock
 
 __all__ = ["REJOIN_MAX_DELAY", "EventRead", "EventStreamReader", "RebalanceListener"]
 
-MAINTENANCE_POLL = 0.02
-"""Longest wait (s) of a fetch while the maintenance thread has a round under way: a fetch
-cannot be woken by segments adopted or a checkpoint queued meanwhile, so it looks again soon."""
-
 T = TypeVar("T")
 
 
@@ -331,40 +327,6 @@ class EventStreamReader(Generic[T]):
         session.start_maintenance()
         with self._gate.lock:
             try:
-                return self._serve(max_events, timeout, now)
+                return session.serve(max_events, timeout, now)
             finally:
                 session.settle()
-
-    def _serve(self, max_events: int, timeout: float, now: float) -> list[EventRead[T]]:
-        session, fetcher = self._session, self._fetcher
-        if session.closed:
-            raise ReaderClosedError(f"reader {self.reader_id!r} is closed")
-        session.check_lease()
-        session.last_poll = now
-        fetcher.consume_returned()  # the application moved past every event handed out
-        session.consumed_recorded()
-        deadline = now + max(0.0, timeout)
-        fetched = False
-        while True:
-            # what the reader's machine says comes first: listeners, a removal, a checkpoint
-            # (again before each fetch: nothing was handed out since the call began)
-            checkpoint = session.begin_read()
-            if checkpoint is not None:
-                return [checkpoint]
-            if fetcher.errors:
-                raise fetcher.errors.popleft()
-            events = fetcher.take(max_events, refill=True)
-            if events:
-                return events
-            if session.end_of_data:
-                return []
-            remaining = deadline - self._clock.monotonic()
-            if remaining <= 0 and fetched:
-                return []
-            hold = session.longest_block()
-            if session.maintenance_under_way():  # poll: its outcome may be segments to read
-                hold = min(hold, MAINTENANCE_POLL)
-            block = max(0.0, min(remaining, hold))
-            session.absorb(fetcher.fetch(block, session.wake_logs(), hold=hold))
-            fetched = True
-            session.check_lease()

@@ -1,0 +1,295 @@
+"""asyncio reader benchmark (issue 29): the asyncio reader against the threaded one.
+
+Against one private server, each measurement in a process of its own (spawned one after the
+other, never two at once):
+
+* ``per_event``: ``--events`` 100-byte events in a one-segment stream read one at a time, by the
+  threaded ``read_next_event`` and by ``async for``; events/s over the reads alone, the
+  ``--repeat`` alternated runs' median; ratio async over sync (the goal: >= 0.9).
+* ``many_readers``: ``--readers`` asyncio readers of one group over ``--segments`` segments in
+  ONE process and loop, joined one after the other (each reads with ``read_next_event(0.05)``
+  in a task of its own): seconds from the last join to every reader owning its fair share
+  (goal: <= 2 s); then, idle (nothing written), the process's CPU over ``--idle`` seconds as a
+  share of one core (goal: <= 5%) and the server's commands per reader per second (``INFO
+  stats``: every client's, the group's only); the same commands figure for ``--sync-readers``
+  threaded readers of another group over as many segments, and for as many asyncio readers
+  (the per-reader figure depends on the group's size; goal: async <= sync).
+* ``loop_lag``: the event loop's p99 lag (a probe task asking to run every 1 ms) while one
+  asyncio reader consumes ``--lag-events`` events with ``async for``, paced at ``--lag-rate``
+  events/s (the goal: p99 <= 5 ms at 50k events/s), then as fast as it can, with its events/s.
+
+Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+
+from bench.common import emit, median, run_processes
+from readergroup import (
+    BytesSerializer,
+    EventStreamClientFactory,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+)
+from readergroup.aio import AsyncEventStreamClientFactory
+from readergroup.testing.embedded_redis import local_redis_server
+
+
+def _p99_ms(lags: list[float]) -> float:
+    ordered = sorted(lags)
+    return ordered[int(len(ordered) * 0.99)] * 1000 if ordered else float("nan")
+
+
+def _stream(url: str, scope: str, segments: int, events: int) -> str:
+    stream = f"s{uuid.uuid4().hex[:6]}"
+    with StreamManager.from_url(url) as manager:
+        manager.create_stream(
+            scope, stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
+        )
+    if events:
+        with EventStreamClientFactory.from_url(scope, url) as factory:
+            writer = factory.create_event_writer(stream, BytesSerializer())
+            payload = b"x" * 100
+            for n in range(events):
+                writer.write_event(payload, routing_key=f"k{n % 100}")
+            writer.flush()
+    return stream
+
+
+def _group(url: str, scope: str, stream: str) -> str:
+    group = f"g{uuid.uuid4().hex[:6]}"
+    with ReaderGroupManager.from_url(scope, url) as groups:
+        groups.create_reader_group(group, ReaderGroupConfig(streams=[f"{scope}/{stream}"]))
+    return group
+
+
+# -- per-event reads -------------------------------------------------------------------------
+def _per_event(
+    kind: str, url: str, scope: str, group: str, events: int, start: Any, out: Any
+) -> None:
+    start.wait()
+    if kind == "sync":
+        with EventStreamClientFactory.from_url(scope, url) as factory:
+            reader = factory.create_reader("r", group, BytesSerializer())
+            reader.read_next_event(timeout=5)
+            began, n = time.perf_counter(), 1
+            while n < events:
+                if reader.read_next_event(timeout=5).is_event:
+                    n += 1
+            out.put(time.perf_counter() - began)
+            reader.close()
+        return
+
+    async def main() -> float:
+        async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
+            reader = await factory.create_reader("r", group, BytesSerializer())
+            await reader.read_next_event(timeout=5)
+            began, n = time.perf_counter(), 1
+            async for _ in reader:
+                n += 1
+                if n == events:
+                    break
+            elapsed = time.perf_counter() - began
+            await reader.close()
+            return elapsed
+
+    out.put(asyncio.run(main()))
+
+
+# -- many readers in one loop ----------------------------------------------------------------
+def _commands(url: str) -> int:
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.info("stats")["total_commands_processed"])
+    finally:
+        client.close()
+
+
+def _many_async(
+    url: str, scope: str, group: str, readers: int, segments: int, idle: float, start: Any, out: Any
+) -> None:
+    start.wait()
+
+    async def main() -> dict[str, float]:
+        async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
+            made = []
+            stop = asyncio.Event()
+
+            async def read(reader: Any) -> None:
+                while not stop.is_set():
+                    await reader.read_next_event(timeout=0.5)
+
+            tasks = []
+            for n in range(readers):
+                reader = await factory.create_reader(f"r{n}", group, BytesSerializer())
+                made.append(reader)
+                tasks.append(asyncio.create_task(read(reader)))
+            joined = time.perf_counter()
+            low, high = segments // readers, -(-segments // readers)
+            while (
+                not all(low <= len(r.assignment()) <= high for r in made)
+                or sum(len(r.assignment()) for r in made) != segments
+            ):
+                await asyncio.sleep(0.01)
+            balanced = time.perf_counter() - joined
+            await asyncio.sleep(2)  # settle
+            commands, cpu, began = _commands(url), time.process_time(), time.perf_counter()
+            await asyncio.sleep(idle)
+            elapsed = time.perf_counter() - began
+            cpu_share = (time.process_time() - cpu) / elapsed
+            per_reader = (_commands(url) - commands) / readers / elapsed
+            stop.set()
+            await asyncio.gather(*tasks)
+            return {"balanced_s": balanced, "idle_cpu": cpu_share, "commands": per_reader}
+
+    out.put(asyncio.run(main()))
+
+
+def _many_sync(
+    url: str, scope: str, group: str, readers: int, idle: float, start: Any, out: Any
+) -> None:
+    import threading
+
+    start.wait()
+    stop = threading.Event()
+    with EventStreamClientFactory.from_url(scope, url) as factory:
+        made = [factory.create_reader(f"r{n}", group, BytesSerializer()) for n in range(readers)]
+
+        def read(reader: Any) -> None:
+            while not stop.is_set():
+                reader.read_next_event(timeout=0.5)
+
+        threads = [threading.Thread(target=read, args=(r,)) for r in made]
+        for thread in threads:
+            thread.start()
+        time.sleep(5)  # balanced and settled
+        commands, began = _commands(url), time.perf_counter()
+        time.sleep(idle)
+        elapsed = time.perf_counter() - began
+        per_reader = (_commands(url) - commands) / readers / elapsed
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    out.put({"commands": per_reader})
+
+
+# -- loop lag while reading ------------------------------------------------------------------
+def _lag(url: str, scope: str, group: str, events: int, rate: float, start: Any, out: Any) -> None:
+    start.wait()
+
+    async def main() -> dict[str, float]:
+        lags: list[float] = []
+
+        async def probe() -> None:
+            while True:
+                before = time.perf_counter()
+                await asyncio.sleep(0.001)
+                lags.append(time.perf_counter() - before - 0.001)
+
+        async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
+            reader = await factory.create_reader("r", group, BytesSerializer())
+            await reader.read_next_event(timeout=5)
+            probing = asyncio.create_task(probe())
+            await asyncio.sleep(0.5)
+            idle, lags[:] = _p99_ms(lags), []
+            began, n = time.perf_counter(), 1
+            async for _ in reader:
+                n += 1
+                if n == events:
+                    break
+                if rate:  # paced: sleep whenever a millisecond ahead of ``rate``
+                    ahead = began + n / rate - time.perf_counter()
+                    if ahead > 0.001:
+                        await asyncio.sleep(ahead)
+            elapsed = time.perf_counter() - began
+            probing.cancel()
+            await reader.close()
+        return {"events_per_s": events / elapsed, "p99_ms": _p99_ms(lags), "idle_p99_ms": idle}
+
+    out.put(asyncio.run(main()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--readers", type=int, default=200)
+    parser.add_argument("--sync-readers", type=int, default=20)
+    parser.add_argument("--segments", type=int, default=1024)
+    parser.add_argument("--idle", type=float, default=10.0)
+    parser.add_argument("--lag-events", type=int, default=200_000)
+    parser.add_argument("--lag-rate", type=float, default=50_000.0)
+    parser.add_argument("--parts", default="per_event,many_readers,loop_lag")
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    results: dict[str, Any] = {}
+    with local_redis_server() as server:
+        url, scope = server.url, f"b{uuid.uuid4().hex[:8]}"
+        with StreamManager.from_url(url) as manager:
+            manager.create_scope(scope)
+        if "per_event" in parts:
+            stream = _stream(url, scope, 1, args.events)
+            rates: dict[str, list[float]] = {"sync": [], "async": []}
+            for _ in range(args.repeat):
+                for kind in ("sync", "async"):
+                    group = _group(url, scope, stream)
+                    (seconds,) = run_processes(_per_event, [(kind, url, scope, group, args.events)])
+                    rates[kind].append(args.events / seconds)
+            sync, aio = median(rates["sync"]), median(rates["async"])
+            results["per_event"] = {
+                "sync_events_per_s": round(sync),
+                "async_events_per_s": round(aio),
+                "ratio_async_over_sync": round(aio / sync, 2),
+                "runs": {k: [round(v) for v in vs] for k, vs in rates.items()},
+            }
+        if "many_readers" in parts:
+            stream = _stream(url, scope, args.segments, 0)
+            (many,) = run_processes(
+                _many_async,
+                [(url, scope, _group(url, scope, stream), args.readers, args.segments, args.idle)],
+            )
+            stream = _stream(url, scope, args.segments, 0)
+            same = (url, scope, _group(url, scope, stream), args.sync_readers, args.segments)
+            (async_few,) = run_processes(_many_async, [(*same, args.idle)])
+            stream = _stream(url, scope, args.segments, 0)
+            (sync_many,) = run_processes(
+                _many_sync, [(url, scope, _group(url, scope, stream), args.sync_readers, args.idle)]
+            )
+            results["many_readers"] = {
+                "readers": args.readers,
+                "segments": args.segments,
+                "balanced_after_last_join_s": round(many["balanced_s"], 2),
+                "idle_cpu_share_of_one_core": round(many["idle_cpu"], 3),
+                "idle_commands_per_reader_per_s_async": round(many["commands"], 2),
+                "idle_commands_per_reader_per_s_sync": round(sync_many["commands"], 2),
+                "idle_commands_per_reader_per_s_async_as_many_as_sync": round(
+                    async_few["commands"], 2
+                ),
+                "sync_readers": args.sync_readers,
+            }
+        if "loop_lag" in parts:
+            stream = _stream(url, scope, 1, args.lag_events)
+            for rate in (args.lag_rate, 0.0):
+                group = _group(url, scope, stream)
+                (lag,) = run_processes(_lag, [(url, scope, group, args.lag_events, rate)])
+                name = f"loop_lag_at_{int(rate)}_per_s" if rate else "loop_lag_flat_out"
+                results[name] = {k: round(v, 2) for k, v in lag.items()}
+    emit("aio_reader", results)
+
+
+if __name__ == "__main__":
+    main()

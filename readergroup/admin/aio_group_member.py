@@ -1,0 +1,88 @@
+"""``AsyncGroupMember``: a reader's membership in a group for asyncio code, on an
+:class:`~statesync.AsyncStateSynchronizer` and an
+:class:`~readergroup.storage.aio_heartbeat_store.AsyncHeartbeatStore`.
+
+Every decision is :class:`~readergroup.admin.group_member.MemberSteps`' (the threaded
+:class:`~readergroup.admin.group_member.GroupMember` runs the same steps blocking): this shell
+only awaits their I/O. The group log's format is negotiated on the announcements the heartbeat
+task last read (:class:`CachedAnnouncements`): the synchronizer asks for it without awaiting,
+and a member missing from that copy counts as one not announced yet, so the older format
+(which every member reads) is written until the next read shows it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from readergroup.admin.group_member import Liveness, MemberSteps
+from readergroup.core.calls import awaited, drive_async
+from readergroup.core.errors import ReaderGroupError
+from readergroup.core.group_state import GroupState
+from readergroup.core.log_format import NEWEST_FORMAT, negotiated_format
+from readergroup.storage.format_negotiation import NegotiatedFormat
+
+
+class CachedAnnouncements:
+    """The readers' announced log formats as last read by :meth:`refresh` (awaited), for a
+    :class:`NegotiatedFormat` that must not wait."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.announced: dict[str, tuple[int, int, int]] = {}
+
+    async def refresh(self, state: GroupState | None = None) -> None:
+        """Read the announcements again (an unreadable hash keeps the copy); with ``state``,
+        only if some member of it is not known to read the newest format (an idle group whose
+        members all announced it reads nothing)."""
+        if state is not None and negotiated_format(state.readers, self.announced) == NEWEST_FORMAT:
+            return
+        try:
+            self.announced = await self._store.announcements()
+        except ReaderGroupError:
+            return
+
+    def announcements(self) -> dict[str, tuple[int, int, int]]:
+        return self.announced
+
+
+class AsyncGroupMember(MemberSteps):
+    """A reader's actions on the group state, awaited (see :class:`MemberSteps`). The tasks of
+    one event loop may call any method (the synchronizer serializes them)."""
+
+    def __init__(
+        self,
+        sync: Any,
+        heartbeats: Any,
+        reader_id: str,
+        *,
+        announcements: CachedAnnouncements | None = None,
+        **limits: Any,
+    ) -> None:
+        """``limits``: :class:`MemberSteps`' ``session_timeout_ms``, ``max_moves`` and
+        ``judge_every_ms``; ``announcements``: the copy the group synchronizer's format is
+        negotiated on too."""
+        self.announcements = announcements or CachedAnnouncements(heartbeats)
+        log_format = NegotiatedFormat(self.announcements)  # type: ignore[arg-type]
+        super().__init__(sync, heartbeats, reader_id, log_format=log_format, **limits)
+
+    refresh = awaited(MemberSteps.refresh_steps)
+    leave = awaited(MemberSteps.leave_steps)
+    rebalance = awaited(MemberSteps.rebalance_steps)
+    ack_checkpoint = awaited(MemberSteps.ack_checkpoint_steps)
+    ack_reset = awaited(MemberSteps.ack_reset_steps)
+    commit = awaited(MemberSteps.commit_steps)
+    rewind = awaited(MemberSteps.rewind_steps)
+    complete_segments = awaited(MemberSteps.complete_segments_steps)
+
+    async def join(self, *, takeover: bool = False) -> int:
+        """See :meth:`MemberSteps.join_steps` (then reads the announced formats)."""
+        generation = await drive_async(self.join_steps(takeover=takeover), self)
+        await self.announcements.refresh()
+        return generation
+
+    async def heartbeat(self, *, judge: bool = False) -> Liveness:
+        """See :meth:`MemberSteps.heartbeat_steps` (then reads the announced formats, while
+        some member is not known to read the newest)."""
+        liveness = await drive_async(self.heartbeat_steps(judge=judge), self)
+        await self.announcements.refresh(self.state)
+        return liveness

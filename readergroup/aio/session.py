@@ -1,0 +1,226 @@
+"""The group side of an asyncio reader: :class:`AsyncGroupSession`, the very decisions of the
+threaded :class:`~readergroup.client.group_session.GroupSession`
+(:class:`~readergroup.client.group_session.SessionSteps`: membership, rebalance rounds,
+hold-releases, reconcile, commit limits, rewinds, checkpoints, completion of sealed segments,
+removal and fencing, leave, rejoin, the read call's step) driven by the tasks of one event loop:
+the reading task (the application's read calls), a **maintenance task** and a **heartbeat
+task** (never threads).
+
+Exclusion: the steps change the segment table only in their own code between two awaits, so
+no other task runs meanwhile; the one thing that spans awaits is the fetcher's work (its plans
+may await a segment's log in the middle of a decision), so the reader's *hand-out lock* (an
+:class:`asyncio.Lock`) is held by every fetcher call (let go while it waits on ``XREAD``:
+:attr:`~readergroup.client.aio_fetcher.AsyncFetcher.unlocked`, taken back even when cancelled)
+and by the steps' own code (:func:`~readergroup.core.calls.drive_async`'s ``local``). Group
+round trips (maintenance rounds, ``commit()``, ``close()``, ``rejoin()``) are serialized by a
+task-re-entrant lock (a listener called by ``close()`` may commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from readergroup.admin.aio_group_member import AsyncGroupMember
+from readergroup.client.aio_fetcher import AsyncFetcher
+from readergroup.client.event_read import EventRead
+from readergroup.client.fetch_core import FetchOutcome, Outage
+from readergroup.client.group_session import SessionSteps
+from readergroup.client.maintenance import maintenance_steps
+from readergroup.core.calls import Steps, drive_async
+from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.storage.aio_reader_connection import AsyncReaderConnection
+from statesync.aio_synchronizer import clock_sleep
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+logger = logging.getLogger(__name__)
+
+
+class LoopGate:
+    """The threaded hand-out gate's face for steps run on one event loop: its code between two
+    awaits cannot interleave with another task's, so ``lock`` and ``released`` are no-ops;
+    ``closed`` shuts the fast path's window."""
+
+    __slots__ = ("_shut", "busy", "lock")
+
+    def __init__(self, shut: Callable[[], None]) -> None:
+        self._shut = shut
+        self.busy = False
+        self.lock = contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def closed(self) -> Iterator[None]:
+        self._shut()
+        yield
+
+    @contextlib.contextmanager
+    def released(self) -> Iterator[None]:
+        yield
+
+
+class TaskRLock:
+    """An :class:`asyncio.Lock` the task holding it may take again (re-entrant per task)."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._owner: asyncio.Task[Any] | None = None
+        self._depth = 0
+
+    async def acquire(self) -> bool:
+        task = asyncio.current_task()
+        if self._owner is not task or task is None:
+            await self._lock.acquire()
+            self._owner = task
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._lock.release()
+
+
+class AsyncGroupSession(SessionSteps[T]):
+    """One asyncio reader's life in its group (see the module doc). Create it in the event
+    loop that will run it (its heartbeat task starts at once)."""
+
+    gate: LoopGate
+    wake: asyncio.Event
+    stop: asyncio.Event
+
+    def __init__(
+        self,
+        connection: AsyncReaderConnection,
+        member: AsyncGroupMember,
+        group_config: ReaderGroupConfig,
+        fetcher: AsyncFetcher[T],
+        outage: Outage,
+        **injected: Any,
+    ) -> None:
+        """``injected``: ``clock`` and ``rng`` (see :class:`SessionSteps`)."""
+        wake, stop = asyncio.Event(), asyncio.Event()
+        gate = LoopGate(self._shut)
+        args = (connection, member, group_config, fetcher, outage)
+        super().__init__(*args, gate=gate, wake=wake, stop=stop, **injected)
+        self._reader_connection = connection
+        self._aio_fetcher = fetcher
+        self.segments = connection.segments
+        self.hand_out = asyncio.Lock()
+        """Held by the fetcher's calls (let go while they wait) and the steps' own code."""
+        self._group_lock = TaskRLock()
+        self._sleep = clock_sleep(self._clock)
+        self._maintenance: asyncio.Task[Any] | None = None
+        self._heartbeats: asyncio.Task[Any] | None = None
+        fetcher.unlocked = self._unlocked
+        self.start_background()
+
+    @property
+    def group_lock(self) -> TaskRLock:
+        return self._group_lock
+
+    def run(self, steps: Steps[R]) -> Any:
+        """Drive ``steps`` (a coroutine to await)."""
+        return drive_async(steps, self, local=self._local)
+
+    @contextlib.asynccontextmanager
+    async def _local(self) -> AsyncIterator[None]:
+        async with self.hand_out:
+            yield
+
+    @contextlib.asynccontextmanager
+    async def _unlocked(self) -> AsyncIterator[None]:
+        """Let go of the hand-out lock while the fetcher waits; take it back even when the
+        wait is cancelled (the fetcher's plan goes on under it to its end)."""
+        self.hand_out.release()
+        try:
+            yield
+        finally:
+            await _acquire_uncancelled(self.hand_out)
+
+    # -- the steps' I/O, awaited -------------------------------------------------------------
+    async def fetch(self, block: float, logs: Mapping[str, str], hold: float) -> FetchOutcome:
+        async with self.hand_out:
+            return await self._aio_fetcher.fetch(block, logs, hold=hold)
+
+    async def take_refilled(self, max_events: int) -> list[EventRead[T]]:
+        async with self.hand_out:
+            return await self._aio_fetcher.take_refilled(max_events)
+
+    async def backoff(self, seconds: float) -> None:
+        await self._sleep(seconds)
+
+    async def wait_wake(self, timeout: float) -> bool:
+        return await _wait(self.wake, timeout)
+
+    async def stopped_within(self, timeout: float) -> bool:
+        return await _wait(self.stop, timeout)
+
+    async def stop_background(self, timeout: float) -> bool:
+        """Stop the heartbeat and maintenance tasks (``stop`` is set): cancelled, then awaited
+        (never the calling task itself); whether they are gone."""
+        self.wake.set()
+        current = asyncio.current_task()
+        tasks = [t for t in (self._heartbeats, self._maintenance) if t is not None]
+        tasks = [t for t in tasks if t is not current and not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        return all(t.done() for t in tasks)
+
+    def start_background(self) -> None:
+        """Start the heartbeat task (the maintenance task starts with the first read call)."""
+        self._maintenance = None
+        self._heartbeats = asyncio.get_running_loop().create_task(
+            self._background(self.heartbeat_loop_steps(), "heartbeat"),
+            name=f"rg-heartbeat-{self.reader_id}",
+        )
+
+    def start_maintenance(self) -> None:
+        """Start the maintenance task, once (the first read call)."""
+        if self._maintenance is None and not self.closed and self.fenced is None:
+            steps = maintenance_steps(self, self.wake, self.stop, self._rng)
+            self._maintenance = asyncio.get_running_loop().create_task(
+                self._background(steps, "maintenance"), name=f"rg-maintenance-{self.reader_id}"
+            )
+
+    async def _background(self, steps: Steps[None], what: str) -> None:
+        try:
+            await self.run(steps)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the steps handle every expected failure
+            logger.warning("reader %r: the %s task ended", self.reader_id, what, exc_info=exc)
+
+    def background_alive(self) -> bool:
+        task = self._maintenance
+        return task is not None and not task.done()
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> bool:
+    """Whether ``event`` was set within ``timeout`` seconds."""
+    if event.is_set():
+        return True
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(0.0, timeout)):
+            await event.wait()
+    return event.is_set()
+
+
+async def _acquire_uncancelled(lock: asyncio.Lock) -> None:
+    """Take ``lock``; a cancellation meanwhile is raised once it is held."""
+    cancelled: BaseException | None = None
+    while True:
+        try:
+            await lock.acquire()
+            break
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
