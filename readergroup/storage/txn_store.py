@@ -3,6 +3,7 @@ and keys: :mod:`readergroup.core.transactions`) and reads records. Thread-safe."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,13 @@ import redis
 from redis.commands.core import Script
 
 from readergroup.core.errors import ReaderGroupError, TransactionError
-from readergroup.core.transactions import CommitPlan, TxnRecord
+from readergroup.core.transactions import (
+    MERGE_STEP_BYTES,
+    MERGE_STEP_ITEMS,
+    CommitPlan,
+    TxnRecord,
+    TxnStatus,
+)
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.scripts import SCRIPT_NAMES, script_source
@@ -34,6 +41,18 @@ class Decision:
     positions: str = ""
     group_sync: str = ""
     claims: tuple[tuple[str, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MergeStep:
+    """What one ``txn_merge.lua`` step did: the target's state after it (MERGING: more steps
+    to go; OPEN: merged), the staging items it moved and the target's events; ``before``:
+    the job was merged before (``state`` is the target's, nothing moved)."""
+
+    state: str
+    moved: int
+    events: int
+    before: bool
 
 
 class TxnStore:
@@ -173,15 +192,47 @@ class TxnStore:
         retention_ms: int,
     ) -> str:
         """Begin ``target`` holding the staged events of the open ``sources`` (ending them),
-        once: returns ``""`` when merged now, else the state ``target`` is in (merged
-        before)."""
+        once, in steps of bounded work (:func:`merge_step`); a ``target`` found MERGING (a
+        merge interrupted between steps) is resumed with the sources it stored. Returns ``""``
+        when merged now, else the state ``target`` was in (merged before)."""
+        stored: Any = None
+        with translate_errors(f"read {self.subject(target)}"):
+            stored = self._client.hget(self.record_key(target), "sources")
+        if stored:
+            sources = [str(s) for s in json.loads(as_text(stored))]
+        step = self.merge_step(target, sources, transactional_id, epoch, lease_ms, retention_ms)
+        if step.before:
+            return step.state
+        # each step moves at least one staging item (at most one per event) or passes one
+        # source list, so this many steps always finish it
+        for _ in range(step.events + len(sources) + 1):
+            if step.state == TxnStatus.OPEN.value:
+                return ""
+            step = self.merge_step(target, sources, transactional_id, epoch, lease_ms, retention_ms)
+        raise ReaderGroupError(f"{self.subject(target)}: still MERGING after every step")
+
+    def merge_step(
+        self,
+        target: str,
+        sources: Sequence[str],
+        transactional_id: str,
+        epoch: int,
+        lease_ms: int,
+        retention_ms: int,
+        most_items: int = MERGE_STEP_ITEMS,
+        most_bytes: int = MERGE_STEP_BYTES,
+    ) -> MergeStep:
+        """One ``txn_merge.lua`` step of at most ``most_items`` staging items and about
+        ``most_bytes`` bytes."""
         keys = [self.record_key(target), self.staged_key(target), self.open_key]
         keys += (self.epochs_key, self.all_key)
         for source in sources:
             keys += (self.record_key(source), self.staged_key(source))
-        args = [target, transactional_id, epoch, lease_ms, retention_ms, *sources]
-        reply = self._run("txn_merge", target, keys, args)
-        return "" if int(reply[0]) == segment_status.OK else as_text(reply[1])
+        args = [target, transactional_id, epoch, lease_ms, retention_ms, most_items, most_bytes]
+        reply = self._run("txn_merge", target, keys, [*args, *sources])
+        if int(reply[0]) != segment_status.OK:
+            return MergeStep(as_text(reply[1]), 0, 0, before=True)
+        return MergeStep(as_text(reply[1]), int(reply[2]), int(reply[3]), before=False)
 
     def adopt(self, txn_id: str, transactional_id: str, epoch: int) -> None:
         """Take an open transaction over for ``transactional_id`` at ``epoch``."""
