@@ -27,7 +27,9 @@ every control step is one script on one slot, on Redis Cluster too; see
   finished, server ms), so deleting the stream deletes every key without a keyspace scan;
 * ``...:epochs``: hash of transactional id -> current epoch;
 * ``...:consumed``: consume-transform-produce positions, per reader group incarnation (its
-  name and creation time) and input segment (:mod:`readergroup.client.txn_positions`);
+  name and creation time) and input segment: ``"v2 <reset generation> <fencing token>
+  <position> <txn id>"`` (format 2; format 1 had no reset generation and reads as 0;
+  :mod:`readergroup.client.txn_positions`, ``consumed.lua``);
 * ``...:landed``: committed transactions' plan entries (``"<segment>|<writer id>"`` ->
   finished server ms): the sweep deletes their fields from the segments' writer tables once
   older than ``retention`` (a completer working longer than 30 s re-reads the record before
@@ -62,8 +64,9 @@ kept ``retention`` ms (then expire) so ``status()`` and ``get_txn`` answer after
   staged events, in order, routed by key on the stream's segments *at commit time*) and the
   consumed positions, if any. The plan must cover exactly the staged events (``events`` must
   match, else CONFLICT). With consumed positions each input segment is claimed in
-  ``...:consumed`` under the reader's fencing token; a higher token there (a later owner)
-  aborts the transaction instead (POSITIONS). This is the commit point: from here the
+  ``...:consumed`` under the reader's (group reset generation, fencing token); a later claim
+  there (a later owner, or any reader after a reset of the group) aborts the transaction
+  instead (POSITIONS). This is the commit point: from here the
   transaction is committed, whoever completes it.
 * **complete** (Python, :mod:`readergroup.client.transactions`): per plan entry, appends
   of at most :data:`ENTRY_CHUNK` events to its segment under the writer id
@@ -104,14 +107,18 @@ kept ``retention`` ms (then expire) so ``status()`` and ``get_txn`` answer after
   yet then go with their TTL). The Spark sink's tasks stage in transactions of their own; its
   driver merges and commits them (:mod:`readergroup.spark.txn_sink`).
 * **claim** (``txn_claim.lua``): a reader that acquired input segments raises their claim to
-  its fencing token and learns where decided transactions left them
-  (:mod:`readergroup.client.txn_positions`).
+  its (group reset generation, fencing token) and learns where decided transactions of its
+  reset generation left them (:mod:`readergroup.client.txn_positions`). Claims are ordered
+  by generation first: a group reset (``ResetGroup`` bumps the group's ``generation``) makes
+  its readers start from the reset's positions, not from positions stored before the reset
+  (a claim of an earlier generation is replaced, its position dropped), and a reader from
+  before the reset is refused whatever its token.
 * **sweep**: transactions of ``...:open`` past their deadline: OPEN and MERGING ones are
-  aborted, COMMITTING ones completed; ``...:landed`` entries older than the retention leave the writer
-  tables. It needs no live writer (any client may run it: writers do on ``begin`` now and
-  then, the CLI); and even with no client at all, expiry is enforced by the scripts (a record
-  past its deadline accepts no stage and no decision) and the record and staging list carry
-  Redis TTLs, so nothing stays.
+  aborted, COMMITTING ones completed; ``...:landed`` entries older than the retention leave
+  the writer tables. It needs no live writer (any client may run it: writers do on ``begin``
+  now and then, the CLI); and even with no client at all, expiry is enforced by the scripts
+  (a record past its deadline accepts no stage and no decision) and the records and staging
+  lists carry Redis TTLs, so nothing stays.
 
 Guarantees:
 

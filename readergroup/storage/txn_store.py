@@ -32,8 +32,9 @@ _SCRIPTS = tuple(name for name in SCRIPT_NAMES if name.startswith("txn_"))
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What ``txn_stage.lua`` needs to decide a commit: the events the plan covers, the plan,
-    the consumed positions (JSON, ``""``: none) with the reader group's synchronizer name and
-    per input segment (field, fencing token, position), and the completion grace (ms)."""
+    the consumed positions (JSON, ``""``: none) with the reader group's synchronizer name,
+    per input segment (field, fencing token, position), and the group's reset generation
+    they were read under, and the completion grace (ms)."""
 
     covered: int
     plan: CommitPlan
@@ -41,6 +42,7 @@ class Decision:
     positions: str = ""
     group_sync: str = ""
     claims: tuple[tuple[str, int, int], ...] = ()
+    group_generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,8 @@ class TxnStore:
         else:
             args += ("decide", decide.covered, decide.plan.to_json(), decide.positions)
             args += (decide.grace_ms, len(decide.claims))
+            if decide.claims:
+                args.append(decide.group_generation)
             for field, token, position in decide.claims:
                 args += (consumed_field(decide.group_sync, field), token, position)
             if decide.claims:
@@ -138,10 +142,13 @@ class TxnStore:
         reply = self._run("txn_stage", txn_id, keys, args)
         return int(reply[0]), int(reply[1]), int(reply[2]) if len(reply) > 2 else 0
 
-    def claim(self, group_sync: str, claims: Sequence[tuple[str, int]]) -> list[tuple[int, str]]:
-        """Claim input segments (field, fencing token) for a reader of ``group_sync``; returns
-        per segment where decided transactions left it: (position or -1, txn id or "")."""
-        args: list[Any] = [len(claims)]
+    def claim(
+        self, group_sync: str, generation: int, claims: Sequence[tuple[str, int]]
+    ) -> list[tuple[int, str]]:
+        """Claim input segments (field, fencing token) for a reader of ``group_sync`` reading
+        under the group's reset ``generation``; returns per segment where decided transactions
+        of that generation left it: (position or -1, txn id or "")."""
+        args: list[Any] = [len(claims), generation]
         for field, token in claims:
             args += (consumed_field(group_sync, field), token)
         with translate_errors(f"claim consumed segments in {self.scope}/{self.stream}"):
