@@ -13,8 +13,9 @@ transactions before the reset left them, and a reader from before the reset is r
 * A commit with positions (``txn.commit(reader=...)``/``send_positions``) first checks
   locally that the reader owns each input segment, then its decision (``txn_stage.lua``)
   refuses and aborts the transaction if a later claim is on any of them (another reader
-  acquired it since, or the group was reset): :class:`~readergroup.core.errors.TransactionPositionsError`,
-  nothing lands. Otherwise the decision writes the positions in the same script.
+  acquired it since, or the group was reset):
+  :class:`~readergroup.core.errors.TransactionPositionsError`, nothing lands.
+  Otherwise the decision writes the positions in the same script.
 * A bound reader (:func:`bind_reader`) that acquires a segment claims it with its token
   (``txn_claim.lua``) before any event of it is handed out, completes the decided
   transaction named there if it is still committing, and seeks past what it consumed. So a
