@@ -81,6 +81,18 @@ def stage_tasks(options: SourceOptions, job: str) -> list[Any]:
     return [_Stager(options, job, holder).stage(rows(f"t{t}", ROWS)) for t in range(TASKS)]
 
 
+def interrupted_merge(
+    options: SourceOptions, job: str, monkeypatch: pytest.MonkeyPatch, steps: int
+) -> tuple[list[Any], MergeProbe]:
+    """The tasks of ``job``, whose driver died after ``steps`` merge steps."""
+    tasks = stage_tasks(options, job)
+    probe = MergeProbe(monkeypatch, die_after=steps)
+    with pytest.raises(RedisUnavailableError):
+        commit_job(options, job, tasks)
+    probe.die_after = 0
+    return tasks, probe
+
+
 def test_a_large_merge_moves_a_bounded_amount_per_script_call(
     options: SourceOptions, scope: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -95,17 +107,13 @@ def test_a_large_merge_moves_a_bounded_amount_per_script_call(
 def test_a_merge_interrupted_between_steps_is_resumed_by_the_retry(
     options: SourceOptions, scope: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tasks = stage_tasks(options, "resumed")
-    probe = MergeProbe(monkeypatch, die_after=2)
-    with pytest.raises(RedisUnavailableError):
-        commit_job(options, "resumed", tasks)
+    tasks, probe = interrupted_merge(options, "resumed", monkeypatch, steps=2)
     assert 0 < sum(probe.moved) < TASKS * ROWS // STAGE_EVENTS  # stopped halfway
     with EventStreamClientFactory.from_url(scope, redis_url) as factory:
         store = redis_of(factory).transactions(scope, "big")
         record = store.record(f"{sink_id('resumed')}:job-resumed")
         assert record is not None and record.status is TxnStatus.MERGING
     assert written(redis_url, scope) == []  # nothing visible mid-merge
-    probe.die_after = 0
     assert commit_job(options, "resumed", tasks) == TASKS * ROWS  # Spark retries the commit
     assert max(probe.moved) <= MERGE_STEP_ITEMS
     assert written(redis_url, scope) == expected()  # every row exactly once
@@ -116,11 +124,7 @@ def test_a_merge_interrupted_between_steps_is_resumed_by_the_retry(
 def test_a_newer_driver_takes_an_interrupted_merge_over_and_fences_the_older(
     options: SourceOptions, scope: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tasks = stage_tasks(options, "taken")
-    probe = MergeProbe(monkeypatch, die_after=1)
-    with pytest.raises(RedisUnavailableError):
-        commit_job(options, "taken", tasks)
-    probe.die_after = 0
+    tasks, probe = interrupted_merge(options, "taken", monkeypatch, steps=1)
     transactional_id, old = tasks[0].holder
     new = _driver_holder(options, transactional_id, fence=True)[1]
     target = f"{transactional_id}:job-taken"

@@ -207,7 +207,8 @@ class TxnStore:
             stored = self._client.hget(self.record_key(target), "sources")
         if stored:
             sources = [str(s) for s in json.loads(as_text(stored))]
-        step = self.merge_step(target, sources, transactional_id, epoch, lease_ms, retention_ms)
+        holder = (transactional_id, epoch, lease_ms, retention_ms)
+        step = self.merge_step(target, sources, *holder)
         if step.before:
             return step.state
         # each step moves at least one staging item (at most one per event) or passes one
@@ -215,7 +216,7 @@ class TxnStore:
         for _ in range(step.events + len(sources) + 1):
             if step.state == TxnStatus.OPEN.value:
                 return ""
-            step = self.merge_step(target, sources, transactional_id, epoch, lease_ms, retention_ms)
+            step = self.merge_step(target, sources, *holder)
         raise ReaderGroupError(f"{self.subject(target)}: still MERGING after every step")
 
     def merge_step(
