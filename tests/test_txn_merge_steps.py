@@ -11,13 +11,19 @@ from typing import Any, cast
 import pytest
 
 from readergroup import (
+    BytesSerializer,
     EventStreamClientFactory,
     ScalingPolicy,
     StreamConfiguration,
     StreamManager,
+    TransactionalWriterConfig,
     TransactionFencedError,
 )
-from readergroup.core.errors import RedisUnavailableError, TransactionExpiredError
+from readergroup.core.errors import (
+    RedisUnavailableError,
+    TransactionClosedError,
+    TransactionExpiredError,
+)
 from readergroup.core.transactions import MERGE_STEP_ITEMS, TxnStatus
 from readergroup.spark.options import SourceOptions
 from readergroup.spark.source import _driver_holder, _Stager, commit_job
@@ -161,4 +167,28 @@ def test_a_merge_left_past_its_lease_is_aborted_with_its_staging(
         keys = [store.staged_key(t) for t in [target, *sources]]
         assert client.exists(*keys) == 0  # no staged row left behind
         assert store.unfinished() == []
+    assert written(redis_url, scope) == []
+
+
+def test_the_sweep_aborts_a_merge_its_driver_left_past_the_lease(
+    options: SourceOptions, scope: str, redis_url: str
+) -> None:
+    tasks = stage_tasks(options, "swept")
+    transactional_id, epoch = tasks[0].holder
+    target = f"{transactional_id}:job-swept"
+    sources = [t for m in tasks for t in m.txns]
+    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+        store = redis_of(factory).transactions(scope, "big")
+        assert store.merge_step(target, sources, transactional_id, epoch, 1, 60_000).moved > 0
+        redis_of(factory).client.hset(store.record_key(target), "deadline", 0)
+        writer = factory.create_transactional_writer(
+            "big", BytesSerializer(), TransactionalWriterConfig(transactional_id="sweeper")
+        )
+        writer.sweep()
+        record = store.record(target)
+        assert record is not None and record.status is TxnStatus.ABORTED
+        assert redis_of(factory).client.exists(store.staged_key(target)) == 0
+        assert store.unfinished() == []
+        with pytest.raises(TransactionClosedError):  # the job's commit cannot resume it
+            commit_job(options, "swept", tasks)
     assert written(redis_url, scope) == []
