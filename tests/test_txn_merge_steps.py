@@ -147,19 +147,27 @@ def test_a_newer_driver_takes_an_interrupted_merge_over_and_fences_the_older(
         assert max(probe.moved) <= MERGE_STEP_ITEMS
 
 
+def left_merging(store: TxnStore, job: str, tasks: list[Any]) -> tuple[str, list[str], str, int]:
+    """``job``'s merge after one step, its driver gone past its lease: (target, sources,
+    transactional id, epoch)."""
+    transactional_id, epoch = tasks[0].holder
+    target = f"{transactional_id}:job-{job}"
+    sources = [t for m in tasks for t in m.txns]
+    step = store.merge_step(target, sources, transactional_id, epoch, 60_000, 60_000)
+    assert step.state == "MERGING" and step.moved == MERGE_STEP_ITEMS
+    store._client.hset(store.record_key(target), "deadline", 0)  # its lease ran out
+    store._client.zadd(store.open_key, {target: 0})
+    return target, sources, transactional_id, epoch
+
+
 def test_a_merge_left_past_its_lease_is_aborted_with_its_staging(
     options: SourceOptions, scope: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tasks = stage_tasks(options, "left")
-    transactional_id, epoch = tasks[0].holder
-    target = f"{transactional_id}:job-left"
-    sources = [t for m in tasks for t in m.txns]
     with EventStreamClientFactory.from_url(scope, redis_url) as factory:
         store = redis_of(factory).transactions(scope, "big")
-        step = store.merge_step(target, sources, transactional_id, epoch, 1, 60_000)
-        assert step.state == "MERGING" and step.moved == MERGE_STEP_ITEMS
+        target, sources, transactional_id, epoch = left_merging(store, "left", tasks)
         client = redis_of(factory).client
-        client.hset(store.record_key(target), "deadline", 0)  # its lease ran out
         with pytest.raises(TransactionExpiredError):
             store.merge_step(target, sources, transactional_id, epoch, 1, 60_000)
         record = store.record(target)
@@ -174,13 +182,9 @@ def test_the_sweep_aborts_a_merge_its_driver_left_past_the_lease(
     options: SourceOptions, scope: str, redis_url: str
 ) -> None:
     tasks = stage_tasks(options, "swept")
-    transactional_id, epoch = tasks[0].holder
-    target = f"{transactional_id}:job-swept"
-    sources = [t for m in tasks for t in m.txns]
     with EventStreamClientFactory.from_url(scope, redis_url) as factory:
         store = redis_of(factory).transactions(scope, "big")
-        assert store.merge_step(target, sources, transactional_id, epoch, 1, 60_000).moved > 0
-        redis_of(factory).client.hset(store.record_key(target), "deadline", 0)
+        target = left_merging(store, "swept", tasks)[0]
         writer = factory.create_transactional_writer(
             "big", BytesSerializer(), TransactionalWriterConfig(transactional_id="sweeper")
         )
