@@ -285,7 +285,7 @@ def test_transactions_under_the_writer_role_and_their_deletion_under_the_admin_r
             "s", UTF8StringSerializer(), TransactionalWriterConfig(transactional_id="other")
         ).get_txn(kept.id)
         assert resumed.status().value == "OPEN"
-        writer.store.claim("g", [(f"{scope}/in/0", 3)])
+        writer.store.claim("g", 0, [(f"{scope}/in/0", 3)])
     assert sorted(read_all(url, scope)) == sorted(f"t{i}" for i in range(20))
     admin = user(root, "admin", scope)
     login = ["--redis-url", url, "--username", admin.redis_options["username"]]

@@ -593,7 +593,7 @@ def _bulk_write(url: str, config: ClientConfig, scope: str) -> None:
 
 def _transactions(url: str, config: ClientConfig, scope: str) -> None:
     """A transactional writer's life (issue 31): stage, renew, commit, abort, resume, claim,
-    and the sweep of an expired one."""
+    merge, and the sweep of an expired one."""
     with EventStreamClientFactory.from_url(scope, url, config) as factory:
         fast = TransactionalWriterConfig(
             transactional_id="t", lease=0.1, sweep_every=0, retention=1.0
@@ -624,7 +624,13 @@ def _transactions(url: str, config: ClientConfig, scope: str) -> None:
         held.write_event("b", routing_key="k")
         held.flush()
         other.get_txn(held.id).commit()
-        store.claim("g", [("a/in/0", 1)])
+        store.claim("g", 0, [("a/in/0", 1)])
+        parts = [other.begin() for _ in range(2)]  # the Spark sink's merge of a job's tasks
+        for part in parts:
+            part.write_event("c", routing_key="k")
+            part.flush()
+        job = f"job-{other.epoch}"  # one per run (a merged job is not merged again)
+        other.store.merge(job, [p.id for p in parts], "u", other.epoch, 60_000, 60_000)
 
 
 def _compact(url: str, config: ClientConfig, scope: str) -> None:

@@ -23,7 +23,7 @@ from readergroup.client.transactions import (
     TransactionalEventStreamWriter,
     TransactionalWriterConfig,
 )
-from readergroup.client.txn_positions import group_of, segment_field
+from readergroup.client.txn_positions import group_of, reset_generation, segment_field
 from readergroup.core.errors import InvalidConfigError, TransactionPositionsError
 from readergroup.core.transactions import TxnStatus
 
@@ -119,7 +119,8 @@ def test_a_reader_that_lost_an_input_segment_commits_nothing(
     owned = reader.owned_segments()
     segment, token = next(iter(owned.items()))
     # another reader acquired it meanwhile (a higher fencing token claimed it)
-    txn_writer.store.claim(group_of(reader), [(segment_field(segment), token + 1)])
+    generation = reset_generation(reader)
+    txn_writer.store.claim(group_of(reader), generation, [(segment_field(segment), token + 1)])
     with pytest.raises(TransactionPositionsError) as info:
         txn.commit(reader=reader)
     assert info.value.txn_id == txn.id

@@ -67,7 +67,7 @@ _STAGING = {"rpush", "expire", "lrange", "del", "hexists", "hget", "hmget", "hse
 _STAGING |= {"info|server"}  # commit_staged.lua's epoch.lua
 
 _TXN = {"hget", "hmget", "hset", "hgetall", "hincrby", "zadd", "zrem", "zrangebyscore"}
-_TXN |= {"zremrangebyscore", "rpush", "lrange", "del", "pexpire", "persist", "exists"}
+_TXN |= {"zremrangebyscore", "rpush", "lrange", "del", "pexpire", "persist", "exists", "lpop"}
 # (txn_*.lua scripts, records, epochs, sweeps; readergroup/core/transactions.py)
 _TXN_SEGMENT = {"hexists", "hdel"}  # a segment's writer table: whether it holds a
 # transaction's entry; the entry forgotten after the retention

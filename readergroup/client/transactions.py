@@ -404,8 +404,10 @@ class Transaction(Generic[T]):
     def _commit(self, claim: PositionsClaim | None) -> None:
         writer = self._writer
         writer._complete_decided()  # per key, this one's events come after theirs
-        consumed: tuple[str, str, tuple[tuple[str, int, int], ...]] = (
-            ("", "", ()) if claim is None else (claim.text, claim.group_sync, claim.claims)
+        consumed: tuple[str, str, tuple[tuple[str, int, int], ...], int] = (
+            ("", "", (), 0)
+            if claim is None
+            else (claim.text, claim.group_sync, claim.claims, claim.generation)
         )
         with self._lock:
             self._check_writable()

@@ -245,7 +245,7 @@ def sweep(store: TxnStore, completer: TxnCompleter, now_ms: int, retention_ms: i
     for txn_id, _ in store.unfinished(until_ms=now_ms):
         try:
             record = store.record(txn_id)
-            if record is None or record.status is TxnStatus.OPEN:
+            if record is None or record.status in (TxnStatus.OPEN, TxnStatus.MERGING):
                 if store.finish(txn_id, "expire", retention_ms):
                     logger.info("%s: lease expired, aborted", store.subject(txn_id))
                     finished += 1

@@ -5,13 +5,17 @@ Where the positions live, atomically with the decision: the output stream's *con
 positions* hash (``{txn:<out scope>/<out stream>}:consumed``, on the same slot as the
 decision), one field per reader group and input segment
 (``"<group sync name>@<group created ms>|<scope>/<stream>/<seg>"``, :func:`group_of`):
-``"<fencing token> <position> <txn id>"``.
+``"v2 <reset generation> <fencing token> <position> <txn id>"`` (``consumed.lua``). A claim
+is ordered by (the group's reset generation, :func:`reset_generation`, fencing token): after
+``reset_reader_group`` the readers start from the reset's positions, not from where
+transactions before the reset left them, and a reader from before the reset is refused.
 
 * A commit with positions (``txn.commit(reader=...)``/``send_positions``) first checks
   locally that the reader owns each input segment, then its decision (``txn_stage.lua``)
-  refuses and aborts the transaction if a higher fencing token claimed any of them (another
-  reader acquired it since): :class:`~readergroup.core.errors.TransactionPositionsError`,
-  nothing lands. Otherwise the decision writes the positions in the same script.
+  refuses and aborts the transaction if a later claim is on any of them (another reader
+  acquired it since, or the group was reset):
+  :class:`~readergroup.core.errors.TransactionPositionsError`, nothing lands.
+  Otherwise the decision writes the positions in the same script.
 * A bound reader (:func:`bind_reader`) that acquires a segment claims it with its token
   (``txn_claim.lua``) before any event of it is handed out, completes the decided
   transaction named there if it is still committing, and seeks past what it consumed. So a
@@ -54,6 +58,7 @@ class PositionsClaim:
     text: str  # JSON stored in the record
     group_sync: str
     claims: tuple[tuple[str, int, int], ...]  # (input segment field, fencing token, position)
+    generation: int  # the group's reset generation the reader read them under
 
 
 def segment_field(segment: SegKey) -> str:
@@ -68,6 +73,12 @@ def group_of(reader: EventStreamReader[Any]) -> str:
     refused by its higher tokens."""
     member = reader._member
     return f"{member.sync.name}@{member.state.created_ms}"
+
+
+def reset_generation(reader: EventStreamReader[Any]) -> int:
+    """The group's reset generation the reader reads under (bumped by every reset of the
+    group: a claim of a later one outranks any fencing token of an earlier one)."""
+    return reader._member.state.generation
 
 
 def positions_claim(
@@ -105,7 +116,7 @@ def positions_claim(
     group = group_of(reader)
     claims = tuple((segment_field(k), owned[k], p) for k, p in sorted(chosen.items()))
     text = encode_positions(chosen, {"group": group, "reader": reader.reader_id})
-    return PositionsClaim(chosen, text, group, claims)
+    return PositionsClaim(chosen, text, group, claims, reset_generation(reader))
 
 
 def committed(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]) -> None:
@@ -124,7 +135,9 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
     owned = reader.owned_segments()
     if owned:
         found = writer.store.claim(
-            group_of(reader), [(segment_field(k), t) for k, t in owned.items()]
+            group_of(reader),
+            reset_generation(reader),
+            [(segment_field(k), t) for k, t in owned.items()],
         )
         group = reader.committed()
         behind: dict[SegKey, int] = {}
@@ -189,6 +202,7 @@ class Claimer:
         self._reader = reader
         self.held: dict[SegKey, int] = {}  # segment -> token, as claimed on acquisition
         self.dropped: set[SegKey] = set()  # given up or lost since the last commit
+        self.generation = reset_generation(reader)  # the group's, as of the last acquisition
 
     def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None:
         reader = self._reader
@@ -196,6 +210,12 @@ class Claimer:
         mine = [k for k in segments if k in owned]
         if not mine:
             return
+        generation = reset_generation(reader)
+        if generation != self.generation:
+            # the group was reset: it starts over from the reset's positions, so what was
+            # handed out before and not committed is given up by the reset, not lost
+            self.generation = generation
+            self.dropped.clear()
         for segment in mine:
             self.held[segment] = owned[segment]
         try:
@@ -209,7 +229,7 @@ class Claimer:
     def _claim(self, reader_id: str, mine: list[SegKey], owned: Mapping[SegKey, int]) -> None:
         reader, writer = self._reader, self._writer
         claims = [(segment_field(k), owned[k]) for k in mine]
-        found = writer.store.claim(group_of(reader), claims)
+        found = writer.store.claim(group_of(reader), reset_generation(reader), claims)
         group = reader.committed()
         behind: dict[SegKey, int] = {}
         for segment, (position, txn_id) in zip(mine, found, strict=True):

@@ -17,7 +17,8 @@ every control step is one script on one slot, on Redis Cluster too; see
   (the transactional id owning it) and ``epoch`` (that id's epoch it was begun or resumed
   under), ``created``/``deadline``/``finished`` (server ms), ``lease`` (ms), ``events``,
   ``bytes``; from the decision on ``plan`` (JSON, :class:`CommitPlan`), ``pv`` (the plan's
-  version), ``positions`` (JSON, consume-transform-produce), ``decided`` (server ms);
+  version), ``positions`` (JSON, consume-transform-produce), ``decided`` (server ms); a
+  merge's target ``sources`` (JSON ids) and ``cursor``, a merged source ``merged`` (target);
 * ``...:s:<txn id>``: its staged events (list: one msgpack item per stage call,
   :func:`readergroup.storage.txn_store.pack_events`), in write order;
 * ``...:open``: sorted set of the transactions not finished (id -> server ms by which it
@@ -26,7 +27,9 @@ every control step is one script on one slot, on Redis Cluster too; see
   finished, server ms), so deleting the stream deletes every key without a keyspace scan;
 * ``...:epochs``: hash of transactional id -> current epoch;
 * ``...:consumed``: consume-transform-produce positions, per reader group incarnation (its
-  name and creation time) and input segment (:mod:`readergroup.client.txn_positions`);
+  name and creation time) and input segment: ``"v2 <reset generation> <fencing token>
+  <position> <txn id>"`` (format 2; format 1 had no reset generation and reads as 0;
+  :mod:`readergroup.client.txn_positions`, ``consumed.lua``);
 * ``...:landed``: committed transactions' plan entries (``"<segment>|<writer id>"`` ->
   finished server ms): the sweep deletes their fields from the segments' writer tables once
   older than ``retention`` (a completer working longer than 30 s re-reads the record before
@@ -41,7 +44,9 @@ States and transitions (each one script, atomic; ``S`` the server clock)::
     (none) --begin--> OPEN --stage (renews lease)--> OPEN --resume (get_txn)--> OPEN
     OPEN --decide--> COMMITTING --complete (any client)--> COMMITTED
     OPEN --abort / expiry (S > deadline) / decide refused (positions) / merge--> ABORTED
-    (none) --merge of open transactions (the Spark sink's job)--> OPEN
+    (none) --merge of open transactions (the Spark sink's job)--> MERGING
+    MERGING --merge step (bounded; any retry of the job resumes)--> MERGING --last step--> OPEN
+    MERGING --abort / expiry (S > deadline)--> ABORTED
 
 ``ABORTING`` is never stored: an abort is one atomic step (record ABORTED, staged list
 deleted), so no transaction rests between the two. ``COMMITTED`` and ``ABORTED`` records are
@@ -59,8 +64,9 @@ kept ``retention`` ms (then expire) so ``status()`` and ``get_txn`` answer after
   staged events, in order, routed by key on the stream's segments *at commit time*) and the
   consumed positions, if any. The plan must cover exactly the staged events (``events`` must
   match, else CONFLICT). With consumed positions each input segment is claimed in
-  ``...:consumed`` under the reader's fencing token; a higher token there (a later owner)
-  aborts the transaction instead (POSITIONS). This is the commit point: from here the
+  ``...:consumed`` under the reader's (group reset generation, fencing token); a later claim
+  there (a later owner, or any reader after a reset of the group) aborts the transaction
+  instead (POSITIONS). This is the commit point: from here the
   transaction is committed, whoever completes it.
 * **complete** (Python, :mod:`readergroup.client.transactions`): per plan entry, appends
   of at most :data:`ENTRY_CHUNK` events to its segment under the writer id
@@ -81,24 +87,44 @@ kept ``retention`` ms (then expire) so ``status()`` and ``get_txn`` answer after
 * **resume** (``txn_adopt.lua``, ``get_txn``): an OPEN transaction before its deadline is
   taken over by the caller's transactional id and epoch; the instance that held it is fenced
   from it. A closed one is returned as it is (its status).
-* **merge** (``txn_merge.lua``): open transactions held by the caller become one new OPEN
+* **merge** (``txn_merge.lua``): open transactions held by the caller become one new
   transaction (their staged events in order; they end ABORTED), once: the target's id names
-  the job, so a second merge finds it. The Spark sink's tasks stage in transactions of their
-  own; its driver merges and commits them (:mod:`readergroup.spark.txn_sink`).
+  the job, so a second merge finds it. The work is cut in steps so that no script call blocks
+  Redis for a large job (a copy of 430 MB in one call blocked it for seconds): the first step
+  checks the sources (open, held by the caller's transactional id at its current epoch, within
+  their lease) and, atomically, begins the target MERGING (field ``sources``: their ids,
+  ``cursor``: the source being moved) and ends the sources ABORTED (``merged``: the target),
+  keeping their staging lists for the target; every step then *moves* (``LPOP``/``RPUSH``) at
+  most :data:`MERGE_STEP_ITEMS` staging items (:data:`MERGE_STEP_BYTES`) from the front of the
+  sources' lists to the back of the target's, in order, renewing the target's lease and the
+  TTLs of the lists not moved yet; the last step makes it OPEN, an ordinary transaction. Each
+  item moves once (a step is atomic: an item is in exactly one list), so a driver dying
+  between steps loses and duplicates nothing: a retry of the job's commit finds the target
+  MERGING and resumes it with the stored sources (a newer epoch of the same transactional id
+  takes it over, fencing the older driver). A MERGING target accepts no stage and no
+  decision (CLOSED), so none of the job's rows is visible before the last step and its
+  commit. Past its deadline it is aborted (by the next step, or the sweeper; lists not moved
+  yet then go with their TTL). The Spark sink's tasks stage in transactions of their own; its
+  driver merges and commits them (:mod:`readergroup.spark.txn_sink`).
 * **claim** (``txn_claim.lua``): a reader that acquired input segments raises their claim to
-  its fencing token and learns where decided transactions left them
-  (:mod:`readergroup.client.txn_positions`).
-* **sweep**: transactions of ``...:open`` past their deadline: OPEN ones are aborted,
-  COMMITTING ones completed; ``...:landed`` entries older than the retention leave the writer
-  tables. It needs no live writer (any client may run it: writers do on ``begin`` now and
-  then, the CLI); and even with no client at all, expiry is enforced by the scripts (a record
-  past its deadline accepts no stage and no decision) and the record and staging list carry
-  Redis TTLs, so nothing stays.
+  its (group reset generation, fencing token) and learns where decided transactions of its
+  reset generation left them (:mod:`readergroup.client.txn_positions`). Claims are ordered
+  by generation first: a group reset (``ResetGroup`` bumps the group's ``generation``) makes
+  its readers start from the reset's positions, not from positions stored before the reset
+  (a claim of an earlier generation is replaced, its position dropped), and a reader from
+  before the reset is refused whatever its token.
+* **sweep**: transactions of ``...:open`` past their deadline: OPEN and MERGING ones are
+  aborted, COMMITTING ones completed; ``...:landed`` entries older than the retention leave
+  the writer tables. It needs no live writer (any client may run it: writers do on ``begin``
+  now and then, the CLI); and even with no client at all, expiry is enforced by the scripts
+  (a record past its deadline accepts no stage and no decision) and the records and staging
+  lists carry Redis TTLs, so nothing stays.
 
 Guarantees:
 
-* **Isolation.** No read path sees an event of an OPEN or ABORTED transaction: they are only
-  ever in the staging list, which no reader, batch client, Spark source or lag figure reads.
+* **Isolation.** No read path sees an event of an OPEN, MERGING or ABORTED transaction: they
+  are only ever in staging lists, which no reader, batch client, Spark source or lag figure
+  reads.
 * **All or nothing.** Once decided, every event is appended exactly once (idempotent
   entries; re-routing only entries a sealed segment never took); a committer dying between
   segments leaves a COMMITTING record which the next client that finds it completes. Before
@@ -130,6 +156,12 @@ from readergroup.core.errors import InvalidConfigError, ReaderGroupError
 RECORD_FORMAT = 1
 """Version of the record layout (field ``v``); a reader of a later one refuses it."""
 
+MERGE_STEP_ITEMS = 16
+"""The most staging items (one stage call's events each: the Spark sink stages 1,000 rows per
+item) one ``txn_merge.lua`` call moves, so no merge blocks Redis for a whole job."""
+MERGE_STEP_BYTES = 4 << 20
+"""The most bytes one ``txn_merge.lua`` call moves (an item larger than that moves alone)."""
+
 ENTRY_CHUNK = 1000
 """Events per append of a plan entry (the plain writer's default ``max_batch_events``), so
 no completion blocks Redis for a whole entry: chunk ``k`` (from 1) of an entry, its
@@ -141,10 +173,15 @@ class TxnStatus(enum.Enum):
     """Where a transaction is (Pravega's ``Transaction.Status``)."""
 
     OPEN = "OPEN"
+    MERGING = "MERGING"
     COMMITTING = "COMMITTING"
     COMMITTED = "COMMITTED"
     ABORTING = "ABORTING"
     ABORTED = "ABORTED"
+
+
+_LEASED = (TxnStatus.OPEN, TxnStatus.MERGING)
+"""States that end ABORTED past their deadline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +305,7 @@ class TxnRecord:
     def effective_status(self, now_ms: int) -> TxnStatus:
         """The status, counting an OPEN record past its deadline as ABORTED (the scripts
         refuse it everything; the sweeper only has not recorded it yet)."""
-        if self.status is TxnStatus.OPEN and now_ms > self.deadline_ms:
+        if self.status in _LEASED and now_ms > self.deadline_ms:
             return TxnStatus.ABORTED
         return self.status
 

@@ -3,6 +3,7 @@ and keys: :mod:`readergroup.core.transactions`) and reads records. Thread-safe."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,13 @@ import redis
 from redis.commands.core import Script
 
 from readergroup.core.errors import ReaderGroupError, TransactionError
-from readergroup.core.transactions import CommitPlan, TxnRecord
+from readergroup.core.transactions import (
+    MERGE_STEP_BYTES,
+    MERGE_STEP_ITEMS,
+    CommitPlan,
+    TxnRecord,
+    TxnStatus,
+)
 from readergroup.storage import segment_status
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.scripts import SCRIPT_NAMES, script_source
@@ -25,8 +32,9 @@ _SCRIPTS = tuple(name for name in SCRIPT_NAMES if name.startswith("txn_"))
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What ``txn_stage.lua`` needs to decide a commit: the events the plan covers, the plan,
-    the consumed positions (JSON, ``""``: none) with the reader group's synchronizer name and
-    per input segment (field, fencing token, position), and the completion grace (ms)."""
+    the consumed positions (JSON, ``""``: none) with the reader group's synchronizer name,
+    per input segment (field, fencing token, position), and the group's reset generation
+    they were read under, and the completion grace (ms)."""
 
     covered: int
     plan: CommitPlan
@@ -34,6 +42,19 @@ class Decision:
     positions: str = ""
     group_sync: str = ""
     claims: tuple[tuple[str, int, int], ...] = ()
+    group_generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MergeStep:
+    """What one ``txn_merge.lua`` step did: the target's state after it (MERGING: more steps
+    to go; OPEN: merged), the staging items it moved and the target's events; ``before``:
+    the job was merged before (``state`` is the target's, nothing moved)."""
+
+    state: str
+    moved: int
+    events: int
+    before: bool
 
 
 class TxnStore:
@@ -112,6 +133,8 @@ class TxnStore:
         else:
             args += ("decide", decide.covered, decide.plan.to_json(), decide.positions)
             args += (decide.grace_ms, len(decide.claims))
+            if decide.claims:
+                args.append(decide.group_generation)
             for field, token, position in decide.claims:
                 args += (consumed_field(decide.group_sync, field), token, position)
             if decide.claims:
@@ -119,10 +142,13 @@ class TxnStore:
         reply = self._run("txn_stage", txn_id, keys, args)
         return int(reply[0]), int(reply[1]), int(reply[2]) if len(reply) > 2 else 0
 
-    def claim(self, group_sync: str, claims: Sequence[tuple[str, int]]) -> list[tuple[int, str]]:
-        """Claim input segments (field, fencing token) for a reader of ``group_sync``; returns
-        per segment where decided transactions left it: (position or -1, txn id or "")."""
-        args: list[Any] = [len(claims)]
+    def claim(
+        self, group_sync: str, generation: int, claims: Sequence[tuple[str, int]]
+    ) -> list[tuple[int, str]]:
+        """Claim input segments (field, fencing token) for a reader of ``group_sync`` reading
+        under the group's reset ``generation``; returns per segment where decided transactions
+        of that generation left it: (position or -1, txn id or "")."""
+        args: list[Any] = [len(claims), generation]
         for field, token in claims:
             args += (consumed_field(group_sync, field), token)
         with translate_errors(f"claim consumed segments in {self.scope}/{self.stream}"):
@@ -173,15 +199,48 @@ class TxnStore:
         retention_ms: int,
     ) -> str:
         """Begin ``target`` holding the staged events of the open ``sources`` (ending them),
-        once: returns ``""`` when merged now, else the state ``target`` is in (merged
-        before)."""
+        once, in steps of bounded work (:func:`merge_step`); a ``target`` found MERGING (a
+        merge interrupted between steps) is resumed with the sources it stored. Returns ``""``
+        when merged now, else the state ``target`` was in (merged before)."""
+        stored: Any = None
+        with translate_errors(f"read {self.subject(target)}"):
+            stored = self._client.hget(self.record_key(target), "sources")
+        if stored:
+            sources = [str(s) for s in json.loads(as_text(stored))]
+        holder = (transactional_id, epoch, lease_ms, retention_ms)
+        step = self.merge_step(target, sources, *holder)
+        if step.before:
+            return step.state
+        # each step moves at least one staging item (at most one per event) or passes one
+        # source list, so this many steps always finish it
+        for _ in range(step.events + len(sources) + 1):
+            if step.state == TxnStatus.OPEN.value:
+                return ""
+            step = self.merge_step(target, sources, *holder)
+        raise ReaderGroupError(f"{self.subject(target)}: still MERGING after every step")
+
+    def merge_step(
+        self,
+        target: str,
+        sources: Sequence[str],
+        transactional_id: str,
+        epoch: int,
+        lease_ms: int,
+        retention_ms: int,
+        most_items: int = MERGE_STEP_ITEMS,
+        most_bytes: int = MERGE_STEP_BYTES,
+    ) -> MergeStep:
+        """One ``txn_merge.lua`` step of at most ``most_items`` staging items and about
+        ``most_bytes`` bytes."""
         keys = [self.record_key(target), self.staged_key(target), self.open_key]
         keys += (self.epochs_key, self.all_key)
         for source in sources:
             keys += (self.record_key(source), self.staged_key(source))
-        args = [target, transactional_id, epoch, lease_ms, retention_ms, *sources]
-        reply = self._run("txn_merge", target, keys, args)
-        return "" if int(reply[0]) == segment_status.OK else as_text(reply[1])
+        args = [target, transactional_id, epoch, lease_ms, retention_ms, most_items, most_bytes]
+        reply = self._run("txn_merge", target, keys, [*args, *sources])
+        if int(reply[0]) != segment_status.OK:
+            return MergeStep(as_text(reply[1]), 0, 0, before=True)
+        return MergeStep(as_text(reply[1]), int(reply[2]), int(reply[3]), before=False)
 
     def adopt(self, txn_id: str, transactional_id: str, epoch: int) -> None:
         """Take an open transaction over for ``transactional_id`` at ``epoch``."""

@@ -3,7 +3,7 @@ module. Each file starts with its KEYS/ARGV/returns contract; the return codes a
 :mod:`readergroup.storage.segment_status`, which maps them to exceptions. Scripts that stamp
 server time get statesync's ``time.lua`` prelude (``server_ms()``) prepended
 (:data:`PRELUDES`); scripts that append events get this package's ``epoch.lua`` after it
-(:data:`LOCAL_PRELUDES`)."""
+(:data:`LOCAL_PRELUDES`), the consume-transform-produce scripts ``consumed.lua``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ PRELUDES: dict[str, tuple[str, ...]] = {
 LOCAL_PRELUDES: dict[str, tuple[str, ...]] = {
     "append_events": ("epoch",),
     "commit_staged": ("epoch",),
+    "txn_claim": ("consumed",),
+    "txn_stage": ("consumed",),
 }
 """Script -> the preludes of this package prepended to it after the statesync ones."""
 

@@ -3,28 +3,38 @@
 -- that a decision of an earlier owner that has not landed yet is refused from now on, and
 -- learns where transactions already decided left each segment.
 --
--- KEYS[1]  the consumed positions (hash: "<group>|<input segment>" ->
---          "<fencing token> <position> <txn id>"; see txn_stage.lua)
--- ARGV[1]  m, the number of segments
--- ARGV[2 ..]  per segment: its field, the reader's fencing token of it
+-- Preludes: consumed.lua.
 --
--- A stored token higher than the reader's is left as it is (the reader's claim is stale).
+-- KEYS[1]  the consumed positions (hash: "<group>|<input segment>" -> "v2 <reset
+--          generation> <fencing token> <position> <txn id>"; consumed.lua)
+-- ARGV[1]  m, the number of segments
+-- ARGV[2]  the group's reset generation the reader reads under
+-- ARGV[3 ..]  per segment: its field, the reader's fencing token of it
+--
+-- A stored claim later than the reader's (higher reset generation, or the same and a higher
+-- token) is left as it is (the reader's claim is stale). A stored claim of an earlier reset
+-- generation is replaced, its position dropped: the group was reset since, its readers
+-- start from the reset's positions, not from where transactions before the reset left them.
 --
 -- Returns (status codes: readergroup/storage/segment_status.py):
 --   {0, position, txn id, ...}  per segment in order: the position the last decided
---                               transaction consumed to (-1: none) and its id ("": none)
+--                               transaction of the reader's reset generation consumed to
+--                               (-1: none) and its id ("": none; of an earlier generation
+--                               too, so that a decided one still committing is completed)
 local out = {}
-local at = 2
+local generation = tonumber(ARGV[2])
+local at = 3
 for i = 1, tonumber(ARGV[1]) do
   local field, token = ARGV[at], tonumber(ARGV[at + 1])
-  local stored = redis.call('HGET', KEYS[1], field)
-  local held, position, txn = -1, -1, ''
-  if stored then
-    local a, b, c = string.match(stored, '^(%S+) (%S+) ?(%S*)$')
-    held, position, txn = tonumber(a), tonumber(b), c
+  local held_generation, held, position, txn = read_consumed(redis.call('HGET', KEYS[1], field))
+  if held_generation < generation then
+    position = -1
   end
-  if held < token then
-    redis.call('HSET', KEYS[1], field, token .. ' ' .. position .. ' ' .. txn)
+  if outranks(generation, token, held_generation, held) then
+    redis.call('HSET', KEYS[1], field, consumed_value(generation, token, position, txn))
+  end
+  if held_generation > generation then
+    position = -1
   end
   out[#out + 1] = position
   out[#out + 1] = txn

@@ -11,9 +11,10 @@
 --          sweep deletes once they are older than the retention
 -- ARGV[1]  transaction id
 -- ARGV[2]  "commit": COMMITTING -> COMMITTED (every plan entry is in its segment);
---          "abort": OPEN -> ABORTED by the caller ARGV[4] holding it;
---          "force": OPEN -> ABORTED whoever asks (an operator);
---          "expire": OPEN -> ABORTED only past its deadline (the sweeper)
+--          "abort": OPEN (or MERGING) -> ABORTED by the caller ARGV[4] holding it;
+--          "force": OPEN (or MERGING) -> ABORTED whoever asks (an operator);
+--          "expire": OPEN (or MERGING) -> ABORTED only past its deadline (the sweeper; a
+--          MERGING one's source staging lists not moved yet go with their Redis TTL)
 -- ARGV[3]  how long the finished record is kept, ms
 -- ARGV[4]  the caller, "<epoch>:<transactional id>" ("abort")
 -- ARGV[5 ..] "commit": the landed entries, "<segment>|<writer id>" each
@@ -49,7 +50,7 @@ if mode == 'commit' then
     return {23, state}
   end
 else
-  if state ~= 'OPEN' then
+  if state ~= 'OPEN' and state ~= 'MERGING' then
     return {23, state}
   end
   if mode == 'abort' and ARGV[4] ~= record[2] .. ':' .. record[4] then

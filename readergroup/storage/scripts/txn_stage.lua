@@ -1,7 +1,7 @@
 -- txn_stage.lua: stage events of an open transaction (never in a segment), renewing its
 -- lease; or, with "decide", stage the last events and decide the commit.
 --
--- Preludes: time.lua.
+-- Preludes: time.lua, consumed.lua.
 --
 -- KEYS[1]  the transaction's record (hash)
 -- KEYS[2]  its staging list: one item per stage call holding that call's events, packed
@@ -11,7 +11,7 @@
 -- KEYS[5]  the stream's transactions (sorted set: id -> created, or finished, server ms)
 -- KEYS[6]  "decide" with consumed positions only: the consumed positions
 --          (hash: "<group sync name>@<group created ms>|<scope>/<stream>/<segment>" of the input ->
---          "<fencing token> <position> <txn id>"; consume-transform-produce)
+--          "v2 <reset generation> <fencing token> <position> <txn id>"; consumed.lua)
 -- ARGV[1]  transaction id
 -- ARGV[2]  the caller: "<epoch>:<transactional id>"
 -- ARGV[3]  retention past the deadline, ms: the Redis TTL of the record and the staging
@@ -24,12 +24,15 @@
 -- ARGV[9]  the commit plan (JSON, readergroup/core/transactions.py CommitPlan)
 -- ARGV[10] the consume-transform-produce positions (JSON, "" for none)
 -- ARGV[11] how long after the decision a completer not finished is taken for dead, ms
--- ARGV[12] m, the number of consumed positions (0 for none), then per position:
---          the input segment's field, the reader's fencing token of it, the position
+-- ARGV[12] m, the number of consumed positions (0 for none)
+-- ARGV[13] the reader group's reset generation the reader read them under (m > 0)
+-- ARGV[14 ..] per position: the input segment's field, the reader's fencing token of it,
+--          the position
 --
--- A decision with consumed positions claims each input segment for the reader's token: if a
--- higher token claimed one (another reader acquired it since), the transaction is aborted
--- here and nothing of it lands ({26, field}).
+-- A decision with consumed positions claims each input segment for the reader's (reset
+-- generation, token): if a later claim is there (another reader acquired it since, or the
+-- group was reset since), the transaction is aborted here and nothing of it lands
+-- ({26, field}).
 --
 -- Stages only while OPEN (else {23, state}), by the epoch holding the record while that is
 -- still its transactional id's current epoch (else {22}), before the deadline (else the
@@ -79,16 +82,17 @@ if decide then
   if events ~= tonumber(ARGV[8]) then
     return {1, tonumber(record[6])}
   end
-  local at = 13
+  local generation = tonumber(ARGV[13])
+  local at = 14
   for i = 1, tonumber(ARGV[12]) do
     local field, token = ARGV[at], tonumber(ARGV[at + 1])
-    local stored = redis.call('HGET', KEYS[6], field)
-    if stored and tonumber(string.match(stored, '^(%S+)')) > token then
+    local held_generation, held = read_consumed(redis.call('HGET', KEYS[6], field))
+    if outranks(held_generation, held, generation, token) then
       abort()
       return {26, field}
     end
     claims[#claims + 1] = field
-    claims[#claims + 1] = token .. ' ' .. ARGV[at + 2] .. ' ' .. ARGV[1]
+    claims[#claims + 1] = consumed_value(generation, token, ARGV[at + 2], ARGV[1])
     at = at + 3
   end
 end
