@@ -423,6 +423,7 @@ RAW: dict[str, list[Any]] = {
     "hset": ["HSET", "{k}", "f", "v"],
     "hsetnx": ["HSETNX", "{k}", "f", "v"],
     "hstrlen": ["HSTRLEN", "{k}", "f"],
+    "lpop": ["LPOP", "{k}"],
     "lrange": ["LRANGE", "{k}", 0, -1],
     "persist": ["PERSIST", "{k}"],
     "pexpire": ["PEXPIRE", "{k}", 1000],
