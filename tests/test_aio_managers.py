@@ -505,8 +505,8 @@ def test_a_cancellation_a_step_swallowed_still_ends_the_procedure() -> None:
     """Python 3.11's ``asyncio.wait_for`` returns the result instead of raising when a
     wake-up races the cancellation (the task stays "cancelling"): the driver notices after
     that step and ends the procedure, so a cancelled checkpoint or watch never runs on."""
-    from readergroup.aio.procedures import run_calls_async
-    from readergroup.core.procedures import Procedure, call
+    from readergroup.core.calls import Steps, call_on
+    from readergroup.storage.aio_calls import drive_async
 
     class Swallowing:
         async def wait(self) -> str:
@@ -518,12 +518,12 @@ def test_a_cancellation_a_step_swallowed_still_ends_the_procedure() -> None:
 
     steps: list[str] = []
 
-    def forever() -> Procedure[None]:
+    def forever() -> Steps[None]:
         while True:
-            steps.append((yield call(Swallowing(), "wait")))
+            steps.append((yield call_on(Swallowing(), "wait")))
 
     async def main() -> None:
-        task = asyncio.create_task(run_calls_async(forever()))
+        task = asyncio.create_task(drive_async(forever()))
         await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -531,3 +531,37 @@ def test_a_cancellation_a_step_swallowed_still_ends_the_procedure() -> None:
 
     asyncio.run(main())
     assert steps == []  # ended right after the step that swallowed it
+
+
+def test_steps_started_in_a_task_being_cancelled_run_to_their_end() -> None:
+    """Cleanup on the way out of a cancelled task (a reader's close leaving the group) runs
+    steps while the task is still ``cancelling()``: only a cancellation that arrives during a
+    call ends them, not the one being handled."""
+    from readergroup.core.calls import Steps, call_on
+    from readergroup.storage.aio_calls import drive_async
+
+    class Io:
+        async def step(self, n: int) -> int:
+            await asyncio.sleep(0)
+            return n
+
+    def cleanup() -> Steps[list[int]]:
+        done: list[int] = []
+        for n in range(3):
+            done.append((yield call_on(Io(), "step", n)))
+        return done
+
+    async def service() -> list[int]:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            return await drive_async(cleanup())
+        return []
+
+    async def main() -> list[int]:
+        task = asyncio.create_task(service())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        return await asyncio.wait_for(task, 5)
+
+    assert asyncio.run(main()) == [0, 1, 2]

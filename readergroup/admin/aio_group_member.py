@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from readergroup.admin.group_member import Liveness, MemberSteps
-from readergroup.core.calls import awaited, drive_async
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.group_state import GroupState
 from readergroup.core.log_format import NEWEST_FORMAT, negotiated_format
+from readergroup.storage.aio_calls import awaited, drive_async
 from readergroup.storage.format_negotiation import NegotiatedFormat
 
 

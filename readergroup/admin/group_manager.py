@@ -26,6 +26,7 @@ from readergroup.admin.group_steps import (
     plan_checkpoint,
     watch,
 )
+from readergroup.core.calls import drive
 from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import ReaderGroupError
@@ -33,7 +34,6 @@ from readergroup.core.group_config import ReaderGroupConfig
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState, SegKey
 from readergroup.core.group_view import MemberView
 from readergroup.core.names import validate_name
-from readergroup.core.procedures import run_calls
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.connection_api import Connection
@@ -74,7 +74,7 @@ class ReaderGroup:
         self.refresh()
 
     def refresh(self) -> GroupState:
-        return run_calls(self.steps.refresh())
+        return drive(self.steps.refresh())
 
     @property
     def config(self) -> ReaderGroupConfig:
@@ -91,12 +91,12 @@ class ReaderGroup:
         """Every member with its segments, ``host/pid``, heartbeat age (server clock) and the
         log format it announced (an older version's is lower); ``stale`` marks those whose
         heartbeat is older than the session timeout."""
-        return run_calls(self.steps.members())
+        return drive(self.steps.members())
 
     def older_readers_online(self) -> list[str]:
         """The online members running a version older than this one (they announced an older
         log format, or none), sorted."""
-        return run_calls(self.steps.older_readers_online())
+        return drive(self.steps.older_readers_online())
 
     def compact_log(self) -> int:
         """Snapshot the group's log at its head; return that revision. A reader joining reads
@@ -105,27 +105,27 @@ class ReaderGroup:
         entries of a newer log format were written (the last reader to leave does this itself;
         this is for readers that crashed). With no member live, the readers' lags are left out
         of the snapshot (they need a newer form of it; nobody ranks by them)."""
-        return run_calls(self.steps.compact_log())
+        return drive(self.steps.compact_log())
 
     def missing_streams(self) -> list[str]:
         """The streams the group reads that no longer exist."""
-        return run_calls(self.steps.missing_streams())
+        return drive(self.steps.missing_streams())
 
     def status(self) -> str:
         """``stable``, ``rebalancing``, ``empty`` or ``dead`` (see
         :mod:`readergroup.core.group_view`)."""
-        return run_calls(self.steps.status())
+        return drive(self.steps.status())
 
     def get_segment_distribution(self) -> SegmentDistribution:
-        return run_calls(self.steps.get_segment_distribution())
+        return drive(self.steps.get_segment_distribution())
 
     def is_end_of_data(self) -> bool:
         """A bounded group whose every segment was read to its end cut."""
-        return run_calls(self.steps.is_end_of_data())
+        return drive(self.steps.is_end_of_data())
 
     def get_stream_cuts(self) -> dict[str, StreamCut]:
         """The group's committed positions as one stream cut per stream."""
-        return run_calls(self.steps.get_stream_cuts())
+        return drive(self.steps.get_stream_cuts())
 
     # -- checkpoints ------------------------------------------------------------------------
     def initiate_checkpoint(
@@ -145,7 +145,7 @@ class ReaderGroup:
         ``declare_offline``, they are declared offline so the group moves on). At most three
         checkpoints may be outstanding.
         """
-        return run_calls(
+        return drive(
             self.steps.initiate_checkpoint(
                 name, timeout, declare_offline=declare_offline, silent=silent
             )
@@ -154,7 +154,7 @@ class ReaderGroup:
     def generate_stream_cuts(self, timeout: float = 30.0) -> dict[str, StreamCut]:
         """A silent checkpoint: each reader reports its processed positions without handing the
         application an event. Returns one stream cut per stream."""
-        return run_calls(self.steps.generate_stream_cuts(timeout))
+        return drive(self.steps.generate_stream_cuts(timeout))
 
     # -- resets -----------------------------------------------------------------------------
     def reset_reader_group(
@@ -174,14 +174,14 @@ class ReaderGroup:
         offline: see :meth:`apply_reset`), so no read that starts afterwards returns an event
         from before the reset point.
         """
-        return run_calls(self.steps.reset_reader_group(start, shift_by=shift_by, timeout=timeout))
+        return drive(self.steps.reset_reader_group(start, shift_by=shift_by, timeout=timeout))
 
     def apply_reset(self, plan: Mapping[SegKey, int], *, timeout: float = 30.0) -> ResetResult:
         """Apply a plan from :meth:`plan_reset` (or an edited one): every stream the group reads
         must have positions, each within its segment's data; otherwise nothing changes. Returns
         the positions and the readers declared offline because they did not acknowledge the
         reset within ``timeout``."""
-        return run_calls(self.steps.apply_reset(plan, timeout=timeout))
+        return drive(self.steps.apply_reset(plan, timeout=timeout))
 
     def plan_reset(
         self,
@@ -199,7 +199,7 @@ class ReaderGroup:
         its committed position. Anything naming a stream or segment the group does not read
         is refused.
         """
-        return run_calls(
+        return drive(
             self.steps.plan_reset(
                 start, shift_by=shift_by, to_offset=to_offset, streams=streams, segments=segments
             )
@@ -208,7 +208,7 @@ class ReaderGroup:
     # -- lag --------------------------------------------------------------------------------
     def get_metrics(self) -> GroupMetrics:
         """Lag per segment, reader and group in events, bytes and milliseconds."""
-        return run_calls(self.steps.get_metrics())
+        return drive(self.steps.get_metrics())
 
     # -- notifications ----------------------------------------------------------------------
     def watch(
@@ -227,7 +227,7 @@ class ReaderGroup:
         re-read, reset the group). ``False`` if it was not online. Decided on the group's
         newest state, however old this handle is; only that reader generation's heartbeat is
         deleted."""
-        return run_calls(self.steps.reader_offline(reader_id, positions))
+        return drive(self.steps.reader_offline(reader_id, positions))
 
 
 class GroupWatcher:
@@ -251,7 +251,7 @@ class GroupWatcher:
         self._thread.start()
 
     def _run(self) -> None:
-        run_calls(watch(self._sync, self._on_segments, self._on_end, self._stop, self._stop.is_set))
+        drive(watch(self._sync, self._on_segments, self._on_end, self._stop, self._stop.is_set))
 
     def stop(self) -> None:
         self._stop.set()
@@ -305,14 +305,14 @@ class ReaderGroupManager(Closing):
 
     def create_reader_group(self, name: str, config: ReaderGroupConfig) -> bool:
         """Create group ``name``; ``False`` if it existed (its configuration is kept)."""
-        return run_calls(self.steps.create_reader_group(name, config))
+        return drive(self.steps.create_reader_group(name, config))
 
     def get_reader_group(self, name: str) -> ReaderGroup:
         validate_name(name, "reader group")
         return ReaderGroup(self._connection, self.scope, name, self._writer_label)
 
     def list_reader_groups(self) -> list[str]:
-        return run_calls(self.steps.list_reader_groups())
+        return drive(self.steps.list_reader_groups())
 
     def delete_reader_group(self, name: str, *, force: bool = False) -> bool:
         """Delete the group's state and heartbeats; ``False`` if it did not exist.
@@ -321,7 +321,7 @@ class ReaderGroupManager(Closing):
         deleted: ReaderGroupInUseError names them. With ``force`` it is, and those readers get
         ReaderGroupNotFoundError on their next read.
         """
-        return run_calls(self.steps.delete_reader_group(name, force=force))
+        return drive(self.steps.delete_reader_group(name, force=force))
 
 
 def join_group(

@@ -7,17 +7,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from readergroup.admin.stream_steps import StreamSteps
+from readergroup.core.calls import Steps
 from readergroup.core.errors import InvalidStreamCutError
 from readergroup.core.group_config import ReaderGroupConfig, StartPosition, start_word
 from readergroup.core.group_state import SegKey
 from readergroup.core.planning import plan_ranges
-from readergroup.core.procedures import Procedure
 from readergroup.core.stream_cut import StreamCut
 
 
 def resolve_start(
     streams: StreamSteps, scope: str, stream: str, start: StartPosition
-) -> Procedure[StreamCut]:
+) -> Steps[StreamCut]:
     """The stream cut a start position means now."""
     start = start_word(start)  # type: ignore[assignment]
     if isinstance(start, StreamCut):
@@ -39,7 +39,7 @@ def resolve_group(
     default_scope: str,
     config: ReaderGroupConfig,
     start: StartPosition | Mapping[str, StartPosition] | None = None,
-) -> Procedure[tuple[dict[SegKey, int], dict[SegKey, int] | None]]:
+) -> Steps[tuple[dict[SegKey, int], dict[SegKey, int] | None]]:
     """``(starts, end)`` for a group: every segment's start offset, and, for a bounded group,
     the end offset of every segment it may read (``None``: unbounded)."""
     starts: dict[SegKey, int] = {}

@@ -1,5 +1,5 @@
 """The decisions of reader-group administration, written once (see
-:mod:`readergroup.core.procedures`): :class:`GroupSteps` (one group: inspection, checkpoints,
+:mod:`readergroup.core.calls`): :class:`GroupSteps` (one group: inspection, checkpoints,
 resets, lag, declaring readers offline) and :class:`GroupManagerSteps` (a scope's groups:
 create, list, delete) hold, as procedures, everything the threaded
 :class:`~readergroup.admin.group_manager.ReaderGroup` and
@@ -22,6 +22,7 @@ from typing import Any
 from readergroup.admin.group_positions import cuts_by_stream, resolve_group, resolve_start
 from readergroup.admin.stream_steps import StreamSteps, fetch_state_steps
 from readergroup.core import catalog, planning, reset_planning
+from readergroup.core.calls import Call, Steps, call_on
 from readergroup.core.errors import (
     CheckpointError,
     DataLostError,
@@ -49,7 +50,6 @@ from readergroup.core.group_view import MemberView, group_state_word, members_of
 from readergroup.core.log_format import NEWEST_FORMAT
 from readergroup.core.membership import Plan, plan_remove
 from readergroup.core.names import group_sync_name, validate_name
-from readergroup.core.procedures import Call, Procedure, call
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage import vanished
 from readergroup.storage.translate import translate_errors
@@ -168,7 +168,7 @@ class GroupSteps:
         self.heartbeats: Any = connection.heartbeat_store(self.sync.name)
         self._clock = clock
 
-    def refresh(self) -> Procedure[GroupState]:
+    def refresh(self) -> Steps[GroupState]:
         state: GroupState = yield from fetch_state_steps(
             self.sync,
             lambda: ReaderGroupNotFoundError(
@@ -178,32 +178,32 @@ class GroupSteps:
         )
         return state
 
-    def members(self) -> Procedure[list[MemberView]]:
+    def members(self) -> Steps[list[MemberView]]:
         """Every member with its segments, ``host/pid``, heartbeat age (server clock) and the
         log format it announced (an older version's is lower); ``stale`` marks those whose
         heartbeat is older than the session timeout."""
         state = yield from self.refresh()
-        now, beats = yield call(self.heartbeats, "beat", "", 0)
-        clients = yield call(self.heartbeats, "clients")
-        announced = yield call(self.heartbeats, "announcements")
+        now, beats = yield call_on(self.heartbeats, "beat", "", 0)
+        clients = yield call_on(self.heartbeats, "clients")
+        announced = yield call_on(self.heartbeats, "announcements")
         return members_of(state, beats, clients, now, announced)
 
-    def older_readers_online(self) -> Procedure[list[str]]:
+    def older_readers_online(self) -> Steps[list[str]]:
         """The online members running a version older than this one (they announced an older
         log format, or none), sorted."""
         members = yield from self.members()
         return sorted(m.reader for m in members if not m.stale and m.log_format < NEWEST_FORMAT)
 
-    def compact_log(self) -> Procedure[int]:
+    def compact_log(self) -> Steps[int]:
         """Snapshot the group's log at its head; return that revision (see
         :meth:`~readergroup.admin.group_manager.ReaderGroup.compact_log`)."""
         live = any(not m.stale for m in (yield from self.members()))
         with translate_errors("compact the group log"):
-            yield call(self.sync, "compact", None if live else without_lags)
+            yield call_on(self.sync, "compact", None if live else without_lags)
         revision: int = self.sync.revision
         return revision
 
-    def missing_streams(self) -> Procedure[list[str]]:
+    def missing_streams(self) -> Steps[list[str]]:
         """The streams the group reads that no longer exist."""
         missing = []
         for scope, stream in (yield from self.refresh()).config.scoped_streams(self.scope):
@@ -213,14 +213,14 @@ class GroupSteps:
                 missing.append(f"{scope}/{stream}")
         return missing
 
-    def status(self) -> Procedure[str]:
+    def status(self) -> Steps[str]:
         """``stable``, ``rebalancing``, ``empty`` or ``dead`` (see
         :mod:`readergroup.core.group_view`)."""
         members = yield from self.members()
         missing = yield from self.missing_streams()
         return group_state_word(self.sync.state, members, missing)
 
-    def get_segment_distribution(self) -> Procedure[SegmentDistribution]:
+    def get_segment_distribution(self) -> Steps[SegmentDistribution]:
         state = yield from self.refresh()
         assigned: dict[str, list[SegKey]] = {r: [] for r in state.readers}
         for segment, assignment in sorted(state.assigned.items()):
@@ -229,11 +229,11 @@ class GroupSteps:
             assigned, sorted(state.unassigned), sorted(state.future), len(state.completed)
         )
 
-    def is_end_of_data(self) -> Procedure[bool]:
+    def is_end_of_data(self) -> Steps[bool]:
         """A bounded group whose every segment was read to its end cut."""
         return (yield from self.refresh()).end_of_data
 
-    def get_stream_cuts(self) -> Procedure[dict[str, StreamCut]]:
+    def get_stream_cuts(self) -> Steps[dict[str, StreamCut]]:
         """The group's committed positions as one stream cut per stream."""
         return cuts_by_stream((yield from self.refresh()).positions())
 
@@ -245,13 +245,13 @@ class GroupSteps:
         *,
         declare_offline: bool = False,
         silent: bool = False,
-    ) -> Procedure[CheckpointResult]:
+    ) -> Steps[CheckpointResult]:
         """Take a group-wide checkpoint; done once every reader online now acknowledged it
         (see :meth:`~readergroup.admin.group_manager.ReaderGroup.initiate_checkpoint`)."""
         validate_name(name, "checkpoint")
         now = yield from self.streams.server_time_ms()
         with translate_errors("checkpoint"):
-            yield call(self.sync, "update_state", plan_checkpoint(name, now, silent))
+            yield call_on(self.sync, "update_state", plan_checkpoint(name, now, silent))
         deadline = self._clock() + timeout
         while True:
             checkpoint = (yield from self.refresh()).checkpoint(name)
@@ -271,18 +271,18 @@ class GroupSteps:
             if remaining <= 0:
                 yield from self._fail_checkpoint(checkpoint, timeout, declare_offline)
             with translate_errors("checkpoint"):  # waits on the state log
-                yield call(self.sync, "wait_for_updates", min(remaining, WAIT_SLICE))
+                yield call_on(self.sync, "wait_for_updates", min(remaining, WAIT_SLICE))
 
     def _fail_checkpoint(
         self, checkpoint: Checkpoint, timeout: float, offline: bool
-    ) -> Procedure[None]:
+    ) -> Steps[None]:
         pending = checkpoint.pending
         reason = f"readers {list(pending)} did not acknowledge it within {timeout}s" + (
             " and were declared offline" if offline else ""
         )
         with translate_errors("checkpoint"):
             failed = [FailCheckpoint(checkpoint.name, reason)]
-            yield call(self.sync, "update_state", lambda s: failed)
+            yield call_on(self.sync, "update_state", lambda s: failed)
         logger.warning(
             "checkpoint %r of %s/%s failed: %s", checkpoint.name, self.scope, self.name, reason
         )
@@ -291,7 +291,7 @@ class GroupSteps:
                 yield from self.reader_offline(reader_id)
         raise CheckpointError(f"checkpoint {checkpoint.name!r} failed: {reason}", pending)
 
-    def generate_stream_cuts(self, timeout: float = 30.0) -> Procedure[dict[str, StreamCut]]:
+    def generate_stream_cuts(self, timeout: float = 30.0) -> Steps[dict[str, StreamCut]]:
         """A silent checkpoint: each reader reports its processed positions without handing the
         application an event. Returns one stream cut per stream."""
         name = f"silent-{uuid.uuid4().hex[:12]}"
@@ -300,14 +300,14 @@ class GroupSteps:
     # -- resets -----------------------------------------------------------------------------
     def reset_reader_group(
         self, start: Start = None, *, shift_by: int | None = None, timeout: float = 30.0
-    ) -> Procedure[dict[SegKey, int]]:
+    ) -> Steps[dict[SegKey, int]]:
         """:meth:`plan_reset`, then :meth:`apply_reset`; the new start positions."""
         plan = yield from self.plan_reset(start, shift_by=shift_by)
         return (yield from self.apply_reset(plan, timeout=timeout)).starts
 
     def apply_reset(
         self, plan: Mapping[SegKey, int], *, timeout: float = 30.0
-    ) -> Procedure[ResetResult]:
+    ) -> Steps[ResetResult]:
         """Apply a plan from :meth:`plan_reset` (see
         :meth:`~readergroup.admin.group_manager.ReaderGroup.apply_reset`)."""
         state = yield from self.refresh()
@@ -319,7 +319,7 @@ class GroupSteps:
             tuple(sorted(starts.items())), None if end is None else tuple(end.items())
         )
         with translate_errors("reset"):
-            yield call(self.sync, "update_state", lambda s: [update])
+            yield call_on(self.sync, "update_state", lambda s: [update])
         logger.info(
             "reset %s/%s to %d segment positions; waiting for its readers to acknowledge",
             self.scope,
@@ -345,7 +345,7 @@ class GroupSteps:
                     )
                 break
             with translate_errors("reset"):
-                yield call(self.sync, "wait_for_updates", min(remaining, WAIT_SLICE))
+                yield call_on(self.sync, "wait_for_updates", min(remaining, WAIT_SLICE))
         return ResetResult(starts, tuple(declared))
 
     def plan_reset(
@@ -356,7 +356,7 @@ class GroupSteps:
         to_offset: int | None = None,
         streams: Sequence[str] | None = None,
         segments: Sequence[int] | None = None,
-    ) -> Procedure[dict[SegKey, int]]:
+    ) -> Steps[dict[SegKey, int]]:
         """The start positions ``reset_reader_group`` would use, without changing anything
         (see :meth:`~readergroup.admin.group_manager.ReaderGroup.plan_reset`)."""
         state = yield from self.refresh()
@@ -404,7 +404,7 @@ class GroupSteps:
                 target.update({(scoped, s): o for s, o in cut.positions.items()})
         return reset_planning.merge_plan(group, current, target, chosen, segments)
 
-    def _bounds(self, positions: Mapping[SegKey, int]) -> Procedure[dict[SegKey, tuple[int, int]]]:
+    def _bounds(self, positions: Mapping[SegKey, int]) -> Steps[dict[SegKey, tuple[int, int]]]:
         """``(head, tail)`` of every existing segment named in ``positions``."""
         bounds: dict[SegKey, tuple[int, int]] = {}
         for scoped, cut in cuts_by_stream(positions).items():
@@ -418,7 +418,7 @@ class GroupSteps:
 
     def _clamped(
         self, current: Mapping[SegKey, int], streams: Collection[str], move: Callable[[int], int]
-    ) -> Procedure[dict[SegKey, int]]:
+    ) -> Steps[dict[SegKey, int]]:
         """``move`` applied to the committed positions of ``streams``, kept within the data."""
         chosen = {k: p for k, p in current.items() if k[0] in streams}
         bounds = yield from self._bounds(chosen)
@@ -430,7 +430,7 @@ class GroupSteps:
 
     def _end_for(
         self, state: GroupState, starts: Mapping[SegKey, int]
-    ) -> Procedure[dict[SegKey, int] | None]:
+    ) -> Steps[dict[SegKey, int] | None]:
         if state.end is None:
             return None
         cuts: dict[str, StartPosition] = dict(cuts_by_stream(starts))
@@ -438,7 +438,7 @@ class GroupSteps:
         return end
 
     # -- lag --------------------------------------------------------------------------------
-    def get_metrics(self) -> Procedure[GroupMetrics]:
+    def get_metrics(self) -> Steps[GroupMetrics]:
         """Lag per segment, reader and group in events, bytes and milliseconds."""
         state = yield from self.refresh()
         now = yield from self.streams.server_time_ms()
@@ -450,7 +450,7 @@ class GroupSteps:
         for scoped, known in sorted(by_stream.items()):
             scope, _, stream = scoped.partition("/")
             positions = yield from self._still_to_read(state, scoped, known)
-            probe = yield call(self.connection.segments, "lag_probe", scope, stream, positions)
+            probe = yield call_on(self.connection.segments, "lag_probe", scope, stream, positions)
             for segment, position in sorted(positions.items()):
                 tail, size, byte_at, server_at = probe[segment]
                 end = state.end.get((scoped, segment), tail) if state.end else tail
@@ -473,7 +473,7 @@ class GroupSteps:
 
     def _still_to_read(
         self, state: GroupState, scoped: str, known: Mapping[int, int]
-    ) -> Procedure[dict[int, int]]:
+    ) -> Steps[dict[int, int]]:
         """Every segment of ``scoped`` the group has yet to read, from where it will start:
         the ``known`` positions, and the successors it reaches later (waiting for their
         predecessors or not named by the group yet, as after a reset to before a scale) from
@@ -491,15 +491,15 @@ class GroupSteps:
 
     def reader_offline(
         self, reader_id: str, positions: dict[SegKey, int] | None = None
-    ) -> Procedure[bool]:
+    ) -> Steps[bool]:
         """Declare ``reader_id`` offline (see
         :meth:`~readergroup.admin.group_manager.ReaderGroup.reader_offline`); ``False`` if it
         was not online."""
         plan = plan_remove(reader_id, None, tuple((positions or {}).items()))
         with translate_errors("reader offline"):
-            removed = yield call(self.sync, "update_state", plan)
+            removed = yield call_on(self.sync, "update_state", plan)
             if removed is not None:
-                yield call(self.heartbeats, "forget", reader_id, removed)
+                yield call_on(self.heartbeats, "forget", reader_id, removed)
         if removed is not None:
             logger.info(
                 "reader %r (generation %d) declared offline in %s/%s; its segments return to the "
@@ -522,7 +522,7 @@ def watch(
     on_end_of_data: Callable[[], Any] | None,
     pause: Any,
     stopped: Callable[[], bool] = lambda: False,
-) -> Procedure[None]:
+) -> Steps[None]:
     """A group watcher (until ``stopped()``): call ``on_segments_changed(count)`` whenever
     the number of segments the group reads (assigned plus unassigned) changes and
     ``on_end_of_data()`` once a bounded group is done, waiting on the group's log ``sync``
@@ -532,20 +532,20 @@ def watch(
     count, ended = -1, False
     while not stopped():
         try:
-            yield call(sync, "fetch_updates")
+            yield call_on(sync, "fetch_updates")
             state: GroupState = sync.state
             segments = len(state.assigned) + len(state.unassigned)
             if segments != count and on_segments_changed is not None:
-                yield Call(on_segments_changed, "__call__", (segments,))
+                yield Call("__call__", (segments,), target=on_segments_changed)
             count = segments
             if state.end_of_data and not ended:
                 ended = True
                 if on_end_of_data is not None:
-                    yield Call(on_end_of_data, "__call__")
-            yield call(sync, "wait_for_updates", WATCH_SECONDS)
+                    yield Call("__call__", target=on_end_of_data)
+            yield call_on(sync, "wait_for_updates", WATCH_SECONDS)
         except Exception:  # a listener's or an outage's error must not end the watch
             logger.warning("watcher of %s: retrying after an error", sync.name, exc_info=True)
-            yield call(pause, "wait", WATCH_SECONDS)
+            yield call_on(pause, "wait", WATCH_SECONDS)
 
 
 class GroupManagerSteps:
@@ -558,7 +558,7 @@ class GroupManagerSteps:
         self.streams = StreamSteps(connection)
         self.writer_label = writer_label
 
-    def create_reader_group(self, name: str, config: ReaderGroupConfig) -> Procedure[bool]:
+    def create_reader_group(self, name: str, config: ReaderGroupConfig) -> Steps[bool]:
         """Create group ``name``; ``False`` if it existed (its configuration is kept)."""
         validate_name(name, "reader group")
         if not isinstance(config, ReaderGroupConfig):
@@ -599,10 +599,10 @@ class GroupManagerSteps:
         validate_name(name, "reader group")
         return GroupSteps(self.connection, self.scope, name, self.writer_label, clock=clock)
 
-    def list_reader_groups(self) -> Procedure[list[str]]:
+    def list_reader_groups(self) -> Steps[list[str]]:
         return sorted(catalog.groups_of((yield from self.streams.catalog(self.scope))))
 
-    def delete_reader_group(self, name: str, *, force: bool = False) -> Procedure[bool]:
+    def delete_reader_group(self, name: str, *, force: bool = False) -> Steps[bool]:
         """Delete the group's state and heartbeats; ``False`` if it did not exist. Refused
         (ReaderGroupInUseError naming them) while it has online readers, unless ``force``."""
         validate_name(name, "reader group")
@@ -632,8 +632,8 @@ class GroupManagerSteps:
         sync = self.connection.synchronizer(sync_name, UPDATE_TYPES, STATE_TYPES)
         yield from vanished.forget(self.connection, self.scope, sync_name)
         with translate_errors("delete reader group"):
-            existed = yield call(sync, "delete")
-        yield call(self.connection.heartbeat_store(sync_name), "delete")
+            existed = yield call_on(sync, "delete")
+        yield call_on(self.connection.heartbeat_store(sync_name), "delete")
         if removed or existed:
             logger.info(
                 "deleted reader group %s/%s%s", self.scope, name, " (forced)" if force else ""

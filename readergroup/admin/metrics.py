@@ -26,9 +26,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from readergroup.admin.group_steps import GroupManagerSteps, GroupSteps
 from readergroup.admin.stream_steps import StreamSteps
+from readergroup.core.calls import Steps, drive
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.group_view import GROUP_STATES, group_state_word
-from readergroup.core.procedures import Procedure, run_calls
 from readergroup.storage.connection import RedisConnection
 
 logger = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class ReaderGroupCollector(Collector):
     def collect(self) -> Iterator[Any]:
         with self._lock:  # one scrape at a time: they share the connection's state handles
             began = time.monotonic()
-            families, up = run_calls(
+            families, up = drive(
                 scrape(self._connection, self._scopes, self._error, self._collect_transactions)
             )
             yield from families.all()
@@ -147,7 +147,7 @@ class ReaderGroupCollector(Collector):
         if not isinstance(self._connection, RedisConnection):
             return
         now = self._connection.server_time_ms()
-        for stream in run_calls(StreamSteps(self._connection).list_streams(scope)):
+        for stream in drive(StreamSteps(self._connection).list_streams(scope)):
             store = self._connection.transactions(scope, stream)
             records = store.records([txn_id for txn_id, _ in store.unfinished()])
             counts = dict.fromkeys(("OPEN", "COMMITTING", "ABORTED"), 0)
@@ -165,9 +165,9 @@ def scrape(
     scopes: Sequence[str] | None,
     on_error: Callable[[str, Exception], None],
     per_scope: Callable[[str, _Families], None] | None = None,
-) -> Procedure[tuple[_Families, int]]:
+) -> Steps[tuple[_Families, int]]:
     """One scrape of every reader group of ``scopes`` (all if ``None``) on ``connection``
-    (threaded, or an asyncio managers' connection: see :mod:`readergroup.core.procedures`): the
+    (threaded, or an asyncio managers' connection: see :mod:`readergroup.core.calls`): the
     families and ``readergroup_up``; a scope or group that cannot be read goes to
     ``on_error(scope, exc)`` and is left out. ``per_scope(scope, families)``: more of a scope
     to collect, called directly (the threaded collector's transactions)."""
@@ -199,7 +199,7 @@ def scrape(
     return families, up
 
 
-def _collect_group(g: GroupSteps, out: _Families) -> Procedure[None]:
+def _collect_group(g: GroupSteps, out: _Families) -> Steps[None]:
     metrics = yield from g.get_metrics()
     state = g.sync.state
     members = yield from g.members()

@@ -17,7 +17,7 @@ The truncation point is the *meet* of those cuts: at every point of the key spac
 position any of them still needs. :meth:`RetentionManager.apply` computes it and truncates;
 run it periodically from any process (it is idempotent and never moves the head backwards).
 
-The decisions are :class:`RetentionSteps`' procedures (see :mod:`readergroup.core.procedures`), run
+The decisions are :class:`RetentionSteps`' procedures (see :mod:`readergroup.core.calls`), run
 blocking by :class:`RetentionManager` and awaited by
 :class:`~readergroup.aio.retention.AsyncRetentionManager`.
 """
@@ -31,6 +31,7 @@ from readergroup.admin.group_positions import cuts_by_stream
 from readergroup.admin.stream_manager import StreamManager
 from readergroup.admin.stream_steps import StreamSteps, fetch_state_steps
 from readergroup.core import catalog
+from readergroup.core.calls import Steps, call_on, drive
 from readergroup.core.errors import (
     InvalidStreamCutError,
     ReaderGroupError,
@@ -39,7 +40,6 @@ from readergroup.core.errors import (
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState
 from readergroup.core.names import group_sync_name
 from readergroup.core.planning import descendants, plan_ranges
-from readergroup.core.procedures import Procedure, call, run_calls
 from readergroup.core.stream_config import RetentionPolicy
 from readergroup.core.stream_cut import StreamCut, check_cut_covers
 from readergroup.core.stream_metadata import StreamState
@@ -75,16 +75,16 @@ class RetentionSteps:
         self._streams = streams
         self._connection = streams.connection
 
-    def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> Procedure[None]:
+    def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> Steps[None]:
         """Record ``subscriber``'s position so retention keeps what it has not passed."""
         if (cut.scope, cut.stream) != (scope, stream):
             raise InvalidStreamCutError(f"cut is for {cut.scoped_stream}, not {scope}/{stream}")
-        yield call(self._connection.subscribers, "publish", scope, stream, subscriber, str(cut))
+        yield call_on(self._connection.subscribers, "publish", scope, stream, subscriber, str(cut))
 
-    def unsubscribe(self, scope: str, stream: str, subscriber: str) -> Procedure[None]:
-        yield call(self._connection.subscribers, "unsubscribe", scope, stream, subscriber)
+    def unsubscribe(self, scope: str, stream: str, subscriber: str) -> Steps[None]:
+        yield call_on(self._connection.subscribers, "unsubscribe", scope, stream, subscriber)
 
-    def subscriber_cuts(self, scope: str, stream: str) -> Procedure[dict[str, StreamCut | None]]:
+    def subscriber_cuts(self, scope: str, stream: str) -> Steps[dict[str, StreamCut | None]]:
         """Every subscriber's cut (``None``: a subscriber that needs everything for now, such as
         a checkpoint-mode group without a checkpoint, or a group whose state cannot be read)."""
         scoped = f"{scope}/{stream}"
@@ -107,14 +107,14 @@ class RetentionSteps:
                 )
             if subscribes:
                 cuts[f"group:{scope}/{group}"] = cut
-        published = yield call(self._connection.subscribers, "published", scope, stream)
+        published = yield call_on(self._connection.subscribers, "published", scope, stream)
         for name, text in published.items():
             cuts[f"external:{name}"] = StreamCut.from_text(text)
         return cuts
 
     def _group_cut(
         self, scope: str, group: str, scoped: str
-    ) -> Procedure[tuple[bool, StreamCut | None]]:
+    ) -> Steps[tuple[bool, StreamCut | None]]:
         """Whether a group subscribes to ``scoped``, and its cut (``None``: needs everything)."""
         sync = self._connection.synchronizer(
             group_sync_name(scope, group), UPDATE_TYPES, STATE_TYPES
@@ -138,7 +138,7 @@ class RetentionSteps:
             return True, cuts_by_stream(done[-1].positions).get(scoped)
         return True, cuts_by_stream(state.positions()).get(scoped)
 
-    def truncation_cut(self, scope: str, stream: str) -> Procedure[StreamCut | None]:
+    def truncation_cut(self, scope: str, stream: str) -> Steps[StreamCut | None]:
         """Where :meth:`apply` would truncate now (``None``: nothing to delete)."""
         state = yield from self._streams.stream_state(scope, stream)
         policy = state.config.retention
@@ -170,7 +170,7 @@ class RetentionSteps:
         check_cut_covers(cut, ranges)
         return cut
 
-    def _limit_cut(self, state: StreamState, policy: RetentionPolicy) -> Procedure[dict[int, int]]:
+    def _limit_cut(self, state: StreamState, policy: RetentionPolicy) -> Steps[dict[int, int]]:
         """The cut the age and size limits allow (the tail when there is no limit)."""
         scope, stream = state.scope, state.stream
         tail = yield from self._streams.tail_cut(scope, stream)
@@ -190,7 +190,7 @@ class RetentionSteps:
 
     def _size_cut(
         self, state: StreamState, max_bytes: int, tail: dict[int, int]
-    ) -> Procedure[dict[int, int]]:
+    ) -> Steps[dict[int, int]]:
         """The latest time cut after which at most ``max_bytes`` remain (binary search)."""
         scope, stream = state.scope, state.stream
         low = state.created_ms
@@ -205,16 +205,16 @@ class RetentionSteps:
                 low = middle
         return best if (yield from self._bytes_after(state, best)) <= max_bytes else dict(tail)
 
-    def _bytes_after(self, state: StreamState, cut: dict[int, int]) -> Procedure[int]:
+    def _bytes_after(self, state: StreamState, cut: dict[int, int]) -> Steps[int]:
         """Bytes stored at and after ``cut`` (one round trip)."""
         ranges = plan_ranges(state, cut, None, dict.fromkeys(state.segments, 1 << 62))
         starts = {r.segment: r.start for r in ranges}
-        probe = yield call(
+        probe = yield call_on(
             self._connection.segments, "lag_probe", state.scope, state.stream, starts
         )
         return sum(size - byte_at for _, size, byte_at, _ in probe.values())
 
-    def apply(self, scope: str, stream: str) -> Procedure[StreamCut | None]:
+    def apply(self, scope: str, stream: str) -> Steps[StreamCut | None]:
         """Truncate ``scope/stream`` as far as its policy and subscribers allow; return the cut
         truncated at (``None``: nothing was deleted)."""
         cut = yield from self.truncation_cut(scope, stream)
@@ -237,21 +237,21 @@ class RetentionManager:
 
     def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> None:
         """Record ``subscriber``'s position so retention keeps what it has not passed."""
-        run_calls(self.steps.publish(scope, stream, subscriber, cut))
+        drive(self.steps.publish(scope, stream, subscriber, cut))
 
     def unsubscribe(self, scope: str, stream: str, subscriber: str) -> None:
-        run_calls(self.steps.unsubscribe(scope, stream, subscriber))
+        drive(self.steps.unsubscribe(scope, stream, subscriber))
 
     def subscriber_cuts(self, scope: str, stream: str) -> dict[str, StreamCut | None]:
         """Every subscriber's cut (``None``: a subscriber that needs everything for now, such as
         a checkpoint-mode group without a checkpoint, or a group whose state cannot be read)."""
-        return run_calls(self.steps.subscriber_cuts(scope, stream))
+        return drive(self.steps.subscriber_cuts(scope, stream))
 
     def truncation_cut(self, scope: str, stream: str) -> StreamCut | None:
         """Where :meth:`apply` would truncate now (``None``: nothing to delete)."""
-        return run_calls(self.steps.truncation_cut(scope, stream))
+        return drive(self.steps.truncation_cut(scope, stream))
 
     def apply(self, scope: str, stream: str) -> StreamCut | None:
         """Truncate ``scope/stream`` as far as its policy and subscribers allow; return the cut
         truncated at (``None``: nothing was deleted)."""
-        return run_calls(self.steps.apply(scope, stream))
+        return drive(self.steps.apply(scope, stream))

@@ -38,10 +38,10 @@ from readergroup.admin.stream_steps import (
     scale_completion,
 )
 from readergroup.core import catalog
+from readergroup.core.calls import drive
 from readergroup.core.catalog import Catalog
 from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
-from readergroup.core.procedures import run_calls
 from readergroup.core.stream_config import StreamConfiguration
 from readergroup.core.stream_cut import StreamCut
 from readergroup.core.stream_metadata import StreamState
@@ -99,67 +99,67 @@ class StreamManager(Closing):
 
         Raises ScopeNotFoundError if the scope does not exist.
         """
-        return run_calls(self.steps.catalog(scope))
+        return drive(self.steps.catalog(scope))
 
     def update_catalog(self, scope: str, generator: Callable[[Catalog], Decision[R]]) -> R:
         """Conditionally update ``scope``'s catalog (for reader group registration). The
         generator runs on the current catalog of an existing scope; returns its result."""
-        return run_calls(self.steps.update_catalog(scope, generator))
+        return drive(self.steps.update_catalog(scope, generator))
 
     def create_scope(self, scope: str) -> bool:
         """Create ``scope``; ``False`` if it already existed (see
         :meth:`StreamSteps.create_scope`)."""
-        return run_calls(self.steps.create_scope(scope))
+        return drive(self.steps.create_scope(scope))
 
     def delete_scope(self, scope: str) -> bool:
         """Delete an empty scope (an operator action); ``False`` if it did not exist."""
-        return run_calls(self.steps.delete_scope(scope))
+        return drive(self.steps.delete_scope(scope))
 
     def list_scopes(self) -> list[str]:
         """Every scope (an operator action; see :meth:`StreamSteps.list_scopes`)."""
-        return run_calls(self.steps.list_scopes())
+        return drive(self.steps.list_scopes())
 
     def list_streams(self, scope: str) -> list[str]:
-        return run_calls(self.steps.list_streams(scope))
+        return drive(self.steps.list_streams(scope))
 
     # -- streams ----------------------------------------------------------------------------
     def create_stream(
         self, scope: str, stream: str, config: StreamConfiguration | None = None
     ) -> bool:
         """Create ``scope/stream``; ``False`` if it already existed (its config is kept)."""
-        return run_calls(self.steps.create_stream(scope, stream, config))
+        return drive(self.steps.create_stream(scope, stream, config))
 
     def stream_state(self, scope: str, stream: str) -> StreamState:
         """The stream's metadata, fetched now."""
-        return run_calls(self.steps.stream_state(scope, stream))
+        return drive(self.steps.stream_state(scope, stream))
 
     def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
         """Change the configuration (``max_event_size``, scaling policy). The segment count only
         changes by scaling."""
-        run_calls(self.steps.update_stream(scope, stream, config))
+        drive(self.steps.update_stream(scope, stream, config))
 
     def segment_states(
         self, scope: str, stream: str, segments: Sequence[int]
     ) -> dict[int, SegmentState]:
-        return run_calls(self.steps.segment_states(scope, stream, segments))
+        return drive(self.steps.segment_states(scope, stream, segments))
 
     def complete_scales(self, scope: str, stream: str) -> StreamState:
         """Finish any interrupted scale of the stream now; return the metadata it checked."""
-        return run_calls(self.steps.complete_scales(scope, stream))
+        return drive(self.steps.complete_scales(scope, stream))
 
     def get_stream_info(self, scope: str, stream: str) -> StreamInfo:
-        return run_calls(self.steps.get_stream_info(scope, stream))
+        return drive(self.steps.get_stream_info(scope, stream))
 
     def head_cut(self, scope: str, stream: str) -> StreamCut:
-        return run_calls(self.steps.head_cut(scope, stream))
+        return drive(self.steps.head_cut(scope, stream))
 
     def tail_cut(self, scope: str, stream: str) -> StreamCut:
-        return run_calls(self.steps.tail_cut(scope, stream))
+        return drive(self.steps.tail_cut(scope, stream))
 
     def cut_at_time(self, scope: str, stream: str, server_ms: int) -> StreamCut:
         """The cut at the first events appended at or after ``server_ms`` (Redis server time;
         see :meth:`StreamSteps.cut_at_time`)."""
-        return run_calls(self.steps.cut_at_time(scope, stream, server_ms))
+        return drive(self.steps.cut_at_time(scope, stream, server_ms))
 
     def scale_stream(
         self,
@@ -171,27 +171,27 @@ class StreamManager(Closing):
         """Seal ``sealed_segments`` and open successors over ``new_key_ranges`` (which must cover
         exactly the sealed segments' ranges). Split = 1 -> k, merge = k -> 1. Returns the new
         segment ids. Raises InvalidKeyRangesError, ScaleConflictError, StreamSealedError."""
-        return run_calls(self.steps.scale_stream(scope, stream, sealed_segments, new_key_ranges))
+        return drive(self.steps.scale_stream(scope, stream, sealed_segments, new_key_ranges))
 
     def seal_stream(self, scope: str, stream: str) -> bool:
         """Seal every segment; writers then get StreamSealedError. ``False`` if already sealed."""
-        return run_calls(self.steps.seal_stream(scope, stream))
+        return drive(self.steps.seal_stream(scope, stream))
 
     def truncate_stream(self, scope: str, stream: str, stream_cut: StreamCut) -> None:
         """Delete every event before ``stream_cut`` and move the head there (see
         :meth:`StreamSteps.truncate_stream`)."""
-        run_calls(self.steps.truncate_stream(scope, stream, stream_cut))
+        drive(self.steps.truncate_stream(scope, stream, stream_cut))
 
     def check_cut(self, stream_cut: StreamCut) -> None:
         """Raise InvalidStreamCutError unless ``stream_cut`` fits its stream now."""
-        run_calls(self.steps.check_cut(stream_cut))
+        drive(self.steps.check_cut(stream_cut))
 
     def delete_stream(self, scope: str, stream: str) -> bool:
         """Delete a sealed stream and all its data; ``False`` if it did not exist."""
-        return run_calls(self.steps.delete_stream(scope, stream))
+        return drive(self.steps.delete_stream(scope, stream))
 
 
 def complete_scale_seals(connection: Any, state: StreamState, *, repair: bool = True) -> None:
     """Seal in Redis every segment the metadata says is sealed, then open the successors
     left closed (:func:`~readergroup.admin.stream_steps.scale_completion`, blocking)."""
-    run_calls(scale_completion(connection.segments, state, repair=repair))
+    drive(scale_completion(connection.segments, state, repair=repair))

@@ -1,4 +1,4 @@
-"""The decisions of stream administration, written once (see :mod:`readergroup.core.procedures`):
+"""The decisions of stream administration, written once (see :mod:`readergroup.core.calls`):
 :class:`StreamSteps` holds, as procedures, everything
 :class:`~readergroup.admin.stream_manager.StreamManager` does (threaded, blocking) and
 :class:`~readergroup.aio.stream_manager.AsyncStreamManager` does (asyncio, awaited), on the
@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from readergroup.admin.group_member import segments_text
 from readergroup.core import catalog
+from readergroup.core.calls import Steps, call_on
 from readergroup.core.catalog import Catalog, ScopeList
 from readergroup.core.errors import (
     DataLostError,
@@ -38,7 +39,6 @@ from readergroup.core.names import (
     validate_name,
 )
 from readergroup.core.planning import ancestors, time_positions
-from readergroup.core.procedures import Procedure, call
 from readergroup.core.routing import epoch_of, number_of, segment_id, segment_name
 from readergroup.core.stream_config import StreamConfiguration
 from readergroup.core.stream_cut import StreamCut, check_cut_covers
@@ -126,11 +126,11 @@ class StreamSteps:
             "`readergroup admin migrate` once)"
         )
 
-    def server_time_ms(self) -> Procedure[int]:
-        now: int = yield call(self.connection, "server_time_ms")
+    def server_time_ms(self) -> Steps[int]:
+        now: int = yield call_on(self.connection, "server_time_ms")
         return now
 
-    def catalog(self, scope: str) -> Procedure[catalog.Catalog]:
+    def catalog(self, scope: str) -> Steps[catalog.Catalog]:
         """``scope``'s catalog (streams, groups, what each group reads), fetched now.
 
         Raises ScopeNotFoundError if the scope does not exist.
@@ -151,9 +151,7 @@ class StreamSteps:
             raise self._no_scope(scope)
         return state
 
-    def update_catalog(
-        self, scope: str, generator: Callable[[Catalog], Decision[R]]
-    ) -> Procedure[R]:
+    def update_catalog(self, scope: str, generator: Callable[[Catalog], Decision[R]]) -> Steps[R]:
         """Conditionally update ``scope``'s catalog (for reader group registration). The
         generator runs on the current catalog of an existing scope; returns its result."""
         validate_name(scope, "scope")
@@ -167,24 +165,24 @@ class StreamSteps:
         if not sync.is_loaded:
             yield from self.catalog(scope)  # a scope that does not exist, or whose catalog vanished
         result: R = yield from _missing_as(
-            call(sync, "update_state", checked), lambda: self._no_scope(scope), "update catalog"
+            call_on(sync, "update_state", checked), lambda: self._no_scope(scope), "update catalog"
         )
         return result
 
-    def _load_scope_list(self) -> Procedure[dict[str, Any]]:
+    def _load_scope_list(self) -> Steps[dict[str, Any]]:
         lost = lambda: DataLostError("the list of scopes vanished from Redis")  # noqa: E731
         initial = catalog.EMPTY_SCOPE_LIST
         yield from vanished.initialize_once(self.connection, None, self._scope_list, initial, lost)
         state: catalog.ScopeList = self._scope_list.state
         return state
 
-    def _update_scope_list(self, generator: Callable[[ScopeList], Decision[R]]) -> Procedure[R]:
+    def _update_scope_list(self, generator: Callable[[ScopeList], Decision[R]]) -> Steps[R]:
         yield from self._load_scope_list()
         with translate_errors("update the list of scopes"):
-            result: R = yield call(self._scope_list, "update_state", generator)
+            result: R = yield call_on(self._scope_list, "update_state", generator)
         return result
 
-    def create_scope(self, scope: str) -> Procedure[bool]:
+    def create_scope(self, scope: str) -> Steps[bool]:
         """Create ``scope``; ``False`` if it already existed.
 
         Creating a scope is an operator action (it lists the scope); on an existing scope this
@@ -208,7 +206,7 @@ class StreamSteps:
         if sync.is_loaded and catalog.is_closed(sync.state):  # an interrupted delete_scope's
             yield from vanished.forget(self.connection, scope, sync.name)
             with translate_errors("create scope"):
-                yield call(sync, "delete")
+                yield call_on(sync, "delete")
         initial = catalog.empty_catalog()
         created = yield from vanished.initialize_once(
             self.connection, scope, sync, initial, _lost_catalog(self.connection.keys, scope)
@@ -217,7 +215,7 @@ class StreamSteps:
             log.info("created scope %s", scope)
         return listed or created
 
-    def delete_scope(self, scope: str) -> Procedure[bool]:
+    def delete_scope(self, scope: str) -> Steps[bool]:
         """Delete an empty scope (an operator action); ``False`` if it did not exist."""
         validate_name(scope, "scope")
 
@@ -262,12 +260,12 @@ class StreamSteps:
                 pass
             yield from vanished.forget(self.connection, scope, catalog_sync_name(scope))
             with translate_errors("delete scope"):
-                yield call(self._catalog_sync(scope), "delete")
+                yield call_on(self._catalog_sync(scope), "delete")
         if unlisted or exists:
             log.info("deleted scope %s", scope)
         return unlisted or exists
 
-    def list_scopes(self) -> Procedure[list[str]]:
+    def list_scopes(self) -> Steps[list[str]]:
         """Every scope (an operator action: scope roles cannot enumerate other scopes).
         Raises LegacyLayoutError while the old shared catalog is there (its scopes are listed
         only once ``readergroup admin migrate`` has moved them)."""
@@ -284,13 +282,13 @@ class StreamSteps:
             "`readergroup admin migrate` once, as the operator role, to list its scopes"
         )
 
-    def list_streams(self, scope: str) -> Procedure[list[str]]:
+    def list_streams(self, scope: str) -> Steps[list[str]]:
         return sorted(catalog.streams_of((yield from self.catalog(scope))))
 
     # -- streams ----------------------------------------------------------------------------
     def create_stream(
         self, scope: str, stream: str, config: StreamConfiguration | None = None
-    ) -> Procedure[bool]:
+    ) -> Steps[bool]:
         """Create ``scope/stream``; ``False`` if it already existed (its config is kept)."""
         validate_name(scope, "scope")
         validate_name(stream, "stream")
@@ -306,7 +304,7 @@ class StreamSteps:
         state = initial_state(scope, stream, config, now)
         # idempotent steps, repeated on every call so an interrupted creation completes
         segments = self.connection.segments
-        yield call(segments, "create_segments", scope, stream, list(state.segments), now)
+        yield call_on(segments, "create_segments", scope, stream, list(state.segments), now)
         sync = self._sync(scope, stream)
         lost = _lost_stream(scope, stream)
         yield from vanished.initialize_once(self.connection, scope, sync, state, lost)
@@ -324,13 +322,13 @@ class StreamSteps:
             self._streams[key] = sync
         return sync
 
-    def _loaded_sync(self, scope: str, stream: str) -> Procedure[Any]:
+    def _loaded_sync(self, scope: str, stream: str) -> Steps[Any]:
         sync = self._sync(scope, stream)
         if not sync.is_loaded:
             yield from self._fetch(sync, scope, stream)
         return sync
 
-    def _fetch(self, sync: Any, scope: str, stream: str) -> Procedure[StreamState]:
+    def _fetch(self, sync: Any, scope: str, stream: str) -> Steps[StreamState]:
         missing = vanished.missing_or_lost(
             self.connection,
             scope,
@@ -343,7 +341,7 @@ class StreamSteps:
         )
         return state
 
-    def stream_state(self, scope: str, stream: str) -> Procedure[StreamState]:
+    def stream_state(self, scope: str, stream: str) -> Steps[StreamState]:
         """The stream's metadata, fetched now."""
         validate_name(scope, "scope")
         validate_name(stream, "stream")
@@ -353,17 +351,15 @@ class StreamSteps:
 
     def _update(
         self, scope: str, stream: str, generator: Callable[[StreamState], Decision[R]]
-    ) -> Procedure[R]:
+    ) -> Steps[R]:
         sync = yield from self._loaded_sync(scope, stream)
         missing = lambda: StreamNotFoundError(f"stream {scope}/{stream} does not exist")  # noqa: E731
         result: R = yield from _missing_as(
-            call(sync, "update_state", generator), missing, "update stream metadata"
+            call_on(sync, "update_state", generator), missing, "update stream metadata"
         )
         return result
 
-    def update_stream(
-        self, scope: str, stream: str, config: StreamConfiguration
-    ) -> Procedure[None]:
+    def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> Steps[None]:
         """Change the configuration (``max_event_size``, scaling policy). The segment count only
         changes by scaling."""
         if not isinstance(config, StreamConfiguration):
@@ -372,13 +368,13 @@ class StreamSteps:
 
     def segment_states(
         self, scope: str, stream: str, segments: Sequence[int]
-    ) -> Procedure[dict[int, SegmentState]]:
-        states: dict[int, SegmentState] = yield call(
+    ) -> Steps[dict[int, SegmentState]]:
+        states: dict[int, SegmentState] = yield call_on(
             self.connection.segments, "segment_states", scope, stream, segments
         )
         return states
 
-    def complete_scales(self, scope: str, stream: str) -> Procedure[StreamState]:
+    def complete_scales(self, scope: str, stream: str) -> Steps[StreamState]:
         """Finish any interrupted scale of the stream now; return the metadata it checked.
 
         Afterwards every segment the metadata calls sealed is sealed in Redis (its tail is
@@ -387,7 +383,7 @@ class StreamSteps:
         yield from scale_completion(self.connection.segments, state)
         return state
 
-    def get_stream_info(self, scope: str, stream: str) -> Procedure[StreamInfo]:
+    def get_stream_info(self, scope: str, stream: str) -> Steps[StreamInfo]:
         state = yield from self.complete_scales(scope, stream)
         last_epoch = state.epochs[-1].segments
         shown = [r.segment_id for r in state.active_segments] or list(last_epoch)
@@ -420,14 +416,14 @@ class StreamSteps:
             total_segments=len(state.segments),
         )
 
-    def head_cut(self, scope: str, stream: str) -> Procedure[StreamCut]:
+    def head_cut(self, scope: str, stream: str) -> Steps[StreamCut]:
         state = yield from self.stream_state(scope, stream)
         return StreamCut(scope, stream, dict(state.head))
 
-    def tail_cut(self, scope: str, stream: str) -> Procedure[StreamCut]:
+    def tail_cut(self, scope: str, stream: str) -> Steps[StreamCut]:
         return (yield from self.get_stream_info(scope, stream)).tail_cut
 
-    def cut_at_time(self, scope: str, stream: str, server_ms: int) -> Procedure[StreamCut]:
+    def cut_at_time(self, scope: str, stream: str, server_ms: int) -> Steps[StreamCut]:
         """The cut at the first events appended at or after ``server_ms`` (Redis server time),
         exact per segment and never behind the head: reading from it returns exactly the
         events appended at or after ``server_ms`` that are still stored, reading up to it
@@ -447,7 +443,7 @@ class StreamSteps:
         positions: dict[int, int] = {}
         while unknown:
             for segment in unknown:
-                offset, tail = yield call(
+                offset, tail = yield call_on(
                     self.connection.segments, "offset_at_time", scope, stream, segment, server_ms
                 )
                 located[segment] = (max(offset, state.head.get(segment, 0)), tail)
@@ -461,7 +457,7 @@ class StreamSteps:
         stream: str,
         sealed_segments: Sequence[int],
         new_key_ranges: Sequence[tuple[float, float]],
-    ) -> Procedure[list[int]]:
+    ) -> Steps[list[int]]:
         """Seal ``sealed_segments`` and open successors over ``new_key_ranges`` (which must cover
         exactly the sealed segments' ranges). Split = 1 -> k, merge = k -> 1. Returns the new
         segment ids. Raises InvalidKeyRangesError, ScaleConflictError, StreamSealedError."""
@@ -475,7 +471,7 @@ class StreamSteps:
             numbers = range(state.next_number, state.next_number + len(ranges))
             planned = [segment_id(epoch, n) for n in numbers]
             now = yield from self.server_time_ms()
-            yield call(segments, "create_closed_segments", scope, stream, planned, now)
+            yield call_on(segments, "create_closed_segments", scope, stream, planned, now)
 
             def scale(
                 current: StreamState,
@@ -490,9 +486,9 @@ class StreamSteps:
 
             created = yield from self._update(scope, stream, scale)
             if created is not None:
-                yield call(segments, "seal_segments", scope, stream, sealed)
+                yield call_on(segments, "seal_segments", scope, stream, sealed)
                 # every predecessor is sealed now: successors may take writes
-                yield call(segments, "open_segments", scope, stream, created)
+                yield call_on(segments, "open_segments", scope, stream, created)
                 scoped = f"{scope}/{stream}"
                 log.info(
                     "scaled %s: sealed %s, opened %s",
@@ -503,7 +499,7 @@ class StreamSteps:
                 return list(created)
         raise ScaleConflictError(f"scale of {scope}/{stream} lost every race to other scales")
 
-    def seal_stream(self, scope: str, stream: str) -> Procedure[bool]:
+    def seal_stream(self, scope: str, stream: str) -> Steps[bool]:
         """Seal every segment; writers then get StreamSealedError. ``False`` if already sealed."""
         now = yield from self.server_time_ms()
 
@@ -519,7 +515,7 @@ class StreamSteps:
             log.info("sealed stream %s/%s", scope, stream)
         return changed
 
-    def truncate_stream(self, scope: str, stream: str, stream_cut: StreamCut) -> Procedure[None]:
+    def truncate_stream(self, scope: str, stream: str, stream_cut: StreamCut) -> Steps[None]:
         """Delete every event before ``stream_cut`` and move the head there.
 
         The cut must cover the key space with segments still stored, at offsets within each
@@ -552,8 +548,8 @@ class StreamSteps:
         yield from self._update(scope, stream, truncate)
         segments = self.connection.segments
         for segment, offset in cut.items():
-            yield call(segments, "truncate", scope, stream, segment, offset)
-        yield call(segments, "delete_segments", scope, stream, sorted(before))
+            yield call_on(segments, "truncate", scope, stream, segment, offset)
+        yield call_on(segments, "delete_segments", scope, stream, sorted(before))
         log.info(
             "truncated %s/%s at a cut over %d segments (%d older segments deleted)",
             scope,
@@ -562,7 +558,7 @@ class StreamSteps:
             len(before),
         )
 
-    def _check_cut(self, state: StreamState, cut: dict[int, int]) -> Procedure[None]:
+    def _check_cut(self, state: StreamState, cut: dict[int, int]) -> Steps[None]:
         ranges = {s: (r.low, r.high) for s, r in state.segments.items() if not r.truncated}
         check_cut_covers(StreamCut(state.scope, state.stream, cut), ranges)
         tails = yield from self.segment_states(state.scope, state.stream, list(cut))
@@ -570,12 +566,12 @@ class StreamSteps:
         if past:
             raise InvalidStreamCutError(f"cut offsets are past the tails (offset, tail): {past}")
 
-    def check_cut(self, stream_cut: StreamCut) -> Procedure[None]:
+    def check_cut(self, stream_cut: StreamCut) -> Steps[None]:
         """Raise InvalidStreamCutError unless ``stream_cut`` fits its stream now."""
         state = yield from self.stream_state(stream_cut.scope, stream_cut.stream)
         yield from self._check_cut(state, dict(stream_cut.positions))
 
-    def delete_stream(self, scope: str, stream: str) -> Procedure[bool]:
+    def delete_stream(self, scope: str, stream: str) -> Steps[bool]:
         """Delete a sealed stream and all its data; ``False`` if it did not exist."""
         validate_name(scope, "scope")
         validate_name(stream, "stream")
@@ -598,12 +594,12 @@ class StreamSteps:
             removed = False
         if state is not None:
             segments = self.connection.segments
-            yield call(segments, "delete_segments", scope, stream, list(state.segments))
-        yield call(self.connection, "forget_stream", scope, stream)
+            yield call_on(segments, "delete_segments", scope, stream, list(state.segments))
+        yield call_on(self.connection, "forget_stream", scope, stream)
         yield from vanished.forget(self.connection, scope, stream_sync_name(scope, stream))
         if state is not None:
             with translate_errors("delete stream metadata"):
-                yield call(self._sync(scope, stream), "delete")
+                yield call_on(self._sync(scope, stream), "delete")
             self._streams.pop((scope, stream), None)
         if removed or state is not None:
             log.info("deleted stream %s/%s", scope, stream)
@@ -612,7 +608,7 @@ class StreamSteps:
 
 def _missing_as(
     operation: Any, missing: Callable[[], ReaderGroupError], description: str
-) -> Procedure[Any]:
+) -> Steps[Any]:
     """``operation``'s result (:func:`~readergroup.storage.translate.missing_as` around it)."""
     with missing_as(missing, description):
         return (yield operation)
@@ -620,10 +616,10 @@ def _missing_as(
 
 def fetch_state_steps(
     sync: Any, missing: Callable[[], ReaderGroupError], operation: str
-) -> Procedure[Any]:
+) -> Steps[Any]:
     """:func:`~readergroup.storage.translate.fetch_state` as a procedure: fetch ``sync``
     adopting a log that lost writes this client had seen; its state."""
-    yield from _missing_as(call(sync, "follow"), missing, operation)
+    yield from _missing_as(call_on(sync, "follow"), missing, operation)
     return sync.state
 
 
@@ -642,7 +638,7 @@ def _lost_stream(scope: str, stream: str) -> vanished.Missing:
     )
 
 
-def scale_completion(segments: Any, state: StreamState, *, repair: bool = True) -> Procedure[None]:
+def scale_completion(segments: Any, state: StreamState, *, repair: bool = True) -> Steps[None]:
     """Seal in Redis every segment the metadata says is sealed, then open the successors
     left closed (repairs interrupted scales, see :mod:`readergroup.admin.stream_manager`), on
     ``segments`` (a connection's segment store, threaded or asyncio). Idempotent. With
@@ -658,15 +654,15 @@ def scale_completion(segments: Any, state: StreamState, *, repair: bool = True) 
     inactive, closed = _newest_changes(state)
     if not (inactive or closed):
         return
-    states = yield call(segments, "segment_states", scope, stream, inactive + closed)
+    states = yield call_on(segments, "segment_states", scope, stream, inactive + closed)
     unsealed = [s for s in inactive if states[s].exists and not states[s].sealed]
     if unsealed:
         named = segments_text([(f"{scope}/{stream}", s) for s in unsealed])
         if repair:
             log.warning("sealing %s left unsealed by a scale", named)
-        yield call(segments, "seal_segments", scope, stream, unsealed)
+        yield call_on(segments, "seal_segments", scope, stream, unsealed)
     closed = [s for s in closed if states[s].sealed]
-    opened = (yield call(segments, "open_segments", scope, stream, closed)) if closed else []
+    opened = (yield call_on(segments, "open_segments", scope, stream, closed)) if closed else []
     if opened:
         named = segments_text([(f"{scope}/{stream}", s) for s in opened])
         log.warning("opened %s left closed by a scale", named)

@@ -25,7 +25,6 @@ from readergroup.admin.group_steps import (
     Start,
     watch,
 )
-from readergroup.aio.procedures import run_calls_async
 from readergroup.aio.stream_manager import close_admin_connection
 from readergroup.core.config import ClientConfig
 from readergroup.core.group_config import ReaderGroupConfig
@@ -33,6 +32,7 @@ from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES, GroupState, 
 from readergroup.core.group_view import MemberView
 from readergroup.core.stream_cut import StreamCut
 from readergroup.storage.aio_admin import AsyncAdminConnection
+from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_connection import AsyncConnection
 
 
@@ -48,40 +48,40 @@ class AsyncReaderGroup:
         self.name = steps.name
 
     async def refresh(self) -> GroupState:
-        return await run_calls_async(self.steps.refresh())
+        return await drive_async(self.steps.refresh())
 
     async def config(self) -> ReaderGroupConfig:
         return (await self.refresh()).config
 
     async def server_time_ms(self) -> int:
-        return await run_calls_async(self.steps.streams.server_time_ms())
+        return await drive_async(self.steps.streams.server_time_ms())
 
     async def get_online_readers(self) -> list[str]:
         return sorted((await self.refresh()).readers)
 
     async def members(self) -> list[MemberView]:
-        return await run_calls_async(self.steps.members())
+        return await drive_async(self.steps.members())
 
     async def older_readers_online(self) -> list[str]:
-        return await run_calls_async(self.steps.older_readers_online())
+        return await drive_async(self.steps.older_readers_online())
 
     async def compact_log(self) -> int:
-        return await run_calls_async(self.steps.compact_log())
+        return await drive_async(self.steps.compact_log())
 
     async def missing_streams(self) -> list[str]:
-        return await run_calls_async(self.steps.missing_streams())
+        return await drive_async(self.steps.missing_streams())
 
     async def status(self) -> str:
-        return await run_calls_async(self.steps.status())
+        return await drive_async(self.steps.status())
 
     async def get_segment_distribution(self) -> SegmentDistribution:
-        return await run_calls_async(self.steps.get_segment_distribution())
+        return await drive_async(self.steps.get_segment_distribution())
 
     async def is_end_of_data(self) -> bool:
-        return await run_calls_async(self.steps.is_end_of_data())
+        return await drive_async(self.steps.is_end_of_data())
 
     async def get_stream_cuts(self) -> dict[str, StreamCut]:
-        return await run_calls_async(self.steps.get_stream_cuts())
+        return await drive_async(self.steps.get_stream_cuts())
 
     async def initiate_checkpoint(
         self,
@@ -93,26 +93,26 @@ class AsyncReaderGroup:
     ) -> CheckpointResult:
         """Take a group-wide checkpoint; done once every reader online now acknowledged it
         (awaited on the group's log; CheckpointError after ``timeout``)."""
-        return await run_calls_async(
+        return await drive_async(
             self.steps.initiate_checkpoint(
                 name, timeout, declare_offline=declare_offline, silent=silent
             )
         )
 
     async def generate_stream_cuts(self, timeout: float = 30.0) -> dict[str, StreamCut]:
-        return await run_calls_async(self.steps.generate_stream_cuts(timeout))
+        return await drive_async(self.steps.generate_stream_cuts(timeout))
 
     async def reset_reader_group(
         self, start: Start = None, *, shift_by: int | None = None, timeout: float = 30.0
     ) -> dict[SegKey, int]:
-        return await run_calls_async(
+        return await drive_async(
             self.steps.reset_reader_group(start, shift_by=shift_by, timeout=timeout)
         )
 
     async def apply_reset(
         self, plan: Mapping[SegKey, int], *, timeout: float = 30.0
     ) -> ResetResult:
-        return await run_calls_async(self.steps.apply_reset(plan, timeout=timeout))
+        return await drive_async(self.steps.apply_reset(plan, timeout=timeout))
 
     async def plan_reset(
         self,
@@ -123,14 +123,14 @@ class AsyncReaderGroup:
         streams: Sequence[str] | None = None,
         segments: Sequence[int] | None = None,
     ) -> dict[SegKey, int]:
-        return await run_calls_async(
+        return await drive_async(
             self.steps.plan_reset(
                 start, shift_by=shift_by, to_offset=to_offset, streams=streams, segments=segments
             )
         )
 
     async def get_metrics(self) -> GroupMetrics:
-        return await run_calls_async(self.steps.get_metrics())
+        return await drive_async(self.steps.get_metrics())
 
     def watch(
         self,
@@ -146,7 +146,7 @@ class AsyncReaderGroup:
     async def reader_offline(
         self, reader_id: str, positions: dict[SegKey, int] | None = None
     ) -> bool:
-        return await run_calls_async(self.steps.reader_offline(reader_id, positions))
+        return await drive_async(self.steps.reader_offline(reader_id, positions))
 
 
 class _Pause:
@@ -171,7 +171,7 @@ class AsyncGroupWatcher:
         self._stopped = False
         procedure = watch(sync, on_segments_changed, on_end_of_data, _Pause(), self._is_stopped)
         self._task = asyncio.get_running_loop().create_task(
-            run_calls_async(procedure), name=f"rg-watch-{group.name}"
+            drive_async(procedure), name=f"rg-watch-{group.name}"
         )
 
     def _is_stopped(self) -> bool:
@@ -240,7 +240,7 @@ class AsyncReaderGroupManager:
 
     async def create_reader_group(self, name: str, config: ReaderGroupConfig) -> bool:
         """Create group ``name``; ``False`` if it existed (its configuration is kept)."""
-        return await run_calls_async(self.steps.create_reader_group(name, config))
+        return await drive_async(self.steps.create_reader_group(name, config))
 
     async def get_reader_group(self, name: str) -> AsyncReaderGroup:
         """A handle on group ``name``; ReaderGroupNotFoundError if it does not exist."""
@@ -249,9 +249,9 @@ class AsyncReaderGroupManager:
         return group
 
     async def list_reader_groups(self) -> list[str]:
-        return await run_calls_async(self.steps.list_reader_groups())
+        return await drive_async(self.steps.list_reader_groups())
 
     async def delete_reader_group(self, name: str, *, force: bool = False) -> bool:
         """Delete the group's state and heartbeats; ``False`` if it did not exist. Refused
         with ReaderGroupInUseError while it has online readers, unless ``force``."""
-        return await run_calls_async(self.steps.delete_reader_group(name, force=force))
+        return await drive_async(self.steps.delete_reader_group(name, force=force))

@@ -23,18 +23,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from readergroup.admin.stream_steps import scale_completion
-from readergroup.aio.procedures import run_calls_async
 from readergroup.client.metadata_cache import FreshStates, fetch_stream_state
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.names import stream_sync_name
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
+from readergroup.storage.aio_calls import drive_async
 
 
 async def complete_scale_seals(connection: Any, state: StreamState) -> None:
     """The threaded :func:`~readergroup.admin.stream_manager.complete_scale_seals`, awaited
     on ``connection``'s segments: the same procedure
     (:func:`~readergroup.admin.stream_steps.scale_completion`), decisions and warnings."""
-    await run_calls_async(scale_completion(connection.segments, state))
+    await drive_async(scale_completion(connection.segments, state))
 
 
 class AsyncStreamStates(Protocol):
@@ -67,7 +67,7 @@ class SynchronizedStreamStates:
             sync = self._syncs[key] = self._connection.synchronizer(
                 stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
             )
-        return await run_calls_async(fetch_stream_state(sync, scope, stream))
+        return await drive_async(fetch_stream_state(sync, scope, stream))
 
 
 class AsyncStreamMetadataCache:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from readergroup.admin.metrics import ReaderGroupCollector, scrape
-from readergroup.aio.procedures import run_calls_async
+from readergroup.storage.aio_calls import drive_async
 
 
 class AsyncReaderGroupCollector(ReaderGroupCollector):
@@ -35,7 +35,7 @@ class AsyncReaderGroupCollector(ReaderGroupCollector):
         """Read every group now (a scope or group that cannot be read is counted in
         ``readergroup_scrape_errors_total`` and left out, as in the threaded collector)."""
         began = time.monotonic()
-        families, up = await run_calls_async(scrape(self._connection, self._scopes, self._error))
+        families, up = await drive_async(scrape(self._connection, self._scopes, self._error))
         seconds = time.monotonic() - began
         self._last = [*families.all(), *self._scrape_families(up, seconds)]
 

@@ -33,10 +33,10 @@ from readergroup.client.aio_fetcher import AsyncFetcher
 from readergroup.client.event_read import NOTHING, EventRead, RebalanceListener
 from readergroup.client.fetch_core import Outage
 from readergroup.client.serializers import Serializer
-from readergroup.core.calls import drive_async
 from readergroup.core.errors import ReaderClosedError, ReaderNotInGroupError, ReaderReplacedError
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.group_state import SegKey
+from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK, SystemClock

@@ -6,9 +6,9 @@ decisions of :class:`~readergroup.admin.retention.RetentionManager`
 from __future__ import annotations
 
 from readergroup.admin.retention import RetentionSteps
-from readergroup.aio.procedures import run_calls_async
 from readergroup.aio.stream_manager import AsyncStreamManager
 from readergroup.core.stream_cut import StreamCut
+from readergroup.storage.aio_calls import drive_async
 
 
 class AsyncRetentionManager:
@@ -19,18 +19,18 @@ class AsyncRetentionManager:
 
     async def publish(self, scope: str, stream: str, subscriber: str, cut: StreamCut) -> None:
         """Record ``subscriber``'s position so retention keeps what it has not passed."""
-        await run_calls_async(self.steps.publish(scope, stream, subscriber, cut))
+        await drive_async(self.steps.publish(scope, stream, subscriber, cut))
 
     async def unsubscribe(self, scope: str, stream: str, subscriber: str) -> None:
-        await run_calls_async(self.steps.unsubscribe(scope, stream, subscriber))
+        await drive_async(self.steps.unsubscribe(scope, stream, subscriber))
 
     async def subscriber_cuts(self, scope: str, stream: str) -> dict[str, StreamCut | None]:
-        return await run_calls_async(self.steps.subscriber_cuts(scope, stream))
+        return await drive_async(self.steps.subscriber_cuts(scope, stream))
 
     async def truncation_cut(self, scope: str, stream: str) -> StreamCut | None:
-        return await run_calls_async(self.steps.truncation_cut(scope, stream))
+        return await drive_async(self.steps.truncation_cut(scope, stream))
 
     async def apply(self, scope: str, stream: str) -> StreamCut | None:
         """Truncate ``scope/stream`` as far as its policy and subscribers allow; the cut
         truncated at (``None``: nothing was deleted)."""
-        return await run_calls_async(self.steps.apply(scope, stream))
+        return await drive_async(self.steps.apply(scope, stream))

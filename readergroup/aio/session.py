@@ -11,8 +11,8 @@ no other task runs meanwhile; the one thing that spans awaits is the fetcher's w
 may await a segment's log in the middle of a decision), so the reader's *hand-out lock* (an
 :class:`asyncio.Lock`) is held by every fetcher call (let go while it waits on ``XREAD``:
 :attr:`~readergroup.client.aio_fetcher.AsyncFetcher.unlocked`, taken back even when cancelled)
-and by the steps' own code (:func:`~readergroup.core.calls.drive_async`'s ``local``). Group
-round trips (maintenance rounds, ``commit()``, ``close()``, ``rejoin()``) are serialized by a
+and by the steps' own code (:func:`~readergroup.storage.aio_calls.drive_async`'s ``local``).
+Group round trips (maintenance rounds, ``commit()``, ``close()``, ``rejoin()``) are serialized by a
 task-re-entrant lock (a listener called by ``close()`` may commit).
 """
 
@@ -30,8 +30,9 @@ from readergroup.client.event_read import EventRead
 from readergroup.client.fetch_core import FetchOutcome, Outage
 from readergroup.client.group_session import SessionSteps
 from readergroup.client.maintenance import maintenance_steps
-from readergroup.core.calls import Steps, drive_async
+from readergroup.core.calls import Steps
 from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from statesync.aio_synchronizer import clock_sleep
 

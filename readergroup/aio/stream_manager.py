@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from readergroup.admin.stream_steps import StreamInfo, StreamSteps
-from readergroup.aio.procedures import run_calls_async
 from readergroup.core.catalog import Catalog
 from readergroup.core.config import ClientConfig
 from readergroup.core.stream_config import StreamConfiguration
 from readergroup.core.stream_cut import StreamCut
 from readergroup.core.stream_metadata import StreamState
 from readergroup.storage.aio_admin import AsyncAdminConnection
+from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.segment_records import SegmentState
 from statesync import Decision
@@ -70,54 +70,54 @@ class AsyncStreamManager:
 
     # -- scopes -----------------------------------------------------------------------------
     async def catalog(self, scope: str) -> Catalog:
-        return await run_calls_async(self.steps.catalog(scope))
+        return await drive_async(self.steps.catalog(scope))
 
     async def update_catalog(self, scope: str, generator: Callable[[Catalog], Decision[R]]) -> R:
-        return await run_calls_async(self.steps.update_catalog(scope, generator))
+        return await drive_async(self.steps.update_catalog(scope, generator))
 
     async def create_scope(self, scope: str) -> bool:
-        return await run_calls_async(self.steps.create_scope(scope))
+        return await drive_async(self.steps.create_scope(scope))
 
     async def delete_scope(self, scope: str) -> bool:
-        return await run_calls_async(self.steps.delete_scope(scope))
+        return await drive_async(self.steps.delete_scope(scope))
 
     async def list_scopes(self) -> list[str]:
-        return await run_calls_async(self.steps.list_scopes())
+        return await drive_async(self.steps.list_scopes())
 
     async def list_streams(self, scope: str) -> list[str]:
-        return await run_calls_async(self.steps.list_streams(scope))
+        return await drive_async(self.steps.list_streams(scope))
 
     # -- streams ----------------------------------------------------------------------------
     async def create_stream(
         self, scope: str, stream: str, config: StreamConfiguration | None = None
     ) -> bool:
-        return await run_calls_async(self.steps.create_stream(scope, stream, config))
+        return await drive_async(self.steps.create_stream(scope, stream, config))
 
     async def stream_state(self, scope: str, stream: str) -> StreamState:
-        return await run_calls_async(self.steps.stream_state(scope, stream))
+        return await drive_async(self.steps.stream_state(scope, stream))
 
     async def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
-        await run_calls_async(self.steps.update_stream(scope, stream, config))
+        await drive_async(self.steps.update_stream(scope, stream, config))
 
     async def segment_states(
         self, scope: str, stream: str, segments: Sequence[int]
     ) -> dict[int, SegmentState]:
-        return await run_calls_async(self.steps.segment_states(scope, stream, segments))
+        return await drive_async(self.steps.segment_states(scope, stream, segments))
 
     async def complete_scales(self, scope: str, stream: str) -> StreamState:
-        return await run_calls_async(self.steps.complete_scales(scope, stream))
+        return await drive_async(self.steps.complete_scales(scope, stream))
 
     async def get_stream_info(self, scope: str, stream: str) -> StreamInfo:
-        return await run_calls_async(self.steps.get_stream_info(scope, stream))
+        return await drive_async(self.steps.get_stream_info(scope, stream))
 
     async def head_cut(self, scope: str, stream: str) -> StreamCut:
-        return await run_calls_async(self.steps.head_cut(scope, stream))
+        return await drive_async(self.steps.head_cut(scope, stream))
 
     async def tail_cut(self, scope: str, stream: str) -> StreamCut:
-        return await run_calls_async(self.steps.tail_cut(scope, stream))
+        return await drive_async(self.steps.tail_cut(scope, stream))
 
     async def cut_at_time(self, scope: str, stream: str, server_ms: int) -> StreamCut:
-        return await run_calls_async(self.steps.cut_at_time(scope, stream, server_ms))
+        return await drive_async(self.steps.cut_at_time(scope, stream, server_ms))
 
     async def scale_stream(
         self,
@@ -126,21 +126,21 @@ class AsyncStreamManager:
         sealed_segments: Sequence[int],
         new_key_ranges: Sequence[tuple[float, float]],
     ) -> list[int]:
-        return await run_calls_async(
+        return await drive_async(
             self.steps.scale_stream(scope, stream, sealed_segments, new_key_ranges)
         )
 
     async def seal_stream(self, scope: str, stream: str) -> bool:
-        return await run_calls_async(self.steps.seal_stream(scope, stream))
+        return await drive_async(self.steps.seal_stream(scope, stream))
 
     async def truncate_stream(self, scope: str, stream: str, stream_cut: StreamCut) -> None:
-        await run_calls_async(self.steps.truncate_stream(scope, stream, stream_cut))
+        await drive_async(self.steps.truncate_stream(scope, stream, stream_cut))
 
     async def check_cut(self, stream_cut: StreamCut) -> None:
-        await run_calls_async(self.steps.check_cut(stream_cut))
+        await drive_async(self.steps.check_cut(stream_cut))
 
     async def delete_stream(self, scope: str, stream: str) -> bool:
-        return await run_calls_async(self.steps.delete_stream(scope, stream))
+        return await drive_async(self.steps.delete_stream(scope, stream))
 
 
 async def close_admin_connection(connection: Any) -> None:

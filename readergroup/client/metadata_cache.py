@@ -19,9 +19,9 @@ from typing import Any
 from cachetools import TTLCache
 
 from readergroup.admin.stream_manager import complete_scale_seals
+from readergroup.core.calls import Steps, drive
 from readergroup.core.errors import ReaderGroupError, StreamNotFoundError
 from readergroup.core.names import stream_sync_name
-from readergroup.core.procedures import Procedure, run_calls
 from readergroup.core.stream_metadata import STATE_TYPES, UPDATE_TYPES, StreamState
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.vanished import fetch_adopting_steps
@@ -92,7 +92,7 @@ class StreamMetadataCache:
                 sync = self._syncs[key] = self._connection.synchronizer(
                     stream_sync_name(scope, stream), UPDATE_TYPES, STATE_TYPES
                 )
-        state = run_calls(fetch_stream_state(sync, scope, stream))
+        state = drive(fetch_stream_state(sync, scope, stream))
         with self._lock:
             repair = self._states.fetched(key, state)
         if repair:
@@ -112,7 +112,7 @@ class StreamMetadataCache:
             self._states.invalidate((scope, stream))
 
 
-def fetch_stream_state(sync: Any, scope: str, stream: str) -> Procedure[StreamState]:
+def fetch_stream_state(sync: Any, scope: str, stream: str) -> Steps[StreamState]:
     """Fetch the stream's synchronizer (threaded or asyncio: the threaded cache runs this
     blocking, the asyncio writer's awaits it); its state. A stream found deleted and created
     again is reloaded from scratch; one that does not exist raises StreamNotFoundError."""

@@ -11,7 +11,9 @@ S = TypeVar("S")
 
 
 class StepDriver(Generic[S]):
-    """Feeds ``steps`` the outcome of each step. A driver's loop is::
+    """Feeds ``steps`` the outcome of each step (the one loop behind
+    :func:`readergroup.core.calls.drive`, its asyncio twin and the writers' rounds). A
+    driver's loop is::
 
     while (step := driver.next()) is not None:
         try:
