@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.aio_writer_bench import _p99_ms
-from bench.common import emit, median, run_processes
+from bench.common import async_vs_sync, emit, run_processes
 from readergroup import (
     BytesSerializer,
     EventStreamClientFactory,
@@ -137,29 +137,9 @@ def main() -> None:
                 figures[path]["cpu"].append(result["cpu"] / args.calls * 1e3)
                 figures[path]["lag"].append(result["lag"])
                 figures[path]["idle"].append(result["idle"])
-    results: dict[str, Any] = {
-        path: {
-            "calls_per_s": round(median(values["rate"]), 1),
-            "client_cpu_ms_per_call": round(median(values["cpu"]), 3),
-            **(
-                {
-                    "loop_lag_p99_ms": round(median(values["lag"]), 2),
-                    "loop_lag_p99_ms_idle_baseline": round(median(values["idle"]), 2),
-                }
-                if path.startswith("async")
-                else {}
-            ),
-        }
-        for path, values in figures.items()
-    }
-    for what in ("info", "lag"):
-        sync, aio = results[f"sync_{what}"], results[f"async_{what}"]
-        results[f"ratio_{what}"] = {
-            "calls_per_s_async_over_sync": round(aio["calls_per_s"] / sync["calls_per_s"], 2),
-            "client_cpu_async_over_sync": round(
-                aio["client_cpu_ms_per_call"] / sync["client_cpu_ms_per_call"], 2
-            ),
-        }
+    results = async_vs_sync(
+        figures, ("info", "lag"), rate="calls_per_s", cpu="client_cpu_ms_per_call"
+    )
     results["settings"] = vars(args) | {"load_average": os.getloadavg()}
     emit("aio_admin", results)
 

@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import emit, median, run_processes
+from bench.common import async_vs_sync, emit, run_processes
 from readergroup import BytesSerializer, EventStreamClientFactory, StreamManager
 from readergroup.aio import AsyncEventStreamClientFactory
 from readergroup.testing.embedded_redis import local_redis_server
@@ -143,30 +143,13 @@ def main() -> None:
                     figures[path]["cpu"].append(result["cpu"] / count * 1e6)
                     figures[path]["lag"].append(result["lag"])
                     figures[path]["idle"].append(result["idle"])
-    results: dict[str, Any] = {
-        path: {
-            "events_per_s": round(median(values["rate"])),
-            "client_cpu_s_per_million_events": round(median(values["cpu"]), 2),
-            **(
-                {
-                    "loop_lag_p99_ms": round(median(values["lag"]), 2),
-                    "loop_lag_p99_ms_idle_baseline": round(median(values["idle"]), 2),
-                }
-                if path.startswith("async")
-                else {}
-            ),
-        }
-        for path, values in figures.items()
-    }
-    for mode in ("awaited", "pipelined"):
-        sync, aio = results[f"sync_{mode}"], results[f"async_{mode}"]
-        results[f"ratio_{mode}"] = {
-            "events_per_s_async_over_sync": round(aio["events_per_s"] / sync["events_per_s"], 2),
-            "client_cpu_async_over_sync": round(
-                aio["client_cpu_s_per_million_events"] / sync["client_cpu_s_per_million_events"],
-                2,
-            ),
-        }
+    results = async_vs_sync(
+        figures,
+        ("awaited", "pipelined"),
+        rate="events_per_s",
+        cpu="client_cpu_s_per_million_events",
+        rate_digits=None,
+    )
     results["settings"] = vars(args) | {"load_average": os.getloadavg()}
     emit("aio_writer", results)
 

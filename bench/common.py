@@ -47,3 +47,39 @@ def emit(name: str, results: dict[str, Any]) -> None:
         "results": results,
     }
     print(json.dumps(document, indent=2, sort_keys=True))
+
+
+def async_vs_sync(
+    figures: dict[str, dict[str, list[float]]],
+    modes: Sequence[str],
+    *,
+    rate: str,
+    cpu: str,
+    rate_digits: int | None = 1,
+) -> dict[str, Any]:
+    """The medians of each path's runs (``figures[path]`` holds lists ``rate``, ``cpu``,
+    ``lag`` and ``idle``; ``lag``/``idle`` are reported for the ``async_*`` paths only, as the
+    loop's p99 lag while measuring and just before), named ``rate`` and ``cpu``, and for each
+    mode the ratios ``async_<mode>`` over ``sync_<mode>``."""
+    results: dict[str, Any] = {
+        path: {
+            rate: round(median(values["rate"]), rate_digits),
+            cpu: round(median(values["cpu"]), 3),
+            **(
+                {
+                    "loop_lag_p99_ms": round(median(values["lag"]), 2),
+                    "loop_lag_p99_ms_idle_baseline": round(median(values["idle"]), 2),
+                }
+                if path.startswith("async")
+                else {}
+            ),
+        }
+        for path, values in figures.items()
+    }
+    for mode in modes:
+        sync, aio = results[f"sync_{mode}"], results[f"async_{mode}"]
+        results[f"ratio_{mode}"] = {
+            f"{rate}_async_over_sync": round(aio[rate] / sync[rate], 2),
+            "client_cpu_async_over_sync": round(aio[cpu] / sync[cpu], 2),
+        }
+    return results
