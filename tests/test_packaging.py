@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -82,11 +83,24 @@ def link_dependencies(target: Path, needed: set[str]) -> None:
                 (target / top).symlink_to(base / top)
 
 
-def build(outdir: Path, *what: str) -> Path:
-    """``python -m build`` as ``make dist`` runs it (this venv's setuptools, no index); the
-    wheel's path."""
+NOT_SOURCE = (".git", ".venv", "build", "dist", "site", ".artifacts", "*.egg-info", "*_cache")
+NOT_SOURCE += (".hypothesis", "node_modules", "__pycache__")
+
+
+def build(outdir: Path, *what: str, source: Path = ROOT) -> Path:
+    """``python -m build`` of ``source`` as ``make dist`` runs it (this venv's setuptools, no
+    index); the wheel's path."""
     run(
-        [sys.executable, "-m", "build", "--no-isolation", *what, "--outdir", str(outdir), str(ROOT)]
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--no-isolation",
+            *what,
+            "--outdir",
+            str(outdir),
+            str(source),
+        ]
     )
     (wheel,) = outdir.glob("readergroup-*.whl")
     return wheel
@@ -179,7 +193,11 @@ def test_the_wheel_in_a_fresh_venv_runs_the_spark_data_source(
 def test_the_sdist_builds_the_same_wheel(tmp_path: Path) -> None:
     """``make dist``'s path: the sdist, then the wheel built from it, holds every file of the
     wheel built from the checkout (Lua scripts and ``py.typed`` included)."""
-    direct = build(tmp_path / "direct", "--wheel")
+    # (from a copy without ``build/``: setuptools reuses a checkout's ``build/lib``, so a
+    # wheel built in a working tree holds modules deleted since its last build)
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(*NOT_SOURCE))
+    direct = build(tmp_path / "direct", "--wheel", source=tree)
     from_sdist = build(tmp_path / "dist")  # sdist, then the wheel from the unpacked sdist
     (sdist,) = (tmp_path / "dist").glob("readergroup-*.tar.gz")
     with zipfile.ZipFile(direct) as a, zipfile.ZipFile(from_sdist) as b:
