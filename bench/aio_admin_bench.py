@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.aio_writer_bench import _p99_ms
-from bench.common import async_vs_sync, emit, run_processes
+from bench.common import add_run, async_vs_sync, emit, new_figures, run_processes
 from readergroup import (
     BytesSerializer,
     EventStreamClientFactory,
@@ -125,18 +125,13 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=2_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    figures: dict[str, dict[str, list[float]]] = {
-        p: {"rate": [], "cpu": [], "lag": [], "idle": []} for p in PATHS
-    }
+    figures = new_figures(PATHS)
     with local_redis_server() as server:
         scope = _set_up(server.url, args.segments, args.events)
         for _ in range(args.repeat):
             for path in PATHS:
                 (result,) = run_processes(_one_path, [(path, server.url, scope, args.calls)])
-                figures[path]["rate"].append(args.calls / result["seconds"])
-                figures[path]["cpu"].append(result["cpu"] / args.calls * 1e3)
-                figures[path]["lag"].append(result["lag"])
-                figures[path]["idle"].append(result["idle"])
+                add_run(figures, result, args.calls, 1e3)
     results = async_vs_sync(
         figures, ("info", "lag"), rate="calls_per_s", cpu="client_cpu_ms_per_call"
     )

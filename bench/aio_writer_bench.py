@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import async_vs_sync, emit, run_processes
+from bench.common import add_run, async_vs_sync, emit, new_figures, run_processes
 from readergroup import BytesSerializer, EventStreamClientFactory, StreamManager
 from readergroup.aio import AsyncEventStreamClientFactory
 from readergroup.testing.embedded_redis import local_redis_server
@@ -124,9 +124,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    figures: dict[str, dict[str, list[float]]] = {
-        p: {"rate": [], "cpu": [], "lag": [], "idle": []} for p in PATHS
-    }
+    figures = new_figures(PATHS)
     with local_redis_server() as server:
         scope = f"b{uuid.uuid4().hex[:8]}"
         with StreamManager.from_url(server.url) as manager:
@@ -139,10 +137,7 @@ def main() -> None:
                     (result,) = run_processes(
                         _one_path, [(path, server.url, scope, stream, count, args.size)]
                     )
-                    figures[path]["rate"].append(count / result["seconds"])
-                    figures[path]["cpu"].append(result["cpu"] / count * 1e6)
-                    figures[path]["lag"].append(result["lag"])
-                    figures[path]["idle"].append(result["idle"])
+                    add_run(figures, result, count, 1e6)
     results = async_vs_sync(
         figures,
         ("awaited", "pipelined"),

@@ -49,8 +49,26 @@ def emit(name: str, results: dict[str, Any]) -> None:
     print(json.dumps(document, indent=2, sort_keys=True))
 
 
+Figures = dict[str, dict[str, list[float]]]
+"""Per path, the runs' ``rate``, ``cpu`` (per unit of work), ``lag`` and ``idle`` figures."""
+
+
+def new_figures(paths: Sequence[str]) -> Figures:
+    return {path: {"rate": [], "cpu": [], "lag": [], "idle": []} for path in paths}
+
+
+def add_run(figures: Figures, result: dict[str, Any], count: int, cpu_scale: float) -> None:
+    """Record one run of ``result["path"]`` that did ``count`` units of work: its rate, its
+    client CPU per unit times ``cpu_scale``, and its loop lag figures."""
+    runs = figures[result["path"]]
+    runs["rate"].append(count / result["seconds"])
+    runs["cpu"].append(result["cpu"] / count * cpu_scale)
+    runs["lag"].append(result["lag"])
+    runs["idle"].append(result["idle"])
+
+
 def async_vs_sync(
-    figures: dict[str, dict[str, list[float]]],
+    figures: Figures,
     modes: Sequence[str],
     *,
     rate: str,
