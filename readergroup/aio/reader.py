@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -39,7 +38,7 @@ from readergroup.core.group_state import SegKey
 from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from statesync.clock import Clock
-from statesync.system_clock import SYSTEM_CLOCK, SystemClock
+from statesync.system_clock import SYSTEM_CLOCK, monotonic_of
 
 T = TypeVar("T")
 
@@ -66,9 +65,7 @@ class AsyncEventStreamReader(Generic[T]):
     ) -> None:
         self._group = group_config
         self._clock = clock or SYSTEM_CLOCK
-        self._now = (
-            time.monotonic if isinstance(self._clock, SystemClock) else self._clock.monotonic
-        )
+        self._now = monotonic_of(self._clock)
         self._member = member
         self.reader_id = member.reader_id
         outage = Outage(member.reader_id, group_config.session_timeout)

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -62,7 +61,7 @@ from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.group_state import SegKey
 from readergroup.storage.connection_api import Connection
 from statesync.clock import Clock
-from statesync.system_clock import SYSTEM_CLOCK, SystemClock
+from statesync.system_clock import SYSTEM_CLOCK, monotonic_of
 
 __all__ = ["REJOIN_MAX_DELAY", "EventRead", "EventStreamReader", "RebalanceListener"]
 
@@ -89,9 +88,7 @@ class EventStreamReader(Generic[T]):
     ) -> None:
         self._group = group_config
         self._clock = clock or SYSTEM_CLOCK
-        self._now = (
-            time.monotonic if isinstance(self._clock, SystemClock) else self._clock.monotonic
-        )
+        self._now = monotonic_of(self._clock)
         """The clock's ``monotonic``, without the wrapper for the system clock (fast path)."""
         self._member = member
         self.reader_id = member.reader_id
