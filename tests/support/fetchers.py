@@ -140,14 +140,15 @@ async def next_event(
     fetcher: AsyncFetcher[T], block: float = 0.05, hold: float = 0.5
 ) -> EventRead[T]:
     """The next event of the asyncio fetcher (errors raised), as an async reader's per-event
-    read gets it: the fast path (a turn of the loop when due), else what a read ahead brought,
+    read gets it: the fast path (a turn of the loop when due, taken before an event leaves its
+    buffer, so a cancellation there loses none), else what a read ahead brought,
     else a fetch (``hold`` longer than ``block``: parked across calls; else a plain XREAD
     BLOCK awaited directly)."""
     while True:
+        if fetcher.turn_due():  # (before an event is taken: a cancellation here loses none)
+            await fetcher.take_turn()
         event = fetcher.take_one()
         if event is not None:
-            if fetcher.turn_due():
-                await fetcher.take_turn()
             return event
         if fetcher.errors:
             raise fetcher.errors.popleft()
