@@ -22,7 +22,7 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
-from readergroup.aio.admin_connection import reader_connection_of
+from readergroup.aio.admin_connection import admin_connection_of, reader_connection_of
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES
 from readergroup.core.names import group_sync_name
 from readergroup.storage.aio_connection import AsyncConnection
@@ -65,11 +65,13 @@ async def reader_side(
         if isinstance(connection, MemoryConnection)
         else AsyncConnection.from_url(str(url))
     )
-    side = reader_connection_of(made)
+    admin = admin_connection_of(made)
+    side = reader_connection_of(made, admin)
     try:
         yield side
     finally:
         await side.close()
+        await admin.close()
         await made.close()
 
 

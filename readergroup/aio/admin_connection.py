@@ -30,11 +30,17 @@ def admin_connection_of(connection: Any) -> AsyncAdminConnection | AsyncMemoryAd
     raise TypeError(f"no managers' connection for {type(connection).__name__}")
 
 
-def reader_connection_of(connection: Any) -> AsyncReaderConnection:
-    """What asyncio readers use on ``connection`` (as :func:`admin_connection_of`): the same
-    Redis, or the same memory (its threaded readers and asyncio ones form one group)."""
-    if isinstance(connection, AsyncMemoryConnection):
-        return AsyncMemoryReaderConnection(connection)
-    if isinstance(connection, AsyncConnection):
-        return AsyncRedisReaderConnection(connection)
+def reader_connection_of(
+    connection: Any, admin: AsyncAdminConnection | AsyncMemoryAdminConnection
+) -> AsyncReaderConnection:
+    """What asyncio readers use on ``connection`` (as :func:`admin_connection_of`: the same
+    Redis, or the same memory, whose threaded readers and asyncio ones form one group), sharing
+    what ``admin`` (:func:`admin_connection_of` of it) opened: one set of connections per
+    factory."""
+    if isinstance(connection, AsyncMemoryConnection) and isinstance(
+        admin, AsyncMemoryAdminConnection
+    ):
+        return AsyncMemoryReaderConnection(connection, admin)
+    if isinstance(connection, AsyncConnection) and isinstance(admin, AsyncAdminConnection):
+        return AsyncRedisReaderConnection(admin)
     raise InvalidConfigError(f"no asyncio readers' connection for {type(connection).__name__}")

@@ -159,7 +159,7 @@ class AsyncEventStreamClientFactory:
 
     def _reader_side(self) -> AsyncReaderConnection:
         if self._reader_connection is None:
-            self._reader_connection = reader_connection_of(self._connection)
+            self._reader_connection = reader_connection_of(self._connection, self._admin)
         return self._reader_connection
 
     async def close(self) -> None:

@@ -51,6 +51,13 @@ def sync_config_of(config: ClientConfig) -> SyncConfig:
     )
 
 
+async def close_client(client: redis.asyncio.Redis) -> None:
+    """Close ``client`` and disconnect its pool's sockets (a client made on a pool of its own
+    leaves the pool connected when closed)."""
+    await client.aclose()
+    await client.connection_pool.disconnect()
+
+
 class AsyncSynchronizerSource:
     """Opens asyncio synchronizers on ``log_backend`` with ``sync_config``: the one
     :meth:`synchronizer` of the asyncio managers' connections (Redis and memory). A reader
@@ -243,4 +250,8 @@ class AsyncAdminConnection(AsyncSynchronizerSource):
             )
 
     async def close(self) -> None:
-        await self.log_backend.blocking_client.aclose()
+        """Close the client of blocking waits (shared with the factory's readers: see
+        :class:`~readergroup.storage.aio_reader_connection.AsyncRedisReaderConnection`)."""
+        blocking = self.log_backend.blocking_client
+        assert isinstance(blocking, redis.asyncio.Redis)  # (no cluster in the asyncio API yet)
+        await close_client(blocking)

@@ -20,8 +20,7 @@ from readergroup.core.config import ClientConfig
 from readergroup.core.group_state import ReaderRecord
 from readergroup.core.log_format import Announcement
 from readergroup.core.membership import Renewal
-from readergroup.storage.aio_admin import sync_config_of
-from readergroup.storage.aio_connection import AsyncConnection
+from readergroup.storage.aio_admin import AsyncAdminConnection, close_client
 from readergroup.storage.aio_connection_api import AsyncAppends
 from readergroup.storage.aio_heartbeat_store import AsyncHeartbeatStore
 from readergroup.storage.aio_reads import AsyncPendingRead, AsyncSegmentReads
@@ -188,29 +187,35 @@ class AsyncReaderSynchronizers:
 
 
 class AsyncRedisReaderConnection(AsyncReaderSynchronizers):
-    """The reader side of an :class:`AsyncConnection` (it does not own it; :meth:`close`
-    closes only the clients it made)."""
+    """The reader side of the Redis an asyncio factory's managers use (``admin``: the
+    factory's :class:`~readergroup.storage.aio_admin.AsyncAdminConnection`, whose key layout,
+    synchronizer configuration and client of blocking waits it shares: one set of connections
+    per factory). It owns only its commands' client: :meth:`close` closes that."""
 
     log_backend: AsyncRedisLogBackend
 
-    def __init__(self, connection: AsyncConnection) -> None:
+    def __init__(self, admin: AsyncAdminConnection) -> None:
+        connection = admin.connection
         config = connection.config
         self.connection = connection
         self.config = config
-        self.keys = connection.keys
+        self.keys = admin.keys
+        self.sync_config = admin.sync_config
         self._own_client = _queueing_twin(connection.client, config.socket_timeout)
         self.client = self._own_client or connection.client
         """The readers' commands: a pool that queues a command for a free connection (up to
         the socket timeout) instead of failing, so hundreds of readers of one loop joining at
         once share :data:`COMMAND_CONNECTIONS` sockets."""
         self.segments = connection.segments
-        self.log_backend = AsyncRedisLogBackend(
-            self.client, key_prefix=config.key_prefix, acks=config.durability
-        )
-        blocking = self.log_backend.blocking_client
+        blocking = admin.log_backend.blocking_client
         assert isinstance(blocking, Redis)  # (no cluster in the asyncio API yet)
-        self.reads = AsyncSegmentReads(self.client, connection.keys, blocking)
-        self.sync_config = sync_config_of(config)
+        self.log_backend = AsyncRedisLogBackend(
+            self.client,
+            key_prefix=config.key_prefix,
+            acks=config.durability,
+            blocking_client=blocking,
+        )
+        self.reads = AsyncSegmentReads(self.client, self.keys, blocking)
 
     def wake_on(self, sync_name: str, after_revision: int, *, wakes_only: bool) -> tuple[str, str]:
         return self.log_backend.wake_on(sync_name, after_revision, wakes_only=wakes_only)
@@ -225,14 +230,10 @@ class AsyncRedisReaderConnection(AsyncReaderSynchronizers):
         return AsyncHeartbeatStore(self.client, self.keys, sync_name)
 
     async def close(self) -> None:
-        """Close the blocking client the log backend made (the shared client stays open)."""
-        clients = [self.log_backend.blocking_client]
+        """Close the commands' client made here (the factory's connection and the managers'
+        blocking client stay open: their owners close them)."""
         if self._own_client is not None:
-            clients.append(self._own_client)
-        for client in clients:
-            assert isinstance(client, Redis)
-            await client.aclose()
-            await client.connection_pool.disconnect()
+            await close_client(self._own_client)
 
 
 def _conforms(connection: AsyncRedisReaderConnection) -> AsyncReaderConnection:

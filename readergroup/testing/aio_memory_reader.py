@@ -1,10 +1,11 @@
 """The memory backend's reader side for the asyncio reader: :class:`AsyncMemoryReaderConnection`,
 the twin of :class:`~readergroup.storage.aio_reader_connection.AsyncRedisReaderConnection` over
 a :class:`~readergroup.testing.memory_connection.MemoryConnection`: asyncio synchronizers on
-its very logs (:class:`~statesync.aio_memory_backend.AsyncMemoryLogBackend`), its segment reads
-(:class:`~readergroup.testing.aio_memory_reads.AsyncMemoryReads`) and its groups' heartbeats
-(:class:`AsyncMemoryHeartbeats`). So threaded and asyncio readers of one memory connection form
-one group, as they do on one Redis."""
+its very logs (the :class:`~statesync.aio_memory_backend.AsyncMemoryLogBackend` of the
+factory's :class:`~readergroup.testing.aio_memory_admin.AsyncMemoryAdminConnection`), its
+segment reads (:class:`~readergroup.testing.aio_memory_reads.AsyncMemoryReads`) and its groups'
+heartbeats (:class:`AsyncMemoryHeartbeats`). So threaded and asyncio readers of one memory
+connection form one group, as they do on one Redis."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from readergroup.storage.aio_reader_connection import (
 )
 from readergroup.storage.keys import KeyLayout
 from readergroup.testing.aio_memory import AsyncMemoryConnection
+from readergroup.testing.aio_memory_admin import AsyncMemoryAdminConnection
 from readergroup.testing.aio_memory_reads import AsyncMemoryReads
 from readergroup.testing.memory_heartbeats import MemoryHeartbeatStore
-from statesync.aio_memory_backend import AsyncMemoryLogBackend
 
 
 class AsyncMemoryHeartbeats:
@@ -71,16 +72,17 @@ class AsyncMemoryHeartbeats:
 
 
 class AsyncMemoryReaderConnection(AsyncReaderSynchronizers):
-    """The reader side of an :class:`AsyncMemoryConnection` (it owns nothing: closing it leaves
-    the memory as it is)."""
+    """The reader side of an :class:`AsyncMemoryConnection`, sharing the asyncio log backend
+    and synchronizer configuration of ``admin`` (the factory's managers' view of the same
+    memory). It owns nothing: closing it leaves the memory as it is."""
 
-    def __init__(self, connection: AsyncMemoryConnection) -> None:
+    def __init__(self, connection: AsyncMemoryConnection, admin: AsyncMemoryAdminConnection):
         memory = connection.memory
         self._memory = memory
         self._segments = connection.segments
         self._reads = AsyncMemoryReads(memory)
-        self.log_backend = AsyncMemoryLogBackend(memory.log_backend)
-        self.sync_config = memory._sync_config
+        self.log_backend = admin.log_backend
+        self.sync_config = admin.sync_config
 
     @property
     def config(self) -> ClientConfig:
