@@ -24,10 +24,10 @@ from readergroup.storage.aio_admin import AsyncAdminConnection, close_client
 from readergroup.storage.aio_connection_api import AsyncAppends
 from readergroup.storage.aio_heartbeat_store import AsyncHeartbeatStore
 from readergroup.storage.aio_reads import AsyncPendingRead, AsyncSegmentReads
+from readergroup.storage.aio_synchronizers import AsyncSynchronizers
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import SegmentState
-from statesync import AsyncStateSynchronizer, SyncConfig, Update
-from statesync.aio_backend import AsyncLogBackend
+from statesync import AsyncStateSynchronizer, Update
 from statesync.aio_redis_backend import AsyncRedisLogBackend
 
 COMMAND_CONNECTIONS = 64
@@ -158,35 +158,7 @@ def _queueing_twin(client: Redis, socket_timeout: float) -> Redis | None:
     return Redis(connection_pool=queueing)
 
 
-class AsyncReaderSynchronizers:
-    """Opens a reader's asyncio synchronizers on ``log_backend`` with ``sync_config``: the one
-    :meth:`synchronizer` of the reader-side connections (Redis and memory)."""
-
-    log_backend: AsyncLogBackend
-    sync_config: SyncConfig
-
-    def synchronizer(
-        self,
-        name: str,
-        update_types: Sequence[type[Update]],
-        state_types: Sequence[type] = (),
-        *,
-        writer_label: str | None = None,
-        entry_version: Any = None,
-    ) -> AsyncStateSynchronizer[Any]:
-        """An asyncio state synchronizer on this connection's logs."""
-        return AsyncStateSynchronizer(
-            self.log_backend,
-            name,
-            update_types=update_types,
-            state_types=state_types,
-            config=self.sync_config,
-            writer_label=writer_label,
-            entry_version=entry_version,
-        )
-
-
-class AsyncRedisReaderConnection(AsyncReaderSynchronizers):
+class AsyncRedisReaderConnection(AsyncSynchronizers):
     """The reader side of the Redis an asyncio factory's managers use (``admin``: the
     factory's :class:`~readergroup.storage.aio_admin.AsyncAdminConnection`, whose key layout,
     synchronizer configuration and client of blocking waits it shares: one set of connections

@@ -14,10 +14,8 @@ from readergroup.core.group_state import ReaderRecord
 from readergroup.core.log_format import Announcement
 from readergroup.core.membership import Renewal
 from readergroup.storage.aio_connection_api import AsyncAppends
-from readergroup.storage.aio_reader_connection import (
-    AsyncReaderConnection,
-    AsyncReaderSynchronizers,
-)
+from readergroup.storage.aio_reader_connection import AsyncReaderConnection
+from readergroup.storage.aio_synchronizers import AsyncSynchronizers
 from readergroup.storage.keys import KeyLayout
 from readergroup.testing.aio_memory import AsyncMemoryConnection
 from readergroup.testing.aio_memory_admin import AsyncMemoryAdminConnection
@@ -71,7 +69,7 @@ class AsyncMemoryHeartbeats:
         self._store.delete()
 
 
-class AsyncMemoryReaderConnection(AsyncReaderSynchronizers):
+class AsyncMemoryReaderConnection(AsyncSynchronizers):
     """The reader side of an :class:`AsyncMemoryConnection`, sharing the asyncio log backend
     and synchronizer configuration of ``admin`` (the factory's managers' view of the same
     memory). It owns nothing: closing it leaves the memory as it is."""
