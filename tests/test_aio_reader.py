@@ -251,6 +251,35 @@ def test_a_sync_and_an_async_reader_share_a_group_and_hand_over_exactly_once(
     assert async_got and in_key_order(async_got) and in_key_order(sync_got)
 
 
+def test_a_parked_read_call_is_woken_by_an_event_a_thread_writes(
+    connection: Connection, scope: str, factories: AsyncFactories
+) -> None:
+    """A read call waiting for events (the loop free meanwhile) returns the one a threaded
+    writer appends, before its timeout ran out."""
+    make_group(connection, scope, segments=2)
+    timeout = 20.0
+
+    async def main() -> None:
+        async with factories(scope) as factory:
+            reader = await factory.create_reader("a", "g", UTF8StringSerializer())
+            async with asyncio.timeout(timeout):
+                while len(reader.assignment()) < 2:
+                    await reader.read_next_event(timeout=0.05)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            call = asyncio.create_task(reader.read_next_event(timeout=timeout))
+            for _ in range(5):
+                await asyncio.sleep(0.001)  # (the loop runs other tasks while the call waits)
+            assert not call.done()
+            await asyncio.to_thread(write, connection, scope, [("k1", "k1:0")])
+            event = await call
+            assert event.event == "k1:0"
+            assert loop.time() - started < timeout  # woken by the append, not timed out
+            await reader.close()
+
+    asyncio.run(main())
+
+
 async def _cancelled_reads(
     factories: AsyncFactories, scope: str, cancellations: int, seed: int
 ) -> list[str | None]:
