@@ -22,11 +22,13 @@ from readergroup import (
     StreamManager,
     UTF8StringSerializer,
 )
+from readergroup.aio import AsyncEventStreamClientFactory
 from readergroup.aio.admin_connection import admin_connection_of, reader_connection_of
 from readergroup.core.group_state import STATE_TYPES, UPDATE_TYPES
 from readergroup.core.names import group_sync_name
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
+from readergroup.storage.connection import RedisConnection
 from readergroup.storage.connection_api import Connection
 from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from readergroup.storage.segment_records import parse_event
@@ -204,3 +206,28 @@ def test_a_started_read_outlives_a_cancelled_caller(
             assert gone.task.cancelled()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("connection", ["redis"], indirect=True)
+def test_a_closed_factory_leaves_no_connection_open(
+    connection: Connection, scope: str, url: str | None
+) -> None:
+    """Managers and readers of one asyncio factory share one client of blocking waits, and
+    closing the factory disconnects every socket it opened (the blocking pool's too)."""
+    redis = RedisConnection.from_url(str(url)).client
+
+    def clients() -> int:
+        return len(redis.client_list())
+
+    before = clients()
+
+    async def main() -> None:
+        async with AsyncEventStreamClientFactory.from_url(scope, str(url)) as factory:
+            reader = await factory.create_reader("a", "g", UTF8StringSerializer())
+            await reader.read_next_event(timeout=0.2)
+            assert clients() > before
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert clients() == before
+    redis.close()
