@@ -14,15 +14,22 @@ import pytest
 
 from readergroup import (
     EventStreamClientFactory,
+    ReaderConfig,
     ReaderGroupConfig,
     ReaderGroupManager,
     ScalingPolicy,
     StreamConfiguration,
+    StreamCut,
     StreamManager,
     UTF8StringSerializer,
 )
 from readergroup.aio import AsyncEventStreamReader
-from readergroup.core.errors import ReaderClosedError, ReaderGroupNotFoundError
+from readergroup.core.errors import (
+    ReaderClosedError,
+    ReaderGroupError,
+    ReaderGroupNotFoundError,
+    TruncatedDataError,
+)
 from readergroup.storage.connection_api import Connection
 from tests.support.aio_backends import AsyncFactories, async_factories_of
 from tests.support.connections import new_scope
@@ -278,6 +285,46 @@ def test_a_parked_read_call_is_woken_by_an_event_a_thread_writes(
             await reader.close()
 
     asyncio.run(main())
+
+
+def test_truncation_under_an_asyncio_reader_is_reported_once_then_the_rest_comes_in_order(
+    connection: Connection, scope: str, factories: AsyncFactories
+) -> None:
+    """Events truncated away under a reader: one :class:`TruncatedDataError` naming the head,
+    then every event that still exists, in order (the threaded reader's behaviour, on both
+    backends)."""
+    make_group(connection, scope, segments=1)
+    write(connection, scope, [("k", f"e{n}") for n in range(200)])
+    results: list[Any] = []
+
+    async def read_until(reader: AsyncEventStreamReader[str], done: Any) -> None:
+        async with asyncio.timeout(30):
+            while not done():
+                try:
+                    batch = await reader.read_batch(100, timeout=0.05)
+                except ReaderGroupError as exc:
+                    results.append(exc)
+                    continue
+                results.extend(e.event for e in batch)
+
+    async def main() -> None:
+        async with factories(scope) as factory:
+            config = ReaderConfig(read_batch=20, max_buffered_events=20)
+            reader = await factory.create_reader("r", "g", UTF8StringSerializer(), config)
+            await read_until(reader, lambda: len(results) >= 20)
+            cut = StreamCut(scope, "s", {0: 100})
+            await asyncio.to_thread(StreamManager(connection).truncate_stream, scope, "s", cut)
+            await read_until(reader, lambda: results and results[-1] == "e199")
+            await reader.close()
+
+    asyncio.run(main())
+    errors = [r for r in results if isinstance(r, Exception)]
+    values = [r for r in results if not isinstance(r, Exception)]
+    assert len(errors) == 1 and isinstance(errors[0], TruncatedDataError)
+    assert "below the head 100" in str(errors[0])
+    before = [v for v in values if int(v[1:]) < 100]
+    assert before == [f"e{n}" for n in range(len(before))]
+    assert [v for v in values if int(v[1:]) >= 100] == [f"e{n}" for n in range(100, 200)]
 
 
 async def _cancelled_reads(
