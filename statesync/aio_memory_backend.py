@@ -2,19 +2,20 @@
 
 Every call but ``wait`` is the blocking backend's (in-memory, it never blocks: it takes a lock
 for microseconds). ``wait`` never blocks the event loop: it watches the logs
-(:meth:`MemoryLogBackend.watching`) and awaits an :class:`asyncio.Event` the watcher sets
-from whichever thread changed them. So a threaded and an asyncio synchronizer of one process
-share a log by sharing the :class:`MemoryLogBackend` (:attr:`AsyncMemoryLogBackend.logs`).
+(:meth:`MemoryLogBackend.watching`) and awaits the change the watcher hands to the loop from
+whichever thread made it (:func:`~statesync.watched_condition.wait_for_news`). So a threaded
+and an asyncio synchronizer of one process share a log by sharing the
+:class:`MemoryLogBackend` (:attr:`AsyncMemoryLogBackend.logs`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Collection
 from typing import Any
 
 from statesync.backend import AppendOutcome, CompactOutcome, ReadResult
 from statesync.memory_backend import MemoryLogBackend
+from statesync.watched_condition import wait_for_news
 
 
 class AsyncMemoryLogBackend:
@@ -47,28 +48,10 @@ class AsyncMemoryLogBackend:
         return self._logs.read(name, after_revision, limit, **limits)
 
     async def wait(self, name: str, after_revision: int, timeout: float, **which: Any) -> bool:
-        loop = asyncio.get_running_loop()
-        changed = asyncio.Event()
-
         def has_news() -> bool:
             return self._logs.newest(name, **which) > after_revision
 
-        def watcher() -> None:  # any thread, the logs' lock held: only schedule
-            loop.call_soon_threadsafe(changed.set)
-
-        deadline = loop.time() + timeout
-        with self._logs.watching(watcher):
-            while True:
-                changed.clear()  # before looking: a change after the look sets it again
-                if has_news():
-                    return True
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    return False
-                try:
-                    await asyncio.wait_for(changed.wait(), remaining)
-                except TimeoutError:
-                    return has_news()
+        return await wait_for_news(self._logs.watching, has_news, timeout)
 
     async def compact(
         self, name: str, revision: int, snapshot: bytes, **anchors: Any

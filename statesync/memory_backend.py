@@ -8,9 +8,8 @@ shared between processes.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
 from statesync import status
@@ -22,6 +21,7 @@ from statesync.backend import (
     ReadResult,
 )
 from statesync.names import validate_name
+from statesync.watched_condition import WatchedCondition
 
 
 @dataclass
@@ -95,35 +95,26 @@ class MemoryLogBackend:
         self,
         server_clock: Callable[[], int] | None = None,
         *,
-        changed: threading.Condition | None = None,
+        changed: WatchedCondition | None = None,
     ) -> None:
         """``changed``: the condition to notify on every change (a caller waiting on these
         logs and on other in-memory data at once shares one)."""
         self._logs: dict[str, _Log] = {}
-        self._changed = changed or threading.Condition()
+        self._changed = changed or WatchedCondition()
         self._ticks = 0
         self._server_clock = server_clock or self._tick
-        self._watchers: list[Callable[[], None]] = []
 
-    @contextmanager
-    def watching(self, watcher: Callable[[], None]) -> Iterator[None]:
+    def watching(self, watcher: Callable[[], None]) -> AbstractContextManager[None]:
         """Call ``watcher`` (under this backend's lock: it must only schedule, never block)
-        after every change of a log while the block runs: how an asyncio waiter
+        after every change of a log (and of whatever else shares its condition) while the
+        block runs: how an asyncio waiter
         (:class:`~statesync.aio_memory_backend.AsyncMemoryLogBackend`) learns of appends
         without blocking its event loop on the condition."""
-        with self._changed:
-            self._watchers.append(watcher)
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._watchers.remove(watcher)
+        return self._changed.watching(watcher)
 
     def _notify(self) -> None:
         """Wake the threads waiting on the condition, and the watchers (lock held)."""
         self._changed.notify_all()
-        for watcher in self._watchers:
-            watcher()
 
     def _tick(self) -> int:
         self._ticks += 1

@@ -1,12 +1,13 @@
 """The threaded reader suite (:mod:`tests.test_client_suite`: ownership, rebalancing, commits,
 checkpoints, scaling) run again with asyncio readers, and with mixed groups (an asyncio and a
-threaded reader in one group), on the suite's real Redis (both servers in ``make test``). The
-same test functions, unchanged: only the factory's ``create_reader`` differs
-(:mod:`tests.support.async_reader_adapter`)."""
+threaded reader in one group), on both backends: in memory (asyncio and threaded readers of one
+:class:`~readergroup.testing.memory_connection.MemoryConnection`) and on the suite's real Redis
+(both servers in ``make test``). The same test functions, unchanged: only the factory's
+``create_reader`` differs (:mod:`tests.support.async_reader_adapter`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,9 +19,10 @@ from readergroup import (
     StreamConfiguration,
     StreamManager,
 )
-from readergroup.storage.connection import RedisConnection
+from readergroup.storage.connection_api import Connection
 from tests import test_client_suite as suite
 from tests import test_reader_group as group_suite
+from tests.support.aio_backends import async_factories_of
 from tests.support.async_reader_adapter import FlavouredFactory
 from tests.support.connections import new_scope
 
@@ -34,16 +36,7 @@ SUITE: list[Callable[..., None]] = [
 
 
 @pytest.fixture
-def connection(redis_url: str) -> Iterator[RedisConnection]:
-    made = RedisConnection.from_url(redis_url)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
-@pytest.fixture
-def scope(connection: RedisConnection) -> str:
+def scope(connection: Connection) -> str:
     name = new_scope(connection)
     StreamManager(connection).create_stream(
         name,
@@ -56,10 +49,14 @@ def scope(connection: RedisConnection) -> str:
 @pytest.mark.parametrize("flavour", ["async", "mixed"])
 @pytest.mark.parametrize("test", SUITE, ids=lambda t: t.__name__.removeprefix("test_"))
 def test_the_reader_suite(
-    test: Callable[..., Any], flavour: str, connection: RedisConnection, scope: str, redis_url: str
+    test: Callable[..., Any],
+    flavour: str,
+    connection: Connection,
+    scope: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     with EventStreamClientFactory(scope, connection) as threaded:
-        factory = FlavouredFactory(threaded, redis_url, flavour)
+        factory = FlavouredFactory(threaded, async_factories_of(request, connection), flavour)
         try:
             test(connection, scope, factory)
             assert factory.readers, "no asyncio reader took part"
@@ -83,12 +80,12 @@ GROUP_SUITE: list[Callable[..., None]] = [
 @pytest.mark.parametrize("flavour", ["async", "mixed"])
 @pytest.mark.parametrize("test", GROUP_SUITE, ids=lambda t: t.__name__.removeprefix("test_"))
 def test_the_group_suite(
-    test: Callable[..., Any], flavour: str, connection: RedisConnection, redis_url: str
+    test: Callable[..., Any], flavour: str, connection: Connection, request: pytest.FixtureRequest
 ) -> None:
     scope = new_scope(connection)
     stream = group_suite.stream4.__wrapped__(connection, scope)  # type: ignore[attr-defined]
     with EventStreamClientFactory(scope, connection) as threaded:
-        factory = FlavouredFactory(threaded, redis_url, flavour)
+        factory = FlavouredFactory(threaded, async_factories_of(request, connection), flavour)
         try:
             if "each_group_manager" in test.__code__.co_varnames:
                 # (the suite's asyncio-manager flavour is test_reader_group's own: here the

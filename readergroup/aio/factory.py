@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any, TypeVar
 
-from readergroup.aio.admin_connection import admin_connection_of
+from readergroup.aio.admin_connection import admin_connection_of, reader_connection_of
 from readergroup.aio.group_manager import AsyncReaderGroupManager
 from readergroup.aio.metadata import (
     AsyncStreamMetadataCache,
@@ -26,7 +26,6 @@ from readergroup.aio.writer import AsyncEventStreamWriter
 from readergroup.client.serializers import Serializer
 from readergroup.client.write_rounds import EventWriterConfig
 from readergroup.core.config import ClientConfig
-from readergroup.core.errors import InvalidConfigError
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.names import validate_name
 from readergroup.core.stream_config import StreamConfiguration
@@ -160,12 +159,7 @@ class AsyncEventStreamClientFactory:
 
     def _reader_side(self) -> AsyncReaderConnection:
         if self._reader_connection is None:
-            if not isinstance(self._connection, AsyncConnection):
-                raise InvalidConfigError(
-                    "asyncio readers need a Redis connection (AsyncConnection); the in-memory "
-                    "backend has no asyncio reader yet"
-                )
-            self._reader_connection = AsyncReaderConnection(self._connection)
+            self._reader_connection = reader_connection_of(self._connection, self._admin)
         return self._reader_connection
 
     async def close(self) -> None:

@@ -27,7 +27,8 @@ from readergroup.client.fetch_core import FetchCore, FetchOutcome, Outage, Owned
 from readergroup.client.serializers import Serializer
 from readergroup.core.group_config import ReaderConfig
 from readergroup.core.group_state import SegKey
-from readergroup.storage.aio_reads import AsyncPendingRead, AsyncSegmentReads
+from readergroup.storage.aio_reader_connection import AsyncReads
+from readergroup.storage.aio_reads import AsyncPendingRead
 from statesync.clock import Clock
 
 T = TypeVar("T")
@@ -53,7 +54,7 @@ class AsyncFetcher(FetchCore[T]):
 
     def __init__(
         self,
-        reads: AsyncSegmentReads,
+        reads: AsyncReads,
         serializer: Serializer[T],
         config: ReaderConfig,
         outage: Outage,

@@ -24,6 +24,7 @@ from readergroup.storage import segment_status
 from readergroup.storage.aio_append import AsyncSegmentAppends, _pooled, _round_trip
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_heartbeat_store import AsyncHeartbeatStore
+from readergroup.storage.aio_synchronizers import AsyncSynchronizers, sync_config_of
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.scripts import script_source
 from readergroup.storage.segment_store import (
@@ -32,51 +33,27 @@ from readergroup.storage.segment_store import (
     lag_probe_of,
 )
 from readergroup.storage.translate import as_text, translate_errors
-from statesync import AsyncStateSynchronizer, SyncConfig, Update
-from statesync.aio_backend import AsyncLogBackend
 from statesync.aio_redis_backend import AsyncRedisLogBackend
 
 SCRIPTS_PER_ROUND = 512
 """Scripts sent in one pipelined round (as the threaded store's rounds)."""
 
 
-def sync_config_of(config: ClientConfig) -> SyncConfig:
-    """The synchronizer configuration a connection with ``config`` opens synchronizers with."""
-    return SyncConfig(
-        key_prefix=config.key_prefix,
-        retry=config.retry,
-        socket_timeout=config.socket_timeout,
-        compact_every=config.compact_every,
-        acks=config.durability,
-    )
+async def close_client(client: redis.asyncio.Redis) -> None:
+    """Close ``client`` and disconnect its pool's sockets (a client made on a pool of its own
+    leaves the pool connected when closed)."""
+    await client.aclose()
+    await client.connection_pool.disconnect()
 
 
-class AsyncSynchronizerSource:
-    """Opens asyncio synchronizers on ``log_backend`` with ``sync_config``: the one
-    :meth:`synchronizer` of the asyncio managers' connections (Redis and memory). A reader
-    group's entries are appended in the format every supported version reads
+class AsyncSynchronizerSource(AsyncSynchronizers):
+    """The asyncio managers' synchronizers (Redis and memory): a reader group's entries are
+    appended in the format every supported version reads
     (:data:`~readergroup.core.log_format.UNANNOUNCED_FORMAT`: an administrator's appends are
     few, so it does not negotiate)."""
 
-    log_backend: AsyncLogBackend
-    sync_config: SyncConfig
-
-    def synchronizer(
-        self,
-        name: str,
-        update_types: Sequence[type[Update]],
-        state_types: Sequence[type] = (),
-        writer_label: str | None = None,
-    ) -> AsyncStateSynchronizer[Any]:
-        return AsyncStateSynchronizer(
-            self.log_backend,
-            name,
-            update_types=update_types,
-            state_types=state_types,
-            config=self.sync_config,
-            writer_label=writer_label,
-            entry_version=(lambda state: UNANNOUNCED_FORMAT) if is_group_sync_name(name) else None,
-        )
+    def entry_version_of(self, name: str) -> Any:
+        return (lambda state: UNANNOUNCED_FORMAT) if is_group_sync_name(name) else None
 
 
 class AsyncSegmentAdmin(AsyncSegmentAppends):
@@ -243,4 +220,8 @@ class AsyncAdminConnection(AsyncSynchronizerSource):
             )
 
     async def close(self) -> None:
-        await self.log_backend.blocking_client.aclose()
+        """Close the client of blocking waits (shared with the factory's readers: see
+        :class:`~readergroup.storage.aio_reader_connection.AsyncRedisReaderConnection`)."""
+        blocking = self.log_backend.blocking_client
+        assert isinstance(blocking, redis.asyncio.Redis)  # (no cluster in the asyncio API yet)
+        await close_client(blocking)

@@ -6,8 +6,10 @@ of :class:`~readergroup.testing.memory_segments.MemorySegmentStore`,
 :class:`~readergroup.testing.memory_heartbeats.MemoryHeartbeatStore`, so the reader/writer
 suite runs unchanged on memory and on Redis (the Redis run is the one to trust).
 
-Everything shares one condition variable, so a blocking :meth:`MemoryConnection.read_keys`
-over segments and state logs wakes on a change to any of them, as ``XREAD BLOCK`` does.
+Everything shares one condition variable (a :class:`~statesync.watched_condition.
+WatchedCondition`), so a blocking :meth:`MemoryConnection.read_keys` over segments and state
+logs wakes on a change to any of them, as ``XREAD BLOCK`` does, and so does an asyncio read
+watching it (:meth:`MemoryConnection.watching`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from readergroup.core.config import ClientConfig
@@ -25,6 +28,7 @@ from readergroup.testing.memory_heartbeats import MemoryHeartbeatStore
 from readergroup.testing.memory_segments import MemorySegmentStore
 from statesync import SyncConfig
 from statesync.memory_backend import MemoryLogBackend
+from statesync.watched_condition import WatchedCondition
 
 _LOG_KEY = "memory-log:"
 _WAKE_KEY = "memory-wake:"
@@ -137,7 +141,7 @@ class MemoryConnection(SynchronizerSource):
         self.config = config or ClientConfig()
         self.keys = KeyLayout(self.config.key_prefix)
         self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
-        self._changed = threading.Condition()
+        self._changed = WatchedCondition()
         self.log_backend = MemoryLogBackend(self.server_time_ms, changed=self._changed)
         self._segments = MemorySegmentStore(self.server_time_ms, changed=self._changed)
         self._records = MemoryHashes()
@@ -191,7 +195,7 @@ class MemoryConnection(SynchronizerSource):
     ) -> _DoneRead | _WaitingRead:
         if block is not None:
             return _WaitingRead(self, positions, limit, block)
-        return _DoneRead(positions, self._read_now(positions, limit))
+        return _DoneRead(positions, self.read_now(positions, limit))
 
     def read_keys(self, positions: Mapping[str, str], timeout: float, limit: int) -> dict[str, Any]:
         """Entries after ``positions`` (key -> ``"<offset or revision>-0"``) of segments and
@@ -199,13 +203,20 @@ class MemoryConnection(SynchronizerSource):
         deadline = time.monotonic() + min(timeout, MAX_BLOCK_SECONDS)
         with self._changed:
             while True:
-                found = self._read_now(positions, limit)
+                found = self.read_now(positions, limit)
                 remaining = deadline - time.monotonic()
                 if found or remaining <= 0:
                     return found
                 self._changed.wait(remaining)
 
-    def _read_now(self, positions: Mapping[str, str], limit: int) -> dict[str, Any]:
+    def watching(self, watcher: Callable[[], None]) -> AbstractContextManager[None]:
+        """Call ``watcher`` after every change of a segment or a state log while the block runs
+        (from the changing thread, lock held: it must only schedule): how an asyncio read
+        (:mod:`readergroup.testing.aio_memory_reads`) waits without blocking its loop."""
+        return self._changed.watching(watcher)
+
+    def read_now(self, positions: Mapping[str, str], limit: int) -> dict[str, Any]:
+        """What :meth:`read_keys` finds at once (never waits)."""
         found: dict[str, Any] = {}
         with self._changed:
             for key, after in positions.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from readergroup import EventStreamClientFactory
@@ -55,15 +56,27 @@ class LoopProxy:
 
 class BlockingAsyncReader:
     """An :class:`AsyncEventStreamReader` called from blocking code: every method runs in the
-    reader's loop (coroutines awaited there), the caller waits for its result."""
+    reader's loop (coroutines awaited there), the caller waits for its result. ``url``: the
+    Redis URL, or what makes the asyncio factory of a scope (the memory backend's: see
+    :mod:`tests.support.aio_backends`)."""
 
     def __init__(
-        self, url: str, scope: str, reader_id: str, group: str, *args: Any, **kwargs: Any
+        self,
+        url: str | Callable[[str], AsyncEventStreamClientFactory],
+        scope: str,
+        reader_id: str,
+        group: str,
+        *args: Any,
+        **kwargs: Any,
     ) -> None:
         self._loop = LoopThread()
 
         async def create() -> tuple[AsyncEventStreamClientFactory, AsyncEventStreamReader[Any]]:
-            factory = AsyncEventStreamClientFactory.from_url(scope, url)
+            factory = (
+                AsyncEventStreamClientFactory.from_url(scope, url)
+                if isinstance(url, str)
+                else url(scope)
+            )
             return factory, await factory.create_reader(reader_id, group, *args, **kwargs)
 
         try:
@@ -93,9 +106,15 @@ class BlockingAsyncReader:
 
 class FlavouredFactory:
     """``factory`` (threaded, on ``url``), whose ``create_reader`` makes readers of
-    ``flavour``: ``sync``, ``async``, or ``mixed`` (async, sync, async, ...)."""
+    ``flavour``: ``sync``, ``async``, or ``mixed`` (async, sync, async, ...). ``url`` as
+    :class:`BlockingAsyncReader`'s."""
 
-    def __init__(self, factory: EventStreamClientFactory, url: str, flavour: str) -> None:
+    def __init__(
+        self,
+        factory: EventStreamClientFactory,
+        url: str | Callable[[str], AsyncEventStreamClientFactory],
+        flavour: str,
+    ) -> None:
         self._factory = factory
         self._url = url
         self._kinds = itertools.cycle(["async", "sync"] if flavour == "mixed" else [flavour])
