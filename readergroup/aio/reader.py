@@ -274,7 +274,11 @@ class _Events(Generic[T]):
             if now < session.quiet_until and session.machine.removed is None and not fetcher.errors:
                 if fetcher.turn_due():  # (before an event is taken: see read_next_event)
                     await fetcher.take_turn()
-                event = reader._take_fast(now)
+                    event = reader._take_fast(now)  # (looked at again after the turn)
+                else:
+                    event = fetcher.take_one()
+                    if event is not None:
+                        session.last_poll = now
                 if event is not None:
                     return event
             try:
