@@ -18,6 +18,7 @@ from readergroup import (
 )
 from readergroup.aio import AsyncEventStreamClientFactory
 from readergroup.client import aio_fetcher
+from readergroup.client.event_read import EventRead
 from readergroup.storage.aio_reads import AsyncPendingRead
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch, StoredEvents, stored_events
@@ -46,7 +47,7 @@ def test_an_async_for_iterator_goes_on_after_cancelled_steps_losing_nothing(
             reader = await factory.create_reader("a", "g", UTF8StringSerializer())
             events = aiter(reader)
 
-            async def step() -> Any:
+            async def step() -> EventRead[str]:
                 return await anext(events)
 
             cancelled = 0
@@ -56,13 +57,12 @@ def test_an_async_for_iterator_goes_on_after_cancelled_steps_losing_nothing(
                     for _ in range(rng.randrange(3)):
                         await asyncio.sleep(0)
                     if cancelled < 200 and rng.random() < 0.5 and not task.done():
-                        task.cancel()
-                        cancelled += 1
-                    try:
-                        event = await task
-                    except asyncio.CancelledError:
-                        continue
-                    got.append(event.event)
+                        cancelled += task.cancel()
+                    (outcome,) = await asyncio.gather(task, return_exceptions=True)
+                    if isinstance(outcome, BaseException):
+                        assert isinstance(outcome, asyncio.CancelledError), outcome
+                    else:
+                        got.append(outcome.event)
             assert cancelled > 50
             await reader.close()
         return got
