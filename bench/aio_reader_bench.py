@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -86,26 +87,26 @@ def _per_event(
         with EventStreamClientFactory.from_url(scope, url) as factory:
             reader = factory.create_reader("r", group, BytesSerializer())
             reader.read_next_event(timeout=5)
-            began, n = time.perf_counter(), 1
+            began, cpu, n = time.perf_counter(), time.process_time(), 1
             while n < events:
                 if reader.read_next_event(timeout=5).is_event:
                     n += 1
-            out.put(time.perf_counter() - began)
+            out.put((time.perf_counter() - began, time.process_time() - cpu))
             reader.close()
         return
 
-    async def main() -> float:
+    async def main() -> tuple[float, float]:
         async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
             reader = await factory.create_reader("r", group, BytesSerializer())
             await reader.read_next_event(timeout=5)
-            began, n = time.perf_counter(), 1
+            began, cpu, n = time.perf_counter(), time.process_time(), 1
             async for _ in reader:
                 n += 1
                 if n == events:
                     break
-            elapsed = time.perf_counter() - began
+            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
             await reader.close()
-            return elapsed
+            return elapsed, cpu
 
     out.put(asyncio.run(main()))
 
@@ -237,6 +238,7 @@ def main() -> None:
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     results: dict[str, Any] = {}
+    loaded = round(os.getloadavg()[0], 2)
     with local_redis_server() as server:
         url, scope = server.url, f"b{uuid.uuid4().hex[:8]}"
         with StreamManager.from_url(url) as manager:
@@ -244,17 +246,24 @@ def main() -> None:
         if "per_event" in parts:
             stream = _stream(url, scope, 1, args.events)
             rates: dict[str, list[float]] = {"sync": [], "async": []}
+            cpus: dict[str, list[float]] = {"sync": [], "async": []}
             for _ in range(args.repeat):
                 for kind in ("sync", "async"):
                     group = _group(url, scope, stream)
-                    (seconds,) = run_processes(_per_event, [(kind, url, scope, group, args.events)])
+                    ((seconds, cpu),) = run_processes(
+                        _per_event, [(kind, url, scope, group, args.events)]
+                    )
                     rates[kind].append(args.events / seconds)
+                    cpus[kind].append(cpu * 1e6 / args.events)
             sync, aio = median(rates["sync"]), median(rates["async"])
             results["per_event"] = {
                 "sync_events_per_s": round(sync),
                 "async_events_per_s": round(aio),
                 "ratio_async_over_sync": round(aio / sync, 2),
                 "runs": {k: [round(v) for v in vs] for k, vs in rates.items()},
+                "client_cpu_s_per_million_events": {
+                    k: round(median(vs), 2) for k, vs in cpus.items()
+                },
             }
         if "many_readers" in parts:
             stream = _stream(url, scope, args.segments, 0)
@@ -283,11 +292,17 @@ def main() -> None:
             }
         if "loop_lag" in parts:
             stream = _stream(url, scope, 1, args.lag_events)
-            for rate in (args.lag_rate, 0.0):
-                group = _group(url, scope, stream)
-                (lag,) = run_processes(_lag, [(url, scope, group, args.lag_events, rate)])
+            lags: dict[float, list[dict[str, float]]] = {args.lag_rate: [], 0.0: []}
+            for _ in range(args.repeat):
+                for rate, runs in lags.items():
+                    group = _group(url, scope, stream)
+                    (lag,) = run_processes(_lag, [(url, scope, group, args.lag_events, rate)])
+                    runs.append(lag)
+            for rate, runs in lags.items():
                 name = f"loop_lag_at_{int(rate)}_per_s" if rate else "loop_lag_flat_out"
-                results[name] = {k: round(v, 2) for k, v in lag.items()}
+                results[name] = {k: round(median([r[k] for r in runs]), 2) for k in runs[0]}
+                results[name]["p99_ms_runs"] = [round(r["p99_ms"], 2) for r in runs]
+    results["load_average_1min"] = {"before": loaded, "after": round(os.getloadavg()[0], 2)}
     emit("aio_reader", results)
 
 

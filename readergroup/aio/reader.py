@@ -150,14 +150,27 @@ class AsyncEventStreamReader(Generic[T]):
         (default: ``group_refresh_time``). Raises ReaderNotInGroupError once fenced."""
         session, fetcher = self._session, self._fetcher
         now = self._now()
-        if now < session.quiet_until and session.fenced is None and not fetcher.errors:
+        if now < session.quiet_until and session.machine.removed is None and not fetcher.errors:
             if fetcher.turn_due():  # (before an event is taken: a cancellation here loses none)
                 await fetcher.take_turn()
-            if now < session.quiet_until and session.fenced is None and not fetcher.errors:
-                event = fetcher.take_one()
-                if event is not None:
-                    session.last_poll = now
-                    return event
+            event = self._take_fast(now)
+            if event is not None:
+                return event
+        return await self._next_slowly(timeout, now)
+
+    def _take_fast(self, now: float) -> EventRead[T] | None:
+        """The fast path's hand-out (never awaits): the next buffered event if the reader may
+        hand it out at once (quiet, a member, no error pending), else ``None``."""
+        session, fetcher = self._session, self._fetcher
+        if now < session.quiet_until and session.machine.removed is None and not fetcher.errors:
+            event = fetcher.take_one()
+            if event is not None:
+                session.last_poll = now
+                return event
+        return None
+
+    async def _next_slowly(self, timeout: float | None, now: float) -> EventRead[T]:
+        """``read_next_event``'s slow path."""
         batch = await self._read_slowly(
             1, self._group.group_refresh_time if timeout is None else timeout, now
         )
@@ -200,26 +213,7 @@ class AsyncEventStreamReader(Generic[T]):
                 session.settle()
 
     def __aiter__(self) -> AsyncIterator[EventRead[T]]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[EventRead[T]]:
-        """Events (and checkpoints) until the reader is closed or :meth:`stop_iteration` is
-        called (timeouts are skipped). A fenced reader rejoins by itself (:meth:`rejoin`)."""
-        session = self._session
-        while not session.closed and not self._stopping:
-            try:
-                event = await self.read_next_event()
-            except ReaderClosedError:
-                return
-            except ReaderReplacedError:
-                raise
-            except ReaderNotInGroupError:
-                if session.closed:
-                    return
-                await self.rejoin()
-                continue
-            if event.is_event or event.is_checkpoint:
-                yield event
+        return _Events(self)
 
     def stop_iteration(self) -> None:
         """End ``async for event in reader`` after the event being handled."""
@@ -252,3 +246,52 @@ class AsyncEventStreamReader(Generic[T]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+class _Events(Generic[T]):
+    """``async for event in reader``: events (and checkpoints) until the reader is closed or
+    :meth:`~AsyncEventStreamReader.stop_iteration` is called (timeouts are skipped). A fenced
+    reader rejoins by itself (:meth:`~AsyncEventStreamReader.rejoin`).
+
+    ``__anext__`` runs ``read_next_event``'s fast path itself (one coroutine per event, not an
+    async generator's step around a second coroutine: the per-event cost of ``async for``)."""
+
+    __slots__ = ("_fetcher", "_now", "_reader", "_session")
+
+    def __init__(self, reader: AsyncEventStreamReader[T]) -> None:
+        self._reader = reader
+        self._session = reader._session
+        self._fetcher = reader._fetcher
+        self._now = reader._now
+
+    def __aiter__(self) -> _Events[T]:
+        return self
+
+    async def __anext__(self) -> EventRead[T]:
+        reader, session, fetcher = self._reader, self._session, self._fetcher
+        while not session.closed and not reader._stopping:
+            now = self._now()
+            if now < session.quiet_until and session.machine.removed is None and not fetcher.errors:
+                if fetcher.turn_due():  # (before an event is taken: see read_next_event)
+                    await fetcher.take_turn()
+                    event = reader._take_fast(now)  # (looked at again after the turn)
+                else:
+                    event = fetcher.take_one()
+                    if event is not None:
+                        session.last_poll = now
+                if event is not None:
+                    return event
+            try:
+                event = await reader._next_slowly(None, now)
+            except ReaderClosedError:
+                break
+            except ReaderReplacedError:
+                raise
+            except ReaderNotInGroupError:
+                if session.closed:
+                    break
+                await reader.rejoin()
+                continue
+            if event.is_event or event.is_checkpoint:
+                return event
+        raise StopAsyncIteration

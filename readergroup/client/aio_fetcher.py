@@ -29,6 +29,7 @@ from readergroup.core.group_config import ReaderConfig
 from readergroup.core.group_state import SegKey
 from readergroup.storage.aio_reader_connection import AsyncReads
 from readergroup.storage.aio_reads import AsyncPendingRead
+from readergroup.storage.segment_records import stored_events
 from statesync.clock import Clock
 
 T = TypeVar("T")
@@ -163,6 +164,8 @@ class AsyncFetcher(FetchCore[T]):
             return await getattr(reads, effect.method)(*effect.args)
         if isinstance(effect, core.Start):
             started = reads.start(effect.positions, effect.limit, effect.block)
+            if effect.segments:
+                started.task.add_done_callback(_flatten)
             self._running.add(started.task)
             started.task.add_done_callback(self._running.discard)
             return started
@@ -177,3 +180,20 @@ class AsyncFetcher(FetchCore[T]):
             if isinstance(effect, core.Pause):
                 await asyncio.sleep(effect.seconds)
             return None
+
+
+def _flatten(task: asyncio.Future[dict[str, Any]]) -> None:
+    """Make the entries of a read ahead's reply (key -> raw entries) events of
+    :func:`~readergroup.storage.segment_records.stored_events` as soon as it arrives: the
+    reply's lists (two per event, tracked by Python's garbage collector) are freed now, not
+    after waiting in the task, surviving collections and being promoted to the oldest
+    generation (whose growth triggers full collections: the loop held for milliseconds).
+    Entries that do not parse are left raw: applying them reports the problem, as before."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    reply = task.result()
+    for key, entries in reply.items():
+        try:
+            reply[key] = stored_events(entries)
+        except Exception:  # noqa: S112 (reported when applied: see above)
+            continue

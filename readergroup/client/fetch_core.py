@@ -107,11 +107,16 @@ class Read:
 @dataclass(frozen=True, slots=True)
 class Start:
     """Send ``XREAD COUNT limit`` (``block``: with ``BLOCK``) of ``positions`` without waiting
-    for its reply; sent back the :class:`ReadHandle`."""
+    for its reply; sent back the :class:`ReadHandle`. ``segments``: every key is a segment's
+    data key (a read ahead): a driver whose reply arrives before it is taken may make its
+    entries :func:`~readergroup.storage.segment_records.stored_events` at once (the reply's
+    lists then die young instead of being promoted by Python's garbage collector while they
+    wait)."""
 
     positions: dict[str, str]
     limit: int
     block: float | None = None
+    segments: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1045,7 +1050,7 @@ class FetchCore(Generic[T]):
             for key, (owned, position) in targets.items()
         }
         try:
-            read = yield Start(positions, count)
+            read = yield Start(positions, count, segments=True)
         except RedisUnavailableError as exc:
             self._outage.lost(exc)
             return False

@@ -365,6 +365,11 @@ def canonical_fields(fields: Any) -> list[Any]:
     return ordered
 
 
+class StoredEvents(list[tuple[Any, ...]]):
+    """What :func:`stored_events` returns: given it again, it is returned as it is (a read
+    may flatten its reply as soon as it arrives, so the reply's lists die young)."""
+
+
 def stored_events(entries: list[Any]) -> list[tuple[Any, ...]]:
     """Raw entries ``[id, fields]`` as flat tuples ``(id, routing key or None, payload, writer
     ms, server ms, byte offset, packed headers or None)``, the values still the bytes Redis
@@ -374,7 +379,9 @@ def stored_events(entries: list[Any]) -> list[tuple[Any, ...]]:
     One object per event, holding only bytes: Python's garbage collector stops tracking such a
     tuple the first time it sees it, so events held in a reader's buffers cost later
     collections nothing (the reply's lists, tracked, are freed with the reply)."""
-    out: list[tuple[Any, ...]] = []
+    if type(entries) is StoredEvents:
+        return entries
+    out = StoredEvents()
     append = out.append
     for entry_id, fields in entries:  # is_canonical() inlined: this runs once per event read
         if type(fields) is list:
