@@ -30,15 +30,15 @@ connection = fetchers.redis_connection  # (the fixture, under this name here)
 
 
 def test_an_async_for_iterator_goes_on_after_cancelled_steps_losing_nothing(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
     """Steps of ONE ``async for`` iterator (``__anext__``) cancelled at random moments, fast
     path and slow path alike: the same iterator's next step hands out the next event (an
     async generator would be finished by the first cancellation); every event once, in
     order per key."""
-    make_group(redis_url, scope, segments=2)
+    make_group(connection, scope, segments=2)
     total = 2000
-    write(redis_url, scope, keyed(total))
+    write(connection, scope, keyed(total))
     rng = random.Random(29)
 
     async def main() -> list[str | None]:
