@@ -13,9 +13,10 @@ a commit in ``on_segments_released`` of ``close()`` land, as an asyncio applicat
 ``await reader.commit()`` in its coroutine listener would).
 
 A suite opts in with :func:`flavoured` (its tests on ``connection``, memory and Redis) or
-:func:`flavoured_on_redis` (tests that take ``redis_url``), its ``factory`` fixture made by
-:func:`flavoured_factory` or its direct factories by the :func:`open_factory` fixture, and
-the ``reader_flavour`` fixture imported (:func:`reader_flavour_fixture`).
+:func:`flavoured_on_redis` (tests that take ``redis_url``); its ``factory`` fixture made by
+:func:`flavoured_factory`, or its direct factories by the ``open_factory`` fixture
+(:func:`open_factory_fixture`); the ``reader_flavour`` fixture (:func:`reader_flavour_fixture`)
+imported.
 :data:`ASYNC_BACKENDS` says on which connections asyncio readers run (``memory`` joins once
 the asyncio memory reader exists).
 """
@@ -81,7 +82,7 @@ def flavoured(*flavours: str, backends: tuple[str, ...] = BACKENDS) -> pytest.Ma
 
 def flavoured_on_redis(*flavours: str) -> pytest.MarkDecorator:
     """Run a test that takes ``redis_url`` once per reader flavour (it makes its factories
-    with the :func:`open_factory` fixture)."""
+    with the ``open_factory`` fixture)."""
     chosen = flavours or READER_FLAVOURS
     assert "redis" in ASYNC_BACKENDS
     return pytest.mark.parametrize("reader_flavour", chosen, indirect=True)
@@ -122,8 +123,8 @@ def async_target(connection: Connection, request: pytest.FixtureRequest) -> str 
     return url
 
 
-@pytest.fixture
-def open_factory(reader_flavour: str) -> Iterator[Callable[..., Any]]:
+@pytest.fixture(name="open_factory")
+def open_factory_fixture(reader_flavour: str) -> Iterator[Callable[..., Any]]:
     """For suites that open factories on a URL themselves: ``open_factory(scope, url)`` is
     ``EventStreamClientFactory.from_url(scope, url)`` whose readers are of the test's
     ``reader_flavour`` (a context manager, as the factory is)."""
