@@ -55,37 +55,50 @@ PLAIN = (int, float, str, bytes, bool, type(None), dict, list, set, frozenset, t
 
 # -- flavours of a suite's tests ------------------------------------------------------------------
 def flavour_params(
-    flavours: tuple[str, ...] = READER_FLAVOURS, backends: tuple[str, ...] = BACKENDS
+    flavours: tuple[str, ...] = READER_FLAVOURS,
+    backends: tuple[str, ...] = BACKENDS,
+    long: tuple[str, ...] = (),
 ) -> list[Any]:
     """``(connection, flavour)`` params: every backend with threaded readers (ids ``memory``,
     ``redis``: the suites' ids as before), the :data:`ASYNC_BACKENDS` ones with the other
-    ``flavours`` too (ids ``redis-async``, ``redis-mixed``)."""
+    ``flavours`` too (ids ``redis-async``, ``redis-mixed``); those of ``long`` flavours
+    marked ``long`` (``make test-long``)."""
     return [
-        pytest.param(backend, flavour, id=backend if flavour == "sync" else f"{backend}-{flavour}")
+        pytest.param(
+            backend,
+            flavour,
+            id=backend if flavour == "sync" else f"{backend}-{flavour}",
+            marks=[pytest.mark.long] if flavour in long else [],
+        )
         for backend in backends
         for flavour in flavours
         if flavour == "sync" or backend in ASYNC_BACKENDS
     ]
 
 
-def flavoured(*flavours: str, backends: tuple[str, ...] = BACKENDS) -> pytest.MarkDecorator:
+def flavoured(
+    *flavours: str, backends: tuple[str, ...] = BACKENDS, long: tuple[str, ...] = ()
+) -> pytest.MarkDecorator:
     """Run a test on ``connection`` once per backend and reader flavour (default: threaded,
     asyncio, mixed; a test with one reader has no mixed group: ``flavoured("sync",
-    "async")``). Its ``factory`` must come from :func:`flavoured_factory`."""
+    "async")``; ``long``: flavours that run in ``make test-long`` only). Its ``factory`` must
+    come from :func:`flavoured_factory`."""
     chosen = flavours or READER_FLAVOURS
     return pytest.mark.parametrize(
         ("connection", "reader_flavour"),
-        flavour_params(chosen, backends),
+        flavour_params(chosen, backends, long),
         indirect=True,
     )
 
 
-def flavoured_on_redis(*flavours: str) -> pytest.MarkDecorator:
+def flavoured_on_redis(*flavours: str, long: tuple[str, ...] = ()) -> pytest.MarkDecorator:
     """Run a test that takes ``redis_url`` once per reader flavour (it makes its factories
-    with the ``open_factory`` fixture)."""
+    with the ``open_factory`` fixture, or its ``factory`` fixture with
+    :func:`flavoured_factory`)."""
     chosen = flavours or READER_FLAVOURS
     assert "redis" in ASYNC_BACKENDS
-    return pytest.mark.parametrize("reader_flavour", chosen, indirect=True)
+    params = [pytest.param(f, marks=[pytest.mark.long] if f in long else []) for f in chosen]
+    return pytest.mark.parametrize("reader_flavour", params, indirect=True)
 
 
 @pytest.fixture(name="reader_flavour")
