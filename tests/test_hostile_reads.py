@@ -18,7 +18,6 @@ from readergroup import (
     BytesSerializer,
     CoordinationError,
     CorruptSegmentError,
-    EventStreamClientFactory,
     JsonSerializer,
     ReaderConfig,
     ReaderGroupConfig,
@@ -363,14 +362,15 @@ def fresh_heartbeat(url: str, key: str) -> float:
     return seen
 
 
+@flavoured_on_redis("sync", "async")
 def test_reads_return_nothing_in_an_outage_then_fence_and_run_rejoins_by_itself(
-    private_redis: Any,
+    private_redis: Any, open_factory: Any
 ) -> None:
     url = private_redis.url
     with StreamManager.from_url(url) as sm:
         sm.create_scope("o")
     make_group(url, "o")
-    with EventStreamClientFactory.from_url("o", url) as factory:
+    with open_factory("o", url) as factory:
         reader = factory.create_reader("r", "g", UTF8StringSerializer())
         heard = Heard()
         reader.add_rebalance_listener(heard)

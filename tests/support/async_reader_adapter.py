@@ -392,6 +392,31 @@ class BlockingAsyncReader:
         wrapped = ThreadedListener(listener) if plain else listener
         self.call(lambda: self.target.add_rebalance_listener(wrapped))
 
+    def run(
+        self, handler: Callable[[Any], Any], *, stop: threading.Event | None = None, **_: Any
+    ) -> None:
+        """The threaded reader's ``run()`` on the asyncio reader: ``async for event in
+        reader`` (which rejoins by itself once fenced), each event handled on this thread,
+        until ``stop`` is set (then :meth:`stop_iteration`). The threaded ``run``'s options
+        (workers, signals) have no asyncio counterpart and are left out."""
+        target = self.target
+
+        async def watch() -> None:
+            while stop is not None and not stop.is_set():
+                await asyncio.sleep(0.02)
+            target.stop_iteration()
+
+        async def iterate() -> None:
+            watcher = asyncio.ensure_future(watch())
+            try:
+                async for event in target:
+                    if event.is_event:
+                        await on_caller_thread(handler, event)
+            finally:
+                watcher.cancel()
+
+        self.call(iterate)
+
     def close(self, **kwargs: Any) -> None:
         """The reader's ``close`` (its member stays usable, as a threaded reader's does, until
         :meth:`shut_down`)."""
