@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 from urllib.parse import urlparse
-
-import pytest
 
 from readergroup import (
     EventStreamClientFactory,
@@ -28,18 +26,12 @@ from tests.support.async_reader_adapter import (
     flavoured_on_redis,
     open_factory_fixture,  # noqa: F401 (a fixture)
     reader_flavour_fixture,  # noqa: F401 (a fixture)
+    url_factory_fixture,  # noqa: F401 (a fixture)
 )
 from tests.support.proxy import ReplyDroppingProxy
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 2.0, "group_refresh_time": 0.05}
-
-
-@pytest.fixture
-def factory(scope: str, redis_url: str, open_factory: Any) -> Iterator[EventStreamClientFactory]:
-    """The scope's client factory, its readers threaded or asyncio (a flavoured test's)."""
-    with open_factory(scope, redis_url) as made:
-        yield made
 
 
 def setup(

@@ -161,6 +161,14 @@ def open_factory_fixture(reader_flavour: str) -> Iterator[Callable[..., Any]]:
         assert any(f.readers for f in made), f"no asyncio reader took part ({reader_flavour})"
 
 
+@pytest.fixture(name="factory")
+def url_factory_fixture(scope: str, redis_url: str, open_factory: Any) -> Iterator[Any]:
+    """The conftest's ``factory`` (the scope's client factory on the test's Redis URL), its
+    readers of the test's ``reader_flavour`` (a suite module imports this fixture)."""
+    with open_factory(scope, redis_url) as made:
+        yield made
+
+
 # -- blocking calls into a reader's loop --------------------------------------------------------
 @dataclass
 class Finished:
