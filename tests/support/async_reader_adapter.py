@@ -400,6 +400,16 @@ class BlockingAsyncReader:
         wrapped = ThreadedListener(listener) if plain else listener
         self.call(lambda: self.target.add_rebalance_listener(wrapped))
 
+    def __iter__(self) -> Iterator[Any]:
+        """``for event in reader``: the asyncio reader's ``async for``, each step awaited in
+        its loop."""
+        events = self.target.__aiter__()
+        while True:
+            try:
+                yield self.call(events.__anext__)
+            except StopAsyncIteration:
+                return
+
     def run(
         self, handler: Callable[[Any], Any], *, stop: threading.Event | None = None, **_: Any
     ) -> None:
