@@ -229,7 +229,7 @@ def assert_one_loss_then(results: list[Any], values: list[bytes]) -> None:
     assert "offsets 100..149 were lost" in str(errors[0])
 
 
-@flavoured_on_redis("sync", "async")
+@flavoured_on_redis("sync", "async", long=("async",))  # 5-10 s (make test: the refused commit)
 def test_a_fresh_writer_after_a_lossy_failover_skips_nothing_a_live_reader_passed(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
     cutover: Cutover,
@@ -387,7 +387,7 @@ def lossy_failover(
     front.retarget("127.0.0.1", pair[1].port)
 
 
-@flavoured_on_redis("sync", "async")
+@flavoured_on_redis("sync", "async", long=("async",))  # 5-10 s (make test: the refused commit)
 def test_a_writer_puts_back_what_a_lossy_failover_lost_and_readers_see_the_same_log(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
     cutover: Cutover,
@@ -513,7 +513,7 @@ def test_a_writer_past_a_position_committed_past_the_tail_before_any_reader_is_d
     assert_one_loss_then(results, [b"c%d" % i for i in range(80)])
 
 
-@flavoured_on_redis("sync", "async")
+@flavoured_on_redis("sync", "async", long=("async",))  # 5-10 s (make test: the refused commit)
 def test_a_live_reader_notices_a_shrunken_tail_before_the_log_reaches_its_position(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
     cutover: Cutover,

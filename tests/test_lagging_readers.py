@@ -152,7 +152,7 @@ def lag_apart(
     assert readers.read[lagging] == READ_BY_LAGGARD
 
 
-@flavoured_on_redis()
+@flavoured_on_redis(long=("async", "mixed"))  # 3-4 s each (make test: test_lag_reports)
 @pytest.mark.parametrize(("caught_up", "lagging"), ORDERS)
 def test_the_reader_closer_to_the_tails_acquires_a_freed_segment(
     redis_url: str, scope: str, stream: Any, readers: Readers, caught_up: str, lagging: str
@@ -177,7 +177,7 @@ def test_the_reader_closer_to_the_tails_acquires_a_freed_segment(
     )
 
 
-@flavoured_on_redis()
+@flavoured_on_redis(long=("async", "mixed"))  # 3-4 s each (make test: test_lag_reports)
 @pytest.mark.parametrize(("caught_up", "lagging"), ORDERS)
 def test_the_reader_further_behind_gives_a_segment_up_for_a_joining_one(
     redis_url: str, scope: str, stream: Any, readers: Readers, caught_up: str, lagging: str
