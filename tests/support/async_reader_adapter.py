@@ -39,8 +39,7 @@ import pytest
 from readergroup import EventStreamClientFactory
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncEventStreamReader
 from readergroup.storage.connection_api import Connection
-from readergroup.testing.aio_memory import AsyncMemoryConnection
-from readergroup.testing.memory_connection import MemoryConnection
+from tests.support.aio_backends import AsyncFactories, async_factories_of
 from tests.support.async_adapter import LoopThread
 
 READER_FLAVOURS = ("sync", "async", "mixed")
@@ -119,21 +118,12 @@ def flavoured_factory(
         if flavour == "sync":
             yield threaded
             return
-        made = FlavouredFactory(threaded, async_target(connection, request), flavour)
+        made = FlavouredFactory(threaded, async_factories_of(request, connection), flavour)
         try:
             yield made
         finally:
             made.close()
         assert made.asked, f"the test asked for no asyncio reader ({flavour})"
-
-
-def async_target(connection: Connection, request: pytest.FixtureRequest) -> str | Connection:
-    """Where asyncio readers beside ``connection`` connect: the test's Redis (its URL), or
-    the same memory connection."""
-    if isinstance(connection, MemoryConnection):
-        return connection
-    url: str = request.getfixturevalue("redis_url")
-    return url
 
 
 @pytest.fixture(name="open_factory")
@@ -345,27 +335,16 @@ class LoopProxy:
         return in_loop(getattr(self._target, name), self._loop)
 
 
-AsyncFactoryOf = Callable[[str], AsyncEventStreamClientFactory]
-
-
-def async_factory_of(target: str | Connection) -> AsyncFactoryOf:
-    """How an asyncio factory of a scope is made beside a threaded one: on the Redis at URL
-    ``target``, or on the same memory connection."""
-    if isinstance(target, str):
-        return lambda scope: AsyncEventStreamClientFactory.from_url(scope, target)
-    if isinstance(target, MemoryConnection):
-        return lambda scope: AsyncEventStreamClientFactory(scope, AsyncMemoryConnection(target))
-    raise TypeError(f"no asyncio factory beside a {type(target).__name__}")
-
-
 class BlockingAsyncReader:
     """An :class:`AsyncEventStreamReader` called from blocking code: every method runs in the
     reader's loop (coroutines awaited there), the caller waits for its result; plain
-    rebalance listeners run on the calling thread (see the module doc)."""
+    rebalance listeners run on the calling thread (see the module doc). ``target``: the Redis
+    URL, or what makes the asyncio factory of a scope (the memory backend's: see
+    :func:`tests.support.aio_backends.async_factories_of`)."""
 
     def __init__(
         self,
-        target: str | Connection,
+        target: str | AsyncFactories,
         scope: str,
         reader_id: str,
         group: str,
@@ -373,7 +352,11 @@ class BlockingAsyncReader:
         **kwargs: Any,
     ) -> None:
         self._loop = LoopThread()
-        factory_of = async_factory_of(target)
+        factory_of = (
+            functools.partial(AsyncEventStreamClientFactory.from_url, url=target)
+            if isinstance(target, str)
+            else target
+        )
 
         async def create() -> tuple[AsyncEventStreamClientFactory, AsyncEventStreamReader[Any]]:
             factory = factory_of(scope)
@@ -462,11 +445,11 @@ class BlockingAsyncReader:
 
 class FlavouredFactory:
     """``factory`` (threaded), whose ``create_reader`` makes readers of ``flavour``: ``sync``,
-    ``async``, or ``mixed`` (async, sync, async, ...); the asyncio ones on ``target`` (the
-    Redis URL, or the memory connection, ``factory`` is on)."""
+    ``async``, or ``mixed`` (async, sync, async, ...); the asyncio ones on ``target`` (as
+    :class:`BlockingAsyncReader`'s)."""
 
     def __init__(
-        self, factory: EventStreamClientFactory, target: str | Connection, flavour: str
+        self, factory: EventStreamClientFactory, target: str | AsyncFactories, flavour: str
     ) -> None:
         self._factory = factory
         self._target = target
