@@ -135,7 +135,9 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
             target.sentinels, sentinel_kwargs=sentinel_kwargs, **options
         )
         client, blocking = (
-            sentinel.master_for(target.service, socket_timeout=timeout, db=target.db)
+            sentinel.master_for(
+                target.service, socket_timeout=timeout, db=target.db, **checked_pool_options()
+            )
             for timeout in (socket_timeout, BLOCKING_SOCKET_TIMEOUT)
         )
         return client, blocking

@@ -155,6 +155,7 @@ def _sentinel_client(
         db=target.db,
         retry=Retry(NoBackoff(), 0),
         connection_pool_class=_FollowingPool,
+        **checked_pool_options(),
     )
     return primary, sentinel.sentinels
 
