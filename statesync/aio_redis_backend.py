@@ -48,6 +48,21 @@ default (100) made the 101st of a loop's concurrent calls fail at once (``Too ma
 connections``); a client given to the constructor keeps its own pool's limit."""
 
 
+def checked_pool_options() -> dict[str, Any]:
+    """Options that keep a ``redis.asyncio`` pool checking a pooled connection before it hands
+    it out (and replacing it when the server closed it, as after a restart or a failover
+    behind a stable address): redis-py 8 skips that check while maintenance notifications are
+    ``"auto"``, their default, so the first command on such a connection failed
+    (``Connection closed by server``) where the threaded client's succeeded. Those
+    notifications need RESP3, which these clients do not speak: they are turned off. Nothing
+    for a redis-py without them (its pools always check)."""
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # redis-py before maintenance notifications
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
@@ -93,7 +108,9 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
         kwargs = wire.blocking_options(pool.connection_kwargs, _no_retry())
         return aioredis.Redis(
             connection_pool=aioredis.ConnectionPool(
-                connection_class=pool.connection_class, max_connections=MAX_CONNECTIONS, **kwargs
+                connection_class=pool.connection_class,
+                max_connections=MAX_CONNECTIONS,
+                **{**kwargs, **checked_pool_options()},
             )
         )
 
@@ -104,7 +121,7 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
         """``redis.asyncio`` clients: lazily connected, so made anywhere, used in one loop."""
         redis_kwargs = {"max_connections": MAX_CONNECTIONS, "retry": _no_retry(), **redis_kwargs}
         if not is_sentinel_url(url):
-            options = wire.client_options(socket_timeout)
+            options = {**wire.client_options(socket_timeout), **checked_pool_options()}
             return aioredis.Redis.from_url(url, **options, **redis_kwargs), None
         from redis.asyncio.sentinel import Sentinel
 
@@ -118,7 +135,9 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
             target.sentinels, sentinel_kwargs=sentinel_kwargs, **options
         )
         client, blocking = (
-            sentinel.master_for(target.service, socket_timeout=timeout, db=target.db)
+            sentinel.master_for(
+                target.service, socket_timeout=timeout, db=target.db, **checked_pool_options()
+            )
             for timeout in (socket_timeout, BLOCKING_SOCKET_TIMEOUT)
         )
         return client, blocking
@@ -138,7 +157,12 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
         if made is None:
             pool = aioredis.ConnectionPool(
                 connection_class=node.connection_class,
-                **{**node.connection_kwargs, "host": node.host, "port": node.port},
+                **{
+                    **node.connection_kwargs,
+                    "host": node.host,
+                    "port": node.port,
+                    **checked_pool_options(),
+                },
             )
             made = self._node_clients[node.name] = aioredis.Redis(connection_pool=pool)
         return made

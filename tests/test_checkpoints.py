@@ -29,7 +29,12 @@ from readergroup import (
 )
 from readergroup.core.group_state import CreateCheckpoint
 from readergroup.storage.connection_api import Connection
-from tests.support.connections import new_scope, scoped_factory
+from tests.support.async_reader_adapter import (
+    flavoured,
+    flavoured_factory,
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+)
+from tests.support.connections import new_scope
 from tests.support.waiting import wait_until
 from tests.test_reader_group_processes import Cluster
 
@@ -42,8 +47,11 @@ def scope(connection: Connection) -> str:
 
 
 @pytest.fixture
-def factory(connection: Connection, scope: str) -> Iterator[EventStreamClientFactory]:
-    yield from scoped_factory(connection, scope)
+def factory(
+    connection: Connection, scope: str, reader_flavour: str, request: pytest.FixtureRequest
+) -> Iterator[EventStreamClientFactory]:
+    """Threaded readers, or asyncio ones (a flavoured test's ``reader_flavour``)."""
+    yield from flavoured_factory(connection, scope, reader_flavour, request)
 
 
 @pytest.fixture
@@ -99,6 +107,7 @@ class Reading:
         self.reader.close()
 
 
+@flavoured()
 def test_the_documented_usage(
     connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
@@ -144,6 +153,7 @@ def test_a_checkpoint_across_three_reader_processes(
     assert {s: p for (_, s), p in result.positions.items()} == {s: handed_out[s] for s in range(8)}
 
 
+@flavoured()
 def test_a_stuck_reader_fails_the_checkpoint_with_its_name(
     connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
@@ -178,6 +188,7 @@ def AddReaderLike() -> Any:
     return AddReader("ghost", 0)
 
 
+@flavoured("sync", "async")
 def test_silent_stream_cuts_need_no_checkpoint_event(
     connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
@@ -191,6 +202,7 @@ def test_silent_stream_cuts_need_no_checkpoint_event(
     reading.close()
 
 
+@flavoured()
 def test_a_reset_while_reading_loses_nothing_and_never_goes_back(
     connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
@@ -216,6 +228,7 @@ def test_a_reset_while_reading_loses_nothing_and_never_goes_back(
         r.close()
 
 
+@flavoured("sync", "async")
 def test_reset_by_shift_and_to_a_checkpoint_name(
     connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
@@ -234,6 +247,7 @@ def test_reset_by_shift_and_to_a_checkpoint_name(
     reading.close()
 
 
+@flavoured("sync", "async")
 def test_a_bounded_read_ends_exactly_at_the_cut(
     connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
@@ -258,6 +272,7 @@ def test_a_bounded_read_ends_exactly_at_the_cut(
     watcher.stop()
 
 
+@flavoured("sync", "async")
 def test_lag_equals_written_minus_read(
     connection: Connection, scope: str, stream: str, factory: Any
 ) -> None:
@@ -280,6 +295,7 @@ def test_lag_equals_written_minus_read(
         assert (caught_up.events, caught_up.bytes, caught_up.ms) == (0, 0, 0)
 
 
+@flavoured("sync", "async")
 def test_retention_never_truncates_what_an_active_group_needs(
     connection: Connection, scope: str, factory: Any
 ) -> None:
@@ -350,6 +366,7 @@ def test_retention_by_size_keeps_the_newest_bytes(
         assert kept == 20 and info.head_cut.positions[0] == 16  # the newest batch: 20 <= 25 bytes
 
 
+@flavoured("sync", "async")
 def test_retention_across_a_scale_keeps_what_a_group_still_needs(
     connection: Connection, scope: str, factory: Any
 ) -> None:

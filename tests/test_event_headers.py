@@ -44,7 +44,12 @@ from readergroup.storage.connection_api import Connection
 from readergroup.storage.native_append import MIN_EVENTS
 from readergroup.storage.scripts import script_source
 from readergroup.storage.segment_records import AppendBatch, parse_event, stored_events
-from tests.support.connections import new_scope, scoped_factory
+from tests.support.async_reader_adapter import (
+    flavoured,
+    flavoured_factory,
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+)
+from tests.support.connections import new_scope
 from tests.test_rolling_upgrade import previous_version  # noqa: F401 (a fixture)
 
 MAX_EVENT_SIZE = 4096
@@ -63,8 +68,11 @@ def scope(connection: Connection) -> str:
 
 
 @pytest.fixture
-def factory(connection: Connection, scope: str) -> Iterator[EventStreamClientFactory]:
-    yield from scoped_factory(connection, scope)
+def factory(
+    connection: Connection, scope: str, reader_flavour: str, request: pytest.FixtureRequest
+) -> Iterator[EventStreamClientFactory]:
+    """Threaded readers, or asyncio ones (a flavoured test's ``reader_flavour``)."""
+    yield from flavoured_factory(connection, scope, reader_flavour, request)
 
 
 def headers_of(i: int) -> dict[str, bytes]:
@@ -99,6 +107,7 @@ def read_all(factory: EventStreamClientFactory, connection: Connection, count: i
     return got
 
 
+@flavoured("sync", "async")
 def test_headers_round_trip_through_the_writer_reader_and_batch_client(
     connection: Connection, factory: EventStreamClientFactory
 ) -> None:

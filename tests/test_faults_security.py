@@ -30,6 +30,11 @@ from readergroup.core.names import group_sync_name
 from readergroup.core.routing import MAX_ROUTING_KEY_BYTES
 from statesync import CorruptEntryError
 from statesync.clock import Clock
+from tests.support.async_reader_adapter import (
+    flavoured_on_redis,
+    open_factory_fixture,  # noqa: F401 (a fixture)
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+)
 from tests.support.tls import TlsProxy, make_certificates
 
 FAST = {"heartbeat_interval": 0.3, "session_timeout": 3.0, "group_refresh_time": 0.05}
@@ -91,12 +96,13 @@ def test_garbage_segment_entries_give_specific_errors_and_reading_goes_on(
     assert all(isinstance(r, SerializationError) for r in results if isinstance(r, Exception))
 
 
+@flavoured_on_redis("sync", "async")
 def test_garbage_in_the_group_log_is_a_specific_error_naming_the_revision(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, open_factory: Any
 ) -> None:
     scope = scope + "x"
     setup_group(redis_url, scope)
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         reader = factory.create_reader("r", "g", UTF8StringSerializer())
         reader.read_next_event(timeout=0.2)
         backend = factory.connection.log_backend
@@ -119,10 +125,11 @@ def test_garbage_in_the_group_log_is_a_specific_error_naming_the_revision(
         reader._stop.set()
 
 
-def test_a_reader_rides_out_a_redis_outage(private_redis: Any) -> None:
+@flavoured_on_redis("sync", "async")
+def test_a_reader_rides_out_a_redis_outage(private_redis: Any, open_factory: Any) -> None:
     url = private_redis.url
     setup_group(url, "out", session_timeout=6.0)
-    with EventStreamClientFactory.from_url("out", url) as factory:
+    with open_factory("out", url) as factory:
         reader = factory.create_reader("r", "g", UTF8StringSerializer())
         writer = factory.create_event_writer("s", UTF8StringSerializer())
         writer.write_event("one", routing_key="k").result(5)
@@ -151,11 +158,14 @@ class SkewedClock:
         time.sleep(seconds)
 
 
-def test_clock_skew_between_clients_does_not_break_liveness(redis_url: str, scope: str) -> None:
+@flavoured_on_redis(long=("mixed",))  # 4 s each
+def test_clock_skew_between_clients_does_not_break_liveness(
+    redis_url: str, scope: str, open_factory: Any
+) -> None:
     scope = scope + "k"
     setup_group(redis_url, scope)
     skewed: Clock = SkewedClock()
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         normal = factory.create_reader("normal", "g", UTF8StringSerializer())
         ahead = factory.create_reader("ahead", "g", UTF8StringSerializer(), clock=skewed)
         group = ReaderGroupManager.from_url(scope, redis_url).get_reader_group("g")

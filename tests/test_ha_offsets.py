@@ -49,6 +49,11 @@ from readergroup.testing.embedded_redis import (
     local_redis_server,
     local_sentinel_group,
 )
+from tests.support.async_reader_adapter import (
+    flavoured_on_redis,
+    open_factory_fixture,  # noqa: F401 (a fixture)
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+)
 from tests.support.proxy import ReplyDroppingProxy
 from tests.support.waiting import wait_until
 from tests.test_hostile_reads import collect
@@ -224,9 +229,11 @@ def assert_one_loss_then(results: list[Any], values: list[bytes]) -> None:
     assert "offsets 100..149 were lost" in str(errors[0])
 
 
+@flavoured_on_redis("sync", "async", long=("async",))  # 5-10 s (make test: the refused commit)
 def test_a_fresh_writer_after_a_lossy_failover_skips_nothing_a_live_reader_passed(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
     cutover: Cutover,
+    open_factory: Any,
 ) -> None:
     """A writer that never saw the lost tail (a new process after the failover) appends at the
     offsets the promoted replica has free; a reader that had read past them finds the log
@@ -237,7 +244,7 @@ def test_a_fresh_writer_after_a_lossy_failover_skips_nothing_a_live_reader_passe
     stream_and_group(front.url)
     config = EventWriterConfig(delivery_timeout=60, linger=0.02)
     with (
-        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        open_factory("ha", front.url) as factory,
         factory.create_reader("r", "g", BytesSerializer()) as reader,
     ):
         events_key = factory.connection.keys.segment("ha", "s", 0).events
@@ -380,9 +387,11 @@ def lossy_failover(
     front.retarget("127.0.0.1", pair[1].port)
 
 
+@flavoured_on_redis("sync", "async", long=("async",))  # 5-10 s (make test: the refused commit)
 def test_a_writer_puts_back_what_a_lossy_failover_lost_and_readers_see_the_same_log(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
     cutover: Cutover,
+    open_factory: Any,
 ) -> None:
     """The writer's last 50 acknowledged events (``acks=leader``) are only on the primary
     when it dies, and a reader has read them. At its next append the writer finds the tail
@@ -395,7 +404,7 @@ def test_a_writer_puts_back_what_a_lossy_failover_lost_and_readers_see_the_same_
     stream_and_group(front.url)
     config = EventWriterConfig(delivery_timeout=60, linger=0.02)
     with (
-        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        open_factory("ha", front.url) as factory,
         factory.create_reader("r1", "g", BytesSerializer()) as reader,
         factory.create_event_writer("s", BytesSerializer(), config) as writer,
     ):
@@ -504,9 +513,11 @@ def test_a_writer_past_a_position_committed_past_the_tail_before_any_reader_is_d
     assert_one_loss_then(results, [b"c%d" % i for i in range(80)])
 
 
+@flavoured_on_redis("sync", "async", long=("async",))  # 5-10 s (make test: the refused commit)
 def test_a_live_reader_notices_a_shrunken_tail_before_the_log_reaches_its_position(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
     cutover: Cutover,
+    open_factory: Any,
 ) -> None:
     """Item 4: the reader read up to 150; after the failover new events go to 100..129, and
     the log never reaches 150. The reader reports 100..149 lost and delivers the 30 new
@@ -516,7 +527,7 @@ def test_a_live_reader_notices_a_shrunken_tail_before_the_log_reaches_its_positi
     front, follower = cutover.front, cutover.follower
     stream_and_group(front.url, session_timeout=2.0, heartbeat_interval=0.5)
     with (
-        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        open_factory("ha", front.url) as factory,
         factory.create_reader("r1", "g", BytesSerializer()) as reader,
     ):
         lossy_failover(pair, front, follower, [reader])
@@ -527,16 +538,18 @@ def test_a_live_reader_notices_a_shrunken_tail_before_the_log_reaches_its_positi
         assert group_positions(front.url)[("ha/s", 0)] == 130
     assert fresh_writes(front.url, b"d", 5) == list(range(130, 135))
     with (
-        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        open_factory("ha", front.url) as factory,
         factory.create_reader("r2", "g", BytesSerializer()) as second,
     ):
         after = collect(second, lambda got: len(got) >= 5)
     assert after == [b"d%d" % i for i in range(5)]
 
 
+@flavoured_on_redis("sync", "async")
 def test_a_commit_the_log_no_longer_holds_is_refused(
     pair: tuple[LocalRedisServer, LocalRedisServer, ReplyDroppingProxy],
     cutover: Cutover,
+    open_factory: Any,
 ) -> None:
     """Item 1: after the failover the reader commits (manually) the 150 events it read;
     the log holds 100: the commit is refused (typed, retriable; the group's position is not
@@ -544,7 +557,7 @@ def test_a_commit_the_log_no_longer_holds_is_refused(
     front, follower = cutover.front, cutover.follower
     stream_and_group(front.url, commit_mode="manual")
     with (
-        EventStreamClientFactory.from_url("ha", front.url) as factory,
+        open_factory("ha", front.url) as factory,
         factory.create_reader("r1", "g", BytesSerializer()) as reader,
     ):
         lossy_failover(pair, front, follower, [reader])

@@ -18,7 +18,6 @@ from readergroup import (
     BytesSerializer,
     CoordinationError,
     CorruptSegmentError,
-    EventStreamClientFactory,
     JsonSerializer,
     ReaderConfig,
     ReaderGroupConfig,
@@ -37,6 +36,11 @@ from readergroup import (
 from readergroup.core.names import SCOPES_SYNC_NAME, catalog_sync_name, group_sync_name
 from statesync import CorruptEntryError, EntryTooLargeError, StateSynchronizer, SyncConfig
 from statesync.redis_backend import RedisLogBackend
+from tests.support.async_reader_adapter import (
+    flavoured_on_redis,
+    open_factory_fixture,  # noqa: F401 (a fixture)
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+)
 from tests.support.hostile import hostile_entry
 from tests.support.model import ALL_TYPES, Add, Put
 from tests.support.waiting import wait_until
@@ -65,11 +69,12 @@ def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@flavoured_on_redis("sync", "async")
 def test_a_deeply_nested_group_log_entry_is_a_typed_error_for_readers_and_the_cli(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, open_factory: Any
 ) -> None:
     setup_group(redis_url, scope)
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         reader = factory.create_reader("r", "g", UTF8StringSerializer())
         reader.read_next_event(timeout=0.2)
         name = group_sync_name(scope, "g")
@@ -185,13 +190,14 @@ class Picky:
         return data.decode()
 
 
+@flavoured_on_redis("sync", "async")
 @pytest.mark.parametrize("serializer", ["json", "user"])
 def test_any_deserializer_failure_is_a_serialization_error_and_nothing_before_it_is_lost(
-    redis_url: str, scope: str, serializer: str
+    redis_url: str, scope: str, serializer: str, open_factory: Any
 ) -> None:
     make_group(redis_url, scope)
     bad = b"[" * 100_000 if serializer == "json" else b"bad"
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         with factory.create_event_writer("s", BytesSerializer()) as writer:
             for i in range(10):
                 writer.write_event(bad if i == 5 else b"%d" % i, routing_key="k")
@@ -208,9 +214,12 @@ def test_any_deserializer_failure_is_a_serialization_error_and_nothing_before_it
         assert dict(cut.positions) == {0: 10}  # nothing committed past what was handed out
 
 
-def test_oversized_stored_events_are_errors_not_deliveries(redis_url: str, scope: str) -> None:
+@flavoured_on_redis("sync", "async")
+def test_oversized_stored_events_are_errors_not_deliveries(
+    redis_url: str, scope: str, open_factory: Any
+) -> None:
     make_group(redis_url, scope, StreamConfiguration(max_event_size=1000))
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         writer = factory.create_event_writer("s", UTF8StringSerializer())
         writer.write_event("small", routing_key="k").result(5)
         meta, events, _ = factory.connection.keys.segment(scope, "s", 0)
@@ -227,11 +236,12 @@ def test_oversized_stored_events_are_errors_not_deliveries(redis_url: str, scope
     assert all("over the stream's max_event_size of 1000" in str(e) for e in errors)
 
 
+@flavoured_on_redis("sync", "async")
 def test_a_segment_key_of_the_wrong_type_does_not_block_the_others(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, open_factory: Any
 ) -> None:
     make_group(redis_url, scope, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
             for i in range(40):
                 writer.write_event(f"e{i}", routing_key=f"k{i}")
@@ -246,11 +256,12 @@ def test_a_segment_key_of_the_wrong_type_does_not_block_the_others(
     assert broken in str(errors[0]) and "not a stream" in str(errors[0])
 
 
+@flavoured_on_redis("sync", "async")
 def test_a_rogue_offset_gap_stops_only_its_segment_after_the_good_events(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, open_factory: Any
 ) -> None:
     make_group(redis_url, scope, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         conn = factory.connection
         with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
             for i in range(40):
@@ -273,11 +284,12 @@ def test_a_rogue_offset_gap_stops_only_its_segment_after_the_good_events(
     assert sorted(more) == sorted(later)  # the healthy segment keeps flowing
 
 
+@flavoured_on_redis("sync", "async")
 def test_truncation_under_a_reader_is_reported_once_then_everything_that_exists_comes(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, open_factory: Any
 ) -> None:
     make_group(redis_url, scope)
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
             for i in range(200):
                 writer.write_event(f"e{i}", routing_key="k")
@@ -296,11 +308,12 @@ def test_truncation_under_a_reader_is_reported_once_then_everything_that_exists_
     assert [v for v in values if int(v[1:]) >= 100] == [f"e{i}" for i in range(100, 200)]
 
 
+@flavoured_on_redis("sync", "async")
 def test_a_segment_truncated_away_under_a_reader_is_reported_once_and_reading_moves_on(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, open_factory: Any
 ) -> None:
     make_group(redis_url, scope)
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         with factory.create_event_writer("s", UTF8StringSerializer()) as writer:
             for i in range(60):
                 writer.write_event(f"a{i}", routing_key="k")
@@ -349,14 +362,15 @@ def fresh_heartbeat(url: str, key: str) -> float:
     return seen
 
 
+@flavoured_on_redis("sync", "async")
 def test_reads_return_nothing_in_an_outage_then_fence_and_run_rejoins_by_itself(
-    private_redis: Any,
+    private_redis: Any, open_factory: Any
 ) -> None:
     url = private_redis.url
     with StreamManager.from_url(url) as sm:
         sm.create_scope("o")
     make_group(url, "o")
-    with EventStreamClientFactory.from_url("o", url) as factory:
+    with open_factory("o", url) as factory:
         reader = factory.create_reader("r", "g", UTF8StringSerializer())
         heard = Heard()
         reader.add_rebalance_listener(heard)
@@ -454,12 +468,13 @@ def test_an_oversized_snapshot_is_never_written_and_never_read(
         client.close()
 
 
+@flavoured_on_redis("sync", "async")
 def test_a_reader_does_not_pull_an_oversized_group_log_entry_on_every_refresh(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, open_factory: Any
 ) -> None:
     setup_group(redis_url, scope)
     client = redis.Redis.from_url(redis_url)
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         reader = factory.create_reader("r", "g", UTF8StringSerializer())
         reader.read_next_event(timeout=0.2)
         bad = plant(factory.connection, group_sync_name(scope, "g"), b"x" * 3_000_000)
@@ -481,9 +496,12 @@ def test_a_reader_does_not_pull_an_oversized_group_log_entry_on_every_refresh(
         reader._stop.set()
 
 
-def test_a_group_log_of_the_wrong_type_does_not_stop_the_events(redis_url: str, scope: str) -> None:
+@flavoured_on_redis("sync", "async")
+def test_a_group_log_of_the_wrong_type_does_not_stop_the_events(
+    redis_url: str, scope: str, open_factory: Any
+) -> None:
     setup_group(redis_url, scope)
-    with EventStreamClientFactory.from_url(scope, redis_url) as factory:
+    with open_factory(scope, redis_url) as factory:
         reader = factory.create_reader("r", "g", UTF8StringSerializer())
         reader.read_next_event(timeout=0.2)
         name = group_sync_name(scope, "g")

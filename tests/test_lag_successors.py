@@ -22,6 +22,12 @@ from readergroup import (
 )
 from readergroup.admin.metrics import register_metrics
 from readergroup.storage.connection import RedisConnection
+from tests.support.async_reader_adapter import (
+    flavoured_on_redis,
+    open_factory_fixture,  # noqa: F401 (a fixture)
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+    url_factory_fixture,  # noqa: F401 (a fixture)
+)
 from tests.support.cli import invoke
 from tests.test_cli_metrics import samples, value
 
@@ -65,6 +71,7 @@ def write(factory: EventStreamClientFactory, count: int) -> None:
         writer.flush()
 
 
+@flavoured_on_redis("sync", "async")
 def test_lag_counts_successors_after_splits_and_a_reset_to_earliest(
     redis_url: str, scope: str, manager: StreamManager, factory: EventStreamClientFactory
 ) -> None:

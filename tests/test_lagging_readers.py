@@ -26,6 +26,12 @@ from readergroup.admin.group_manager import ReaderGroup, join_group
 from readergroup.core.group_state import LAGS_WIRE_FORM, WIRE_FORM
 from readergroup.core.names import group_sync_name
 from readergroup.storage.connection import RedisConnection
+from tests.support.async_reader_adapter import (
+    flavoured_on_redis,
+    open_factory_fixture,  # noqa: F401 (a fixture)
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+    url_factory_fixture,  # noqa: F401 (a fixture)
+)
 from tests.support.waiting import wait_until
 
 CONFIG: dict[str, Any] = {
@@ -146,6 +152,7 @@ def lag_apart(
     assert readers.read[lagging] == READ_BY_LAGGARD
 
 
+@flavoured_on_redis(long=("async", "mixed"))  # 3-4 s each (make test: test_lag_reports)
 @pytest.mark.parametrize(("caught_up", "lagging"), ORDERS)
 def test_the_reader_closer_to_the_tails_acquires_a_freed_segment(
     redis_url: str, scope: str, stream: Any, readers: Readers, caught_up: str, lagging: str
@@ -170,6 +177,7 @@ def test_the_reader_closer_to_the_tails_acquires_a_freed_segment(
     )
 
 
+@flavoured_on_redis(long=("async", "mixed"))  # 3-4 s each (make test: test_lag_reports)
 @pytest.mark.parametrize(("caught_up", "lagging"), ORDERS)
 def test_the_reader_further_behind_gives_a_segment_up_for_a_joining_one(
     redis_url: str, scope: str, stream: Any, readers: Readers, caught_up: str, lagging: str

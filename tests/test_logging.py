@@ -28,6 +28,12 @@ from readergroup.core.names import group_sync_name
 from readergroup.testing.embedded_redis import LocalRedisServer
 from statesync import BackendUnavailableError, RetryPolicy, StateSynchronizer, SyncConfig, Update
 from statesync.redis_backend import RedisLogBackend
+from tests.support.async_reader_adapter import (
+    flavoured_on_redis,
+    open_factory_fixture,  # noqa: F401 (a fixture)
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+    url_factory_fixture,  # noqa: F401 (a fixture)
+)
 from tests.support.cli import cli
 from tests.support.waiting import wait_until
 
@@ -69,6 +75,7 @@ def stream_and_group(redis_url: str, scope: str, segments: int = 2, **config: An
         rgm.create_reader_group("billing", ReaderGroupConfig(streams=[f"{scope}/orders"], **config))
 
 
+@flavoured_on_redis()
 def test_a_join_and_a_rebalance_log_info_naming_the_reader_and_the_segments(
     redis_url: str, scope: str, factory: EventStreamClientFactory, records: Any
 ) -> None:
@@ -97,6 +104,7 @@ def test_a_join_and_a_rebalance_log_info_naming_the_reader_and_the_segments(
     assert acquired.levelname == "INFO"
 
 
+@flavoured_on_redis("sync", "async")
 def test_a_fenced_reader_logs_a_warning(
     redis_url: str, scope: str, factory: EventStreamClientFactory, records: Any
 ) -> None:
@@ -123,6 +131,7 @@ def test_a_fenced_reader_logs_a_warning(
     reader.close()
 
 
+@flavoured_on_redis()
 def test_a_dead_readers_removal_logs_info(
     redis_url: str, scope: str, factory: EventStreamClientFactory, records: Any
 ) -> None:
@@ -137,6 +146,7 @@ def test_a_dead_readers_removal_logs_info(
     dead.close()
 
 
+@flavoured_on_redis("sync", "async")
 def test_steady_state_reading_logs_nothing_per_event(
     redis_url: str, scope: str, factory: EventStreamClientFactory, records: Any
 ) -> None:

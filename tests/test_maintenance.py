@@ -22,6 +22,12 @@ from readergroup import (
     UTF8StringSerializer,
 )
 from readergroup.client.event_read import EventRead
+from tests.support.async_reader_adapter import (
+    flavoured_on_redis,
+    open_factory_fixture,  # noqa: F401 (a fixture)
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+    url_factory_fixture,  # noqa: F401 (a fixture)
+)
 from tests.support.proxy import ReplyDroppingProxy
 from tests.support.waiting import wait_until
 
@@ -61,6 +67,7 @@ def read_until(
     wait_until(step, 30, what)
 
 
+@flavoured_on_redis()
 def test_a_rebalance_gives_a_segment_away_while_the_application_holds_buffered_events(
     redis_url: str, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -177,6 +184,7 @@ def test_run_with_a_slow_handler_and_a_full_queue_still_gives_a_joining_reader_i
     b.close()
 
 
+@flavoured_on_redis()
 def test_a_reader_whose_own_move_gives_it_the_next_one_makes_that_too(
     redis_url: str, scope: str, factory: EventStreamClientFactory
 ) -> None:

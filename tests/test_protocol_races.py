@@ -29,6 +29,11 @@ from readergroup.admin.group_member import GroupMember
 from readergroup.core.group_state import CreateCheckpoint, GroupState
 from readergroup.core.routing import key_position
 from readergroup.storage.connection import RedisConnection
+from tests.support.async_reader_adapter import (
+    flavoured_factory,
+    flavoured_on_redis,
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+)
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.05}
@@ -39,6 +44,14 @@ def connection(redis_url: str) -> Iterator[RedisConnection]:
     conn = RedisConnection.from_url(redis_url)
     yield conn
     conn.close()
+
+
+@pytest.fixture
+def factory(
+    connection: RedisConnection, scope: str, reader_flavour: str, request: pytest.FixtureRequest
+) -> Iterator[EventStreamClientFactory]:
+    """Threaded readers, or asyncio ones (a flavoured test's ``reader_flavour``)."""
+    yield from flavoured_factory(connection, scope, reader_flavour, request)
 
 
 def make_stream(redis_url: str, scope: str, segments: int, name: str = "s", **kw: Any) -> str:
@@ -164,6 +177,7 @@ def test_per_key_order_holds_across_a_split_followed_by_a_merge(
 
 
 # -- item 3 -----------------------------------------------------------------------------------
+@flavoured_on_redis("sync", "async")
 def test_close_mid_checkpoint_records_what_was_handed_out(
     redis_url: str, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -210,6 +224,7 @@ def test_a_zombie_cannot_evict_its_healthy_replacement(
 
 
 # -- item 5 -----------------------------------------------------------------------------------
+@flavoured_on_redis("sync", "async")
 def test_a_reset_while_a_commit_is_due_is_absorbed(
     redis_url: str, scope: str, factory: EventStreamClientFactory
 ) -> None:

@@ -17,7 +17,12 @@ from readergroup import (
 )
 from readergroup.client.event_read import NOTHING, EventRead
 from readergroup.storage.connection_api import Connection
-from tests.support.connections import new_scope, scoped_factory
+from tests.support.async_reader_adapter import (
+    flavoured,
+    flavoured_factory,
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+)
+from tests.support.connections import new_scope
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.1}
@@ -34,13 +39,16 @@ class _EmptyIsNone:
 
 
 @pytest.fixture
-def factory(connection: Connection) -> Iterator[EventStreamClientFactory]:
+def factory(
+    connection: Connection, reader_flavour: str, request: pytest.FixtureRequest
+) -> Iterator[EventStreamClientFactory]:
+    """Threaded readers, or asyncio ones (a flavoured test's ``reader_flavour``)."""
     scope = new_scope(connection)
     StreamManager(connection).create_stream(scope, "s")
     ReaderGroupManager(scope, connection).create_reader_group(
         "g", ReaderGroupConfig(streams=[f"{scope}/s"], **FAST)
     )
-    yield from scoped_factory(connection, scope)
+    yield from flavoured_factory(connection, scope, reader_flavour, request)
 
 
 def _write(factory: EventStreamClientFactory, values: list[str | None]) -> None:
@@ -49,6 +57,7 @@ def _write(factory: EventStreamClientFactory, values: list[str | None]) -> None:
             writer.write_event(value, routing_key="k")
 
 
+@flavoured("sync", "async")
 def test_iteration_delivers_an_event_whose_value_is_none(
     factory: EventStreamClientFactory,
 ) -> None:
@@ -76,6 +85,7 @@ def test_iteration_delivers_an_event_whose_value_is_none(
     assert [event.offset for event in got] == [0, 1, 2]
 
 
+@flavoured()
 def test_read_next_event_tells_a_none_value_from_a_timeout(
     factory: EventStreamClientFactory,
 ) -> None:

@@ -28,6 +28,12 @@ from readergroup.storage.connection import RedisConnection
 from statesync import ManualClock
 from statesync.system_clock import SYSTEM_CLOCK
 from tests.support import fetchers
+from tests.support.async_reader_adapter import (
+    flavoured_on_redis,
+    open_factory_fixture,  # noqa: F401 (a fixture)
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+    url_factory_fixture,  # noqa: F401 (a fixture)
+)
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.05}
@@ -368,6 +374,7 @@ def test_prefetch_bounds_are_validated() -> None:
             ReaderConfig(**bad)
 
 
+@flavoured_on_redis("sync", "async")
 # -- the fast path ------------------------------------------------------------------------------
 def test_buffered_events_go_out_without_a_round_trip_while_nothing_is_due(
     redis_url: str, scope: str, factory: EventStreamClientFactory

@@ -39,7 +39,12 @@ from readergroup import (
 )
 from readergroup.core.errors import CheckpointError
 from readergroup.storage.connection_api import Connection
-from tests.support.connections import new_scope, scoped_factory
+from tests.support.async_reader_adapter import (
+    flavoured,
+    flavoured_factory,
+    reader_flavour_fixture,  # noqa: F401 (a fixture)
+)
+from tests.support.connections import new_scope
 from tests.support.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "session_timeout": 1.5, "group_refresh_time": 0.1}
@@ -53,8 +58,11 @@ def scope(connection: Connection) -> str:
 
 
 @pytest.fixture
-def factory(connection: Connection, scope: str) -> Iterator[EventStreamClientFactory]:
-    yield from scoped_factory(connection, scope)
+def factory(
+    connection: Connection, scope: str, reader_flavour: str, request: pytest.FixtureRequest
+) -> Iterator[EventStreamClientFactory]:
+    """Threaded readers, or asyncio ones (a flavoured test's ``reader_flavour``)."""
+    yield from flavoured_factory(connection, scope, reader_flavour, request)
 
 
 def make_stream(connection: Connection, scope: str, segments: int) -> None:
@@ -178,6 +186,7 @@ def _graceful_rebalance_run(
 
 
 @pytest.mark.parametrize("seed", range(3))
+@flavoured()
 def test_a_graceful_rebalance_delivers_every_event_once_and_in_key_order(
     connection: Connection, scope: str, factory: EventStreamClientFactory, seed: int
 ) -> None:
@@ -187,6 +196,7 @@ def test_a_graceful_rebalance_delivers_every_event_once_and_in_key_order(
 
 @pytest.mark.long
 @pytest.mark.parametrize("seed", range(3, 20))
+@flavoured()
 def test_graceful_rebalances_of_twenty_seeds_deliver_every_event_once_and_in_key_order(
     connection: Connection, scope: str, factory: EventStreamClientFactory, seed: int
 ) -> None:
@@ -194,6 +204,7 @@ def test_graceful_rebalances_of_twenty_seeds_deliver_every_event_once_and_in_key
     assert processed.violations() == []
 
 
+@flavoured("sync", "async")
 def test_a_checkpoint_is_handed_out_before_the_read_ahead_backlog(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -233,6 +244,7 @@ def test_a_checkpoint_is_handed_out_before_the_read_ahead_backlog(
         reader.close()
 
 
+@flavoured()
 def test_checkpoints_complete_with_more_readers_than_segments(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -274,6 +286,7 @@ def test_checkpoints_complete_with_more_readers_than_segments(
     assert seen["one"] == seen["two"] == ["cp0", "cp1", "cp2"]
 
 
+@flavoured("sync", "async")
 def test_a_reader_declared_offline_raises_at_its_next_read_and_hands_out_nothing_more(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -299,6 +312,7 @@ def test_a_reader_declared_offline_raises_at_its_next_read_and_hands_out_nothing
         reader.close()
 
 
+@flavoured("sync", "async")
 def test_a_reader_that_failed_a_checkpoint_and_was_declared_offline_raises(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -319,6 +333,7 @@ def test_a_reader_that_failed_a_checkpoint_and_was_declared_offline_raises(
         reader.close()
 
 
+@flavoured()
 def test_a_commit_in_on_segments_released_lands_before_the_segments_move(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -375,6 +390,7 @@ def test_a_commit_in_on_segments_released_lands_before_the_segments_move(
             b.close()
 
 
+@flavoured("sync", "async")
 def test_on_segments_acquired_returns_before_any_event_of_them_is_handed_out(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -412,6 +428,7 @@ def _owned_by_both(a: Any, b: Any, seen: list[tuple[Any, int]] | None = None) ->
     return len(a.owned_segments()) == len(b.owned_segments()) == 2
 
 
+@flavoured()
 def test_a_worker_restarted_under_its_id_gets_its_segments_back_and_nobody_else_moves(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -448,6 +465,7 @@ def test_a_worker_restarted_under_its_id_gets_its_segments_back_and_nobody_else_
         reader.close()
 
 
+@flavoured()
 def test_a_static_leave_keeps_the_segments_for_a_restart_and_a_rolling_restart_moves_nothing(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -478,6 +496,7 @@ def test_a_static_leave_keeps_the_segments_for_a_restart_and_a_rolling_restart_m
 
 
 # -- consumer controls (issue 30 item 3) ---------------------------------------------------------
+@flavoured("sync", "async")
 def test_seek_in_on_segments_acquired_resumes_from_the_applications_own_positions(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -517,6 +536,7 @@ def test_seek_in_on_segments_acquired_resumes_from_the_applications_own_position
         reader.close()
 
 
+@flavoured("sync", "async")
 def test_paused_segments_stay_owned_and_deliver_nothing_until_resumed(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -541,6 +561,7 @@ def test_paused_segments_stay_owned_and_deliver_nothing_until_resumed(
 
 
 # -- end of a sealed stream (issue 30 item 5) ----------------------------------------------------
+@flavoured("sync", "async")
 def test_a_group_that_read_a_sealed_stream_to_its_end_reports_end_of_data(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -567,6 +588,7 @@ def test_a_group_that_read_a_sealed_stream_to_its_end_reports_end_of_data(
         assert group.is_end_of_data()
 
 
+@flavoured()
 def test_a_segment_is_given_away_while_the_application_holds_an_event_of_another(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:
@@ -594,6 +616,7 @@ def test_a_segment_is_given_away_while_the_application_holds_an_event_of_another
             b.close()
 
 
+@flavoured()
 def test_a_commit_in_on_segments_released_lands_when_the_reader_closes(
     connection: Connection, scope: str, factory: EventStreamClientFactory
 ) -> None:

@@ -12,11 +12,12 @@ and a member missing from that copy counts as one not announced yet, so the olde
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from readergroup.admin.group_member import Liveness, MemberSteps
 from readergroup.core.errors import ReaderGroupError
-from readergroup.core.group_state import GroupState
+from readergroup.core.group_state import NO_LAG, GroupState, SegKey
 from readergroup.core.log_format import NEWEST_FORMAT, negotiated_format
 from readergroup.storage.aio_calls import awaited, drive_async
 from readergroup.storage.format_negotiation import NegotiatedFormat
@@ -62,6 +63,9 @@ class AsyncGroupMember(MemberSteps):
         ``judge_every_ms``; ``announcements``: the copy the group synchronizer's format is
         negotiated on too."""
         self.announcements = announcements or CachedAnnouncements(heartbeats)
+        self._announced_for: object = None
+        """The members map whose every reader the announcements' copy holds (see
+        :meth:`commit`)."""
         log_format = NegotiatedFormat(self.announcements)  # type: ignore[arg-type]
         super().__init__(sync, heartbeats, reader_id, log_format=log_format, **limits)
 
@@ -70,7 +74,6 @@ class AsyncGroupMember(MemberSteps):
     rebalance = awaited(MemberSteps.rebalance_steps)
     ack_checkpoint = awaited(MemberSteps.ack_checkpoint_steps)
     ack_reset = awaited(MemberSteps.ack_reset_steps)
-    commit = awaited(MemberSteps.commit_steps)
     rewind = awaited(MemberSteps.rewind_steps)
     complete_segments = awaited(MemberSteps.complete_segments_steps)
 
@@ -79,6 +82,24 @@ class AsyncGroupMember(MemberSteps):
         generation = await drive_async(self.join_steps(takeover=takeover), self)
         await self.announcements.refresh()
         return generation
+
+    async def commit(
+        self,
+        positions: Mapping[SegKey, tuple[int, int]],
+        epochs: Mapping[SegKey, int] | None = None,
+        lag: int = NO_LAG,
+    ) -> None:
+        """See :meth:`MemberSteps.commit_steps` (first reads the announced formats when the
+        state has a member the copy lacks: the lag is reported only while every member reads
+        the newest format, and a reader that joined since the last heartbeat kept it out; a
+        round trip once per change of members, none in a steady group)."""
+        readers = self.state.readers
+        if readers is not self._announced_for:
+            if any(reader not in self.announcements.announced for reader in readers):
+                await self.announcements.refresh()
+            if all(reader in self.announcements.announced for reader in readers):
+                self._announced_for = readers
+        await drive_async(self.commit_steps(positions, epochs, lag), self)
 
     async def heartbeat(self, *, judge: bool = False) -> Liveness:
         """See :meth:`MemberSteps.heartbeat_steps` (then reads the announced formats, while

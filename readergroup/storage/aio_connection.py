@@ -44,6 +44,7 @@ from readergroup.storage.connection import (
 )
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import translate_errors
+from statesync.aio_redis_backend import checked_pool_options
 from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
 from statesync.redaction import redact_url
@@ -103,6 +104,7 @@ class AsyncConnection:
                     socket_timeout=config.socket_timeout,
                     retry=Retry(NoBackoff(), 0),
                     **options,
+                    **checked_pool_options(),
                 )
         except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
             raise unusable_url(url, config, exc) from exc
@@ -153,6 +155,7 @@ def _sentinel_client(
         db=target.db,
         retry=Retry(NoBackoff(), 0),
         connection_pool_class=_FollowingPool,
+        **checked_pool_options(),
     )
     return primary, sentinel.sentinels
 
