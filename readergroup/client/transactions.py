@@ -131,7 +131,7 @@ class TransactionalEventStreamWriter(TxnWriterCore[T]):
             config,
             clock=clock or SYSTEM_CLOCK,
             rng=rng,
-            wall_clock_ms=wall_clock_ms or _wall_clock_ms,
+            wall_clock_ms=wall_clock_ms or wall_clock_ms_now,
         )
         drive(self.start_steps(epoch))
 
@@ -251,5 +251,6 @@ class Transaction(TxnCore[T]):
         drive(self.exit_steps(failed=kind is not None))
 
 
-def _wall_clock_ms() -> int:
+def wall_clock_ms_now() -> int:
+    """The wall clock in ms (an event's writer time)."""
     return int(time.time() * 1000)

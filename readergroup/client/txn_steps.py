@@ -84,10 +84,12 @@ class TxnWriterCore(Generic[T]):
         clock: Clock,
         rng: random.Random | None,
         wall_clock_ms: Callable[[], int],
+        completer_type: type[TxnCompleter] = TxnCompleter,
     ) -> None:
         """``connection``: ``server_time_ms`` and ``segments`` (appends), blocking or awaited,
         as are ``metadata`` and ``store``; ``config``: a
-        :class:`~readergroup.client.transactions.TransactionalWriterConfig`."""
+        :class:`~readergroup.client.transactions.TransactionalWriterConfig`;
+        ``completer_type``: the completer's class (the asyncio one awaits ``complete``)."""
         self._connection = connection
         self._metadata = metadata
         self._wall_ms = wall_clock_ms
@@ -99,7 +101,7 @@ class TxnWriterCore(Generic[T]):
         self._rng = rng or random.Random()  # noqa: S311 (spreading keyless events)
         self._max_event_size = 0
         self.store = store
-        self.completer = TxnCompleter(
+        self.completer = completer_type(
             connection.segments,
             metadata,
             store,
@@ -475,8 +477,7 @@ class TxnCore(Generic[T]):
                 yield from self.abort_steps()
             except ReaderGroupError as exc:  # the block's own error is the one raised
                 logger.warning(
-                    "%s: abort after the block failed did not go through (its lease ends it): "
-                    "%s",
+                    "%s: abort after the block failed did not go through (its lease ends it): %s",
                     self._writer.store.subject(self.id),
                     exc,
                     exc_info=exc,
