@@ -43,6 +43,13 @@ from tests.test_transactions import (
 __all__ = ["stream", "txn_writer"]  # fixtures shared with test_transactions
 
 
+@pytest.fixture
+def txn_factory(factory: EventStreamClientFactory) -> EventStreamClientFactory:
+    """The threaded writer only here (``txn_writer``'s factory): these tests bind threaded
+    readers and patch the threaded store; the asyncio writer's are in test_txn_aio.py."""
+    return factory
+
+
 def die_after_entry(entry: PlanEntry) -> None:
     """A completer's ``after_entry`` hook: the committing process dies there."""
     raise Crash
