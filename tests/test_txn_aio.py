@@ -299,3 +299,37 @@ async def _without_closing(
         await body(aio)
     finally:
         await aio.connection.close()
+
+
+def test_the_asyncio_metrics_collector_counts_unfinished_transactions(
+    factory: EventStreamClientFactory, streams: str, redis_url: str
+) -> None:
+    """``readergroup_stream_transactions`` and ``readergroup_stream_oldest_transaction_seconds``
+    from ``await collector.refresh()``, as the threaded collector reports them."""
+
+    async def body(aio: AsyncEventStreamClientFactory) -> tuple[dict[Any, float], ...]:
+        writer = await writer_of(aio, "m")
+        first, second = await writer.begin(), await writer.begin()
+        await second.write_event(b"z", routing_key="k")
+        await second.flush()
+        collector = aio.metrics_collector()
+        await collector.refresh()
+        during = metric_values(collector.collect())
+        await first.abort()
+        await second.commit()
+        await collector.refresh()
+        return during, metric_values(collector.collect())
+
+    during, after = run(streams, redis_url, body)
+    open_out = ("readergroup_stream_transactions", (streams, "out", "OPEN"))
+    oldest = ("readergroup_stream_oldest_transaction_seconds", (streams, "out"))
+    assert during[open_out] == 2
+    assert during[("readergroup_stream_transactions", (streams, "in", "OPEN"))] == 0
+    assert during[oldest] >= 0
+    assert after[open_out] == 0 and after[oldest] == 0
+
+
+def metric_values(families: Any) -> dict[Any, float]:
+    return {
+        (s.name, tuple(s.labels.values())): s.value for family in families for s in family.samples
+    }
