@@ -212,7 +212,10 @@ class AsyncTransaction(TxnCore[T]):
     ) -> None:
         """Add an event; per routing key, events keep this order when committed. Stages
         (awaits Redis) every ``stage_events`` events and when the lease needs renewing."""
-        await drive_async(self.write_event_steps(event, routing_key, headers))
+        staged = self._writer._serialize(event, routing_key, headers)
+        async with self._lock:
+            if self.buffer(staged):
+                await drive_async(self.stage_steps())
 
     async def flush(self) -> None:
         """Stage every event written so far (renewing the lease)."""

@@ -196,7 +196,10 @@ class Transaction(TxnCore[T]):
         self, event: T, routing_key: str | None = None, *, headers: Headers | None = None
     ) -> None:
         """Add an event; per routing key, events keep this order when committed."""
-        drive(self.write_event_steps(event, routing_key, headers))
+        staged = self._writer._serialize(event, routing_key, headers)
+        with self._lock:
+            if self.buffer(staged):
+                drive(self.stage_steps())
 
     def flush(self) -> None:
         """Stage every event written so far (renewing the lease)."""

@@ -270,27 +270,23 @@ class TxnCore(Generic[T]):
     def __repr__(self) -> str:
         return f"Transaction({self.id!r} of {self._writer.scope}/{self._writer.stream})"
 
-    def write_event_steps(
-        self, event: T, routing_key: str | None, headers: Headers | None
-    ) -> Steps[None]:
-        staged = self._writer._serialize(event, routing_key, headers)
-        yield from locked(self._lock)
-        try:
-            self._check_writable()
-            self._pending.append(staged)
-            due = len(self._pending) > self._writer.config.stage_events or (
-                self._writer._clock.monotonic() - self._renewed > self._writer.config.lease / 3
-            )
-            if due:
-                yield from self._stage()
-        finally:
-            self._lock.release()
+    def buffer(self, staged: StagedEvent) -> bool:
+        """``write_event``'s decision, under the lock (held by the driver: no I/O here, so an
+        event costs no call): add the (serialized) event; whether the buffer is due to be
+        staged now (:meth:`stage_steps`: more than ``stage_events`` events, or a third of the
+        lease since the last renewal)."""
+        self._check_writable()
+        self._pending.append(staged)
+        due: bool = len(self._pending) > self._writer.config.stage_events or (
+            self._writer._clock.monotonic() - self._renewed > self._writer.config.lease / 3
+        )
+        return due
 
     def flush_steps(self) -> Steps[None]:
         yield from locked(self._lock)
         try:
             self._check_writable()
-            yield from self._stage()
+            yield from self.stage_steps()
         finally:
             self._lock.release()
 
@@ -502,7 +498,8 @@ class TxnCore(Generic[T]):
                 status=TxnStatus.OPEN.value,
             ) from self._broken
 
-    def _stage(self) -> Steps[None]:
+    def stage_steps(self) -> Steps[None]:
+        """Stage the buffered events (the driver holds the lock)."""
         writer = self._writer
         pending, self._pending = self._pending, []
         try:
