@@ -506,3 +506,31 @@ def test_a_stage_that_failed_leaves_the_transaction_to_abort_never_to_commit(
     txn.abort()
     assert txn.status() is TxnStatus.ABORTED
     assert visible(factory) == []
+
+
+def test_a_commit_whose_completion_failed_is_completed_by_committing_again(
+    factory: EventStreamClientFactory, txn_writer: TransactionalEventStreamWriter[bytes]
+) -> None:
+    """The decision landed, then completing it failed after one segment took its share (an
+    outage): the transaction is COMMITTING; ``commit()`` again completes it (every event once,
+    in key order) instead of reporting it closed."""
+    from readergroup.core.errors import RedisUnavailableError
+
+    txn = txn_writer.begin()
+    written = write_keys(txn, keys=16, per_key=3)
+
+    def outage(entry: PlanEntry) -> None:
+        raise RedisUnavailableError("connection lost between two segments")
+
+    txn_writer.completer.after_entry = outage
+    with pytest.raises(RedisUnavailableError):
+        txn.commit()
+    txn_writer.completer.after_entry = None
+    record = txn_writer.store.record(txn.id)
+    assert record is not None and record.status is TxnStatus.COMMITTING
+    txn.commit()
+    seen = visible(factory)
+    assert sorted(seen) == sorted(written) and by_key(seen) == by_key(written)
+    assert txn.status() is TxnStatus.COMMITTED
+    with pytest.raises(TransactionClosedError):
+        txn.commit()  # committed: a third commit is refused as before

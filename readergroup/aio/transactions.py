@@ -106,22 +106,13 @@ class AsyncTransactionalEventStreamWriter(TxnWriterCore[T]):
 
     @classmethod
     async def create(
-        cls,
-        connection: AsyncConnection,
-        metadata: AsyncStreamMetadataCache,
-        scope: str,
-        stream: str,
-        serializer: Serializer[T],
-        config: TransactionalWriterConfig,
-        *,
-        epoch: int | None = None,
-        **kwargs: Any,
+        cls, *args: Any, epoch: int | None = None, **kwargs: Any
     ) -> AsyncTransactionalEventStreamWriter[T]:
-        """A new instance of ``config.transactional_id`` (fencing every older one; ``epoch``:
-        act as the instance of that epoch instead), having swept the stream and completed
-        what an earlier instance of the id decided. ``kwargs``: ``clock``, ``rng``,
-        ``wall_clock_ms``."""
-        writer = cls(connection, metadata, scope, stream, serializer, config, **kwargs)
+        """A started writer (``args`` and ``kwargs``: the constructor's): a new instance of
+        ``config.transactional_id``, fencing every older one (``epoch``: act as the instance
+        of that epoch instead), having swept the stream and completed what an earlier
+        instance of the id decided."""
+        writer = cls(*args, **kwargs)
         await drive_async(writer.start_steps(epoch))
         return writer
 

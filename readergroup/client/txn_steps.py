@@ -343,19 +343,13 @@ class TxnCore(Generic[T]):
         """A commit again after this object's decision landed and its completion did not
         finish (an outage, a cancelled task): complete it now."""
         writer = self._writer
-        record = yield call_on(writer.store, "record", self.id)
-        if record is None:
-            raise TransactionNotFoundError(
-                f"{writer.store.subject(self.id)} does not exist", txn_id=self.id
-            )
-        if record.status is TxnStatus.COMMITTING:
-            logger.info("%s: completing the commit decided before", writer.store.subject(self.id))
-            yield from writer.completer.complete_steps(record)
-        elif record.status is not TxnStatus.COMMITTED:
+        logger.info("%s: completing the commit decided before", writer.store.subject(self.id))
+        status = yield from self.status_steps()  # (completes it)
+        if status is not TxnStatus.COMMITTED:
             raise TransactionClosedError(
-                f"{writer.store.subject(self.id)} is {record.status.value}",
+                f"{writer.store.subject(self.id)} is {status.value}",
                 txn_id=self.id,
-                status=record.status.value,
+                status=status.value,
             )
         self._ended = TxnStatus.COMMITTED
         with writer._decided_lock:
