@@ -333,3 +333,19 @@ def metric_values(families: Any) -> dict[Any, float]:
     return {
         (s.name, tuple(s.labels.values())): s.value for family in families for s in family.samples
     }
+
+
+def test_the_memory_backend_has_no_transactions_in_asyncio_either() -> None:
+    """As the threaded factory on the memory backend: a typed error, not a half-working
+    writer."""
+    from readergroup.core.errors import InvalidConfigError
+    from readergroup.testing.aio_memory import AsyncMemoryConnection
+    from readergroup.testing.memory_connection import MemoryConnection
+
+    async def body() -> None:
+        factory = AsyncEventStreamClientFactory("shop", AsyncMemoryConnection(MemoryConnection()))
+        async with factory:
+            with pytest.raises(InvalidConfigError, match="Redis"):
+                await writer_of(factory)
+
+    asyncio.run(body())
