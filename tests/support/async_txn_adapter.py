@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from readergroup.aio import AsyncEventStreamClientFactory
+from readergroup.aio import AsyncEventStreamClientFactory, AsyncEventStreamReader
 from readergroup.aio.transactions import (
+    AsyncClaimer,
     AsyncTransaction,
     AsyncTransactionalEventStreamWriter,
     AsyncTxnCompleter,
@@ -38,16 +39,21 @@ _ADAPTED = (
     AsyncTransaction,
     AsyncTxnStore,
     AsyncTxnCompleter,
+    AsyncEventStreamReader,
+    AsyncClaimer,
+    asyncio.Event,
 )
 
 
 class Blocking:
-    """An asyncio object called from blocking code: coroutine methods (and awaitables such as
-    ``writer.begin()``'s) become calls that wait for them on ``loop``; the asyncio
-    transactional objects they return, or that attributes hold, are adapted too; everything
-    else is the target's own. Setting an attribute sets it on the target (a test hook such as
-    ``completer.after_entry``, a monkeypatched store method: a plain function raising is
-    called by the asyncio driver as is; restoring the adapter's own wrapper drops the patch)."""
+    """An asyncio object called from blocking code: every method runs in ``loop`` (the
+    object's own: readers and writers of one factory share it), the caller waiting for it,
+    coroutines (and awaitables such as ``writer.begin()``'s) awaited there; the asyncio
+    objects they return, or that attributes hold, are adapted too; adapted arguments are
+    passed as their targets; everything else is the target's own. Setting an attribute sets
+    it on the target (a test hook such as ``completer.after_entry``, a monkeypatched store
+    method: a plain function raising is called by the asyncio driver as is; restoring the
+    adapter's own wrapper drops the patch)."""
 
     def __init__(self, target: Any, loop: LoopThread) -> None:
         object.__setattr__(self, "target", target)
@@ -67,11 +73,14 @@ class Blocking:
 
         @functools.wraps(value)
         def blocking(*args: Any, **kwargs: Any) -> Any:
-            unwrapped = [a.target if isinstance(a, Blocking) else a for a in args]
-            result = value(*unwrapped, **kwargs)
-            if asyncio.iscoroutine(result):
-                result = self._loop.call(result)
-            return self._adapt(result)
+            plain = [_target(a) for a in args]
+            named = {k: _target(v) for k, v in kwargs.items()}
+
+            async def in_loop() -> Any:
+                result = value(*plain, **named)
+                return await result if asyncio.iscoroutine(result) else result
+
+            return self._adapt(self._loop.call(in_loop()))
 
         blocking._blocking_adapter = True  # type: ignore[attr-defined]
         return blocking
@@ -100,6 +109,10 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
+def _target(value: Any) -> Any:
+    return value.target if isinstance(value, Blocking) else value
+
+
 class BlockingAsyncTxnFactory:
     """An asyncio factory of the test's scope on its own loop, creating asyncio transactional
     writers behind :class:`Blocking` adapters."""
@@ -116,6 +129,16 @@ class BlockingAsyncTxnFactory:
     def create_transactional_writer(self, *args: Any, **kwargs: Any) -> Any:
         writer = self.loop.call(self.target.create_transactional_writer(*args, **kwargs))
         return Blocking(writer, self.loop)
+
+    def create_reader(self, *args: Any, **kwargs: Any) -> Any:
+        """An asyncio reader in this factory's loop (so its writers' listeners run there)."""
+        return Blocking(self.loop.call(self.target.create_reader(*args, **kwargs)), self.loop)
+
+    def __enter__(self) -> BlockingAsyncTxnFactory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self.loop.call(self.target.close())
@@ -135,3 +158,19 @@ def flavoured_txn_factory(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield adapter
     finally:
         adapter.close()
+
+
+def another_txn_factory(txn_factory: Any, scope: str, redis_url: str) -> Any:
+    """A second factory of ``txn_factory``'s flavour (another process's), as a context
+    manager."""
+    if isinstance(txn_factory, BlockingAsyncTxnFactory):
+        return BlockingAsyncTxnFactory(scope, redis_url)
+    from readergroup import EventStreamClientFactory
+
+    return EventStreamClientFactory.from_url(scope, redis_url)
+
+
+def claimer_of(writer: Any, reader: Any) -> Any:
+    """The rebalance listener ``writer.bind_reader(reader)`` installed (adapted)."""
+    claimer = _target(writer)._claimers[id(_target(reader))]
+    return Blocking(claimer, writer._loop) if isinstance(writer, Blocking) else claimer
