@@ -22,7 +22,10 @@ from readergroup.aio.metrics import AsyncReaderGroupCollector
 from readergroup.aio.reader import AsyncEventStreamReader
 from readergroup.aio.reader_join import join_group
 from readergroup.aio.stream_manager import AsyncStreamManager
-from readergroup.aio.transactions import AsyncTransactionalEventStreamWriter
+from readergroup.aio.transactions import (
+    AsyncTransactionalEventStreamWriter,
+    open_transactional_writer,
+)
 from readergroup.aio.writer import AsyncEventStreamWriter
 from readergroup.client.serializers import Serializer
 from readergroup.client.transactions import TransactionalWriterConfig
@@ -122,10 +125,7 @@ class AsyncEventStreamClientFactory:
         a new instance of ``config.transactional_id`` fences every older one, threaded or
         asyncio). ``kwargs``: :meth:`AsyncTransactionalEventStreamWriter.create
         <readergroup.aio.transactions.AsyncTransactionalEventStreamWriter.create>`'s."""
-        validate_name(stream, "stream")
-        if not isinstance(self._connection, AsyncConnection):
-            raise InvalidConfigError("transactions need a Redis connection")
-        return await AsyncTransactionalEventStreamWriter.create(
+        return await open_transactional_writer(
             self._connection, self._metadata, self._scope, stream, serializer, config, **kwargs
         )
 

@@ -45,8 +45,10 @@ from readergroup.client.transactions import TransactionalWriterConfig, wall_cloc
 from readergroup.client.txn_completion import TxnCompleter
 from readergroup.client.txn_positions import ClaimSteps, PositionsClaim, bind_steps
 from readergroup.client.txn_steps import TxnCore, TxnWriterCore
+from readergroup.core.errors import InvalidConfigError
 from readergroup.core.group_state import SegKey
 from readergroup.core.headers import Headers
+from readergroup.core.names import validate_name
 from readergroup.core.transactions import TxnRecord, TxnStatus
 from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_connection import AsyncConnection
@@ -243,6 +245,27 @@ class AsyncTransaction(TxnCore[T]):
     async def status(self) -> TxnStatus:
         """Where it is now; a committing transaction is completed first (whoever began it)."""
         return await drive_async(self.status_steps())
+
+
+async def open_transactional_writer(
+    connection: Any,
+    metadata: AsyncStreamMetadataCache,
+    scope: str,
+    stream: str,
+    serializer: Serializer[T],
+    config: TransactionalWriterConfig,
+    **kwargs: Any,
+) -> AsyncTransactionalEventStreamWriter[T]:
+    """What :meth:`AsyncEventStreamClientFactory.create_transactional_writer
+    <readergroup.aio.factory.AsyncEventStreamClientFactory.create_transactional_writer>` does
+    on the factory's connection and metadata cache: a started writer of ``scope/stream``
+    (Redis only, as the threaded writer: the memory backend raises ``InvalidConfigError``)."""
+    validate_name(stream, "stream")
+    if not isinstance(connection, AsyncConnection):
+        raise InvalidConfigError("transactions need a Redis connection")
+    return await AsyncTransactionalEventStreamWriter.create(
+        connection, metadata, scope, stream, serializer, config, **kwargs
+    )
 
 
 class AsyncClaimer(ClaimSteps):
