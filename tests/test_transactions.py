@@ -29,6 +29,7 @@ from readergroup.core.errors import (
     TransactionNotFoundError,
 )
 from readergroup.core.transactions import PlanEntry, TxnStatus
+from tests.support.async_txn_adapter import FLAVOURS, flavoured_txn_factory
 
 STREAM = "out"
 
@@ -39,11 +40,16 @@ def stream(manager: StreamManager, scope: str) -> str:
     return STREAM
 
 
+@pytest.fixture(params=FLAVOURS)
+def txn_factory(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """What creates the transactional writers: each test that uses it runs on the threaded
+    writer and on the asyncio one (behind a blocking adapter)."""
+    yield from flavoured_txn_factory(request)
+
+
 @pytest.fixture
-def txn_writer(
-    factory: EventStreamClientFactory, stream: str
-) -> Iterator[TransactionalEventStreamWriter[bytes]]:
-    yield factory.create_transactional_writer(
+def txn_writer(txn_factory: Any, stream: str) -> Iterator[TransactionalEventStreamWriter[bytes]]:
+    yield txn_factory.create_transactional_writer(
         stream, BytesSerializer(), TransactionalWriterConfig(transactional_id="t1")
     )
 
@@ -72,11 +78,11 @@ def write_keys(txn: Any, keys: int, per_key: int, tag: str = "") -> list[tuple[s
 
 
 def new_writer(
-    factory: EventStreamClientFactory, transactional_id: str, **config: Any
+    txn_factory: Any, transactional_id: str, **config: Any
 ) -> TransactionalEventStreamWriter[bytes]:
-    """A transactional writer of ``out`` (bytes events)."""
+    """A transactional writer of ``out`` (bytes events), of the test's flavour."""
     settings = TransactionalWriterConfig(transactional_id=transactional_id, **config)
-    return factory.create_transactional_writer(STREAM, BytesSerializer(), settings)
+    return txn_factory.create_transactional_writer(STREAM, BytesSerializer(), settings)
 
 
 def wait_past_lease(
@@ -180,16 +186,17 @@ def test_config_is_validated() -> None:
 
 
 def test_a_lease_running_out_aborts_the_transaction_with_no_writer_alive(
-    factory: EventStreamClientFactory, stream: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str
 ) -> None:
-    writer = new_writer(factory, "lease", lease=0.2, sweep_every=0)
+    writer = new_writer(txn_factory, "lease", lease=0.2, sweep_every=0)
     txn = writer.begin()
     txn.write_event(b"never", routing_key="k")
     txn.flush()
     writer.close()  # every writer gone
     staged = factory.connection.client.exists  # type: ignore[attr-defined]
     wait_past_lease(factory, writer, txn.id)  # no client at all: the scripts already refuse it
-    other = new_writer(factory, "other")  # ... and any client's sweep aborts it, staged data gone
+    # ... and any client's sweep aborts it, staged data gone
+    other = new_writer(txn_factory, "other")
     after = other.store.record(txn.id)
     assert after is not None and after.status is TxnStatus.ABORTED
     assert not staged(writer.store.staged_key(txn.id))
@@ -199,9 +206,9 @@ def test_a_lease_running_out_aborts_the_transaction_with_no_writer_alive(
 
 
 def test_a_commit_after_the_lease_ran_out_fails_expired_and_lands_nothing(
-    factory: EventStreamClientFactory, stream: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str
 ) -> None:
-    writer = new_writer(factory, "late", lease=0.1, sweep_every=3600)
+    writer = new_writer(txn_factory, "late", lease=0.1, sweep_every=3600)
     txn = writer.begin()
     wait_past_lease(factory, writer, txn.id)
     assert txn.status() is TxnStatus.ABORTED
@@ -211,9 +218,11 @@ def test_a_commit_after_the_lease_ran_out_fails_expired_and_lands_nothing(
     assert visible(factory) == []
 
 
-def test_writing_renews_the_lease(factory: EventStreamClientFactory, stream: str) -> None:
+def test_writing_renews_the_lease(
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str
+) -> None:
     config = TransactionalWriterConfig(transactional_id="renew", lease=0.3, stage_events=1)
-    writer = factory.create_transactional_writer(stream, BytesSerializer(), config)
+    writer = txn_factory.create_transactional_writer(stream, BytesSerializer(), config)
     txn = writer.begin()
     first = writer.store.record(txn.id)
     assert first is not None
@@ -224,7 +233,7 @@ def test_writing_renews_the_lease(factory: EventStreamClientFactory, stream: str
 
 
 def test_get_txn_resumes_a_transaction_whose_writer_died(
-    factory: EventStreamClientFactory, stream: str, redis_url: str, scope: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str, redis_url: str, scope: str
 ) -> None:
     with EventStreamClientFactory.from_url(scope, redis_url) as dying:
         writer = dying.create_transactional_writer(
@@ -234,7 +243,7 @@ def test_get_txn_resumes_a_transaction_whose_writer_died(
         first = write_keys(txn, keys=3, per_key=2, tag="1")
         txn.flush()
         txn_id = txn.id
-    rescuer = factory.create_transactional_writer(
+    rescuer = txn_factory.create_transactional_writer(
         stream, BytesSerializer(), TransactionalWriterConfig(transactional_id="b")
     )
     resumed = rescuer.get_txn(txn_id)
@@ -245,12 +254,12 @@ def test_get_txn_resumes_a_transaction_whose_writer_died(
 
 
 def test_resuming_a_transaction_fences_the_instance_that_held_it(
-    factory: EventStreamClientFactory, stream: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str
 ) -> None:
-    holder = factory.create_transactional_writer(
+    holder = txn_factory.create_transactional_writer(
         stream, BytesSerializer(), TransactionalWriterConfig(transactional_id="holder")
     )
-    taker = factory.create_transactional_writer(
+    taker = txn_factory.create_transactional_writer(
         stream, BytesSerializer(), TransactionalWriterConfig(transactional_id="taker")
     )
     txn = holder.begin()
@@ -268,14 +277,14 @@ def test_resuming_a_transaction_fences_the_instance_that_held_it(
 
 
 def test_a_new_instance_of_a_transactional_id_fences_the_old_ones_commit(
-    factory: EventStreamClientFactory, stream: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str
 ) -> None:
     config = TransactionalWriterConfig(transactional_id="same")
-    old = factory.create_transactional_writer(stream, BytesSerializer(), config)
+    old = txn_factory.create_transactional_writer(stream, BytesSerializer(), config)
     txn = old.begin()
     write_keys(txn, keys=4, per_key=2)
     txn.flush()
-    new = factory.create_transactional_writer(stream, BytesSerializer(), config)
+    new = txn_factory.create_transactional_writer(stream, BytesSerializer(), config)
     assert new.epoch == old.epoch + 1
     with pytest.raises(TransactionFencedError) as info:
         txn.commit()
@@ -294,9 +303,9 @@ class Crash(BaseException):
 
 
 def test_a_commit_interrupted_between_segments_is_completed_by_whoever_finds_it(
-    factory: EventStreamClientFactory, stream: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str
 ) -> None:
-    writer = factory.create_transactional_writer(
+    writer = txn_factory.create_transactional_writer(
         stream, BytesSerializer(), TransactionalWriterConfig(transactional_id="crash")
     )
     txn = writer.begin()
@@ -314,7 +323,7 @@ def test_a_commit_interrupted_between_segments_is_completed_by_whoever_finds_it(
     assert 0 < len(partial) < len(written)  # one segment's share landed
     record = writer.store.record(txn.id)
     assert record is not None and record.status is TxnStatus.COMMITTING
-    other = factory.create_transactional_writer(
+    other = txn_factory.create_transactional_writer(
         stream, BytesSerializer(), TransactionalWriterConfig(transactional_id="finisher")
     )
     assert other.get_txn(txn.id).status() is TxnStatus.COMMITTED
@@ -416,7 +425,7 @@ txn.commit()
 
 
 def test_a_committer_killed_between_segments_is_completed_by_the_sweep(
-    factory: EventStreamClientFactory, stream: str, redis_url: str, scope: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str, redis_url: str, scope: str
 ) -> None:
     import signal
     import subprocess
@@ -433,7 +442,7 @@ def test_a_committer_killed_between_segments_is_completed_by_the_sweep(
     txn_id = done.stdout.strip()
     partial = visible(factory)
     assert 0 < len(partial) < 64
-    survivor = factory.create_transactional_writer(
+    survivor = txn_factory.create_transactional_writer(
         stream,
         BytesSerializer(),
         TransactionalWriterConfig(transactional_id="survivor"),
@@ -451,9 +460,9 @@ def test_a_committer_killed_between_segments_is_completed_by_the_sweep(
 
 
 def test_the_segments_writer_table_forgets_committed_transactions_after_the_retention(
-    factory: EventStreamClientFactory, stream: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str
 ) -> None:
-    writer = new_writer(factory, "short", retention=1.0, sweep_every=0)
+    writer = new_writer(txn_factory, "short", retention=1.0, sweep_every=0)
     txn = writer.begin()
     write_keys(txn, keys=8, per_key=2)
     txn.commit()
@@ -497,3 +506,31 @@ def test_a_stage_that_failed_leaves_the_transaction_to_abort_never_to_commit(
     txn.abort()
     assert txn.status() is TxnStatus.ABORTED
     assert visible(factory) == []
+
+
+def test_a_commit_whose_completion_failed_is_completed_by_committing_again(
+    factory: EventStreamClientFactory, txn_writer: TransactionalEventStreamWriter[bytes]
+) -> None:
+    """The decision landed, then completing it failed after one segment took its share (an
+    outage): the transaction is COMMITTING; ``commit()`` again completes it (every event once,
+    in key order) instead of reporting it closed."""
+    from readergroup.core.errors import RedisUnavailableError
+
+    txn = txn_writer.begin()
+    written = write_keys(txn, keys=16, per_key=3)
+
+    def outage(entry: PlanEntry) -> None:
+        raise RedisUnavailableError("connection lost between two segments")
+
+    txn_writer.completer.after_entry = outage
+    with pytest.raises(RedisUnavailableError):
+        txn.commit()
+    txn_writer.completer.after_entry = None
+    record = txn_writer.store.record(txn.id)
+    assert record is not None and record.status is TxnStatus.COMMITTING
+    txn.commit()
+    seen = visible(factory)
+    assert sorted(seen) == sorted(written) and by_key(seen) == by_key(written)
+    assert txn.status() is TxnStatus.COMMITTED
+    with pytest.raises(TransactionClosedError):
+        txn.commit()  # committed: a third commit is refused as before

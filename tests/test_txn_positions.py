@@ -26,6 +26,12 @@ from readergroup.client.transactions import (
 from readergroup.client.txn_positions import group_of, reset_generation, segment_field
 from readergroup.core.errors import InvalidConfigError, TransactionPositionsError
 from readergroup.core.transactions import TxnStatus
+from tests.support.async_txn_adapter import (
+    FLAVOURS,
+    another_txn_factory,
+    claimer_of,
+    flavoured_txn_factory,
+)
 
 
 @pytest.fixture
@@ -66,23 +72,29 @@ def output(factory: EventStreamClientFactory) -> list[bytes]:
     return [e.payload for e in factory.create_batch_client().read_events("out")]
 
 
+@pytest.fixture(params=FLAVOURS)
+def txn_factory(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """What creates the pipeline's transactional writer and its readers: each test runs with
+    the threaded ones and with asyncio ones (behind a blocking adapter, in one event loop)."""
+    yield from flavoured_txn_factory(request)
+
+
 @pytest.fixture
-def txn_writer(
-    factory: EventStreamClientFactory, streams: str
-) -> Iterator[TransactionalEventStreamWriter[bytes]]:
-    yield factory.create_transactional_writer(
+def txn_writer(txn_factory: Any, streams: str) -> Iterator[TransactionalEventStreamWriter[bytes]]:
+    yield txn_factory.create_transactional_writer(
         "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="pipe")
     )
 
 
 def test_positions_commit_with_the_output(
+    txn_factory: Any,
     factory: EventStreamClientFactory,
     streams: str,
     txn_writer: TransactionalEventStreamWriter[bytes],
 ) -> None:
     setup_group(factory, streams)
     events = write_input(factory, 40)
-    reader = factory.create_reader("r1", "g", BytesSerializer())
+    reader = txn_factory.create_reader("r1", "g", BytesSerializer())
     txn_writer.bind_reader(reader)
     done = 0
     while done < len(events):
@@ -103,13 +115,14 @@ def test_positions_commit_with_the_output(
 
 
 def test_a_reader_that_lost_an_input_segment_commits_nothing(
+    txn_factory: Any,
     factory: EventStreamClientFactory,
     streams: str,
     txn_writer: TransactionalEventStreamWriter[bytes],
 ) -> None:
     setup_group(factory, streams)
     write_input(factory, 20)
-    reader = factory.create_reader("r1", "g", BytesSerializer())
+    reader = txn_factory.create_reader("r1", "g", BytesSerializer())
     txn_writer.bind_reader(reader)
     batch = reader.read_batch(20, timeout=2)
     assert batch
@@ -133,6 +146,7 @@ def test_a_reader_that_lost_an_input_segment_commits_nothing(
 
 
 def test_a_group_in_auto_commit_mode_cannot_be_bound(
+    txn_factory: Any,
     factory: EventStreamClientFactory,
     streams: str,
     txn_writer: TransactionalEventStreamWriter[bytes],
@@ -140,13 +154,14 @@ def test_a_group_in_auto_commit_mode_cannot_be_bound(
     ReaderGroupManager(streams, factory.connection).create_reader_group(
         "auto", ReaderGroupConfig(streams=[f"{streams}/in"])
     )
-    reader = factory.create_reader("r", "auto", BytesSerializer())
+    reader = txn_factory.create_reader("r", "auto", BytesSerializer())
     with pytest.raises(InvalidConfigError):
         txn_writer.bind_reader(reader)
     reader.close()
 
 
 def test_a_new_owner_resumes_after_a_dead_owners_decided_transaction(
+    txn_factory: Any,
     factory: EventStreamClientFactory,
     streams: str,
     txn_writer: TransactionalEventStreamWriter[bytes],
@@ -157,7 +172,7 @@ def test_a_new_owner_resumes_after_a_dead_owners_decided_transaction(
     transaction and resumes after it, so nothing is produced twice."""
     setup_group(factory, streams, heartbeat_interval=0.2, session_timeout=1.0)
     events = write_input(factory, 30)
-    r1 = factory.create_reader("r1", "g", BytesSerializer())
+    r1 = txn_factory.create_reader("r1", "g", BytesSerializer())
     txn_writer.bind_reader(r1)
     batch = r1.read_batch(30, timeout=2)
     assert len(batch) == 30
@@ -176,7 +191,7 @@ def test_a_new_owner_resumes_after_a_dead_owners_decided_transaction(
         txn.commit(reader=r1)
     txn_writer.completer.after_entry = None
     r1._stop.set()  # the process is gone: no heartbeats, no group commit
-    with EventStreamClientFactory.from_url(streams, redis_url) as other:
+    with another_txn_factory(txn_factory, streams, redis_url) as other:
         rescuer = other.create_transactional_writer(
             "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="pipe")
         )
@@ -194,6 +209,7 @@ def test_a_new_owner_resumes_after_a_dead_owners_decided_transaction(
 
 
 def test_a_segment_given_up_before_the_commit_fails_it_and_its_input_comes_again(
+    txn_factory: Any,
     factory: EventStreamClientFactory,
     streams: str,
     txn_writer: TransactionalEventStreamWriter[bytes],
@@ -203,14 +219,14 @@ def test_a_segment_given_up_before_the_commit_fails_it_and_its_input_comes_again
     it fails, nothing lands, and r1 gets the events of the segment it kept again."""
     setup_group(factory, streams, heartbeat_interval=0.2, session_timeout=1.0)
     events = write_input(factory, 30)
-    r1 = factory.create_reader("r1", "g", BytesSerializer())
+    r1 = txn_factory.create_reader("r1", "g", BytesSerializer())
     txn_writer.bind_reader(r1)
     first = r1.read_batch(30, timeout=2)
     assert len(first) == 30 and len(r1.owned_segments()) == 2
     txn = txn_writer.begin()
     for event in first:
         txn.write_event(bytes(event.event or b""), routing_key=event.routing_key)
-    r2 = factory.create_reader("r2", "g", BytesSerializer())
+    r2 = txn_factory.create_reader("r2", "g", BytesSerializer())
     txn_writer.bind_reader(r2)
     theirs: list[Any] = []
     deadline = time.monotonic() + 10
@@ -243,6 +259,7 @@ def test_a_segment_given_up_before_the_commit_fails_it_and_its_input_comes_again
 
 
 def test_a_claim_that_failed_fails_the_next_commit_which_resumes_the_reader_right(
+    txn_factory: Any,
     factory: EventStreamClientFactory,
     streams: str,
     txn_writer: TransactionalEventStreamWriter[bytes],
@@ -255,7 +272,7 @@ def test_a_claim_that_failed_fails_the_next_commit_which_resumes_the_reader_righ
 
     setup_group(factory, streams)
     events = write_input(factory, 20)
-    reader = factory.create_reader("r1", "g", BytesSerializer())
+    reader = txn_factory.create_reader("r1", "g", BytesSerializer())
     txn_writer.bind_reader(reader)
     first = drain(reader, 20)
     txn = txn_writer.begin()
@@ -265,7 +282,7 @@ def test_a_claim_that_failed_fails_the_next_commit_which_resumes_the_reader_righ
     owned = reader.owned_segments()
     for segment in owned:  # as a reader that acquired them anew from the group's positions
         reader.seek(segment, 0)
-    claimer = txn_writer._claimers[id(reader)]
+    claimer = claimer_of(txn_writer, reader)
 
     def outage(*args: Any, **kwargs: Any) -> Any:
         raise RedisUnavailableError("no answer while claiming")

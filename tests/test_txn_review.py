@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from readergroup.core.errors import (
     TransactionPositionsError,
 )
 from readergroup.core.transactions import PlanEntry, TxnStatus
+from tests.support.async_txn_adapter import FLAVOURS, flavoured_txn_factory
 from tests.test_transactions import (
     STREAM,
     Crash,
@@ -41,6 +43,15 @@ from tests.test_transactions import (
 )
 
 __all__ = ["stream", "txn_writer"]  # fixtures shared with test_transactions
+
+
+@pytest.fixture(params=FLAVOURS)
+def txn_factory(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """What creates the transactional writers and the readers bound to them: each test runs
+    with the threaded ones and with asyncio ones (behind a blocking adapter), except those
+    parametrized ``threaded`` (a test hook that calls back into a writer from the asyncio
+    writer's own loop, or a patch wrapping the threaded store's blocking method)."""
+    yield from flavoured_txn_factory(request)
 
 
 def die_after_entry(entry: PlanEntry) -> None:
@@ -80,9 +91,9 @@ def manual_config(scope: str) -> ReaderGroupConfig:
     return ReaderGroupConfig(streams=[f"{scope}/in"], commit_mode="manual")
 
 
-def pipe_writer(factory: EventStreamClientFactory) -> TransactionalEventStreamWriter[bytes]:
+def pipe_writer(txn_factory: Any) -> TransactionalEventStreamWriter[bytes]:
     config = TransactionalWriterConfig(transactional_id="pipe")
-    return factory.create_transactional_writer("out", BytesSerializer(), config)
+    return txn_factory.create_transactional_writer("out", BytesSerializer(), config)
 
 
 def events_of(reader: Any, count: int, timeout: float) -> list[Any]:
@@ -122,6 +133,8 @@ def test_a_commit_whose_decision_failed_keeps_its_buffered_events_for_the_retry(
     assert by_key(visible(factory))["k"] == [b"staged", b"buffered"]
 
 
+# threaded only: its patch calls the real stage (the blocking adapter would wait on its own loop)
+@pytest.mark.parametrize("txn_factory", ["threaded"], indirect=True)
 def test_a_commit_whose_decision_reply_was_lost_is_found_committing_not_recommitted(
     factory: EventStreamClientFactory,
     txn_writer: TransactionalEventStreamWriter[bytes],
@@ -149,7 +162,10 @@ def test_a_commit_whose_decision_reply_was_lost_is_found_committing_not_recommit
     assert by_key(visible(factory))["k"] == [b"staged", b"buffered"]
 
 
+# threaded only: its hook completes from the loop (the blocking adapter would wait on its own loop)
+@pytest.mark.parametrize("txn_factory", ["threaded"], indirect=True)
 def test_a_committer_that_lost_the_replan_race_to_another_completer_reports_success(
+    txn_factory: Any,
     factory: EventStreamClientFactory,
     txn_writer: TransactionalEventStreamWriter[bytes],
     manager: StreamManager,
@@ -162,7 +178,7 @@ def test_a_committer_that_lost_the_replan_race_to_another_completer_reports_succ
     commit() returns, it does not raise TransactionClosedError as if nothing had landed."""
     txn = txn_writer.begin()
     written = write_keys(txn, keys=16, per_key=2)
-    other = new_writer(factory, "other")
+    other = new_writer(txn_factory, "other")
     calls: list[PlanEntry] = []
 
     def another_completer_wins(entry: PlanEntry) -> None:
@@ -188,7 +204,7 @@ def test_a_committer_that_lost_the_replan_race_to_another_completer_reports_succ
 
 
 def test_a_reader_group_deleted_and_created_again_can_commit_its_positions(
-    factory: EventStreamClientFactory, manager: StreamManager, scope: str
+    txn_factory: Any, factory: EventStreamClientFactory, manager: StreamManager, scope: str
 ) -> None:
     """The consumed positions live in the output stream's keys, keyed by the group's name;
     a group deleted and created again under that name starts its fencing tokens at 1 again.
@@ -197,10 +213,10 @@ def test_a_reader_group_deleted_and_created_again_can_commit_its_positions(
     create_streams(manager, scope, 2, "in", "out")
     write_input(factory, "e", 20, keys=5)
     groups = manual_group(factory, scope)
-    writer = pipe_writer(factory)
+    writer = pipe_writer(txn_factory)
 
     def one_pass(reader_id: str) -> int:
-        reader = factory.create_reader(reader_id, "g", BytesSerializer())
+        reader = txn_factory.create_reader(reader_id, "g", BytesSerializer())
         writer.bind_reader(reader)
         batch = events_of(reader, 20, timeout=2)
         commit_output(writer, reader, batch)
@@ -215,13 +231,13 @@ def test_a_reader_group_deleted_and_created_again_can_commit_its_positions(
 
 
 def test_the_sweep_drops_an_abandoned_transaction_whose_record_expired(
-    factory: EventStreamClientFactory, stream: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str
 ) -> None:
     """An open transaction left by every client outlives its record's Redis TTL (lease +
     retention): the record and staging list expire, but the index of unfinished
     transactions still names it. The next sweep must drop it, not fail on it (as 'no such
     transaction') on every sweep forever."""
-    writer = new_writer(factory, "gone", lease=0.05, retention=1.0, sweep_every=3600)
+    writer = new_writer(txn_factory, "gone", lease=0.05, retention=1.0, sweep_every=3600)
     txn = writer.begin()
     txn.write_event(b"x", routing_key="k")
     txn.flush()
@@ -233,7 +249,7 @@ def test_the_sweep_drops_an_abandoned_transaction_whose_record_expired(
 
 
 def test_an_input_segment_read_to_its_end_before_the_commit_loses_no_output(
-    factory: EventStreamClientFactory, manager: StreamManager, scope: str
+    txn_factory: Any, factory: EventStreamClientFactory, manager: StreamManager, scope: str
 ) -> None:
     """Consume-transform-produce across a split of the input: the reader is handed the
     sealed segment's last events and reads on before committing their output with its
@@ -243,8 +259,8 @@ def test_an_input_segment_read_to_its_end_before_the_commit_loses_no_output(
     create_streams(manager, scope, 1, "in", "out")
     first = write_input(factory, "a", 10, keys=10)
     manual_group(factory, scope)
-    writer = pipe_writer(factory)
-    reader = factory.create_reader("r", "g", BytesSerializer())
+    writer = pipe_writer(txn_factory)
+    reader = txn_factory.create_reader("r", "g", BytesSerializer())
     writer.bind_reader(reader)
     handed = events_of(reader, 10, timeout=2)
     assert len(handed) == 10
@@ -268,7 +284,7 @@ def test_an_input_segment_read_to_its_end_before_the_commit_loses_no_output(
 
 
 def test_a_manual_commit_reader_completes_a_sealed_segment_only_once_its_end_is_committed(
-    factory: EventStreamClientFactory, manager: StreamManager, scope: str
+    txn_factory: Any, factory: EventStreamClientFactory, manager: StreamManager, scope: str
 ) -> None:
     """commit_mode='manual' commits only on reader.commit(): a reader that was handed a
     sealed segment's last events and read again, then died before committing, must not
@@ -278,13 +294,13 @@ def test_a_manual_commit_reader_completes_a_sealed_segment_only_once_its_end_is_
     written = write_input(factory, "a", 10, keys=10)
     manager.scale_stream(scope, "in", [0], [(0.0, 0.5), (0.5, 1.0)])
     manual_group(factory, scope)
-    first = factory.create_reader("r1", "g", BytesSerializer())
+    first = txn_factory.create_reader("r1", "g", BytesSerializer())
     assert len(events_of(first, 10, timeout=2)) == 10
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:  # reading on: the segment is read to its end
         assert not events_of(first, 10, timeout=0.1)
     first.close()  # never committed
-    second = factory.create_reader("r2", "g", BytesSerializer())
+    second = txn_factory.create_reader("r2", "g", BytesSerializer())
     again: list[Any] = []
     deadline = time.monotonic() + 5.0
     while len(again) < 10 and time.monotonic() < deadline:
@@ -294,7 +310,7 @@ def test_a_manual_commit_reader_completes_a_sealed_segment_only_once_its_end_is_
 
 
 def test_a_completed_input_segment_does_not_fail_the_next_commit(
-    factory: EventStreamClientFactory, manager: StreamManager, scope: str
+    txn_factory: Any, factory: EventStreamClientFactory, manager: StreamManager, scope: str
 ) -> None:
     """A reader that committed an input segment's end (its output landed) and then
     completed it (read past a split) gave nothing up that another reader could read: its
@@ -304,8 +320,8 @@ def test_a_completed_input_segment_does_not_fail_the_next_commit(
     manager.scale_stream(scope, "in", [0], [(0.0, 0.5), (0.5, 1.0)])
     write_input(factory, "b", 10, keys=10)
     manual_group(factory, scope)
-    writer = pipe_writer(factory)
-    reader = factory.create_reader("r", "g", BytesSerializer())
+    writer = pipe_writer(txn_factory)
+    reader = txn_factory.create_reader("r", "g", BytesSerializer())
     writer.bind_reader(reader)
     done = 0
     deadline = time.monotonic() + 10
@@ -318,16 +334,18 @@ def test_a_completed_input_segment_does_not_fail_the_next_commit(
     assert done == 20
 
 
+# threaded only: its hook completes from the loop (the blocking adapter would wait on its own loop)
+@pytest.mark.parametrize("txn_factory", ["threaded"], indirect=True)
 def test_a_completer_paused_past_the_retention_appends_nothing_again(
-    factory: EventStreamClientFactory, stream: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str
 ) -> None:
     """The writer-table fields that make a replayed plan entry a no-op are forgotten by the
     sweep of any writer of the stream ``retention`` (its own, as short as 1 s) after the
     transaction finished. A completer that paused between two entries while another
     completed the transaction and swept must re-read the record before appending more (it
     waited 30 s whatever the retention)."""
-    writer = new_writer(factory, "slow", sweep_every=3600)  # retention: a day
-    other = new_writer(factory, "fast", retention=1.0, sweep_every=3600)
+    writer = new_writer(txn_factory, "slow", sweep_every=3600)  # retention: a day
+    other = new_writer(txn_factory, "fast", retention=1.0, sweep_every=3600)
     txn = writer.begin()
     written = write_keys(txn, keys=16, per_key=2)
     calls: list[PlanEntry] = []
@@ -466,15 +484,15 @@ def test_a_writers_next_transaction_lands_after_its_decided_one_of_the_same_keys
 
 
 def test_a_restarted_writer_completes_its_previous_instances_decided_transactions_first(
-    factory: EventStreamClientFactory, stream: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str
 ) -> None:
     """The committing process died after T1's decision; the process restarts at once (the
     completion grace of the sweep not passed) and commits T2 over the same keys: T2's
     events must come after T1's, as a new Kafka producer first finishes its
     transactional id's pending transaction."""
-    old = new_writer(factory, "svc", completion_grace=60)
+    old = new_writer(txn_factory, "svc", completion_grace=60)
     first = _decided_not_landed(old, "a")
-    new = new_writer(factory, "svc", completion_grace=60)
+    new = new_writer(txn_factory, "svc", completion_grace=60)
     txn = new.begin()
     second = write_keys(txn, keys=16, per_key=1, tag="b")
     txn.commit()
@@ -482,6 +500,7 @@ def test_a_restarted_writer_completes_its_previous_instances_decided_transaction
 
 
 def test_a_rewound_reader_completes_the_decided_transaction_it_resumes_after(
+    txn_factory: Any,
     factory: EventStreamClientFactory,
     manager: StreamManager,
     scope: str,
@@ -495,9 +514,9 @@ def test_a_rewound_reader_completes_the_decided_transaction_it_resumes_after(
     create_streams(manager, scope, 4, "out")
     write_input(factory, "a", 16, keys=16)
     manual_group(factory, scope)
-    reader = factory.create_reader("r", "g", BytesSerializer())
-    first = died_mid_commit(factory, reader)
-    live = pipe_writer(factory)
+    reader = txn_factory.create_reader("r", "g", BytesSerializer())
+    first = died_mid_commit(txn_factory, reader)
+    live = pipe_writer(txn_factory)
 
     with monkeypatch.context() as patch, pytest.raises(RedisUnavailableError):
         patch.setattr(live.store, "claim", outage)
@@ -516,10 +535,10 @@ def test_a_rewound_reader_completes_the_decided_transaction_it_resumes_after(
     }
 
 
-def died_mid_commit(factory: EventStreamClientFactory, reader: Any) -> list[Any]:
+def died_mid_commit(txn_factory: Any, reader: Any) -> list[Any]:
     """``reader``'s next 16 events, their output decided with its positions by a writer
     bound to it that dies after one segment's share landed (no group positions either)."""
-    dead = factory.create_transactional_writer(
+    dead = txn_factory.create_transactional_writer(
         "out", BytesSerializer(), TransactionalWriterConfig(transactional_id="dead")
     )
     dead.bind_reader(reader)
@@ -537,7 +556,7 @@ def sorted_by_key(events: list[Any]) -> list[bytes]:
 
 
 def test_a_sealed_input_segment_whose_last_commit_died_before_the_group_positions_completes(
-    factory: EventStreamClientFactory, manager: StreamManager, scope: str
+    txn_factory: Any, factory: EventStreamClientFactory, manager: StreamManager, scope: str
 ) -> None:
     """The transaction covering a sealed input segment's end was decided, and its process
     died before committing the group's positions (best effort after the commit). The
@@ -549,9 +568,9 @@ def test_a_sealed_input_segment_whose_last_commit_died_before_the_group_position
     manager.scale_stream(scope, "in", [0], [(0.0, 0.5), (0.5, 1.0)])
     second = write_input(factory, "b", 16, keys=16)
     manual_group(factory, scope)
-    reader = factory.create_reader("r", "g", BytesSerializer())
-    died_mid_commit(factory, reader)  # the group's positions never followed
-    live = pipe_writer(factory)
+    reader = txn_factory.create_reader("r", "g", BytesSerializer())
+    died_mid_commit(txn_factory, reader)  # the group's positions never followed
+    live = pipe_writer(txn_factory)
     live.bind_reader(reader)  # as the segment's next owner would: claims, completes
     handed: list[Any] = []
     deadline = time.monotonic() + 5

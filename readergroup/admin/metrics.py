@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from readergroup.admin.group_steps import GroupManagerSteps, GroupSteps
 from readergroup.admin.stream_steps import StreamSteps
-from readergroup.core.calls import Steps, drive
+from readergroup.core.calls import Steps, call_on, drive
 from readergroup.core.errors import ReaderGroupError
 from readergroup.core.group_view import GROUP_STATES, group_state_word
 from readergroup.storage.connection import RedisConnection
@@ -116,9 +116,12 @@ class ReaderGroupCollector(Collector):
     def collect(self) -> Iterator[Any]:
         with self._lock:  # one scrape at a time: they share the connection's state handles
             began = time.monotonic()
-            families, up = drive(
-                scrape(self._connection, self._scopes, self._error, self._collect_transactions)
+            stores = (
+                self._connection.transactions
+                if isinstance(self._connection, RedisConnection)
+                else None  # the memory backend has no transactions
             )
+            families, up = drive(scrape(self._connection, self._scopes, self._error, stores))
             yield from families.all()
             yield from self._scrape_families(up, time.monotonic() - began)
 
@@ -141,36 +144,39 @@ class ReaderGroupCollector(Collector):
         yield from _Families().all()
         yield from self._scrape_families(None, None)
 
-    def _collect_transactions(self, scope: str, out: _Families) -> None:
-        """The scope's unfinished transactions, per stream (Redis only: the memory backend
-        has no transactions; the asyncio collector does not report them yet)."""
-        if not isinstance(self._connection, RedisConnection):
-            return
-        now = self._connection.server_time_ms()
-        for stream in drive(StreamSteps(self._connection).list_streams(scope)):
-            store = self._connection.transactions(scope, stream)
-            records = store.records([txn_id for txn_id, _ in store.unfinished()])
-            counts = dict.fromkeys(("OPEN", "COMMITTING", "ABORTED"), 0)
-            for record in records:
-                status = record.effective_status(now).value
-                counts[status] = counts.get(status, 0) + 1
-            for status, count in counts.items():
-                out.transactions.add_metric([scope, stream, status], count)
-            oldest = min((r.created_ms for r in records), default=now)
-            out.oldest_transaction.add_metric([scope, stream], max(0, now - oldest) / 1000)
+
+def _collect_transactions(
+    connection: Any, stores: Callable[[str, str], Any], scope: str, out: _Families
+) -> Steps[None]:
+    """The scope's unfinished transactions, per stream (``stores(scope, stream)``: a stream's
+    transaction store, blocking or awaited)."""
+    now = yield call_on(connection, "server_time_ms")
+    for stream in (yield from StreamSteps(connection).list_streams(scope)):
+        store = stores(scope, stream)
+        unfinished = yield call_on(store, "unfinished")
+        records = yield call_on(store, "records", [txn_id for txn_id, _ in unfinished])
+        counts = dict.fromkeys(("OPEN", "COMMITTING", "ABORTED"), 0)
+        for record in records:
+            status = record.effective_status(now).value
+            counts[status] = counts.get(status, 0) + 1
+        for status, count in counts.items():
+            out.transactions.add_metric([scope, stream, status], count)
+        oldest = min((r.created_ms for r in records), default=now)
+        out.oldest_transaction.add_metric([scope, stream], max(0, now - oldest) / 1000)
 
 
 def scrape(
     connection: Any,
     scopes: Sequence[str] | None,
     on_error: Callable[[str, Exception], None],
-    per_scope: Callable[[str, _Families], None] | None = None,
+    stores: Callable[[str, str], Any] | None = None,
 ) -> Steps[tuple[_Families, int]]:
     """One scrape of every reader group of ``scopes`` (all if ``None``) on ``connection``
     (threaded, or an asyncio managers' connection: see :mod:`readergroup.core.calls`): the
     families and ``readergroup_up``; a scope or group that cannot be read goes to
-    ``on_error(scope, exc)`` and is left out. ``per_scope(scope, families)``: more of a scope
-    to collect, called directly (the threaded collector's transactions)."""
+    ``on_error(scope, exc)`` and is left out. ``stores(scope, stream)``: a stream's transaction
+    store (blocking or awaited), for the streams' unfinished transactions (``None``: no
+    transactions, the memory backend)."""
     families = _Families()
     up = 1
     try:
@@ -191,9 +197,9 @@ def scrape(
                 yield from _collect_group(groups.group(name), families)
             except ReaderGroupError as exc:
                 on_error(scope, exc)
-        if per_scope is not None:
+        if stores is not None:
             try:
-                per_scope(scope, families)
+                yield from _collect_transactions(connection, stores, scope, families)
             except ReaderGroupError as exc:
                 on_error(scope, exc)
     return families, up

@@ -15,6 +15,10 @@ and logging. See ``docs/asyncio.md``.
   the managers, awaited (``factory.stream_manager()``, ``factory.reader_group_manager()``, or
   ``from_url``); :class:`AsyncRetentionManager`; :class:`AsyncReaderGroupCollector`
   (``factory.metrics_collector()``, Prometheus).
+* :class:`AsyncTransactionalEventStreamWriter` (``await factory.create_transactional_writer(
+  stream, serializer, config)``) and :class:`AsyncTransaction`: ``async with writer.begin() as
+  txn``, ``await txn.write_event(...)``, ``await txn.send_positions(reader)``, ``await
+  txn.commit()``.
 """
 
 from readergroup.aio.factory import AsyncEventStreamClientFactory
@@ -24,6 +28,7 @@ from readergroup.aio.metrics import AsyncReaderGroupCollector
 from readergroup.aio.reader import AsyncEventStreamReader
 from readergroup.aio.retention import AsyncRetentionManager
 from readergroup.aio.stream_manager import AsyncStreamManager
+from readergroup.aio.transactions import AsyncTransaction, AsyncTransactionalEventStreamWriter
 from readergroup.aio.writer import AsyncEventStreamWriter, AsyncWriteFuture
 from readergroup.client.write_rounds import EventPointer, EventWriterConfig
 
@@ -38,6 +43,8 @@ __all__ = [
     "AsyncStreamManager",
     "AsyncStreamMetadataCache",
     "AsyncStreamStates",
+    "AsyncTransaction",
+    "AsyncTransactionalEventStreamWriter",
     "AsyncWriteFuture",
     "EventPointer",
     "EventWriterConfig",

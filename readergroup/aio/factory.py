@@ -22,8 +22,13 @@ from readergroup.aio.metrics import AsyncReaderGroupCollector
 from readergroup.aio.reader import AsyncEventStreamReader
 from readergroup.aio.reader_join import join_group
 from readergroup.aio.stream_manager import AsyncStreamManager
+from readergroup.aio.transactions import (
+    AsyncTransactionalEventStreamWriter,
+    open_transactional_writer,
+)
 from readergroup.aio.writer import AsyncEventStreamWriter
 from readergroup.client.serializers import Serializer
+from readergroup.client.transactions import TransactionalWriterConfig
 from readergroup.client.write_rounds import EventWriterConfig
 from readergroup.core.config import ClientConfig
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
@@ -105,6 +110,23 @@ class AsyncEventStreamClientFactory:
         )
         self._writers.append(writer)
         return writer
+
+    async def create_transactional_writer(
+        self,
+        stream: str,
+        serializer: Serializer[T],
+        config: TransactionalWriterConfig,
+        **kwargs: Any,
+    ) -> AsyncTransactionalEventStreamWriter[T]:
+        """A transactional writer for ``stream`` of this scope (docs/transactions.md; as
+        :meth:`EventStreamClientFactory.create_transactional_writer
+        <readergroup.client.client_factory.EventStreamClientFactory.create_transactional_writer>`:
+        a new instance of ``config.transactional_id`` fences every older one, threaded or
+        asyncio). ``kwargs``: :meth:`AsyncTransactionalEventStreamWriter.create
+        <readergroup.aio.transactions.AsyncTransactionalEventStreamWriter.create>`'s."""
+        return await open_transactional_writer(
+            self._connection, self._metadata, self._scope, stream, serializer, config, **kwargs
+        )
 
     # -- managers (aio-admin) ---------------------------------------------------------------
     def stream_manager(self) -> AsyncStreamManager:

@@ -10,16 +10,23 @@ seconds), and ``collect`` returns what the last refresh read, never touching Red
     registry.register(collector)
     await collector.refresh()
     body = prometheus_client.generate_latest(registry)
+
+On Redis it reports the streams' unfinished transactions too
+(``readergroup_stream_transactions``, ``readergroup_stream_oldest_transaction_seconds``), read
+through :class:`~readergroup.storage.aio_txn_store.AsyncTxnStore` by the same steps.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from readergroup.admin.metrics import ReaderGroupCollector, scrape
+from readergroup.storage.aio_admin import AsyncAdminConnection
 from readergroup.storage.aio_calls import drive_async
+from readergroup.storage.aio_txn_store import async_transactions
 
 
 class AsyncReaderGroupCollector(ReaderGroupCollector):
@@ -35,7 +42,11 @@ class AsyncReaderGroupCollector(ReaderGroupCollector):
         """Read every group now (a scope or group that cannot be read is counted in
         ``readergroup_scrape_errors_total`` and left out, as in the threaded collector)."""
         began = time.monotonic()
-        families, up = await drive_async(scrape(self._connection, self._scopes, self._error))
+        stores: Callable[[str, str], Any] | None = None  # the memory backend has none
+        if isinstance(self._connection, AsyncAdminConnection):
+            stores = functools.partial(async_transactions, self._connection.connection)
+        steps = scrape(self._connection, self._scopes, self._error, stores)
+        families, up = await drive_async(steps)
         seconds = time.monotonic() - began
         self._last = [*families.all(), *self._scrape_families(up, seconds)]
 

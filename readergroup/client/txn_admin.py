@@ -48,7 +48,9 @@ class TransactionAdmin:
         self._connection = connection
         self.store = connection.transactions(scope, stream)
         metadata = StreamMetadataCache(connection, connection.config.metadata_ttl)
-        self._completer = TxnCompleter(connection, metadata, self.store, retention_ms=RETENTION_MS)
+        self._completer = TxnCompleter(
+            connection.segments, metadata, self.store, retention_ms=RETENTION_MS
+        )
 
     def sweep(self) -> int:
         """Finish what is past its deadline; returns how many."""

@@ -2,7 +2,13 @@
 idempotent append per plan entry, re-routing entries whose segment was sealed before taking
 them, then COMMITTED) and :func:`sweep` (aborts transactions past their lease, completes
 committing ones whose committer vanished, forgets old writer-table entries). States and
-guarantees: :mod:`readergroup.core.transactions`."""
+guarantees: :mod:`readergroup.core.transactions`.
+
+Written once as call steps (:mod:`readergroup.core.calls`) on a store, a metadata cache and
+a connection's appends that are either blocking (the threaded writer: :meth:`TxnCompleter.
+complete`, :func:`sweep`) or awaited (the asyncio writer drives :meth:`TxnCompleter.
+complete_steps` and :func:`sweep_steps` with :func:`~readergroup.storage.aio_calls.
+drive_async`)."""
 
 from __future__ import annotations
 
@@ -11,8 +17,9 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from readergroup.client.metadata_cache import StreamMetadataCache
+from readergroup.core.calls import Steps, call_on, drive
 from readergroup.core.errors import (
     ReaderGroupError,
     SegmentNotFoundError,
@@ -30,16 +37,16 @@ from readergroup.core.transactions import (
     TxnStatus,
 )
 from readergroup.storage import segment_status
-from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch
 from readergroup.storage.staging_store import StagedEvent
-from readergroup.storage.txn_store import TxnStore
 
 logger = logging.getLogger(__name__)
 
 
 class TxnCompleter:
-    """Completes committing transactions of one stream (any client may)."""
+    """Completes committing transactions of one stream (any client may). ``segments``,
+    ``metadata`` and ``store``: a connection's appends, a stream metadata cache and a
+    transaction store, blocking or awaited (then drive :meth:`complete_steps`)."""
 
     _MAX_ROUNDS = 50
     _RECHECK_AFTER = 0.25
@@ -50,16 +57,16 @@ class TxnCompleter:
 
     def __init__(
         self,
-        connection: RedisConnection,
-        metadata: StreamMetadataCache,
-        store: TxnStore,
+        segments: Any,
+        metadata: Any,
+        store: Any,
         *,
         retention_ms: int,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._clock = clock
-        self._connection = connection
+        self._segments = segments
         self._metadata = metadata
         self._store = store
         self._retention_ms = retention_ms
@@ -70,7 +77,14 @@ class TxnCompleter:
 
     def complete(self, record: TxnRecord, staged: Sequence[StagedEvent] | None = None) -> None:
         """Complete ``record`` (COMMITTING): every plan entry in its segment, the positions,
-        then COMMITTED. ``staged``: its staged events if the caller holds them (else read)."""
+        then COMMITTED. ``staged``: its staged events if the caller holds them (else read).
+        Blocking (:meth:`complete_steps` driven)."""
+        drive(self.complete_steps(record, staged))
+
+    def complete_steps(
+        self, record: TxnRecord, staged: Sequence[StagedEvent] | None = None
+    ) -> Steps[None]:
+        """See :meth:`complete`."""
         store = self._store
         txn_id = record.txn_id
         if record.status is TxnStatus.COMMITTED:
@@ -82,9 +96,10 @@ class TxnCompleter:
                 status=record.status.value,
             )
         if staged is None:
-            staged = store.staged(txn_id)
+            staged = yield call_on(store, "staged", txn_id)
+            assert staged is not None
         if len(staged) != record.events:
-            refreshed = store.record(txn_id)
+            refreshed = yield call_on(store, "record", txn_id)
             if refreshed is not None and refreshed.status is TxnStatus.COMMITTED:
                 return  # completed meanwhile by another client (its staged list is gone)
             raise ReaderGroupError(
@@ -95,12 +110,12 @@ class TxnCompleter:
         progress: dict[int, int] = {}
         checked = [self._clock()]
         for _ in range(self._MAX_ROUNDS):
-            sealed = self._apply(txn_id, plan, staged, progress, checked)
+            sealed = yield from self._apply(txn_id, plan, staged, progress, checked)
             if sealed is None:
                 return  # finished by another client meanwhile: append nothing more
             if not sealed:
                 break
-            replanned = self._reroute(record, plan, version, sealed, staged, progress)
+            replanned = yield from self._reroute(record, plan, version, sealed, staged, progress)
             if replanned is None:
                 return  # another completer re-planned and finished it meanwhile
             plan, version = replanned
@@ -110,9 +125,9 @@ class TxnCompleter:
                 f"{self._MAX_ROUNDS} rounds; it stays committing (any client completes it)"
             )
         entries = [(e.segment, _entry_writer(txn_id, e)) for e in plan.entries]
-        store.finish(txn_id, "commit", self._retention_ms, landed=entries)
+        yield call_on(store, "finish", txn_id, "commit", self._retention_ms, landed=entries)
 
-    def _still_committing(self, txn_id: str, checked: list[float]) -> bool:
+    def _still_committing(self, txn_id: str, checked: list[float]) -> Steps[bool]:
         """Whether the record still says COMMITTING, re-read when ``checked[0]`` (the last
         time it was known) is older than the recheck interval: a completer that took long
         checks before appending more (the writer table fields that make a replay a no-op are
@@ -120,7 +135,7 @@ class TxnCompleter:
         now = self._clock()
         if now - checked[0] <= self._RECHECK_AFTER:
             return True
-        record = self._store.record(txn_id)
+        record = yield call_on(self._store, "record", txn_id)
         checked[0] = now
         return record is not None and record.status is TxnStatus.COMMITTING
 
@@ -131,7 +146,7 @@ class TxnCompleter:
         staged: Sequence[StagedEvent],
         progress: dict[int, int],
         checked: list[float],
-    ) -> list[PlanEntry] | None:
+    ) -> Steps[list[PlanEntry] | None]:
         """Append every chunk of ``plan``'s entries not landed yet (``progress``: entry tag ->
         chunks landed, :data:`~readergroup.core.transactions.ENTRY_CHUNK`), one chunk per
         entry per round; returns the entries whose segment was sealed (or is gone) before
@@ -143,9 +158,9 @@ class TxnCompleter:
         for group in groups:
             pending = group
             while pending:
-                if not self._still_committing(txn_id, checked):
+                if not (yield from self._still_committing(txn_id, checked)):
                     return None
-                pending = self._append_chunks(txn_id, pending, staged, progress, sealed)
+                pending = yield from self._append_chunks(txn_id, pending, staged, progress, sealed)
         return sealed
 
     def _append_chunks(
@@ -155,10 +170,11 @@ class TxnCompleter:
         staged: Sequence[StagedEvent],
         progress: dict[int, int],
         sealed: list[PlanEntry],
-    ) -> list[PlanEntry]:
+    ) -> Steps[list[PlanEntry]]:
         """One round: the next chunk of each of ``entries``; returns those with more to go."""
         store, scope, stream = self._store, self._store.scope, self._store.stream
-        max_size = max(self._metadata.get(scope, stream).config.max_event_size, 1)
+        state = yield call_on(self._metadata, "get", scope, stream)
+        max_size = max(state.config.max_event_size, 1)
         batches = []
         for entry in entries:
             done = progress.get(entry.tag, 0)
@@ -168,7 +184,7 @@ class TxnCompleter:
             batches.append(
                 AppendBatch.of(scope, stream, entry.segment, writer, done + 1, events, max_size)
             )
-        replies = self._connection.segments.append(batches)
+        replies = yield call_on(self._segments, "append", batches)
         more: list[PlanEntry] = []
         for entry, reply in zip(entries, replies, strict=True):
             error = reply.error
@@ -176,7 +192,7 @@ class TxnCompleter:
                 progress[entry.tag] = progress.get(entry.tag, 0) + 1
             elif reply.status == segment_status.SEALED or isinstance(error, SegmentNotFoundError):
                 # the chunks it took before the seal stay; a sealed segment changes no more
-                taken = store.applied(entry.segment, _entry_writer(txn_id, entry))
+                taken = yield call_on(store, "applied", entry.segment, _entry_writer(txn_id, entry))
                 progress[entry.tag] = min(taken, entry.chunks)
                 if taken < entry.chunks:
                     sealed.append(entry)
@@ -197,13 +213,13 @@ class TxnCompleter:
         sealed: list[PlanEntry],
         staged: Sequence[StagedEvent],
         progress: Mapping[int, int],
-    ) -> tuple[CommitPlan, int] | None:
+    ) -> Steps[tuple[CommitPlan, int] | None]:
         """Route the events of ``sealed`` entries to the segments current now; agree on the
         new plan with any other completer (compare-and-set). None: another completer
         finished the transaction meanwhile (COMMITTED: its plan's entries all landed)."""
         store = self._store
         self._metadata.invalidate(store.scope, store.stream)
-        state = self._metadata.get(store.scope, store.stream)
+        state = yield call_on(self._metadata, "get", store.scope, store.stream)
         if state.sealed:
             raise StreamSealedError(
                 f"{store.subject(record.txn_id)}: stream sealed while committing; it stays "
@@ -217,7 +233,7 @@ class TxnCompleter:
             routes = {i: ranges.segment_at(position(staged[i], self._rng)) for i in rest}
             new = new.rerouted(entry.tag, routes, taken)
         try:
-            replanned = store.replan(record.txn_id, version, new)
+            replanned = yield call_on(store, "replan", record.txn_id, version, new)
         except TransactionClosedError as exc:
             if exc.status == TxnStatus.COMMITTED.value:
                 return None
@@ -229,7 +245,9 @@ class TxnCompleter:
                 len(sealed),
             )
             return new, version + 1
-        current = store.record(record.txn_id)  # another completer's plan: follow it
+        current = yield call_on(
+            store, "record", record.txn_id
+        )  # another completer's plan: follow it
         if current is None or current.plan is None:
             raise TransactionNotFoundError(
                 f"{store.subject(record.txn_id)} vanished while committing", txn_id=record.txn_id
@@ -237,20 +255,26 @@ class TxnCompleter:
         return current.plan, current.plan_version
 
 
-def sweep(store: TxnStore, completer: TxnCompleter, now_ms: int, retention_ms: int) -> int:
+def sweep(store: Any, completer: TxnCompleter, now_ms: int, retention_ms: int) -> int:
     """Finish the stream's transactions past their deadline (server ms ``now_ms``): abort
-    OPEN ones, complete COMMITTING ones. Returns how many it finished."""
+    OPEN ones, complete COMMITTING ones. Returns how many it finished. Blocking."""
+    return drive(sweep_steps(store, completer, now_ms, retention_ms))
+
+
+def sweep_steps(store: Any, completer: TxnCompleter, now_ms: int, retention_ms: int) -> Steps[int]:
+    """See :func:`sweep`."""
     finished = 0
-    store.forget_finished(now_ms - retention_ms)
-    for txn_id, _ in store.unfinished(until_ms=now_ms):
+    yield call_on(store, "forget_finished", now_ms - retention_ms)
+    unfinished = yield call_on(store, "unfinished", until_ms=now_ms)
+    for txn_id, _ in unfinished:
         try:
-            record = store.record(txn_id)
+            record = yield call_on(store, "record", txn_id)
             if record is None or record.status in (TxnStatus.OPEN, TxnStatus.MERGING):
-                if store.finish(txn_id, "expire", retention_ms):
+                if (yield call_on(store, "finish", txn_id, "expire", retention_ms)):
                     logger.info("%s: lease expired, aborted", store.subject(txn_id))
                     finished += 1
             elif record.status is TxnStatus.COMMITTING:
-                completer.complete(record)
+                yield from completer.complete_steps(record)
                 logger.info("%s: completed for a committer gone", store.subject(txn_id))
                 finished += 1
         except TransactionError as exc:  # finished meanwhile by someone else

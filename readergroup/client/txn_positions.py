@@ -23,8 +23,15 @@ transactions before the reset left them, and a reader from before the reset is r
   (the new owner reads those events and produces their output itself): each input event's
   output is committed exactly once.
 * The group's own positions (what lag figures and readers outside the pipeline use) are
-  then committed by the committing reader as usual (:func:`mirror_positions`); if it lost
-  the segment meanwhile, the next owner's claim carries the position instead.
+  then committed by the committing reader as usual (:func:`mirror_positions_steps`); if it
+  lost the segment meanwhile, the next owner's claim carries the position instead.
+
+Everything that does I/O here is call steps (:mod:`readergroup.core.calls`) on the writer's
+store and completer and on the reader (a threaded
+:class:`~readergroup.client.reader.EventStreamReader` or an asyncio
+:class:`~readergroup.aio.reader.AsyncEventStreamReader`, whose ``commit`` is awaited): the
+threaded writer drives them blocking (:class:`Claimer`, :func:`bind_reader`), the asyncio one
+awaits them (:class:`~readergroup.aio.transactions.AsyncClaimer`).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from readergroup.client.reader import EventStreamReader
+from readergroup.core.calls import Steps, call_on, drive
 from readergroup.core.errors import (
     InvalidConfigError,
     ReaderGroupError,
@@ -45,9 +52,14 @@ from readergroup.core.group_state import SegKey
 from readergroup.core.transactions import TxnStatus, encode_positions
 
 if TYPE_CHECKING:
-    from readergroup.client.transactions import TransactionalEventStreamWriter
+    from readergroup.client.txn_steps import TxnWriterCore
 
 logger = logging.getLogger(__name__)
+
+Reader = Any
+"""A reader of the pipeline's input: threaded or asyncio (the same synchronous accessors,
+``owned_segments``, ``position``, ``seek``, ``committed``, ``_member``; ``commit`` blocking or
+awaited)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +78,7 @@ def segment_field(segment: SegKey) -> str:
     return f"{segment[0]}/{segment[1]}"
 
 
-def group_of(reader: EventStreamReader[Any]) -> str:
+def group_of(reader: Reader) -> str:
     """The reader's group: its synchronizer's name (unique across scopes) and when it was
     created (server ms), so that a group deleted and created again under the same name,
     whose fencing tokens start at 1 again, neither inherits the old group's positions nor is
@@ -75,16 +87,15 @@ def group_of(reader: EventStreamReader[Any]) -> str:
     return f"{member.sync.name}@{member.state.created_ms}"
 
 
-def reset_generation(reader: EventStreamReader[Any]) -> int:
+def reset_generation(reader: Reader) -> int:
     """The group's reset generation the reader reads under (bumped by every reset of the
     group: a claim of a later one outranks any fencing token of an earlier one)."""
-    return reader._member.state.generation
+    generation: int = reader._member.state.generation
+    return generation
 
 
 def positions_claim(
-    writer: TransactionalEventStreamWriter[Any],
-    reader: EventStreamReader[Any],
-    positions: Mapping[SegKey, int] | None,
+    writer: TxnWriterCore[Any], reader: Reader, positions: Mapping[SegKey, int] | None
 ) -> PositionsClaim:
     """The claim committing ``positions`` of ``reader`` makes (default: the position of every
     segment it holds). Raises :class:`TransactionPositionsError` when the reader gave up or
@@ -119,14 +130,14 @@ def positions_claim(
     return PositionsClaim(chosen, text, group, claims, reset_generation(reader))
 
 
-def committed(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]) -> None:
+def committed(writer: TxnWriterCore[Any], reader: Reader) -> None:
     """A commit with ``reader``'s positions landed: start counting drops afresh."""
     claimer = writer._claimers.get(id(reader))
     if claimer is not None:
         claimer.dropped.clear()
 
 
-def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]) -> None:
+def rewind_steps(writer: TxnWriterCore[Any], reader: Reader) -> Steps[None]:
     """A commit with ``reader``'s positions failed: hand out again, from where committed
     transactions (or the group) left each owned segment, the events whose output it lost."""
     claimer = writer._claimers.get(id(reader))
@@ -134,7 +145,9 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
         return
     owned = reader.owned_segments()
     if owned:
-        found = writer.store.claim(
+        found = yield call_on(
+            writer.store,
+            "claim",
             group_of(reader),
             reset_generation(reader),
             [(segment_field(k), t) for k, t in owned.items()],
@@ -142,7 +155,8 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
         group = reader.committed()
         behind: dict[SegKey, int] = {}
         for (segment, _), (position, txn_id) in zip(owned.items(), found, strict=True):
-            complete_decided(writer, txn_id)  # it lands before what this reader commits next
+            yield from complete_decided_steps(writer, txn_id)  # it lands before what this
+            # reader commits next
             if position > group.get(segment, 0):
                 behind[segment] = position
             target = max(position, group.get(segment, 0))
@@ -163,25 +177,25 @@ def rewind(writer: TransactionalEventStreamWriter[Any], reader: EventStreamReade
                     exc_info=exc,
                 )
         if behind:  # the group's positions follow (their commit after the decision was lost)
-            mirror_positions(reader, behind)
+            yield from mirror_positions_steps(reader, behind)
     claimer.held = dict(owned)
     claimer.dropped.clear()
 
 
-def complete_decided(writer: TransactionalEventStreamWriter[Any], txn_id: str) -> None:
+def complete_decided_steps(writer: TxnWriterCore[Any], txn_id: str) -> Steps[None]:
     """Complete ``txn_id`` (named in the consumed positions, ``""``: none) if it is still
     committing: a reader resuming after its positions commits nothing before it lands."""
     if txn_id:
-        record = writer.store.record(txn_id)
+        record = yield call_on(writer.store, "record", txn_id)
         if record is not None and record.status is TxnStatus.COMMITTING:
-            writer.completer.complete(record)
+            yield from writer.completer.complete_steps(record)
 
 
-def mirror_positions(reader: EventStreamReader[Any], positions: Mapping[SegKey, int]) -> None:
+def mirror_positions_steps(reader: Reader, positions: Mapping[SegKey, int]) -> Steps[None]:
     """Commit the decided positions to the reader's group too (best effort: the consumed
     positions hash already holds them for the next owner)."""
     try:
-        reader.commit(positions)
+        yield call_on(reader, "commit", positions)
     except ReaderGroupError as exc:
         logger.warning(
             "reader %r: committing transaction positions to the group failed (the next owner "
@@ -192,19 +206,18 @@ def mirror_positions(reader: EventStreamReader[Any], positions: Mapping[SegKey, 
         )
 
 
-class Claimer:
-    """The rebalance listener :func:`bind_reader` installs."""
+class ClaimSteps:
+    """The decisions of the rebalance listener binding a reader to a writer (see
+    :func:`bind_steps`): claiming what the reader acquires, steps; what it gives up, no I/O."""
 
-    def __init__(
-        self, writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]
-    ) -> None:
+    def __init__(self, writer: TxnWriterCore[Any], reader: Reader) -> None:
         self._writer = writer
         self._reader = reader
         self.held: dict[SegKey, int] = {}  # segment -> token, as claimed on acquisition
         self.dropped: set[SegKey] = set()  # given up or lost since the last commit
         self.generation = reset_generation(reader)  # the group's, as of the last acquisition
 
-    def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+    def acquired_steps(self, reader_id: str, segments: Sequence[SegKey]) -> Steps[None]:
         reader = self._reader
         owned = reader.owned_segments()
         mine = [k for k in segments if k in owned]
@@ -219,21 +232,25 @@ class Claimer:
         for segment in mine:
             self.held[segment] = owned[segment]
         try:
-            self._claim(reader_id, mine, owned)
+            yield from self._claim(reader_id, mine, owned)
         except ReaderGroupError:
             # not claimed, or not resumed after what was decided: the next commit fails, and
             # its rewind claims them and moves them where they belong
             self.dropped.update(mine)
             raise
 
-    def _claim(self, reader_id: str, mine: list[SegKey], owned: Mapping[SegKey, int]) -> None:
+    def _claim(
+        self, reader_id: str, mine: list[SegKey], owned: Mapping[SegKey, int]
+    ) -> Steps[None]:
         reader, writer = self._reader, self._writer
         claims = [(segment_field(k), owned[k]) for k in mine]
-        found = writer.store.claim(group_of(reader), reset_generation(reader), claims)
+        found = yield call_on(
+            writer.store, "claim", group_of(reader), reset_generation(reader), claims
+        )
         group = reader.committed()
         behind: dict[SegKey, int] = {}
         for segment, (position, txn_id) in zip(mine, found, strict=True):
-            complete_decided(writer, txn_id)
+            yield from complete_decided_steps(writer, txn_id)
             if position > reader.position(segment):
                 logger.info(
                     "reader %r: %s resumes at %d, after transaction %s",
@@ -246,7 +263,7 @@ class Claimer:
             if position > group.get(segment, 0):
                 behind[segment] = position
         if behind:  # the group's positions follow (their commit after the decision was lost)
-            mirror_positions(reader, behind)
+            yield from mirror_positions_steps(reader, behind)
 
     def on_segments_released(self, reader_id: str, segments: Sequence[SegKey]) -> None:
         # a segment completed (read to its end, which manual mode does once the end is
@@ -265,10 +282,17 @@ class Claimer:
                 self.dropped.add(segment)
 
 
-def bind_reader(
-    writer: TransactionalEventStreamWriter[Any], reader: EventStreamReader[Any]
-) -> None:
-    """See :meth:`TransactionalEventStreamWriter.bind_reader`."""
+class Claimer(ClaimSteps):
+    """The rebalance listener :func:`bind_reader` installs on a threaded reader."""
+
+    def on_segments_acquired(self, reader_id: str, segments: Sequence[SegKey]) -> None:
+        drive(self.acquired_steps(reader_id, segments))
+
+
+def bind_steps(writer: TxnWriterCore[Any], reader: Reader, claimer: ClaimSteps) -> Steps[None]:
+    """Install ``claimer`` (a listener made for ``reader``) unless the reader is bound, and
+    claim what the reader holds already (see :meth:`TransactionalEventStreamWriter.bind_reader
+    <readergroup.client.transactions.TransactionalEventStreamWriter.bind_reader>`)."""
     if id(reader) in writer._claimers:
         return
     if reader.commit_mode != "manual":
@@ -276,9 +300,14 @@ def bind_reader(
             f"reader {reader.reader_id!r}: a consume-transform-produce group commits only with "
             "its transactions: create it with ReaderGroupConfig(commit_mode='manual')"
         )
-    claimer = Claimer(writer, reader)
     writer._claimers[id(reader)] = claimer
     reader.add_rebalance_listener(claimer)
     owned = reader.owned_segments()
     if owned:  # segments acquired before binding: claim them now
-        claimer.on_segments_acquired(reader.reader_id, list(owned))
+        yield from claimer.acquired_steps(reader.reader_id, list(owned))
+
+
+def bind_reader(writer: TxnWriterCore[Any], reader: Reader) -> None:
+    """See :meth:`TransactionalEventStreamWriter.bind_reader
+    <readergroup.client.transactions.TransactionalEventStreamWriter.bind_reader>`."""
+    drive(bind_steps(writer, reader, Claimer(writer, reader)))
