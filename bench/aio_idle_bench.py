@@ -3,10 +3,11 @@
 ``--readers`` asyncio readers of one group over ``--segments`` segments in ONE process and one
 event loop, each reading with ``read_next_event(timeout=--timeout)`` in a task of its own, and
 nothing written. Once every reader owns its fair share (and ``--settle`` s more), over
-``--idle`` seconds: the process's CPU as a share of one core (the goal: <= 5%), the server's
-commands per reader per second (``INFO stats``: only this group's readers talk to it), the
-event loop's p99 lag (a probe task asking to run every 1 ms) and the loop's callbacks (wake-ups)
-and timers scheduled per reader per second. Then the same commands figure for
+``--idle`` seconds: the process's CPU as a share of one core (the goal: <= 5%) and the server's
+commands per reader per second (``INFO stats``: only this group's readers talk to it; and per
+command, ``INFO commandstats``, commands inside scripts counted); then over another ``--idle``
+seconds the event loop's p99 lag (a probe task asking to run every 1 ms) and the loop's
+callbacks (wake-ups) and timers scheduled per reader per second. Then the same commands figure for
 ``--sync-readers`` threaded readers of another group over as many segments (the goal: async <=
 sync), each in a process of its own, one after the other. ``--profile N``: print the N
 costliest functions (cProfile, cumulative) of the idle window instead of the timing figures.
@@ -30,27 +31,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis
-
 from bench.aio_reader_bench import _commands, _group, _p99_ms, _stream
 from bench.common import emit, run_processes
+from bench.coordination_bench import _command_calls
 from readergroup import BytesSerializer, EventStreamClientFactory, StreamManager
 from readergroup.aio import AsyncEventStreamClientFactory
 from readergroup.testing.embedded_redis import local_redis_server
 
 
-def _command_counts(url: str) -> dict[str, int]:
-    """The server's calls per command (``INFO commandstats``)."""
-    client = redis.Redis.from_url(url)
-    try:
-        stats = client.info("commandstats")
-    finally:
-        client.close()
-    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
-
-
 def _per_reader(before: dict[str, int], after: dict[str, int], readers: int, s: float) -> Any:
-    """Each command's calls per reader per second between two :func:`_command_counts`."""
+    """Each command's calls per reader per second between two ``INFO commandstats``."""
     rates = {k: (n - before.get(k, 0)) / readers / s for k, n in after.items()}
     return {k: round(v, 3) for k, v in sorted(rates.items()) if v >= 0.0005}
 
@@ -121,36 +111,41 @@ def _idle_async(
             ):
                 await asyncio.sleep(0.01)
             await asyncio.sleep(options["settle"])
-            probing = asyncio.create_task(probe()) if not options["profile"] else None
+            # window 1: CPU and commands, nothing of the bench's own in the loop
             profiler = cProfile.Profile() if options["profile"] else None
-            await asyncio.sleep(0.1)
-            lags[:] = []
-            by_name = _command_counts(url)
+            by_name = _command_calls(url)
             commands, cpu, began = _commands(url), time.process_time(), time.perf_counter()
-            counts.counting = True
             if profiler is not None:
                 profiler.enable()
             await asyncio.sleep(options["idle"])
             if profiler is not None:
                 profiler.disable()
-            counts.counting = False
             elapsed = time.perf_counter() - began
             cpu_share = (time.process_time() - cpu) / elapsed
             per_reader = (_commands(url) - commands) / readers / elapsed
-            by_name = _per_reader(by_name, _command_counts(url), readers, elapsed)
-            if probing is not None:
-                probing.cancel()
-            stop.set()
-            await asyncio.gather(*tasks)
+            by_name = _per_reader(by_name, _command_calls(url), readers, elapsed)
             result: dict[str, Any] = {
                 "idle_cpu_share_of_one_core": round(cpu_share, 3),
                 "idle_commands_per_reader_per_s": round(per_reader, 2),
                 "idle_commands_per_reader_per_s_by_name": by_name,
-                "loop_callbacks_per_reader_per_s": round(counts.callbacks / readers / elapsed, 1),
-                "loop_timers_per_reader_per_s": round(counts.timers / readers / elapsed, 1),
             }
-            if probing is not None:
-                result["loop_lag_p99_ms"] = round(_p99_ms(lags), 2)
+            # window 2: the loop's lag (the probe) and its callbacks and timers, less the
+            # probe's own (a timer and two callbacks per turn)
+            probing = asyncio.create_task(probe())
+            await asyncio.sleep(0.1)
+            lags[:] = []
+            counts.counting, began = True, time.perf_counter()
+            await asyncio.sleep(options["idle"])
+            counts.counting = False
+            elapsed, turns = time.perf_counter() - began, len(lags)
+            probing.cancel()
+            result["loop_lag_p99_ms"] = round(_p99_ms(lags), 2)
+            callbacks = (counts.callbacks - 2 * turns) / readers / elapsed
+            result["loop_callbacks_per_reader_per_s"] = round(callbacks, 1)
+            timers = (counts.timers - turns) / readers / elapsed
+            result["loop_timers_per_reader_per_s"] = round(timers, 1)
+            stop.set()
+            await asyncio.gather(*tasks)
             if profiler is not None:
                 text = io.StringIO()
                 stats = pstats.Stats(profiler, stream=text)
@@ -179,12 +174,12 @@ def _idle_sync(
         for thread in threads:
             thread.start()
         time.sleep(3 + options["settle"])  # balanced and settled
-        by_name = _command_counts(url)
+        by_name = _command_calls(url)
         commands, cpu, began = _commands(url), time.process_time(), time.perf_counter()
         time.sleep(options["idle"])
         elapsed = time.perf_counter() - began
         per_reader = (_commands(url) - commands) / readers / elapsed
-        by_name = _per_reader(by_name, _command_counts(url), readers, elapsed)
+        by_name = _per_reader(by_name, _command_calls(url), readers, elapsed)
         cpu_share = (time.process_time() - cpu) / elapsed
         stop.set()
         for thread in threads:
@@ -204,7 +199,7 @@ def main() -> None:
     parser.add_argument("--sync-readers", type=int, default=20)
     parser.add_argument("--segments", type=int, default=1024)
     parser.add_argument("--timeout", type=float, default=0.5)
-    parser.add_argument("--settle", type=float, default=4.0)
+    parser.add_argument("--settle", type=float, default=15.0)
     parser.add_argument("--idle", type=float, default=10.0)
     parser.add_argument("--profile", type=int, default=0)
     parser.add_argument("--parts", default="async,async_as_many_as_sync,sync")

@@ -62,6 +62,17 @@ class Recording:
         self.released.update(segments)
 
 
+async def _reader_with_listeners(
+    factory: AsyncEventStreamClientFactory, reader_id: str
+) -> tuple[AsyncEventStreamReader[str], Blocking, Recording]:
+    """A reader of group ``g`` with a :class:`Blocking` listener, then a :class:`Recording`."""
+    reader = await factory.create_reader(reader_id, "g", UTF8StringSerializer())
+    first, second = Blocking(), Recording()
+    reader.add_rebalance_listener(first)
+    reader.add_rebalance_listener(second)
+    return reader, first, second
+
+
 async def _cancel_read_in_listener(reader: AsyncEventStreamReader[str], listener: Blocking) -> None:
     """Read until ``listener`` is entered (blocked), then cancel that read call."""
     listener.entered.clear()
@@ -88,10 +99,7 @@ def test_a_cancelled_read_call_tells_each_acquisition_once_and_then_hands_it_out
 
     async def main() -> tuple[Blocking, Recording, list[str | None]]:
         async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
-            reader = await factory.create_reader("a", "g", UTF8StringSerializer())
-            first, second = Blocking(), Recording()
-            reader.add_rebalance_listener(first)
-            reader.add_rebalance_listener(second)
+            reader, first, second = await _reader_with_listeners(factory, "a")
             await _cancel_read_in_listener(reader, first)
             assert first.cancelled == ["acquired"]
             assert not second.acquired  # told by the next read call, not by the cancelled one
@@ -117,10 +125,7 @@ def test_a_cancelled_read_call_tells_each_release_once_and_the_release_lands(
 
     async def main() -> tuple[Blocking, Recording, int, int]:
         async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
-            a = await factory.create_reader("a", "g", UTF8StringSerializer())
-            first, second = Blocking(), Recording()
-            a.add_rebalance_listener(first)
-            a.add_rebalance_listener(second)
+            a, first, second = await _reader_with_listeners(factory, "a")
             async with asyncio.timeout(20):
                 while len(a.assignment()) < 4:
                     await a.read_next_event(timeout=0.05)
@@ -152,10 +157,7 @@ def test_close_after_a_cancelled_read_call_tells_the_rest_once(redis_url: str, s
 
     async def main() -> tuple[Blocking, Recording]:
         async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
-            reader = await factory.create_reader("a", "g", UTF8StringSerializer())
-            first, second = Blocking(), Recording()
-            reader.add_rebalance_listener(first)
-            reader.add_rebalance_listener(second)
+            reader, first, second = await _reader_with_listeners(factory, "a")
             await _cancel_read_in_listener(reader, first)
             await reader.close()
             return first, second

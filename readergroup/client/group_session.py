@@ -360,12 +360,16 @@ class SessionSteps(Generic[T]):
         """Make the listener calls of :attr:`telling` still to make (the gate's lock let go:
         they may commit, or read positions), then carry its change out: releases may be sent,
         acquired segments are handed out. A listener's exception is raised then, wrapped, once
-        the change is carried out (``quietly``: only logged). A cancellation while a listener
-        is awaited leaves the calls not made yet in :attr:`telling` for the next read call."""
+        the change is carried out (``quietly``, as ``close()`` tells: only logged). A
+        cancellation while a listener is awaited leaves the calls not made yet in
+        :attr:`telling` for the next read call (or ``close()``)."""
         telling = self.telling
         assert telling is not None
-        with self.gate.released():
+        if quietly:  # (``close()``: the gate's lock is not held)
             yield from tell_steps(telling, self.reader_id)
+        else:
+            with self.gate.released():
+                yield from tell_steps(telling, self.reader_id)
         self.telling = None
         machine = self.machine
         if telling.released:
