@@ -131,10 +131,10 @@ class AsyncGroupSession(SessionSteps[T]):
         """Drive ``steps`` (a coroutine to await)."""
         return drive_async(steps, self, local=self._local)
 
-    @contextlib.asynccontextmanager
-    async def _local(self) -> AsyncIterator[None]:
-        async with self.hand_out:
-            yield
+    def _local(self) -> asyncio.Lock:
+        """What the steps' own code runs under: the hand-out lock (held as it is, an async
+        context manager of its own)."""
+        return self.hand_out
 
     @contextlib.asynccontextmanager
     async def _unlocked(self) -> AsyncIterator[None]:
