@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.aio_reader_bench import _commands, _group, _p99_ms, _stream
-from bench.common import emit, run_processes
+from bench.common import emit, probe_loop_lag, run_processes
 from bench.coordination_bench import _command_calls
 from readergroup import BytesSerializer, EventStreamClientFactory, StreamManager
 from readergroup.aio import AsyncEventStreamClientFactory
@@ -85,12 +85,6 @@ def _idle_async(
         counts = LoopCounts(asyncio.get_running_loop())
         lags: list[float] = []
 
-        async def probe() -> None:
-            while True:
-                before = time.perf_counter()
-                await asyncio.sleep(0.001)
-                lags.append(time.perf_counter() - before - 0.001)
-
         async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
             made = []
             stop = asyncio.Event()
@@ -131,7 +125,7 @@ def _idle_async(
             }
             # window 2: the loop's lag (the probe) and its callbacks and timers, less the
             # probe's own (a timer and two callbacks per turn)
-            probing = asyncio.create_task(probe())
+            probing = asyncio.create_task(probe_loop_lag(lags))
             await asyncio.sleep(0.1)
             lags[:] = []
             counts.counting, began = True, time.perf_counter()
