@@ -17,6 +17,7 @@ from typing import Any
 from readergroup import UTF8StringSerializer
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncEventStreamReader
 from readergroup.core.group_state import SegKey
+from readergroup.core.reader_machine import SegmentPhase
 from tests.test_aio_reader import keyed, make_group, write
 
 
@@ -171,3 +172,37 @@ def test_close_after_a_cancelled_read_call_tells_the_rest_once(redis_url: str, s
 async def _read_forever(reader: AsyncEventStreamReader[str]) -> None:
     while True:
         await reader.read_next_event(timeout=0.05)
+
+
+def test_close_does_not_tell_again_a_release_the_listeners_heard(
+    redis_url: str, scope: str
+) -> None:
+    """A read call told the listeners of a release that is not sent yet (the maintenance task,
+    which sends it, is stopped here so that it never is): ``close()`` tells the other segments
+    released, not those again."""
+    make_group(redis_url, scope)
+
+    async def main() -> Recording:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            a = await factory.create_reader("a", "g", UTF8StringSerializer())
+            heard = Recording()
+            a.add_rebalance_listener(heard)
+            async with asyncio.timeout(20):
+                while len(a.assignment()) < 4:
+                    await a.read_next_event(timeout=0.05)
+            session: Any = a._session
+            b = await factory.create_reader("b", "g", UTF8StringSerializer())
+            async with asyncio.timeout(20):  # a's maintenance decides to release two
+                while not session.machine.in_phase(SegmentPhase.RELEASING):
+                    await asyncio.sleep(0.01)
+            session._maintenance.cancel()  # nothing sends the release from here on
+            await asyncio.gather(session._maintenance, return_exceptions=True)
+            async with asyncio.timeout(20):
+                while not heard.released:
+                    await a.read_next_event(timeout=0.05)
+            await a.close()
+            await b.close()
+            return heard
+
+    heard = asyncio.run(main())
+    assert len(heard.released) == 4 and set(heard.released.values()) == {1}
