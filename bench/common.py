@@ -34,6 +34,17 @@ def run_processes(
     return collected
 
 
+async def probe_loop_lag(lags: list[float]) -> None:
+    """Ask the running event loop to run this task every 1 ms, appending each turn's lag (s
+    past the millisecond) to ``lags``, until cancelled."""
+    import asyncio
+
+    while True:
+        before = time.perf_counter()
+        await asyncio.sleep(0.001)
+        lags.append(time.perf_counter() - before - 0.001)
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 

@@ -30,13 +30,25 @@ class CachedAnnouncements:
     def __init__(self, store: Any) -> None:
         self._store = store
         self.announced: dict[str, tuple[int, int, int]] = {}
+        self._newest_for: tuple[object, object] | None = None
+        """The members (``state.readers``) and the copy last found all to read the newest
+        format: while both are the same objects, the check (over every member) is not made
+        again (persistent maps: an unchanged group keeps its ``readers``)."""
 
     async def refresh(self, state: GroupState | None = None) -> None:
         """Read the announcements again (an unreadable hash keeps the copy); with ``state``,
         only if some member of it is not known to read the newest format (an idle group whose
-        members all announced it reads nothing)."""
-        if state is not None and negotiated_format(state.readers, self.announced) == NEWEST_FORMAT:
-            return
+        members all announced it reads nothing, and checks its members once, not on every
+        heartbeat)."""
+        if state is not None:
+            seen = (state.readers, self.announced)
+            if self._newest_for is not None and all(
+                a is b for a, b in zip(seen, self._newest_for, strict=True)
+            ):
+                return
+            if negotiated_format(state.readers, self.announced) == NEWEST_FORMAT:
+                self._newest_for = seen
+                return
         try:
             self.announced = await self._store.announcements()
         except ReaderGroupError:

@@ -31,7 +31,7 @@ from readergroup.client.fetch_core import FetchOutcome, Outage
 from readergroup.client.group_session import SessionSteps
 from readergroup.client.maintenance import maintenance_steps
 from readergroup.core.calls import Steps
-from readergroup.core.group_config import ReaderGroupConfig
+from readergroup.core.group_config import AUTO, ReaderGroupConfig
 from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from statesync.aio_synchronizer import clock_sleep
@@ -118,6 +118,8 @@ class AsyncGroupSession(SessionSteps[T]):
         self._sleep = clock_sleep(self._clock)
         self._maintenance: asyncio.Task[Any] | None = None
         self._heartbeats: asyncio.Task[Any] | None = None
+        self._watching = False
+        """The reading task's fetch waits on the group's wake streams now."""
         fetcher.unlocked = self._unlocked
         self.start_background()
 
@@ -129,10 +131,10 @@ class AsyncGroupSession(SessionSteps[T]):
         """Drive ``steps`` (a coroutine to await)."""
         return drive_async(steps, self, local=self._local)
 
-    @contextlib.asynccontextmanager
-    async def _local(self) -> AsyncIterator[None]:
-        async with self.hand_out:
-            yield
+    def _local(self) -> asyncio.Lock:
+        """What the steps' own code runs under: the hand-out lock (held as it is, an async
+        context manager of its own)."""
+        return self.hand_out
 
     @contextlib.asynccontextmanager
     async def _unlocked(self) -> AsyncIterator[None]:
@@ -146,8 +148,20 @@ class AsyncGroupSession(SessionSteps[T]):
 
     # -- the steps' I/O, awaited -------------------------------------------------------------
     async def fetch(self, block: float, logs: Mapping[str, str], hold: float) -> FetchOutcome:
+        fetcher = self._aio_fetcher
         async with self.hand_out:
-            return await self._aio_fetcher.fetch(block, logs, hold=hold)
+            self._watching = not fetcher.reading_ahead and any(g in logs for g in self._group_logs)
+            try:
+                return await fetcher.fetch(block, logs, hold=hold)
+            finally:
+                self._watching = False
+
+    def _unwatched(self, now: float) -> bool:
+        """As the threaded session's, but a fetch of the reading task waiting on the group's
+        wake streams watches it now (an idle reader whose read timeout is
+        ``group_refresh_time`` is not taken for an unwatched one just before its fetch
+        ends: no group log read of its own)."""
+        return not self._watching and super()._unwatched(now)
 
     async def take_refilled(self, max_events: int) -> list[EventRead[T]]:
         async with self.hand_out:
@@ -157,7 +171,68 @@ class AsyncGroupSession(SessionSteps[T]):
         await self._sleep(seconds)
 
     async def wait_wake(self, timeout: float) -> bool:
-        return await _wait(self.wake, timeout)
+        """Wait until work is posted (``wake``) or, after ``timeout`` s, a round due by the
+        clock alone would act. The clock's rounds are looked at by a timer callback, not by
+        waking this task: an idle reader's periodic round (``group_refresh_time``) that would
+        find nothing to do (see :meth:`round_would_act`) costs a callback of the loop, not a
+        round; the callback looks again every ``group_refresh_time`` until one would act."""
+        wake = self.wake
+        if wake.is_set():
+            return True
+        loop = asyncio.get_running_loop()
+        timer: list[asyncio.TimerHandle] = []
+
+        def look() -> None:
+            if not wake.is_set():
+                if self.round_would_act():
+                    wake.set()
+                else:
+                    timer[0] = loop.call_later(self._group.group_refresh_time, look)
+
+        timer.append(loop.call_later(max(0.0, timeout), look))
+        try:
+            await wake.wait()
+        finally:
+            timer[0].cancel()
+        return True
+
+    def round_would_act(self) -> bool:
+        """Whether a maintenance round now would do anything: work posted, a rewind to send, an
+        auto commit due with positions to commit, or a refresh due that would read the group
+        log (the heartbeat task fetched entries not acted on, or no fetch of the reading task
+        watched the group lately) or may complete a segment (one read at a known end, or
+        whose stream's metadata says sealed). Otherwise a round would only move its clocks
+        on, and is not made: the next look finds the same due times."""
+        if self.maintenance_due_in() > 0:
+            return False
+        if self.group_dirty or self._streams_dirty or self.machine.ack_due is not None:
+            return True
+        if self._aio_fetcher.rewound:
+            return True
+        config, now = self._group, self._clock.monotonic()
+        if (
+            config.commit_mode == AUTO
+            and now - self._last_commit >= config.auto_commit_interval
+            and self._auto_positions()
+        ):
+            return True
+        if now - self._last_refresh < config.group_refresh_time:
+            return False
+        return self._behind() or self._unwatched(now) or self._may_complete()
+
+    def _may_complete(self) -> bool:
+        """Whether an owned segment may be complete: bounded, or sealed (or gone) in its
+        stream's metadata as last read."""
+        owned = self._aio_fetcher.owned.values()
+        for scoped, sync in self._streams.items():
+            segments = sync.state.segments
+            for segment in owned:
+                if segment.key[0] != scoped:
+                    continue
+                record = segments.get(segment.segment)
+                if segment.bounded or record is None or not record.active:
+                    return True
+        return False
 
     async def stopped_within(self, timeout: float) -> bool:
         return await _wait(self.stop, timeout)

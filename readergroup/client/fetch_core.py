@@ -663,6 +663,11 @@ class FetchCore(Generic[T]):
         self.errors.append(error)
         return out
 
+    @property
+    def reading_ahead(self) -> bool:
+        """Whether reads ahead are outstanding (a fetch then waits on them, not on the logs)."""
+        return bool(self._ahead)
+
     # -- reads -------------------------------------------------------------------------------
     def plan_fetch(
         self, block: float, logs: Mapping[str, str], hold: float = 0.0, switches: int = 0

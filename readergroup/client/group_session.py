@@ -30,6 +30,7 @@ from readergroup.admin.group_member import GroupMember, segments_text
 from readergroup.client.event_read import EventRead, RebalanceListener
 from readergroup.client.fetch_core import FetchCore
 from readergroup.client.fetcher import Fetcher, FetchOutcome, Outage, OwnedSegment
+from readergroup.client.listener_calls import Telling, listener_calls, tell_steps
 from readergroup.client.maintenance import HandOutGate, maintenance_steps
 from readergroup.core.balance import segments_to_release
 from readergroup.core.calls import Steps, call, drive
@@ -150,6 +151,7 @@ class SessionSteps(Generic[T]):
         self._clock, self._rng = clock, rng
         self.reader_id = member.reader_id
         self.listeners: list[RebalanceListener] = []
+        self.telling: Telling | None = None  # listener calls a read call still has to make
         self.machine = ReaderMachine(member.reader_id)
         """What this reader may hand out, and when (every transition is the machine's; it is
         changed only under the gate's lock)."""
@@ -324,31 +326,24 @@ class SessionSteps(Generic[T]):
         """(Reading thread, under the gate's lock, at the start of a read call and before each
         of its fetches: nothing was handed out since the call began.) Carry out what the
         reader's machine says a read call must do first: tell the listeners of lost, released
-        and acquired segments (with the gate's lock let go), raise if the reader was removed
-        or closed, post a checkpoint's acknowledgement; returns the checkpoint to hand out
-        before any event, if one is due."""
+        and acquired segments (with the gate's lock let go; first the calls a cancelled read
+        call left to make: see :mod:`~readergroup.client.listener_calls`), raise if the reader
+        was removed or closed, post a checkpoint's acknowledgement; returns the checkpoint to
+        hand out before any event, if one is due."""
         machine, fetcher = self.machine, self._fetcher
+        if self.telling is not None:
+            yield from self._tell_listeners()
         step = machine.read_call()
         if step.ack:
             self.wake.set()  # the maintenance thread acknowledges it
-        if step.lost or step.released or step.acquired or step.completed:
-            failure = yield from self._tell_listeners(
-                step.lost, (*step.completed, *step.released), step.acquired
-            )
-            if step.released:
-                with self.gate.closed():
-                    machine.released_heard(step.released)
-                self.group_dirty = True
-                self.wake.set()
-            if step.acquired:
-                with self.gate.closed():
-                    for key in machine.acquired_heard(step.acquired):
-                        fetcher.serve(key)
-            if failure is not None:
-                raise failure
         if step.freed:  # made releasable by this call: the maintenance thread sends them
             self.group_dirty = True
             self.wake.set()
+        if step.lost or step.released or step.acquired or step.completed:
+            released = (*step.completed, *step.released)
+            calls = listener_calls(self.listeners, step.lost, released, step.acquired)
+            self.telling = Telling(calls, step.released, step.acquired)
+            yield from self._tell_listeners()
         if step.closed or self.closed:
             raise ReaderClosedError(f"reader {self.reader_id!r} is closed")
         if step.removed is not None:
@@ -361,26 +356,41 @@ class SessionSteps(Generic[T]):
             return EventRead(None, checkpoint_name=name)
         return None
 
-    def _tell_listeners(
-        self, lost: Sequence[SegKey], released: Sequence[SegKey], acquired: Sequence[SegKey]
-    ) -> Steps[ReaderGroupError | None]:
-        """Call the listeners (the gate's lock let go: they may commit, or read positions);
-        every listener hears every change even if one raises; returns the first failure,
-        wrapped, for the read call to raise once the changes are carried out."""
-        failure: ReaderGroupError | None = None
-        with self.gate.released():
-            try:
-                yield from self._notify(acquired=acquired, released=released, lost=lost)
-            except Exception as exc:  # the application's code: raised by the read call
-                logger.warning(
-                    "reader %r: a rebalance listener raised", self.reader_id, exc_info=exc
-                )
-                failure = RebalanceListenerError(
-                    f"reader {self.reader_id!r}: a rebalance listener raised {exc!r}; the "
-                    "segments' changes were carried out all the same"
-                )
-                failure.__cause__ = exc
-        return failure
+    def _tell_listeners(self, *, quietly: bool = False) -> Steps[None]:
+        """Make the listener calls of :attr:`telling` still to make (the gate's lock let go:
+        they may commit, or read positions), then carry its change out: releases may be sent,
+        acquired segments are handed out. A listener's exception is raised then, wrapped, once
+        the change is carried out (``quietly``, as ``close()`` tells: only logged). A
+        cancellation while a listener is awaited leaves the calls not made yet in
+        :attr:`telling` for the next read call (or ``close()``)."""
+        telling = self.telling
+        assert telling is not None
+        if quietly:  # (``close()``: the gate's lock is not held)
+            yield from tell_steps(telling, self.reader_id)
+        else:
+            with self.gate.released():
+                yield from tell_steps(telling, self.reader_id)
+        self.telling = None
+        machine = self.machine
+        if telling.released:
+            with self.gate.closed():
+                machine.released_heard(telling.released)
+            self.group_dirty = True
+            self.wake.set()
+        if telling.acquired:
+            with self.gate.closed():
+                for key in machine.acquired_heard(telling.acquired):
+                    self._fetcher.serve(key)
+        exc = telling.failure
+        if exc is None:
+            return
+        logger.warning("reader %r: a rebalance listener raised", self.reader_id, exc_info=exc)
+        if not quietly:
+            failure = RebalanceListenerError(
+                f"reader {self.reader_id!r}: a rebalance listener raised {exc!r}; the "
+                "segments' changes were carried out all the same"
+            )
+            raise failure from exc
 
     # -- maintenance (the maintenance thread) ------------------------------------------------
     def maintenance_due_in(self) -> float:
@@ -1020,34 +1030,14 @@ class SessionSteps(Generic[T]):
                 owned.hold(TruncatedDataError(owned.name, owned.fetch, -1), owned.fetch)
                 owned.final_tail = owned.fetch  # nothing more can be fetched
 
-    def _notify(
-        self,
-        acquired: Sequence[SegKey] = (),
-        released: Sequence[SegKey] = (),
-        lost: Sequence[SegKey] = (),
-    ) -> Steps[None]:
-        """Tell every listener (lost, then released, then acquired); every listener hears
-        every change even if one raises; the first exception is raised at the end. (An asyncio
-        reader's listener may be a coroutine function: its driver awaits what ``invoke``
-        returns.)"""
-        failure: Exception | None = None
-        for listener in list(self.listeners):
-            calls: list[tuple[Callable[[str, list[SegKey]], Any], Sequence[SegKey]]] = []
-            if lost:
-                calls.append(
-                    (getattr(listener, "on_segments_lost", listener.on_segments_released), lost)
-                )
-            if released:
-                calls.append((listener.on_segments_released, released))
-            if acquired:
-                calls.append((listener.on_segments_acquired, acquired))
-            for method, keys in calls:
-                try:
-                    yield from call("invoke", method, self.reader_id, list(keys))
-                except Exception as exc:
-                    failure = failure or exc
-        if failure is not None:
-            raise failure
+    def _notify(self, released: Sequence[SegKey] = (), lost: Sequence[SegKey] = ()) -> Steps[None]:
+        """Tell every listener (lost, then released); every listener hears every change even
+        if one raises; the first exception is raised at the end. (An asyncio reader's listener
+        may be a coroutine function: its driver awaits what ``invoke`` returns.)"""
+        telling = Telling(listener_calls(self.listeners, lost, released))
+        yield from tell_steps(telling, self.reader_id)
+        if telling.failure is not None:
+            raise telling.failure
 
     # -- checkpoints -------------------------------------------------------------------------
     def _acknowledge_checkpoint(self, *, leaving: bool = False) -> Steps[None]:
@@ -1184,16 +1174,24 @@ class SessionSteps(Generic[T]):
         yield from call("stop_background", 10.0)
         yield from call("group_lock.acquire")
         try:
+            self._closing = True  # a listener may commit(): the segments are still owned
+            try:
+                if self.telling is not None:  # what a cancelled read call left to tell
+                    yield from self._tell_listeners(quietly=True)
+            finally:
+                self._closing = False
             with self.gate.closed():  # nothing is handed out from here on
                 removed = self.machine.removed
                 step = self.machine.read_call()  # (closed: what the application is yet to hear)
+                heard = set(self.machine.in_phase(SegmentPhase.RELEASABLE))  # told released
                 owned_keys = self.machine.close()
                 for key in owned_keys:
                     self._fetcher.hold(key)
-            self._closing = True  # a listener may commit(): the segments are still owned
+            self._closing = True
             try:
                 if removed is None:
-                    yield from self._notify_quietly(step.lost, (*step.completed, *owned_keys))
+                    to_tell = [key for key in owned_keys if key not in heard]
+                    yield from self._notify_quietly(step.lost, (*step.completed, *to_tell))
                 else:
                     yield from self._notify_quietly((*step.lost, *owned_keys), step.completed)
             finally:
