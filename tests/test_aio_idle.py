@@ -10,9 +10,13 @@ from typing import Any
 
 from readergroup import UTF8StringSerializer
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncEventStreamReader
+from readergroup.storage.connection import RedisConnection
+from tests.support import fetchers
 from tests.test_aio_reader import make_group
 
-REFRESH = {"group_refresh_time": 0.05}
+connection = fetchers.redis_connection  # (the fixture, under this name here)
+
+REFRESH: dict[str, Any] = {"group_refresh_time": 0.05}
 
 
 def _count_rounds(reader: AsyncEventStreamReader[Any]) -> list[int]:
@@ -36,11 +40,11 @@ async def _own(reader: AsyncEventStreamReader[str], count: int) -> None:
 
 
 def test_an_idle_reader_makes_no_maintenance_round_that_would_do_nothing(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
     """20 read calls of an idle reader, each waiting twice ``group_refresh_time`` (0.05 s): the
     old maintenance made a round per ``group_refresh_time`` (about 40), now it makes none."""
-    make_group(redis_url, scope, **REFRESH, commit_mode="manual")
+    make_group(connection, scope, **REFRESH, commit_mode="manual")
 
     async def main() -> int:
         async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
@@ -57,11 +61,13 @@ def test_an_idle_reader_makes_no_maintenance_round_that_would_do_nothing(
     assert asyncio.run(main()) <= 5
 
 
-def test_a_reader_not_reading_still_releases_to_a_newcomer(redis_url: str, scope: str) -> None:
+def test_a_reader_not_reading_still_releases_to_a_newcomer(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
     """Its application holds no read call open: no fetch watches the group, so its periodic
     look finds the group unwatched and a round reads the group log and releases (no listener:
     nothing of the segments is with the application)."""
-    make_group(redis_url, scope, **REFRESH)
+    make_group(connection, scope, **REFRESH)
 
     async def main() -> tuple[int, int]:
         async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:

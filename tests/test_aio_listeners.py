@@ -18,7 +18,11 @@ from readergroup import UTF8StringSerializer
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncEventStreamReader
 from readergroup.core.group_state import SegKey
 from readergroup.core.reader_machine import SegmentPhase
+from readergroup.storage.connection import RedisConnection
+from tests.support import fetchers
 from tests.test_aio_reader import keyed, make_group, write
+
+connection = fetchers.redis_connection  # (the fixture, under this name here)
 
 
 class Blocking:
@@ -93,10 +97,10 @@ async def _cancel_read_in_listener(reader: AsyncEventStreamReader[str], listener
 
 
 def test_a_cancelled_read_call_tells_each_acquisition_once_and_then_hands_it_out(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
-    make_group(redis_url, scope)
-    write(redis_url, scope, keyed(40))
+    make_group(connection, scope)
+    write(connection, scope, keyed(40))
 
     async def main() -> tuple[Blocking, Recording, list[str | None]]:
         async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
@@ -120,9 +124,9 @@ def test_a_cancelled_read_call_tells_each_acquisition_once_and_then_hands_it_out
 
 
 def test_a_cancelled_read_call_tells_each_release_once_and_the_release_lands(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
-    make_group(redis_url, scope)
+    make_group(connection, scope)
 
     async def main() -> tuple[Blocking, Recording, int, int]:
         async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
@@ -151,10 +155,12 @@ def test_a_cancelled_read_call_tells_each_release_once_and_the_release_lands(
     assert second.released == first.released
 
 
-def test_close_after_a_cancelled_read_call_tells_the_rest_once(redis_url: str, scope: str) -> None:
+def test_close_after_a_cancelled_read_call_tells_the_rest_once(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
     """A reader closed after a read call was cancelled in a listener: ``close()`` makes the
     listener calls still to make, then tells every owned segment released, each once."""
-    make_group(redis_url, scope)
+    make_group(connection, scope)
 
     async def main() -> tuple[Blocking, Recording]:
         async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
@@ -175,12 +181,12 @@ async def _read_forever(reader: AsyncEventStreamReader[str]) -> None:
 
 
 def test_close_does_not_tell_again_a_release_the_listeners_heard(
-    redis_url: str, scope: str
+    redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
     """A read call told the listeners of a release that is not sent yet (the maintenance task,
     which sends it, is stopped here so that it never is): ``close()`` tells the other segments
     released, not those again."""
-    make_group(redis_url, scope)
+    make_group(connection, scope)
 
     async def main() -> Recording:
         async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
