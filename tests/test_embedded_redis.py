@@ -54,6 +54,27 @@ def test_persistent_servers_keep_data_across_a_restart() -> None:
         client.close()
 
 
+def test_a_server_whose_port_another_server_holds_does_not_claim_to_have_started() -> None:
+    """Parallel test workers pick free ports independently: a port found free may be bound by
+    another worker's server before this one binds it. That server answers ``PING`` on the
+    port, so a start that only pinged took it for its own (which had exited), and the test
+    used a server another test then stopped or killed (the cluster seed test failed in CI
+    with every node connection refused during its warm-up)."""
+    binary = find_server_binary()
+    assert binary is not None
+    with local_redis_server() as holder:
+        late = LocalRedisServer(binary)
+        late.port = holder.port  # (as if the port had been taken between check and bind)
+        try:
+            with pytest.raises(EmbeddedRedisError, match="did not start"):
+                late.start()
+        finally:
+            late.close()
+        client = redis.Redis.from_url(holder.url)
+        assert client.ping()  # the server holding the port is untouched
+        client.close()
+
+
 def test_a_binary_is_found_on_this_machine() -> None:
     assert find_server_binary() is not None
 

@@ -272,11 +272,14 @@ class LocalRedisServer:
         self._process = subprocess.Popen(  # noqa: S603 (our own argument list)
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
+        ours = b"process_id:%d\r\n" % self._process.pid
         deadline = time.monotonic() + _START_DEADLINE
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 return False
-            if _ping(self.port):
+            # the server answering must be this process: another one may hold the port (taken
+            # between the check that it was free and this bind); this one then exits
+            if _answers(self.port, b"INFO server", ours):
                 return True
             time.sleep(0.02)
         self.stop()
