@@ -196,7 +196,13 @@ class AsyncGroupSession(SessionSteps[T]):
         self.last_poll = now
         self._aio_fetcher.consume_returned()
         self.consumed_recorded()
-        if self.maintenance_under_way() or self.wake.is_set():
+        if (  # (maintenance_under_way(), but the machine was just found quiet)
+            self.wake.is_set()
+            or self._maintaining
+            or self.group_dirty
+            or self._streams_dirty
+            or self.machine.ack_due is not None
+        ):
             return None
         if now + max(0.0, timeout) - self._clock.monotonic() <= 0:
             return None  # (at least one fetch, even past the timeout)
