@@ -35,7 +35,6 @@ from readergroup.client.serializers import Serializer
 from readergroup.core.errors import ReaderClosedError, ReaderNotInGroupError, ReaderReplacedError
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.group_state import SegKey
-from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from statesync.clock import Clock
 from statesync.system_clock import SYSTEM_CLOCK, monotonic_of
@@ -205,10 +204,7 @@ class AsyncEventStreamReader(Generic[T]):
                 # other task's calls span an await under it, and nothing may be awaited
                 # between the events leaving their buffers and this call returning them (a
                 # cancellation there would lose them)
-                result: list[EventRead[T]] = await drive_async(
-                    session.serve_steps(max_events, timeout, now), session
-                )
-                return result
+                return await session.serve(max_events, timeout, now)
             finally:
                 session.settle()
 

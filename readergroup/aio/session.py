@@ -27,13 +27,14 @@ from typing import Any, TypeVar
 from readergroup.admin.aio_group_member import AsyncGroupMember
 from readergroup.client.aio_fetcher import AsyncFetcher
 from readergroup.client.event_read import EventRead
-from readergroup.client.fetch_core import FetchOutcome, Outage
+from readergroup.client.fetch_core import WATCHED, FetchOutcome, Outage
 from readergroup.client.group_session import SessionSteps
 from readergroup.client.maintenance import maintenance_steps
 from readergroup.core.calls import Steps
 from readergroup.core.group_config import AUTO, ReaderGroupConfig
 from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
+from readergroup.storage.aio_reads import AsyncPendingRead
 from statesync.aio_synchronizer import clock_sleep
 
 T = TypeVar("T")
@@ -155,6 +156,74 @@ class AsyncGroupSession(SessionSteps[T]):
                 return await fetcher.fetch(block, logs, hold=hold)
             finally:
                 self._watching = False
+
+    async def serve(self, max_events: int, timeout: float, now: float) -> list[EventRead[T]]:
+        """A read call's slow path: :meth:`serve_steps`, but an *idle* call (one a fetch would
+        spend waiting on the parked ``XREAD``, see :meth:`_idle_parked`) waits on that read
+        directly, then ends as :meth:`serve_steps` would after its fetch: at once with nothing
+        when nothing else happened meanwhile (no step machinery, no take, no fetch plan: an
+        idle reader's read call costs a few checks and one wait), else through its steps."""
+        parked = self._idle_parked(timeout, now)
+        if parked is None:
+            return await drive_async(self.serve_steps(max_events, timeout, now), self)
+        self._watching = any(log in parked.positions for log in self._group_logs)
+        try:
+            block = min(now + max(0.0, timeout) - self._clock.monotonic(), self.longest_block())
+            arrived = await parked.ready(block)
+        finally:
+            self._watching = False
+        if arrived:  # a fetch applies the reply (at once: the same parked read)
+            return await drive_async(self.serve_steps(max_events, timeout, now), self)
+        self.absorb(WATCHED)
+        self.check_lease()
+        if now + max(0.0, timeout) - self._clock.monotonic() <= 0 and self._quiet():
+            return []
+        return await drive_async(self.serve_steps(max_events, timeout, now, fetched=True), self)
+
+    def _idle_parked(self, timeout: float, now: float) -> AsyncPendingRead | None:
+        """The parked ``XREAD`` this read call's fetch would only wait on, after doing what
+        :meth:`serve_steps` does first (the call's poll, the events consumed), if the call is
+        idle: nothing awaits the reading task (no listener to tell, no checkpoint, no removal,
+        no error, nothing buffered or read ahead, not closed, lease held), no maintenance
+        round posted or under way, no other task in the middle of the fetcher's work (the
+        hand-out lock is free), time left to wait, and the fetcher's own conditions
+        (:meth:`~readergroup.client.fetch_core.FetchCore.parked_wait`). ``None``: the call
+        takes its steps."""
+        if self.closed or self.hand_out.locked() or not self._quiet():
+            return None
+        if self.fenced is not None or self._clock.monotonic() - self._last_beat_ok > self._session:
+            return None  # (the steps fence and raise)
+        self.last_poll = now
+        self._aio_fetcher.consume_returned()
+        self.consumed_recorded()
+        if (  # (maintenance_under_way(), but the machine was just found quiet)
+            self.wake.is_set()
+            or self._maintaining
+            or self.group_dirty
+            or self._streams_dirty
+            or self.machine.ack_due is not None
+        ):
+            return None
+        if now + max(0.0, timeout) - self._clock.monotonic() <= 0:
+            return None  # (at least one fetch, even past the timeout)
+        parked = self._aio_fetcher.parked_wait(self.wake_logs())
+        return parked if isinstance(parked, AsyncPendingRead) else None
+
+    def _quiet(self) -> bool:
+        """Whether a read call's steps would find nothing to do before a fetch: no listener
+        to tell, nothing for the reader's machine (no removal, checkpoint, segment changes),
+        no error, no event buffered or read ahead (nor an error held in a buffer), not at the
+        end of the data, the group there."""
+        fetcher = self._aio_fetcher
+        return (
+            self.telling is None
+            and not self.machine.needs_reader
+            and not fetcher.errors
+            and not fetcher.reading_ahead
+            and not self.end_of_data
+            and not self.gone
+            and not any(o.buffer or o.pending is not None for o in fetcher.owned.values())
+        )
 
     def _unwatched(self, now: float) -> bool:
         """As the threaded session's, but a fetch of the reading task waiting on the group's

@@ -695,16 +695,8 @@ class FetchCore(Generic[T]):
             self._outage.lost(exc)
             yield Pause(min(block, 0.5))
             return NO_NEWS
-        positions: dict[str, str] = {}
-        by_key: dict[str, OwnedSegment] = {}
-        for owned in self.owned.values():
-            if owned.fetched_all:
-                continue
-            if len(owned.buffer) < self._config.max_buffered_events:
-                positions[owned.data_key] = owned.read_id()
-                by_key[owned.data_key] = owned
+        positions, by_key = self._fetch_positions(logs)
         asked = {key: owned.fetch for key, owned in by_key.items()}
-        positions.update(logs)
         limit = self._config.read_batch
         try:
             reply = yield from self._plan_read(positions, block, hold, limit)
@@ -730,6 +722,40 @@ class FetchCore(Generic[T]):
             return WATCHED if logs else NO_NEWS  # the parked XREAD waits on
         self._answered()
         return (yield from self._plan_apply(reply, by_key, asked, limit))
+
+    def _fetch_positions(
+        self, logs: Mapping[str, str]
+    ) -> tuple[dict[str, str], dict[str, OwnedSegment]]:
+        """What a fetch's ``XREAD`` reads: key -> the entry id to read after (owned segments
+        with room, then the state logs ``logs``), and data key -> its segment."""
+        positions: dict[str, str] = {}
+        by_key: dict[str, OwnedSegment] = {}
+        for owned in self.owned.values():
+            if owned.fetched_all:
+                continue
+            if len(owned.buffer) < self._config.max_buffered_events:
+                positions[owned.data_key] = owned.read_id()
+                by_key[owned.data_key] = owned
+        positions.update(logs)
+        return positions, by_key
+
+    def parked_wait(self, logs: Mapping[str, str], switches: int = 0) -> ReadHandle | None:
+        """The parked read a fetch over the state logs ``logs`` would do nothing but wait on
+        now, if any: no read ahead outstanding, no primary switch, no position to check, no
+        idle look due, and the parked ``XREAD`` (not expired, no reply yet) reads exactly what
+        the fetch would. A driver may wait on it directly (an idle reader's read call, see
+        :meth:`~readergroup.aio.session.AsyncGroupSession.serve`); a reply it brings is
+        applied by a fetch (:meth:`plan_fetch` takes it at once). ``None``: make the fetch."""
+        parked = self._parked
+        if parked is None or self._ahead or switches != self._switches:
+            return None
+        now = self._clock.monotonic()
+        if now >= self._idle_due or now > self._parked_until:
+            return None
+        if any(owned.unchecked for owned in self.owned.values()):
+            return None
+        positions, _ = self._fetch_positions(logs)
+        return parked if parked.positions == positions else None
 
     def _answered(self) -> None:
         """Redis answered a read: if that ends an outage, a failover may be why, so every

@@ -1386,10 +1386,14 @@ class SessionSteps(Generic[T]):
         return function(*args)
 
     # -- a read call (the reading thread) ----------------------------------------------------
-    def serve_steps(self, max_events: int, timeout: float, now: float) -> Steps[list[EventRead[T]]]:
+    def serve_steps(
+        self, max_events: int, timeout: float, now: float, *, fetched: bool = False
+    ) -> Steps[list[EventRead[T]]]:
         """A read call's slow path (under the gate's lock, let go while a fetch waits): a
         checkpoint due, errors, buffered events, or what one fetch brings (always at least
-        one fetch, even past ``timeout``, when nothing is buffered). No group round trip: the
+        one fetch, even past ``timeout``, when nothing is buffered; ``fetched``: the call
+        waited on a fetch already, see :meth:`AsyncGroupSession.serve
+        <readergroup.aio.session.AsyncGroupSession.serve>`). No group round trip: the
         maintenance thread makes those."""
         fetcher = self._fetcher
         if self.closed:
@@ -1399,7 +1403,6 @@ class SessionSteps(Generic[T]):
         fetcher.consume_returned()  # the application moved past every event handed out
         self.consumed_recorded()
         deadline = now + max(0.0, timeout)
-        fetched = False
         while True:
             # what the reader's machine says comes first: listeners, a removal, a checkpoint
             # (again before each fetch: nothing was handed out since the call began)
