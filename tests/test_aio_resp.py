@@ -1,0 +1,328 @@
+"""The lean request/reply of the asyncio read path (:mod:`readergroup.storage.aio_resp`), on a
+real server behind a proxy that cuts the server's replies into small TCP writes and can stop
+mid-reply: whole replies from many TCP reads, error replies as the same typed errors, a read
+cancelled or cut off mid-reply closing its pooled connection, and redis-py's path kept for the
+connections the lean path does not serve."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio
+from redis.asyncio import ConnectionPool
+
+import readergroup.storage.aio_reads as aio_reads
+import readergroup.storage.aio_resp as aio_resp
+from readergroup import RedisUnavailableError, WrongKeyTypeError
+from readergroup.core.errors import ReaderGroupError
+from readergroup.storage.aio_reads import AsyncSegmentReads
+from readergroup.storage.keys import KeyLayout
+
+
+class ChunkingProxy:
+    """Forwards TCP to ``upstream``; the server's bytes go to the client ``chunk`` bytes per
+    write, a loop turn apart. :meth:`hold_after` stops them after so many more bytes."""
+
+    def __init__(self, host: str, port: int, chunk: int) -> None:
+        self.upstream = (host, port)
+        self.chunk = chunk
+        self.budget: int | None = None
+        self.holding = asyncio.Event()
+        self.clients: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    def hold_after(self, count: int) -> None:
+        self.budget = count
+        self.holding.clear()
+
+    def close_clients(self) -> None:
+        for writer in self.clients:
+            writer.close()
+
+    async def stop(self) -> None:
+        self.close_clients()
+        assert self.server is not None
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.clients.append(writer)
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        pump = asyncio.ensure_future(self._up(reader, up_writer))
+        try:
+            while data := await up_reader.read(1 << 16):
+                for at in range(0, len(data), self.chunk):
+                    piece = data[at : at + self.chunk]
+                    if self.budget is not None:
+                        if self.budget <= 0:
+                            self.holding.set()
+                            await asyncio.Event().wait()  # (held until closed)
+                        piece = piece[: self.budget]
+                        self.budget -= len(piece)
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            pump.cancel()
+            up_writer.close()
+            writer.close()
+
+    @staticmethod
+    async def _up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(1 << 16):
+                writer.write(data)
+                await writer.drain()
+
+
+@contextlib.asynccontextmanager
+async def proxied(redis_url: str, chunk: int) -> AsyncIterator[tuple[ChunkingProxy, str]]:
+    options = ConnectionPool.from_url(redis_url).connection_kwargs
+    proxy = ChunkingProxy(options["host"], options["port"], chunk)
+    port = await proxy.start()
+    try:
+        yield proxy, f"redis://127.0.0.1:{port}/{options.get('db', 0)}"
+    finally:
+        await proxy.stop()
+
+
+def one_connection_client(url: str, **options: Any) -> redis.asyncio.Redis:
+    pool = ConnectionPool.from_url(url, max_connections=1, socket_timeout=15, **options)
+    return redis.asyncio.Redis(connection_pool=pool)
+
+
+@pytest.fixture
+def lean_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many requests went the lean way, and how many TCP reads fed their replies."""
+    counts = [0, 0]
+    request, received = aio_resp.lean_request, aio_resp._ReplyProtocol.data_received
+
+    async def counted_request(*args: Any) -> Any:
+        counts[0] += 1
+        return await request(*args)
+
+    def counted_received(self: Any, data: bytes) -> None:
+        counts[1] += 1
+        received(self, data)
+
+    monkeypatch.setattr(aio_reads, "lean_request", counted_request)
+    monkeypatch.setattr(aio_resp._ReplyProtocol, "data_received", counted_received)
+    return counts
+
+
+def _fill(url: str, key: str, events: int) -> None:
+    with redis.Redis.from_url(url) as client:
+        pipe = client.pipeline(transaction=False)
+        for n in range(events):
+            pipe.xadd(key, {"e": b"x" * 200}, id=f"{n + 1}-0")
+        pipe.execute()
+
+
+def test_a_reply_split_across_many_tcp_reads_is_read_whole_on_the_lean_path(
+    redis_url: str, scope: str, lean_calls: list[int]
+) -> None:
+    key = f"{scope}:big"
+    _fill(redis_url, key, 500)
+    got: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with proxied(redis_url, chunk=512) as (_, url):
+            client = one_connection_client(url)
+            reads = AsyncSegmentReads(client, KeyLayout(""))
+            got["first"] = await reads.xread({key: "0"}, 1000)
+            got["again"] = await reads.xread({key: "250-0"}, 1000)
+            (connection,) = client.connection_pool._available_connections  # type: ignore[attr-defined]
+            got["connected"] = connection.is_connected
+            got["get"] = await client.get(f"{scope}:nothing")  # redis-py's path after it
+            await client.aclose()
+
+    asyncio.run(main())
+    entries = got["first"][key]
+    assert [entry[0] for entry in entries] == [f"{n + 1}-0".encode() for n in range(500)]
+    assert entries[0][1] == [b"e", b"x" * 200]
+    assert len(got["again"][key]) == 250
+    assert got["connected"] is True and got["get"] is None
+    assert lean_calls[0] == 2
+    assert lean_calls[1] > 100  # (~100 KB in 512-byte writes: many TCP reads per reply)
+
+
+def test_error_replies_are_the_same_typed_errors_and_keep_the_connection(
+    redis_url: str, scope: str, lean_calls: list[int]
+) -> None:
+    wrong, stream = f"{scope}:a-string", f"{scope}:a-stream"
+    plain = redis.Redis.from_url(redis_url)
+    plain.set(wrong, "x")
+    plain.xadd(stream, {"n": "1"}, id="1-0")
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        client = one_connection_client(redis_url)
+        reads = AsyncSegmentReads(client, KeyLayout(""))
+        with pytest.raises(WrongKeyTypeError) as wrong_type:
+            await reads.read_keys({stream: "0", wrong: "0"}, 0.01, 10)
+        seen["wrong"] = wrong_type.value
+        with pytest.raises(ReaderGroupError) as bad_id:
+            await reads.xread({stream: "not-an-id"}, 10)
+        seen["bad id"] = bad_id.value
+        (connection,) = client.connection_pool._available_connections  # type: ignore[attr-defined]
+        seen["connection"] = connection
+        seen["read"] = await reads.xread({stream: "0"}, 10)
+        seen["same"] = client.connection_pool._available_connections == [connection]  # type: ignore[attr-defined]
+        seen["connected"] = connection.is_connected
+        await client.aclose()
+
+    asyncio.run(main())
+    assert wrong in str(seen["wrong"]) and stream not in str(seen["wrong"])
+    assert "Invalid stream ID" in str(seen["bad id"])
+    assert list(seen["read"]) == [stream]
+    assert seen["same"] and seen["connected"]  # (an error reply is a whole reply)
+    assert lean_calls[0] == 3
+
+
+def test_a_read_cancelled_mid_reply_closes_its_pooled_connection(
+    redis_url: str, scope: str, lean_calls: list[int]
+) -> None:
+    key = f"{scope}:big"
+    _fill(redis_url, key, 300)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with proxied(redis_url, chunk=1024) as (proxy, url):
+            client = one_connection_client(url)
+            reads = AsyncSegmentReads(client, KeyLayout(""))
+            await reads.xread({key: "299-0"}, 10)  # (connected and checked)
+            (connection,) = client.connection_pool._available_connections  # type: ignore[attr-defined]
+            before = lean_calls[1]
+            proxy.hold_after(5000)
+            read = asyncio.ensure_future(reads.xread({key: "0"}, 1000))
+            await asyncio.wait_for(proxy.holding.wait(), 10)
+            received_mid_reply = lean_calls[1] - before
+            read.cancel()
+            await asyncio.wait((read,))
+            seen["cancelled"] = read.cancelled()
+            seen["mid reply"] = received_mid_reply > 1
+            seen["connected"] = connection.is_connected
+            seen["in use"] = len(client.connection_pool._in_use_connections)  # type: ignore[attr-defined]
+            proxy.budget = None
+            seen["get"] = await client.get(f"{scope}:nothing")
+            seen["read"] = await reads.xread({key: "0"}, 1000)
+            await client.aclose()
+
+    asyncio.run(main())
+    assert seen["cancelled"] and seen["mid reply"]
+    assert seen["connected"] is False and seen["in use"] == 0
+    assert seen["get"] is None  # not the rest of the cancelled reply
+    assert len(seen["read"][key]) == 300
+
+
+def test_a_connection_the_server_closes_mid_reply_is_redis_unavailable(
+    redis_url: str, scope: str, lean_calls: list[int]
+) -> None:
+    key = f"{scope}:big"
+    _fill(redis_url, key, 300)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with proxied(redis_url, chunk=1024) as (proxy, url):
+            client = one_connection_client(url)
+            reads = AsyncSegmentReads(client, KeyLayout(""))
+            await reads.xread({key: "299-0"}, 10)
+            (connection,) = client.connection_pool._available_connections  # type: ignore[attr-defined]
+            proxy.hold_after(5000)
+            read = asyncio.ensure_future(reads.read_keys({key: "0"}, 0.01, 1000))
+            await asyncio.wait_for(proxy.holding.wait(), 10)
+            proxy.close_clients()
+            with pytest.raises(RedisUnavailableError) as lost:
+                await read
+            seen["lost"] = lost.value
+            seen["connected"] = connection.is_connected
+            proxy.budget = None
+            seen["read"] = await reads.xread({key: "0"}, 1000)  # (a new connection)
+            await client.aclose()
+
+    asyncio.run(main())
+    assert "closed" in str(seen["lost"]).lower()
+    assert seen["connected"] is False
+    assert len(seen["read"][key]) == 300
+    assert lean_calls[0] == 3
+
+
+def test_a_blocking_read_parked_on_the_server_is_woken_by_an_event_on_the_lean_path(
+    redis_url: str, scope: str, lean_calls: list[int]
+) -> None:
+    key = f"{scope}:parked"
+    plain = redis.Redis.from_url(redis_url)
+    plain.xadd(key, {"n": "0"}, id="1-0")
+
+    async def main() -> dict[str, Any]:
+        client = one_connection_client(redis_url)
+        reads = AsyncSegmentReads(client, KeyLayout(""))
+        pending = reads.start({key: "1-0"}, 10, block=5.0)
+        deadline = asyncio.get_running_loop().time() + 10
+        while int(plain.info("clients")["blocked_clients"]) < 1:  # (parked on the server)
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        plain.xadd(key, {"n": "1"}, id="2-0")
+        answer = await pending.result(10)
+        await client.aclose()
+        assert answer is not None
+        return answer
+
+    answer = asyncio.run(main())
+    assert [entry[0] for entry in answer[key]] == [b"2-0"]
+    assert lean_calls[0] == 1
+
+
+@pytest.mark.parametrize("served_by", ["python parser", "health checks", "no hiredis"])
+def test_connections_the_lean_path_does_not_serve_take_redis_pys_path(
+    redis_url: str,
+    scope: str,
+    served_by: str,
+    lean_calls: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from redis._parsers import _AsyncRESP3Parser
+
+    key, wrong = f"{scope}:s", f"{scope}:w"
+    plain = redis.Redis.from_url(redis_url)
+    plain.xadd(key, {"n": "1"}, id="1-0")
+    plain.set(wrong, "x")
+    options: dict[str, Any] = {
+        "python parser": {"parser_class": _AsyncRESP3Parser},
+        "health checks": {"health_check_interval": 30},
+        "no hiredis": {},
+    }[served_by]
+    if served_by == "no hiredis":
+        monkeypatch.setattr(aio_resp, "hiredis", None)
+
+    async def main() -> dict[str, Any]:
+        client = one_connection_client(redis_url, **options)
+        reads = AsyncSegmentReads(client, KeyLayout(""))
+        answer = await reads.xread({key: "0"}, 10)
+        with pytest.raises(WrongKeyTypeError):
+            await reads.read_keys({wrong: "0"}, 0.01, 10)
+        await client.aclose()
+        return answer
+
+    assert [entry[0] for entry in asyncio.run(main())[key]] == [b"1-0"]
+    assert lean_calls[0] == 0
+
+
+def test_tls_and_sentinel_connections_are_not_served() -> None:
+    from redis.asyncio.connection import SSLConnection
+    from redis.asyncio.sentinel import SentinelManagedConnection
+
+    assert not aio_resp.lean_capable(SSLConnection(host="localhost"))
+    assert not aio_resp.lean_capable(
+        SentinelManagedConnection(connection_pool=None, host="localhost")
+    )
