@@ -101,6 +101,28 @@ def one_connection_client(url: str, **options: Any) -> redis.asyncio.Redis:
     return redis.asyncio.Redis(connection_pool=pool)
 
 
+@contextlib.asynccontextmanager
+async def a_reply_held_back(
+    redis_url: str, key: str, timeout: float = 15
+) -> AsyncIterator[tuple[ChunkingProxy, redis.asyncio.Redis, AsyncSegmentReads, Any]]:
+    """Reads of ``key`` (300 events) through a proxy on one pooled connection, already
+    connected and checked (yielded: the proxy, the client, its reads, that connection); the
+    proxy is set
+    to stop after 5000 more bytes of the server's."""
+    _fill(redis_url, key, 300)
+    async with proxied(redis_url, chunk=1024) as (proxy, url):
+        pool = ConnectionPool.from_url(url, max_connections=1, socket_timeout=timeout)
+        client = redis.asyncio.Redis(connection_pool=pool)
+        reads = AsyncSegmentReads(client, KeyLayout(""))
+        await reads.xread({key: "299-0"}, 10)
+        (connection,) = pool._available_connections
+        proxy.hold_after(5000)
+        try:
+            yield proxy, client, reads, connection
+        finally:
+            await client.aclose()
+
+
 @pytest.fixture
 def lean_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many requests went the lean way, and how many TCP reads fed their replies."""
@@ -193,30 +215,22 @@ def test_a_read_cancelled_mid_reply_closes_its_pooled_connection(
     redis_url: str, scope: str, lean_calls: list[int]
 ) -> None:
     key = f"{scope}:big"
-    _fill(redis_url, key, 300)
     seen: dict[str, Any] = {}
 
     async def main() -> None:
-        async with proxied(redis_url, chunk=1024) as (proxy, url):
-            client = one_connection_client(url)
-            reads = AsyncSegmentReads(client, KeyLayout(""))
-            await reads.xread({key: "299-0"}, 10)  # (connected and checked)
-            (connection,) = client.connection_pool._available_connections  # type: ignore[attr-defined]
+        async with a_reply_held_back(redis_url, key) as (proxy, client, reads, connection):
             before = lean_calls[1]
-            proxy.hold_after(5000)
             read = asyncio.ensure_future(reads.xread({key: "0"}, 1000))
             await asyncio.wait_for(proxy.holding.wait(), 10)
-            received_mid_reply = lean_calls[1] - before
+            seen["mid reply"] = lean_calls[1] - before > 1
             read.cancel()
             await asyncio.wait((read,))
             seen["cancelled"] = read.cancelled()
-            seen["mid reply"] = received_mid_reply > 1
             seen["connected"] = connection.is_connected
             seen["in use"] = len(client.connection_pool._in_use_connections)  # type: ignore[attr-defined]
             proxy.budget = None
             seen["get"] = await client.get(f"{scope}:nothing")
             seen["read"] = await reads.xread({key: "0"}, 1000)
-            await client.aclose()
 
     asyncio.run(main())
     assert seen["cancelled"] and seen["mid reply"]
@@ -229,16 +243,10 @@ def test_a_connection_the_server_closes_mid_reply_is_redis_unavailable(
     redis_url: str, scope: str, lean_calls: list[int]
 ) -> None:
     key = f"{scope}:big"
-    _fill(redis_url, key, 300)
     seen: dict[str, Any] = {}
 
     async def main() -> None:
-        async with proxied(redis_url, chunk=1024) as (proxy, url):
-            client = one_connection_client(url)
-            reads = AsyncSegmentReads(client, KeyLayout(""))
-            await reads.xread({key: "299-0"}, 10)
-            (connection,) = client.connection_pool._available_connections  # type: ignore[attr-defined]
-            proxy.hold_after(5000)
+        async with a_reply_held_back(redis_url, key) as (proxy, _client, reads, connection):
             read = asyncio.ensure_future(reads.read_keys({key: "0"}, 0.01, 1000))
             await asyncio.wait_for(proxy.holding.wait(), 10)
             proxy.close_clients()
@@ -248,7 +256,6 @@ def test_a_connection_the_server_closes_mid_reply_is_redis_unavailable(
             seen["connected"] = connection.is_connected
             proxy.budget = None
             seen["read"] = await reads.xread({key: "0"}, 1000)  # (a new connection)
-            await client.aclose()
 
     asyncio.run(main())
     assert "closed" in str(seen["lost"]).lower()
@@ -326,3 +333,48 @@ def test_tls_and_sentinel_connections_are_not_served() -> None:
     assert not aio_resp.lean_capable(
         SentinelManagedConnection(connection_pool=None, host="localhost")
     )
+
+
+def test_a_unix_socket_connection_is_served(tmp_path: Any, lean_calls: list[int]) -> None:
+    from readergroup.testing.embedded_redis import local_redis_server
+
+    path = tmp_path / "redis.sock"
+    with local_redis_server(extra_args=["--unixsocket", str(path)]) as server:
+        _fill(server.url, "k", 50)
+
+        async def main() -> dict[str, Any]:
+            client = one_connection_client(f"unix://{path}")
+            answer = await AsyncSegmentReads(client, KeyLayout("")).xread({"k": "0"}, 100)
+            await client.aclose()
+            return answer
+
+        answer = asyncio.run(main())
+    assert len(answer["k"]) == 50
+    assert lean_calls[0] == 1
+
+
+def test_a_reply_later_than_the_socket_timeout_closes_the_connection(
+    redis_url: str, scope: str, lean_calls: list[int]
+) -> None:
+    key = f"{scope}:big"
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with a_reply_held_back(redis_url, key, timeout=0.5) as (
+            proxy,
+            _client,
+            reads,
+            connection,
+        ):
+            with pytest.raises(RedisUnavailableError) as late:
+                await reads.xread({key: "0"}, 1000)
+            seen["late"] = late.value
+            seen["connected"] = connection.is_connected
+            proxy.budget = None
+            seen["read"] = await reads.xread({key: "0"}, 1000)
+
+    asyncio.run(main())
+    assert "Timeout reading" in str(seen["late"])
+    assert seen["connected"] is False
+    assert len(seen["read"][key]) == 300
+    assert lean_calls[0] == 3

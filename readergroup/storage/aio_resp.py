@@ -38,16 +38,22 @@ _PUSH: Any = getattr(hiredis, "PushNotification", ())  # RESP3 out-of-band messa
 
 
 def lean_capable(connection: Any) -> bool:
-    """Whether :func:`lean_request` can serve ``connection`` (else: redis-py's own path)."""
+    """Whether :func:`lean_request` can serve ``connection`` (else: redis-py's own path). A
+    redis-py whose connections lack what this looks at is not served."""
     if hiredis is None or type(connection) not in _LEAN_CONNECTION_TYPES:
         return False
+    try:
+        return _servable(connection)
+    except AttributeError:  # another redis-py's internals
+        return False
+
+
+def _servable(connection: Any) -> bool:
     if connection.protocol not in _PROTOCOLS or connection.health_check_interval:
         return False
     if not connection.is_connected:
         return False
-    writer = connection._writer
-    reader = connection._reader
-    transport = writer.transport
+    reader, transport = connection._reader, connection._writer.transport
     if transport.get_extra_info("sslcontext") is not None or transport.is_closing():
         return False
     if reader is None or reader._buffer or reader.at_eof() or reader.exception() is not None:
@@ -55,7 +61,7 @@ def lean_capable(connection: Any) -> bool:
     parser = connection._parser  # (hiredis's: a pure-Python parser asked for is kept)
     if not isinstance(parser, _AsyncHiredisParser) or parser._reader is None:
         return False
-    return not parser._reader.has_data()
+    return not parser._reader.has_data() and callable(connection._host_error)
 
 
 class _ReplyProtocol(asyncio.Protocol):
