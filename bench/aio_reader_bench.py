@@ -33,6 +33,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,36 +84,47 @@ def _group(url: str, scope: str, stream: str) -> str:
 
 
 # -- per-event reads -------------------------------------------------------------------------
+Done = Callable[[int, float], bool]
+"""Whether a measured read loop stops: given the events read and when it began."""
+
+
+def _reads(kind: str, url: str, scope: str, group: str, done: Done) -> tuple[int, float, float]:
+    """A reader of ``kind`` (``sync``: ``read_next_event``; ``async``: ``async for``) reading
+    one event at a time until ``done``: events, seconds and the process's CPU seconds (after
+    its first event)."""
+    if kind == "sync":
+        with EventStreamClientFactory.from_url(scope, url) as factory:
+            reader = factory.create_reader("r", group, BytesSerializer())
+            reader.read_next_event(timeout=10)
+            began, cpu, n = time.perf_counter(), time.process_time(), 1
+            while not done(n, began):
+                n += reader.read_next_event(timeout=5).is_event
+            result = (n, time.perf_counter() - began, time.process_time() - cpu)
+            reader.close()
+        return result
+
+    async def main() -> tuple[int, float, float]:
+        async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
+            reader = await factory.create_reader("r", group, BytesSerializer())
+            await reader.read_next_event(timeout=10)
+            began, cpu, n = time.perf_counter(), time.process_time(), 1
+            async for _ in reader:
+                n += 1
+                if done(n, began):
+                    break
+            result = (n, time.perf_counter() - began, time.process_time() - cpu)
+            await reader.close()
+            return result
+
+    return asyncio.run(main())
+
+
 def _per_event(
     kind: str, url: str, scope: str, group: str, events: int, start: Any, out: Any
 ) -> None:
     start.wait()
-    if kind == "sync":
-        with EventStreamClientFactory.from_url(scope, url) as factory:
-            reader = factory.create_reader("r", group, BytesSerializer())
-            reader.read_next_event(timeout=5)
-            began, cpu, n = time.perf_counter(), time.process_time(), 1
-            while n < events:
-                if reader.read_next_event(timeout=5).is_event:
-                    n += 1
-            out.put((time.perf_counter() - began, time.process_time() - cpu))
-            reader.close()
-        return
-
-    async def main() -> tuple[float, float]:
-        async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
-            reader = await factory.create_reader("r", group, BytesSerializer())
-            await reader.read_next_event(timeout=5)
-            began, cpu, n = time.perf_counter(), time.process_time(), 1
-            async for _ in reader:
-                n += 1
-                if n == events:
-                    break
-            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
-            await reader.close()
-            return elapsed, cpu
-
-    out.put(asyncio.run(main()))
+    _, seconds, cpu = _reads(kind, url, scope, group, lambda n, _: n >= events)
+    out.put((seconds, cpu))
 
 
 # -- a reader following the tail -------------------------------------------------------------
@@ -128,41 +140,22 @@ def _tail(
     out: Any,
 ) -> None:
     start.wait()
-    if kind == "writer":
-        with EventStreamClientFactory.from_url(scope, url) as factory:
-            writer = factory.create_event_writer(stream, BytesSerializer())
-            began, n = time.monotonic(), 0
-            while (elapsed := time.monotonic() - began) < seconds + 3:
-                while n < int(elapsed * rate):
-                    writer.write_event(b"x" * 100, routing_key=f"k{n % 100}")
-                    n += 1
-                writer.flush()
-                time.sleep(0.001)
-        out.put(None)
+    if kind != "writer":
+        events, _, cpu = _reads(
+            kind, url, scope, group, lambda _, began: time.perf_counter() - began >= seconds
+        )
+        out.put((events, cpu))
         return
-    if kind == "sync":
-        with EventStreamClientFactory.from_url(scope, url) as factory:
-            reader = factory.create_reader("r", group, BytesSerializer())
-            reader.read_next_event(timeout=10)
-            began, cpu, n = time.monotonic(), time.process_time(), 0
-            while time.monotonic() - began < seconds:
-                n += reader.read_next_event(timeout=1).is_event
-            out.put((n, time.process_time() - cpu))
-            reader.close()
-        return
-
-    async def main() -> tuple[int, float]:
-        async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
-            reader = await factory.create_reader("r", group, BytesSerializer())
-            await reader.read_next_event(timeout=10)
-            began, cpu, n = time.monotonic(), time.process_time(), 0
-            while time.monotonic() - began < seconds:
-                n += (await reader.read_next_event(timeout=1)).is_event
-            cpu = time.process_time() - cpu
-            await reader.close()
-            return n, cpu
-
-    out.put(asyncio.run(main()))
+    with EventStreamClientFactory.from_url(scope, url) as factory:
+        writer = factory.create_event_writer(stream, BytesSerializer())
+        began, n = time.monotonic(), 0
+        while (elapsed := time.monotonic() - began) < seconds + 3:
+            while n < int(elapsed * rate):
+                writer.write_event(b"x" * 100, routing_key=f"k{n % 100}")
+                n += 1
+            writer.flush()
+            time.sleep(0.001)
+    out.put(None)
 
 
 # -- many readers in one loop ----------------------------------------------------------------
