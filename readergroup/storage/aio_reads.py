@@ -20,7 +20,6 @@ from typing import Any
 from redis.asyncio import Redis
 
 from readergroup.core.errors import ReaderGroupError, WrongKeyTypeError
-from readergroup.storage.aio_resp import lean_capable, lean_request
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.multi_read import by_key, not_streams, xread_command
 from readergroup.storage.segment_records import (
@@ -39,16 +38,12 @@ from readergroup.storage.translate import translate_errors
 
 async def _raw(client: Redis, *command: Any) -> Any:
     """``command``'s reply as the server sent it (no response callback: the client given is
-    left as it is), on a connection of ``client``'s pool: sent and read by
-    :func:`~readergroup.storage.aio_resp.lean_request` where it can serve the connection, else
-    by redis-py. A connection a cancellation or an
+    left as it is), on a connection of ``client``'s pool. A connection a cancellation or an
     error interrupts is closed before it goes back to the pool (``redis.asyncio`` disconnects
     on any exception while it sends or reads)."""
     pool = client.connection_pool
     connection = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:
-        if lean_capable(connection):
-            return await lean_request(connection, *command)
         await connection.send_command(*command)
         return await connection.read_response()
     finally:
