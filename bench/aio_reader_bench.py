@@ -14,6 +14,10 @@ other, never two at once):
   stats``: every client's, the group's only); the same commands figure for ``--sync-readers``
   threaded readers of another group over as many segments, and for as many asyncio readers
   (the per-reader figure depends on the group's size; goal: async <= sync).
+* ``tail``: one reader following the tail of a one-segment stream a writer process feeds at
+  ``--tail-rate`` events/s (each read answers a few events: the steady state of a reader keeping
+  up), threaded and asyncio alternated, ``--repeat`` runs each: the reader process's CPU per
+  event over ``--tail-seconds`` s, medians, and the ratio async over sync.
 * ``loop_lag``: the event loop's p99 lag (a probe task asking to run every 1 ms) while one
   asyncio reader consumes ``--lag-events`` events with ``async for``, paced at ``--lag-rate``
   events/s (the goal: p99 <= 5 ms at 50k events/s), then as fast as it can, with its events/s.
@@ -29,6 +33,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,36 +84,78 @@ def _group(url: str, scope: str, stream: str) -> str:
 
 
 # -- per-event reads -------------------------------------------------------------------------
+Done = Callable[[int, float], bool]
+"""Whether a measured read loop stops: given the events read and when it began."""
+
+
+def _reads(kind: str, url: str, scope: str, group: str, done: Done) -> tuple[int, float, float]:
+    """A reader of ``kind`` (``sync``: ``read_next_event``; ``async``: ``async for``) reading
+    one event at a time until ``done``: events, seconds and the process's CPU seconds (after
+    its first event)."""
+    if kind == "sync":
+        with EventStreamClientFactory.from_url(scope, url) as factory:
+            reader = factory.create_reader("r", group, BytesSerializer())
+            reader.read_next_event(timeout=10)
+            began, cpu, n = time.perf_counter(), time.process_time(), 1
+            while not done(n, began):
+                n += reader.read_next_event(timeout=5).is_event
+            result = (n, time.perf_counter() - began, time.process_time() - cpu)
+            reader.close()
+        return result
+
+    async def main() -> tuple[int, float, float]:
+        async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
+            reader = await factory.create_reader("r", group, BytesSerializer())
+            await reader.read_next_event(timeout=10)
+            began, cpu, n = time.perf_counter(), time.process_time(), 1
+            async for _ in reader:
+                n += 1
+                if done(n, began):
+                    break
+            result = (n, time.perf_counter() - began, time.process_time() - cpu)
+            await reader.close()
+            return result
+
+    return asyncio.run(main())
+
+
 def _per_event(
     kind: str, url: str, scope: str, group: str, events: int, start: Any, out: Any
 ) -> None:
     start.wait()
-    if kind == "sync":
-        with EventStreamClientFactory.from_url(scope, url) as factory:
-            reader = factory.create_reader("r", group, BytesSerializer())
-            reader.read_next_event(timeout=5)
-            began, cpu, n = time.perf_counter(), time.process_time(), 1
-            while n < events:
-                if reader.read_next_event(timeout=5).is_event:
-                    n += 1
-            out.put((time.perf_counter() - began, time.process_time() - cpu))
-            reader.close()
+    _, seconds, cpu = _reads(kind, url, scope, group, lambda n, _: n >= events)
+    out.put((seconds, cpu))
+
+
+# -- a reader following the tail -------------------------------------------------------------
+def _tail(
+    kind: str,
+    url: str,
+    scope: str,
+    stream: str,
+    group: str,
+    rate: float,
+    seconds: float,
+    start: Any,
+    out: Any,
+) -> None:
+    start.wait()
+    if kind != "writer":
+        events, _, cpu = _reads(
+            kind, url, scope, group, lambda _, began: time.perf_counter() - began >= seconds
+        )
+        out.put((events, cpu))
         return
-
-    async def main() -> tuple[float, float]:
-        async with AsyncEventStreamClientFactory.from_url(scope, url) as factory:
-            reader = await factory.create_reader("r", group, BytesSerializer())
-            await reader.read_next_event(timeout=5)
-            began, cpu, n = time.perf_counter(), time.process_time(), 1
-            async for _ in reader:
+    with EventStreamClientFactory.from_url(scope, url) as factory:
+        writer = factory.create_event_writer(stream, BytesSerializer())
+        began, n = time.monotonic(), 0
+        while (elapsed := time.monotonic() - began) < seconds + 3:
+            while n < int(elapsed * rate):
+                writer.write_event(b"x" * 100, routing_key=f"k{n % 100}")
                 n += 1
-                if n == events:
-                    break
-            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
-            await reader.close()
-            return elapsed, cpu
-
-    out.put(asyncio.run(main()))
+            writer.flush()
+            time.sleep(0.001)
+    out.put(None)
 
 
 # -- many readers in one loop ----------------------------------------------------------------
@@ -234,7 +281,9 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=10.0)
     parser.add_argument("--lag-events", type=int, default=200_000)
     parser.add_argument("--lag-rate", type=float, default=50_000.0)
-    parser.add_argument("--parts", default="per_event,many_readers,loop_lag")
+    parser.add_argument("--tail-rate", type=float, default=2000.0)
+    parser.add_argument("--tail-seconds", type=float, default=5.0)
+    parser.add_argument("--parts", default="per_event,tail,many_readers,loop_lag")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     results: dict[str, Any] = {}
@@ -264,6 +313,25 @@ def main() -> None:
                 "client_cpu_s_per_million_events": {
                     k: round(median(vs), 2) for k, vs in cpus.items()
                 },
+            }
+        if "tail" in parts:
+            tail_cpu: dict[str, list[float]] = {"sync": [], "async": []}
+            for _ in range(args.repeat):
+                for kind, cpu_runs in tail_cpu.items():
+                    stream = _stream(url, scope, 1, 0)
+                    same = (url, scope, stream, _group(url, scope, stream), args.tail_rate)
+                    done = run_processes(
+                        _tail,
+                        [("writer", *same, args.tail_seconds), (kind, *same, args.tail_seconds)],
+                    )
+                    ((events, cpu),) = [result for result in done if result is not None]
+                    cpu_runs.append(cpu * 1e6 / events)
+            sync, aio = median(tail_cpu["sync"]), median(tail_cpu["async"])
+            results["tail"] = {
+                "rate": args.tail_rate,
+                "client_cpu_us_per_event": {"sync": round(sync, 1), "async": round(aio, 1)},
+                "ratio_async_over_sync": round(aio / sync, 2),
+                "runs": {k: [round(v, 1) for v in vs] for k, vs in tail_cpu.items()},
             }
         if "many_readers" in parts:
             stream = _stream(url, scope, args.segments, 0)
