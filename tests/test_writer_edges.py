@@ -321,6 +321,7 @@ def test_a_small_append_sends_the_append_only(private_redis: Any) -> None:
         assert all(len(epochs) == 1 for epochs in before), before
         private_redis.restart()
         client = redis.Redis.from_url(private_redis.url)
+        client.config_resetstat()  # (the harness's own start-up probe is not the writer's)
         factory.connection.client.connection_pool.disconnect()  # its sockets died with it
         for i in range(20):  # (keys k0..k19 reach all four segments)
             writer.write_event(f"g{i}", routing_key=f"k{i}").result(30)
