@@ -168,7 +168,7 @@ class AsyncGroupSession(SessionSteps[T]):
             return await drive_async(self.serve_steps(max_events, timeout, now), self)
         self._watching = any(log in parked.positions for log in self._group_logs)
         try:
-            block = min(now + max(0.0, timeout) - self._clock.monotonic(), self.longest_block())
+            block = min(self._time_left(timeout, now), self.longest_block())
             arrived = await parked.ready(block)
         finally:
             self._watching = False
@@ -176,7 +176,7 @@ class AsyncGroupSession(SessionSteps[T]):
             return await drive_async(self.serve_steps(max_events, timeout, now), self)
         self.absorb(WATCHED)
         self.check_lease()
-        if now + max(0.0, timeout) - self._clock.monotonic() <= 0 and self._quiet():
+        if self._time_left(timeout, now) <= 0 and self._quiet():
             return []
         return await drive_async(self.serve_steps(max_events, timeout, now, fetched=True), self)
 
@@ -196,18 +196,16 @@ class AsyncGroupSession(SessionSteps[T]):
         self.last_poll = now
         self._aio_fetcher.consume_returned()
         self.consumed_recorded()
-        if (  # (maintenance_under_way(), but the machine was just found quiet)
-            self.wake.is_set()
-            or self._maintaining
-            or self.group_dirty
-            or self._streams_dirty
-            or self.machine.ack_due is not None
-        ):
+        if self.wake.is_set() or self.maintenance_posted():  # (the machine was found quiet)
             return None
-        if now + max(0.0, timeout) - self._clock.monotonic() <= 0:
+        if self._time_left(timeout, now) <= 0:
             return None  # (at least one fetch, even past the timeout)
         parked = self._aio_fetcher.parked_wait(self.wake_logs())
         return parked if isinstance(parked, AsyncPendingRead) else None
+
+    def _time_left(self, timeout: float, now: float) -> float:
+        """Seconds left of a read call that began at ``now`` with ``timeout``."""
+        return now + max(0.0, timeout) - self._clock.monotonic()
 
     def _quiet(self) -> bool:
         """Whether a read call's steps would find nothing to do before a fetch: no listener

@@ -472,14 +472,15 @@ class SessionSteps(Generic[T]):
     def maintenance_under_way(self) -> bool:
         """Whether the maintenance thread has work posted or a round under way (its outcome,
         such as segments to read or a checkpoint, may concern the reading thread soon)."""
-        return self.machine.needs_reader or (
-            (
-                self._maintaining
-                or self.group_dirty
-                or self._streams_dirty
-                or self.machine.ack_due is not None
-            )
-            and self.background_alive()
+        return self.machine.needs_reader or (self.maintenance_posted() and self.background_alive())
+
+    def maintenance_posted(self) -> bool:
+        """Whether work is posted to the maintenance thread (task) or a round is under way."""
+        return (
+            self._maintaining
+            or self.group_dirty
+            or self._streams_dirty
+            or self.machine.ack_due is not None
         )
 
     def background_alive(self) -> bool:
