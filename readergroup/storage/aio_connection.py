@@ -18,15 +18,17 @@ translated (:mod:`readergroup.storage.translate`) from redis-py's, which never c
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import logging
 import math
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 import redis.asyncio
-from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -49,6 +51,9 @@ from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
 from statesync.redaction import redact_url
 from statesync.redis_backend import SENTINEL_CHECK_INTERVAL
+from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT
+
+logger = logging.getLogger(__name__)
 
 
 class AsyncConnection:
@@ -63,8 +68,11 @@ class AsyncConnection:
         url: str,
         *,
         sentinels: Sequence[redis.asyncio.Redis] = (),
+        blocking_twin: Callable[[], redis.asyncio.Redis] | None = None,
     ) -> None:
-        """``sentinels``: the clients of the Sentinels ``client`` asks (closed with it)."""
+        """``sentinels``: the clients of the Sentinels ``client`` asks (closed with it);
+        ``blocking_twin``: what :meth:`blocking_client` calls (a Sentinel connection's)."""
+        self._blocking_twin = blocking_twin
         self.config = config
         self.client = client
         self._sentinels = tuple(sentinels)
@@ -95,9 +103,10 @@ class AsyncConnection:
 
         options["redis_connect_func"] = connect_checking_server
         sentinels: list[redis.asyncio.Redis] = []
+        blocking_twin: Callable[[], redis.asyncio.Redis] | None = None
         try:
             if sentinel:
-                client, sentinels = _sentinel_client(url, config, options)
+                client, blocking_twin, sentinels = _sentinel_client(url, config, options)
             else:
                 client = redis.asyncio.Redis.from_url(
                     url,
@@ -108,7 +117,13 @@ class AsyncConnection:
                 )
         except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
             raise unusable_url(url, config, exc) from exc
-        return cls(client, config, url, sentinels=sentinels)
+        return cls(client, config, url, sentinels=sentinels, blocking_twin=blocking_twin)
+
+    def blocking_client(self) -> redis.asyncio.Redis | None:
+        """A new client for blocking reads (``XREAD BLOCK``) whose pool follows a Sentinel
+        failover together with :attr:`client`'s (its owner closes it), or ``None`` when any
+        twin of ``client`` will do (not a Sentinel URL)."""
+        return None if self._blocking_twin is None else self._blocking_twin()
 
     def __repr__(self) -> str:
         return f"AsyncConnection({self._where!r}, key_prefix={self.config.key_prefix!r})"
@@ -126,13 +141,14 @@ class AsyncConnection:
 
 def _sentinel_client(
     url: str, config: ClientConfig, options: dict[str, Any]
-) -> tuple[redis.asyncio.Redis, list[redis.asyncio.Redis]]:
-    """The client of the primary a ``redis+sentinel://`` URL names, and the Sentinels' (as
-    :func:`statesync.redis_backend.sentinel_clients` builds the threaded one: the URL's
-    credentials win over ``redis_options``; ``sentinel_options`` go to the Sentinels). Each
-    new connection asks the Sentinels where the primary is; one to a primary demoted since
-    is dropped at its first ``READONLY`` reply (redis-py's), so the writer's retry reaches
-    the new primary."""
+) -> tuple[redis.asyncio.Redis, Callable[[], redis.asyncio.Redis], list[redis.asyncio.Redis]]:
+    """The client of the primary a ``redis+sentinel://`` URL names, a maker of its
+    blocking-read twins, and the Sentinels' clients (as
+    :func:`statesync.redis_backend.sentinel_clients` builds the threaded pair: the URL's
+    credentials win over ``redis_options``; ``sentinel_options`` go to the Sentinels). Their
+    pools follow the Sentinels together (:func:`_following_pool_class`); a connection to a
+    primary demoted since is also dropped at its first ``READONLY`` reply (redis-py's), so the
+    writer's retry reaches the new primary."""
     try:
         target = parse_sentinel_url(url)
     except EndpointURLError as exc:
@@ -149,33 +165,125 @@ def _sentinel_client(
         },
         **options,
     )
-    primary: redis.asyncio.Redis = sentinel.master_for(
-        target.service,
-        socket_timeout=config.socket_timeout,
-        db=target.db,
-        retry=Retry(NoBackoff(), 0),
-        connection_pool_class=_FollowingPool,
-        **checked_pool_options(),
+    pool_class = _following_pool_class()
+
+    def client(socket_timeout: float) -> redis.asyncio.Redis:
+        made: redis.asyncio.Redis = sentinel.master_for(
+            target.service,
+            socket_timeout=socket_timeout,
+            db=target.db,
+            retry=Retry(NoBackoff(), 0),
+            connection_pool_class=pool_class,
+            **checked_pool_options(),
+        )
+        return made
+
+    return (
+        client(config.socket_timeout),
+        functools.partial(client, BLOCKING_SOCKET_TIMEOUT),
+        sentinel.sentinels,
     )
-    return primary, sentinel.sentinels
 
 
-class _FollowingPool(SentinelConnectionPool):
-    """A Sentinel pool that asks the Sentinels where the primary is when a connection is
-    taken, at most every :data:`~statesync.redis_backend.SENTINEL_CHECK_INTERVAL` seconds, as
-    the threaded client's pool does: after a failover the old primary stays writable until
-    the Sentinels demote it, and what a client writes there meanwhile is lost; on a switch
-    the idle connections are closed and the busy ones dropped when handed back."""
+class _SiblingPools:
+    """The Sentinel pools of one connection (its commands', its blocking-read twins'): a
+    switch one of them learns is followed by the others at once, not at their own next
+    question (a blocked read on the old primary would otherwise wait there up to its block),
+    as :class:`statesync.redis_backend._SiblingPools` does for the threaded pair."""
 
-    _asked = -math.inf
+    def __init__(self) -> None:
+        self._pools: weakref.WeakSet[Any] = weakref.WeakSet()
 
-    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        now = time.monotonic()
-        if now - self._asked >= SENTINEL_CHECK_INTERVAL:
-            self._asked = now
-            with contextlib.suppress(MasterNotFoundError):  # (connecting raises it)
-                await self.get_master_address()  # type: ignore[no-untyped-call]
-        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+    def add(self, pool: Any) -> None:
+        self._pools.add(pool)
+
+    def learned(self, learner: Any, address: Any) -> None:
+        for pool in list(self._pools):
+            if pool is not learner:
+                pool.follow_sibling(address)
+
+
+def _following_pool_class() -> type[SentinelConnectionPool]:
+    """A pool class for one connection's clients: its pools share one :class:`_SiblingPools`."""
+    siblings = _SiblingPools()
+
+    class FollowingPool(SentinelConnectionPool):
+        """A Sentinel pool that asks the Sentinels where the primary is when a connection is
+        taken, at most every :data:`~statesync.redis_backend.SENTINEL_CHECK_INTERVAL` seconds,
+        as the threaded client's pool does: after a failover the old primary stays writable
+        until the Sentinels demote it, and what a client writes there meanwhile is lost. On a
+        switch (learned by its own question, a new connection's, or a sibling pool's) every
+        connection to the old primary is left, in use ones too (:func:`_leave`)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+            self._asked = -math.inf
+            self._unanswered = False
+            siblings.add(self)
+
+        async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+            now = time.monotonic()
+            if self.master_address is not None and now - self._asked >= SENTINEL_CHECK_INTERVAL:
+                self._asked = now
+                await self._ask()
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+        async def _ask(self) -> None:
+            try:
+                await self.get_master_address()
+            except redis.RedisError as exc:  # keep the primary we have, ask again later
+                if not self._unanswered:
+                    logger.warning(
+                        "Sentinels of %r did not answer where the primary is; staying on %s",
+                        self.service_name,
+                        self.master_address,
+                        exc_info=exc,
+                    )
+                self._unanswered = True
+                return
+            self._unanswered = False
+
+        async def get_master_address(self) -> Any:
+            """The Sentinels' answer (also asked by each new connection): a new primary is
+            followed here and by the sibling pools."""
+            before = self.master_address
+            after = await super().get_master_address()  # type: ignore[no-untyped-call]
+            if before is not None and after != before:
+                self._switched(before, after, "")
+                siblings.learned(self, after)
+            return after
+
+        def follow_sibling(self, address: Any) -> None:
+            """Another pool of this connection learned that the Sentinels name ``address``."""
+            before = self.master_address
+            if before is None or before == address:
+                return
+            self.master_address = address
+            self._switched(before, address, ", another pool of this client learned")
+
+        def _switched(self, before: Any, after: Any, learned: str) -> None:
+            logger.warning(
+                "Sentinels of %r name a new primary %s (was %s)%s: closing every connection to "
+                "the old one",
+                self.service_name,
+                after,
+                before,
+                learned,
+            )
+            _leave(self, before)
+
+    return FollowingPool
+
+
+def _leave(pool: Any, old: Any) -> None:
+    """Leave the old primary ``old``: abort the socket of every connection of ``pool`` to it,
+    idle or in use. A command or a blocked read awaiting a reply there gets a connection
+    error at once (its own task then closes the connection; nothing is closed under it); an
+    idle one is found closed and reconnected, to the new primary, when next handed out."""
+    for connection in [*pool._available_connections, *pool._in_use_connections]:
+        writer = getattr(connection, "_writer", None)
+        if writer is not None and (connection.host, connection.port) == tuple(old):
+            writer.transport.abort()
 
 
 async def _set_up(connection: Any) -> None:

@@ -1,0 +1,111 @@
+"""The asyncio connection on ``redis+sentinel://`` follows a failover as the threaded one does
+(issue 29; the threaded pools: ``statesync.redis_backend._following_pool_class``, tested in
+``tests/test_ha_sentinel.py``): once any pool of a connection learns that the Sentinels name a
+new primary, every connection to the old one is left, the idle ones and those in use (a
+blocked ``XREAD`` there fails over at once with a connection error instead of waiting out its
+block on a server that no longer receives writes; a command connection in use at the switch is
+not handed out again to the old primary). Real servers and Sentinels started by the test."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+import redis
+import redis.asyncio
+
+from readergroup.storage.aio_admin import AsyncAdminConnection
+from readergroup.storage.aio_connection import AsyncConnection
+from readergroup.testing.embedded_redis import LocalSentinelGroup, local_sentinel_group
+
+
+@pytest.fixture
+def sentinels() -> Iterator[LocalSentinelGroup]:
+    with local_sentinel_group(replicas=1, sentinels=3) as group:
+        yield group
+
+
+async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    """Poll ``condition`` every 20 ms until it is true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def port_of(client: redis.asyncio.Redis) -> int:
+    return int((await client.config_get("port"))["port"])
+
+
+async def blocked_on(server: redis.Redis) -> int:
+    info = await asyncio.to_thread(server.info, "clients")
+    return int(info["blocked_clients"])
+
+
+def test_a_blocked_read_leaves_the_old_primary_once_the_command_pool_learns_of_the_switch(
+    sentinels: LocalSentinelGroup,
+) -> None:
+    """The blocking-read client (the asyncio readers' ``XREAD BLOCK``, the synchronizers'
+    waits) has a pool of its own: its read parked on the old primary fails with a connection
+    error as soon as the command pool learns of the failover, and its next command goes to
+    the new primary."""
+    old = sentinels.primary_port()
+    old_server = redis.Redis(port=old)
+
+    async def main() -> None:
+        connection = AsyncConnection.from_url(sentinels.url)
+        admin = AsyncAdminConnection(connection)
+        blocking = admin.log_backend.blocking_client
+        assert isinstance(blocking, redis.asyncio.Redis)
+        try:
+            assert await port_of(connection.client) == old
+            parked = asyncio.ensure_future(
+                blocking.execute_command("XREAD", "BLOCK", 30_000, "STREAMS", "nothing", "$")
+            )
+            await eventually(lambda: _is(blocked_on(old_server), 1), 10, "the parked read")
+            promoted = await asyncio.to_thread(sentinels.failover)
+            await eventually(
+                lambda: _is(port_of(connection.client), promoted), 30, "the command pool"
+            )
+            with pytest.raises(redis.ConnectionError):
+                await asyncio.wait_for(parked, 5)  # not its 30 s block
+            assert await blocked_on(old_server) == 0
+            assert await port_of(blocking) == promoted
+        finally:
+            await admin.close()
+            await connection.close()
+
+    asyncio.run(main())
+    old_server.close()
+
+
+def test_a_command_connection_in_use_at_the_switch_does_not_go_back_to_the_old_primary(
+    sentinels: LocalSentinelGroup,
+) -> None:
+    """A command connection taken before the failover and handed back after the pool learned
+    of it is not used again on the old primary (redis-py's asyncio pool closes only the idle
+    ones, and hands a returned connection out first)."""
+
+    async def main() -> None:
+        connection = AsyncConnection.from_url(sentinels.url)
+        client = connection.client
+        try:
+            await client.ping()
+            pool = client.connection_pool
+            held = await pool.get_connection()
+            promoted = await asyncio.to_thread(sentinels.failover)
+            await eventually(lambda: _is(port_of(client), promoted), 30, "the command pool")
+            await pool.release(held)
+            for _ in range(3):
+                assert await port_of(client) == promoted
+        finally:
+            await connection.close()
+
+    asyncio.run(main())
+
+
+async def _is(value: Awaitable[int], wanted: int) -> bool:
+    return await value == wanted
