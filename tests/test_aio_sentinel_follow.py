@@ -9,6 +9,7 @@ not handed out again to the old primary). Real servers and Sentinels started by 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -16,8 +17,21 @@ import pytest
 import redis
 import redis.asyncio
 
+from readergroup import (
+    AckTimeoutError,
+    ClientConfig,
+    ReaderGroupConfig,
+    ReaderGroupManager,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamManager,
+    UTF8StringSerializer,
+)
+from readergroup.aio import AsyncEventStreamClientFactory
+from readergroup.storage import aio_connection
 from readergroup.storage.aio_admin import AsyncAdminConnection
 from readergroup.storage.aio_connection import AsyncConnection
+from readergroup.storage.segment_records import AppendBatch
 from readergroup.testing.embedded_redis import LocalSentinelGroup, local_sentinel_group
 
 
@@ -109,3 +123,81 @@ def test_a_command_connection_in_use_at_the_switch_does_not_go_back_to_the_old_p
 
 async def _is(value: Awaitable[int], wanted: int) -> bool:
     return await value == wanted
+
+
+@pytest.mark.long  # a forced failover under a reading asyncio reader: about 15 s
+def test_an_asyncio_reader_and_writer_ride_out_a_sentinel_failover(
+    sentinels: LocalSentinelGroup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An asyncio reader reading (its read parked on the primary) while the Sentinels fail
+    over, and an asyncio writer writing after: the reader hands out every event, each once,
+    and the connection's pools logged the switch (WARNING)."""
+    with StreamManager.from_url(sentinels.url) as sm:
+        sm.create_scope("ha")
+        sm.create_stream("ha", "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    with ReaderGroupManager.from_url("ha", sentinels.url) as groups:
+        groups.create_reader_group("g", ReaderGroupConfig(streams=["ha/orders"]))
+    config = ClientConfig(acks="replicas=1", ack_timeout=1.0)
+    wanted = [f"{phase}{i}" for phase in "ab" for i in range(10)]
+
+    async def main() -> list[str]:
+        async with AsyncEventStreamClientFactory.from_url("ha", sentinels.url, config) as factory:
+            writer = await factory.create_event_writer("orders", UTF8StringSerializer())
+            reader = await factory.create_reader("r1", "g", UTF8StringSerializer())
+            seen: list[str] = []
+
+            async def read_all() -> None:
+                deadline = time.monotonic() + 90
+                while len(seen) < len(wanted) and time.monotonic() < deadline:
+                    event = await reader.read_next_event(timeout=0.5)
+                    if event.is_event:
+                        seen.append(str(event.event))
+
+            reading = asyncio.ensure_future(read_all())
+            for i in range(10):
+                await writer.write_event(f"a{i}", routing_key=f"k{i}")
+            await eventually(lambda: _true(len(seen) == 10), 30, "the first events")
+            await asyncio.to_thread(sentinels.failover)
+            for i in range(10):  # retried onto the new primary once a replica follows it
+                await asyncio.wait_for(writer.write_event(f"b{i}", routing_key=f"k{i}"), 60)
+            await reading
+            return seen
+
+    caplog.set_level(logging.WARNING, logger="readergroup.storage.aio_connection")
+    seen = asyncio.run(main())
+    assert sorted(seen) == sorted(wanted)
+    assert any("name a new primary" in r.getMessage() for r in caplog.records)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def test_an_append_falling_short_sends_the_next_command_to_the_new_primary(
+    sentinels: LocalSentinelGroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the promotion the old primary has no replica: an asyncio append there with
+    ``acks=replicas=1`` falls short (``AckTimeoutError``), and the pool asks the Sentinels at
+    the next command (not at its periodic question, turned off here), so the retry goes to the
+    new primary, as the threaded connection does (``tests/test_ha_comeback.py``)."""
+    monkeypatch.setattr(aio_connection, "SENTINEL_CHECK_INTERVAL", 3600.0)
+    with StreamManager.from_url(sentinels.url) as sm:
+        sm.create_scope("ha")
+        sm.create_stream("ha", "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    config = ClientConfig(acks="replicas=1", ack_timeout=0.2)
+
+    async def main() -> None:
+        connection = AsyncConnection.from_url(sentinels.url, config)
+        try:
+            old = sentinels.primary.port
+            assert await port_of(connection.client) == old
+            promoted = await asyncio.to_thread(sentinels.failover)
+            assert await port_of(connection.client) == old  # nothing asked the Sentinels yet
+            batch = AppendBatch.of("ha", "s", 0, "w", 1, [(None, b"x", 0)], 1 << 20)
+            with pytest.raises(AckTimeoutError, match="0 of 1 replicas"):
+                await connection.segments.append([batch])
+            assert await port_of(connection.client) == promoted
+        finally:
+            await connection.close()
+
+    asyncio.run(main())

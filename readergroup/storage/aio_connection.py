@@ -50,7 +50,7 @@ from statesync.aio_redis_backend import checked_pool_options
 from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
 from statesync.redaction import redact_url
-from statesync.redis_backend import SENTINEL_CHECK_INTERVAL
+from statesync.redis_backend import SENTINEL_CHECK_INTERVAL, SENTINEL_RECHECK_INTERVAL
 from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT
 
 logger = logging.getLogger(__name__)
@@ -218,15 +218,23 @@ def _following_pool_class() -> type[SentinelConnectionPool]:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
             self._asked = -math.inf
+            self._interval = SENTINEL_CHECK_INTERVAL
             self._unanswered = False
             siblings.add(self)
 
         async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
             now = time.monotonic()
-            if self.master_address is not None and now - self._asked >= SENTINEL_CHECK_INTERVAL:
-                self._asked = now
+            if self.master_address is not None and now - self._asked >= self._interval:
+                self._asked, self._interval = now, SENTINEL_CHECK_INTERVAL
                 await self._ask()
             return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+        def follow_now(self) -> None:
+            """Ask the Sentinels when the next connection is taken (unless asked within
+            :data:`~statesync.redis_backend.SENTINEL_RECHECK_INTERVAL`): what
+            :func:`~statesync.redis_backend.recheck_primary` calls on a sign that the primary
+            was demoted (a ``WAIT`` shortfall, a failover reply), so the retry asks first."""
+            self._interval = SENTINEL_RECHECK_INTERVAL
 
         async def _ask(self) -> None:
             try:
