@@ -125,6 +125,14 @@ class AsyncConnection:
         twin of ``client`` will do (not a Sentinel URL)."""
         return None if self._blocking_twin is None else self._blocking_twin()
 
+    def primary_switches(self) -> int:
+        """A number that changes whenever this connection's pools learn that the Sentinels name
+        a new primary (as :meth:`RedisConnection.primary_switches
+        <readergroup.storage.connection.RedisConnection.primary_switches>`: a reader holding
+        positions on the old primary checks them); always 0 off Sentinel."""
+        siblings = getattr(self.client.connection_pool, "siblings", None)
+        return siblings.count if isinstance(siblings, _SiblingPools) else 0
+
     def __repr__(self) -> str:
         return f"AsyncConnection({self._where!r}, key_prefix={self.config.key_prefix!r})"
 
@@ -189,10 +197,12 @@ class _SiblingPools:
     """The Sentinel pools of one connection (its commands', its blocking-read twins'): a
     switch one of them learns is followed by the others at once, not at their own next
     question (a blocked read on the old primary would otherwise wait there up to its block),
-    as :class:`statesync.redis_backend._SiblingPools` does for the threaded pair."""
+    as :class:`statesync.redis_backend._SiblingPools` does for the threaded pair. ``count``:
+    the switches learned (:meth:`AsyncConnection.primary_switches`)."""
 
     def __init__(self) -> None:
         self._pools: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.count = 0
 
     def add(self, pool: Any) -> None:
         self._pools.add(pool)
@@ -201,6 +211,7 @@ class _SiblingPools:
         for pool in list(self._pools):
             if pool is not learner:
                 pool.follow_sibling(address)
+        self.count += 1
 
 
 def _following_pool_class() -> type[SentinelConnectionPool]:
@@ -215,8 +226,11 @@ def _following_pool_class() -> type[SentinelConnectionPool]:
         switch (learned by its own question, a new connection's, or a sibling pool's) every
         connection to the old primary is left, in use ones too (:func:`_leave`)."""
 
+        siblings: _SiblingPools
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+            self.siblings = siblings
             self._asked = -math.inf
             self._interval = SENTINEL_CHECK_INTERVAL
             self._unanswered = False
