@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 import redis
@@ -32,13 +32,10 @@ from readergroup.storage import aio_connection
 from readergroup.storage.aio_admin import AsyncAdminConnection
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.segment_records import AppendBatch
-from readergroup.testing.embedded_redis import LocalSentinelGroup, local_sentinel_group
+from readergroup.testing.embedded_redis import LocalSentinelGroup
+from tests.test_aio_sentinel import _create, sentinels
 
-
-@pytest.fixture
-def sentinels() -> Iterator[LocalSentinelGroup]:
-    with local_sentinel_group(replicas=1, sentinels=3) as group:
-        yield group
+__all__ = ["sentinels"]  # the fixture shared with test_aio_sentinel
 
 
 async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
@@ -132,9 +129,7 @@ def test_an_asyncio_reader_and_writer_ride_out_a_sentinel_failover(
     """An asyncio reader reading (its read parked on the primary) while the Sentinels fail
     over, and an asyncio writer writing after: the reader hands out every event, each once,
     and the connection's pools logged the switch (WARNING)."""
-    with StreamManager.from_url(sentinels.url) as sm:
-        sm.create_scope("ha")
-        sm.create_stream("ha", "orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    _create(sentinels.url)
     with ReaderGroupManager.from_url("ha", sentinels.url) as groups:
         groups.create_reader_group("g", ReaderGroupConfig(streams=["ha/orders"]))
     config = ClientConfig(acks="replicas=1", ack_timeout=1.0)

@@ -50,7 +50,11 @@ from statesync.aio_redis_backend import checked_pool_options
 from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
 from statesync.redaction import redact_url
-from statesync.redis_backend import SENTINEL_CHECK_INTERVAL, SENTINEL_RECHECK_INTERVAL
+from statesync.redis_backend import (
+    SENTINEL_CHECK_INTERVAL,
+    SENTINEL_RECHECK_INTERVAL,
+    warn_of_switch,
+)
 from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT
 
 logger = logging.getLogger(__name__)
@@ -284,14 +288,7 @@ def _following_pool_class() -> type[SentinelConnectionPool]:
             self._switched(before, address, ", another pool of this client learned")
 
         def _switched(self, before: Any, after: Any, learned: str) -> None:
-            logger.warning(
-                "Sentinels of %r name a new primary %s (was %s)%s: closing every connection to "
-                "the old one",
-                self.service_name,
-                after,
-                before,
-                learned,
-            )
+            warn_of_switch(self.service_name, before, after, learned)
             _leave(self, before)
 
     return FollowingPool
