@@ -48,7 +48,8 @@ async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float, w
 
 
 async def port_of(client: redis.asyncio.Redis) -> int:
-    return int((await client.config_get("port"))["port"])
+    port: str = (await client.config_get("port"))["port"]  # type: ignore[assignment]
+    return int(port)
 
 
 async def blocked_on(server: redis.Redis) -> int:
@@ -74,7 +75,9 @@ def test_a_blocked_read_leaves_the_old_primary_once_the_command_pool_learns_of_t
         try:
             assert await port_of(connection.client) == old
             parked = asyncio.ensure_future(
-                blocking.execute_command("XREAD", "BLOCK", 30_000, "STREAMS", "nothing", "$")
+                blocking.execute_command(  # type: ignore[no-untyped-call]
+                    "XREAD", "BLOCK", 30_000, "STREAMS", "nothing", "$"
+                )
             )
             await eventually(lambda: _is(blocked_on(old_server), 1), 10, "the parked read")
             promoted = await asyncio.to_thread(sentinels.failover)
@@ -106,7 +109,7 @@ def test_a_command_connection_in_use_at_the_switch_does_not_go_back_to_the_old_p
         try:
             await client.ping()
             pool = client.connection_pool
-            held = await pool.get_connection()
+            held = await pool.get_connection()  # type: ignore[no-untyped-call]
             promoted = await asyncio.to_thread(sentinels.failover)
             await eventually(lambda: _is(port_of(client), promoted), 30, "the command pool")
             await pool.release(held)
