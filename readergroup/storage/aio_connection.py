@@ -211,10 +211,10 @@ class _SiblingPools:
     def add(self, pool: Any) -> None:
         self._pools.add(pool)
 
-    def learned(self, learner: Any, address: Any) -> None:
+    async def learned(self, learner: Any, address: Any) -> None:
         for pool in list(self._pools):
             if pool is not learner:
-                pool.follow_sibling(address)
+                await pool.follow_sibling(address)
         self.count += 1
 
 
@@ -238,6 +238,7 @@ def _following_pool_class() -> type[SentinelConnectionPool]:
             self._asked = -math.inf
             self._interval = SENTINEL_CHECK_INTERVAL
             self._unanswered = False
+            self._followed: Any = None  # the primary last switched to (told once)
             siblings.add(self)
 
         async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
@@ -274,32 +275,34 @@ def _following_pool_class() -> type[SentinelConnectionPool]:
             followed here and by the sibling pools."""
             before = self.master_address
             after = await super().get_master_address()  # type: ignore[no-untyped-call]
-            if before is not None and after != before:
-                self._switched(before, after, "")
-                siblings.learned(self, after)
+            if before is not None and after not in (before, self._followed):
+                self._followed = after  # (connections asking at once: one switch)
+                await self._switched(before, after, "")
+                await siblings.learned(self, after)
             return after
 
-        def follow_sibling(self, address: Any) -> None:
+        async def follow_sibling(self, address: Any) -> None:
             """Another pool of this connection learned that the Sentinels name ``address``."""
             before = self.master_address
             if before is None or before == address:
                 return
-            self.master_address = address
-            self._switched(before, address, ", another pool of this client learned")
+            self.master_address = self._followed = address
+            await self._switched(before, address, ", another pool of this client learned")
 
-        def _switched(self, before: Any, after: Any, learned: str) -> None:
+        async def _switched(self, before: Any, after: Any, learned: str) -> None:
             warn_of_switch(self.service_name, before, after, learned)
+            await self.disconnect(inuse_connections=False)  # (the idle ones: redis-py's way)
             _leave(self, before)
 
     return FollowingPool
 
 
 def _leave(pool: Any, old: Any) -> None:
-    """Leave the old primary ``old``: abort the socket of every connection of ``pool`` to it,
-    idle or in use. A command or a blocked read awaiting a reply there gets a connection
-    error at once (its own task then closes the connection; nothing is closed under it); an
-    idle one is found closed and reconnected, to the new primary, when next handed out."""
-    for connection in [*pool._available_connections, *pool._in_use_connections]:
+    """Leave the old primary ``old``: abort the socket of every connection of ``pool`` in use
+    there (the idle ones are closed already). A command or a blocked read awaiting a reply
+    there gets a connection error at once (its own task then closes the connection; nothing
+    is closed under it), and the connection reconnects, to the new primary, when next used."""
+    for connection in list(pool._in_use_connections):
         writer = getattr(connection, "_writer", None)
         if writer is not None and (connection.host, connection.port) == tuple(old):
             writer.transport.abort()
