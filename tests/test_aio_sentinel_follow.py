@@ -31,9 +31,12 @@ from readergroup.aio import AsyncEventStreamClientFactory
 from readergroup.storage import aio_connection
 from readergroup.storage.aio_admin import AsyncAdminConnection
 from readergroup.storage.aio_connection import AsyncConnection
+from readergroup.storage.connection import RedisConnection
 from readergroup.storage.segment_records import AppendBatch
 from readergroup.testing.embedded_redis import LocalSentinelGroup
+from tests.support.waiting import wait_until
 from tests.test_aio_sentinel import _create, sentinels
+from tests.test_ha_offsets import named_by_all
 
 __all__ = ["sentinels"]  # the fixture shared with test_aio_sentinel
 
@@ -196,6 +199,52 @@ def test_an_append_falling_short_sends_the_next_command_to_the_new_primary(
                 await connection.segments.append([batch])
             assert await port_of(connection.client) == promoted
         finally:
+            await connection.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.long  # a killed primary's failover: about 6 s per client
+@pytest.mark.parametrize("flavour", ["threaded", "asyncio"])
+def test_pooled_connections_to_a_killed_primary_reach_the_new_one_at_their_next_command(
+    sentinels: LocalSentinelGroup, flavour: str
+) -> None:
+    """The primary is killed with a connection of each pool (commands, blocking reads) idle
+    in it; once the Sentinels promoted a replica, the first command on each pool goes to the
+    new primary without an error (the pool finds the old connection closed and asks the
+    Sentinels again), the threaded and the asyncio connection alike. (Until every Sentinel
+    names the new primary, redis-py's question may fail, ``MasterNotFoundError``, a
+    connection error the clients retry: both alike, so the test waits for that.)"""
+    old = sentinels.primary.port
+
+    def promoted_once_all_agree() -> int:
+        promoted = sentinels.failover(dead=old)
+        wait_until(lambda: named_by_all(sentinels) == {promoted}, 30, "the Sentinels")
+        return promoted
+
+    if flavour == "threaded":
+        connection = RedisConnection.from_url(sentinels.url)
+        pools = [connection.client, connection.log_backend.blocking_client]
+        assert [int(c.config_get("port")["port"]) for c in pools] == [old, old]
+        sentinels.primary.kill()
+        promoted = promoted_once_all_agree()
+        assert [int(c.config_get("port")["port"]) for c in pools] == [promoted, promoted]
+        connection.close()
+        return
+
+    async def main() -> None:
+        connection = AsyncConnection.from_url(sentinels.url)
+        admin = AsyncAdminConnection(connection)
+        blocking = admin.log_backend.blocking_client
+        assert isinstance(blocking, redis.asyncio.Redis)
+        try:
+            assert [await port_of(connection.client), await port_of(blocking)] == [old, old]
+            sentinels.primary.kill()
+            promoted = await asyncio.to_thread(promoted_once_all_agree)
+            after = [await port_of(connection.client), await port_of(blocking)]
+            assert after == [promoted, promoted]
+        finally:
+            await admin.close()
             await connection.close()
 
     asyncio.run(main())
