@@ -55,6 +55,11 @@ async def port_of(client: redis.asyncio.Redis) -> int:
     return int(port)
 
 
+def threaded_port_of(client: redis.Redis) -> int:
+    port: str = client.config_get("port")["port"]  # type: ignore[assignment]
+    return int(port)
+
+
 async def blocked_on(server: redis.Redis) -> int:
     info = await asyncio.to_thread(server.info, "clients")
     return int(info["blocked_clients"])
@@ -225,10 +230,10 @@ def test_pooled_connections_to_a_killed_primary_reach_the_new_one_at_their_next_
     if flavour == "threaded":
         connection = RedisConnection.from_url(sentinels.url)
         pools = [connection.client, connection.log_backend.blocking_client]
-        assert [int(c.config_get("port")["port"]) for c in pools] == [old, old]
+        assert [threaded_port_of(c) for c in pools] == [old, old]
         sentinels.primary.kill()
         promoted = promoted_once_all_agree()
-        assert [int(c.config_get("port")["port"]) for c in pools] == [promoted, promoted]
+        assert [threaded_port_of(c) for c in pools] == [promoted, promoted]
         connection.close()
         return
 
