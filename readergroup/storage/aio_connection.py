@@ -8,8 +8,10 @@ connection.url_options`): ACL user and password (in the URL or ``redis_options``
 which the scripts deduplicate); every new socket is checked like the threaded client's: a
 server older than Redis 7.0, or one whose ``maxmemory-policy`` may evict keys, is refused.
 
-``redis+sentinel://`` URLs name the primary the Sentinels say (asked on each new connection;
-see :func:`_sentinel_client`). Not yet on asyncio: ``ClientConfig(cluster=True)`` raises
+``redis+sentinel://`` URLs name the primary the Sentinels say, followed through a failover as
+the threaded client follows it: asked by each new connection and at most every second, the
+command and blocking-read pools leaving the old primary together, in use connections too
+(:func:`_sentinel_client`, :meth:`AsyncConnection.primary_switches`). Not yet on asyncio: ``ClientConfig(cluster=True)`` raises
 :class:`~readergroup.core.errors.InvalidConfigError` here (use the threaded client for it).
 
 No password comes out: the connection's ``repr`` names the redacted URL only, and errors are
