@@ -11,8 +11,9 @@ server older than Redis 7.0, or one whose ``maxmemory-policy`` may evict keys, i
 ``redis+sentinel://`` URLs name the primary the Sentinels say, followed through a failover as
 the threaded client follows it: asked by each new connection and at most every second, the
 command and blocking-read pools leaving the old primary together, in use connections too
-(:func:`_sentinel_client`, :meth:`AsyncConnection.primary_switches`). Not yet on asyncio: ``ClientConfig(cluster=True)`` raises
-:class:`~readergroup.core.errors.InvalidConfigError` here (use the threaded client for it).
+(:func:`_sentinel_client`, :meth:`AsyncConnection.primary_switches`). Not yet on asyncio:
+``ClientConfig(cluster=True)`` raises :class:`~readergroup.core.errors.InvalidConfigError`
+here (use the threaded client for it).
 
 No password comes out: the connection's ``repr`` names the redacted URL only, and errors are
 translated (:mod:`readergroup.storage.translate`) from redis-py's, which never carry it.
