@@ -378,6 +378,18 @@ class _SiblingPools:
             self.count += 1
 
 
+def warn_of_switch(service: str, before: Any, after: Any, learned: str) -> None:
+    """The WARNING a Sentinel pool (threaded or asyncio) logs when it leaves the old primary
+    ``before`` for ``after`` (``learned``: how it learned, for the log)."""
+    logger.warning(
+        "Sentinels of %r name a new primary %s (was %s)%s: closing every connection to the old one",
+        service,
+        after,
+        before,
+        learned,
+    )
+
+
 def _leave(pool: Any) -> None:
     """Leave the old primary: close ``pool``'s idle connections and shut down the sockets of
     those in use, so that a command or a blocking read waiting there gets a connection error
@@ -503,14 +515,7 @@ def _following_pool_class() -> type:
         def _switched(self, before: Any, after: Any, learned: str) -> None:
             """The Sentinels name the primary ``after``, no longer ``before``: leave the old
             one (``learned``: how this pool learned it, for the log)."""
-            logger.warning(
-                "Sentinels of %r name a new primary %s (was %s)%s: closing every connection to "
-                "the old one",
-                self.service_name,
-                after,
-                before,
-                learned,
-            )
+            warn_of_switch(self.service_name, before, after, learned)
             _leave(self)
 
     return FollowingSentinelPool

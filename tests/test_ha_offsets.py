@@ -696,8 +696,9 @@ def named_by_all(sentinels: LocalSentinelGroup) -> set[int]:
 
 @pytest.mark.long  # about 15 s: a Sentinel group and a forced failover (make test-long)
 @pytest.mark.redis
+@flavoured_on_redis("sync", "async")
 def test_a_reader_that_lost_no_connection_notices_a_lossy_sentinel_failover(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, open_factory: Any
 ) -> None:
     """Item 4, when the failover breaks no connection of the reader: it read up to 150 and
     had no read in flight when the Sentinels promoted a replica 50 events behind, so its pool
@@ -721,7 +722,7 @@ def test_a_reader_that_lost_no_connection_notices_a_lossy_sentinel_failover(
             config = EventWriterConfig(delivery_timeout=60, linger=0.02)
             with (
                 contextlib.ExitStack() as stack,
-                EventStreamClientFactory.from_url("ha", url) as factory,
+                open_factory("ha", url) as factory,
                 factory.create_reader("r1", "g", BytesSerializer()) as reader,
             ):
                 events_key = factory.connection.keys.segment("ha", "s", 0).events

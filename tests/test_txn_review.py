@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,7 +30,12 @@ from readergroup.core.errors import (
     TransactionPositionsError,
 )
 from readergroup.core.transactions import PlanEntry, TxnStatus
-from tests.support.async_txn_adapter import FLAVOURS, flavoured_txn_factory
+from tests.support.async_txn_adapter import (
+    FLAVOURS,
+    another_txn_factory,
+    flavoured_txn_factory,
+    unwrapped,
+)
 from tests.test_transactions import (
     STREAM,
     Crash,
@@ -48,9 +54,9 @@ __all__ = ["stream", "txn_writer"]  # fixtures shared with test_transactions
 @pytest.fixture(params=FLAVOURS)
 def txn_factory(request: pytest.FixtureRequest) -> Iterator[Any]:
     """What creates the transactional writers and the readers bound to them: each test runs
-    with the threaded ones and with asyncio ones (behind a blocking adapter), except those
-    parametrized ``threaded`` (a test hook that calls back into a writer from the asyncio
-    writer's own loop, or a patch wrapping the threaded store's blocking method)."""
+    with the threaded ones and with asyncio ones (behind a blocking adapter). A hook the
+    asyncio writer runs in its loop never calls back into that loop: a patched store method
+    is the store's own kind (:func:`reply_lost`), another completer is another factory's."""
     yield from flavoured_txn_factory(request)
 
 
@@ -62,6 +68,28 @@ def die_after_entry(entry: PlanEntry) -> None:
 def outage(*args: Any, **kwargs: Any) -> Any:
     """Redis not answering a call (it never reached the server)."""
     raise RedisUnavailableError("connection refused")
+
+
+def reply_lost(method: Any) -> Any:
+    """``method`` (a store's own: blocking, or the asyncio store's coroutine function, awaited
+    in its writer's loop) runs, then its reply is lost on the way back."""
+
+    def lost() -> RedisUnavailableError:
+        return RedisUnavailableError("connection reset (reply lost)")
+
+    if inspect.iscoroutinefunction(method):
+
+        async def lost_after_awaiting(*args: Any, **kwargs: Any) -> Any:
+            await method(*args, **kwargs)
+            raise lost()
+
+        return lost_after_awaiting
+
+    def lost_after_calling(*args: Any, **kwargs: Any) -> Any:
+        method(*args, **kwargs)
+        raise lost()
+
+    return lost_after_calling
 
 
 def create_streams(manager: StreamManager, scope: str, segments: int, *names: str) -> None:
@@ -133,8 +161,6 @@ def test_a_commit_whose_decision_failed_keeps_its_buffered_events_for_the_retry(
     assert by_key(visible(factory))["k"] == [b"staged", b"buffered"]
 
 
-# threaded only: its patch calls the real stage (the blocking adapter would wait on its own loop)
-@pytest.mark.parametrize("txn_factory", ["threaded"], indirect=True)
 def test_a_commit_whose_decision_reply_was_lost_is_found_committing_not_recommitted(
     factory: EventStreamClientFactory,
     txn_writer: TransactionalEventStreamWriter[bytes],
@@ -146,14 +172,9 @@ def test_a_commit_whose_decision_reply_was_lost_is_found_committing_not_recommit
     txn.write_event(b"staged", routing_key="k")
     txn.flush()
     txn.write_event(b"buffered", routing_key="k")
-    real = txn_writer.store.stage
-
-    def lost_reply(*args: Any, **kwargs: Any) -> Any:
-        real(*args, **kwargs)
-        raise RedisUnavailableError("connection reset (reply lost)")
 
     with monkeypatch.context() as patch:
-        patch.setattr(txn_writer.store, "stage", lost_reply)
+        patch.setattr(txn_writer.store, "stage", reply_lost(unwrapped(txn_writer.store).stage))
         with pytest.raises(RedisUnavailableError):
             txn.commit()
     with pytest.raises(TransactionClosedError):
@@ -162,23 +183,25 @@ def test_a_commit_whose_decision_reply_was_lost_is_found_committing_not_recommit
     assert by_key(visible(factory))["k"] == [b"staged", b"buffered"]
 
 
-# threaded only: its hook completes from the loop (the blocking adapter would wait on its own loop)
-@pytest.mark.parametrize("txn_factory", ["threaded"], indirect=True)
 def test_a_committer_that_lost_the_replan_race_to_another_completer_reports_success(
     txn_factory: Any,
     factory: EventStreamClientFactory,
     txn_writer: TransactionalEventStreamWriter[bytes],
     manager: StreamManager,
     scope: str,
+    redis_url: str,
 ) -> None:
     """Two completers of one COMMITTING transaction (the committer, and e.g. a reader's claim
     or the sweep); the stream splits between the decision and the appends. The other
     completer re-plans and finishes first; the committer, holding the first plan, finds its
     entries' segments sealed, tries to re-plan, and must learn the transaction is COMMITTED:
-    commit() returns, it does not raise TransactionClosedError as if nothing had landed."""
+    commit() returns, it does not raise TransactionClosedError as if nothing had landed. The
+    other completer is another process's (a factory of its own: an asyncio one runs on a loop
+    of its own, which the hook, run in the committer's loop, waits for)."""
     txn = txn_writer.begin()
     written = write_keys(txn, keys=16, per_key=2)
-    other = new_writer(txn_factory, "other")
+    elsewhere = another_txn_factory(txn_factory, scope, redis_url)
+    other = new_writer(elsewhere, "other")
     calls: list[PlanEntry] = []
 
     def another_completer_wins(entry: PlanEntry) -> None:
@@ -194,7 +217,8 @@ def test_a_committer_that_lost_the_replan_race_to_another_completer_reports_succ
         other.completer.complete(record)  # re-plans (version 2) and finishes
 
     txn_writer.completer.after_entry = another_completer_wins
-    txn.commit()  # the committer, late with plan version 1
+    with elsewhere:
+        txn.commit()  # the committer, late with plan version 1
     final = txn_writer.store.record(txn.id)
     assert final is not None and final.status is TxnStatus.COMMITTED and final.plan_version == 2
     assert txn.status() is TxnStatus.COMMITTED
@@ -334,18 +358,18 @@ def test_a_completed_input_segment_does_not_fail_the_next_commit(
     assert done == 20
 
 
-# threaded only: its hook completes from the loop (the blocking adapter would wait on its own loop)
-@pytest.mark.parametrize("txn_factory", ["threaded"], indirect=True)
 def test_a_completer_paused_past_the_retention_appends_nothing_again(
-    txn_factory: Any, factory: EventStreamClientFactory, stream: str
+    txn_factory: Any, factory: EventStreamClientFactory, stream: str, scope: str, redis_url: str
 ) -> None:
     """The writer-table fields that make a replayed plan entry a no-op are forgotten by the
     sweep of any writer of the stream ``retention`` (its own, as short as 1 s) after the
     transaction finished. A completer that paused between two entries while another
     completed the transaction and swept must re-read the record before appending more (it
-    waited 30 s whatever the retention)."""
+    waited 30 s whatever the retention). The other writer is another process's (as in the
+    test above)."""
     writer = new_writer(txn_factory, "slow", sweep_every=3600)  # retention: a day
-    other = new_writer(txn_factory, "fast", retention=1.0, sweep_every=3600)
+    elsewhere = another_txn_factory(txn_factory, scope, redis_url)
+    other = new_writer(elsewhere, "fast", retention=1.0, sweep_every=3600)
     txn = writer.begin()
     written = write_keys(txn, keys=16, per_key=2)
     calls: list[PlanEntry] = []
@@ -364,7 +388,8 @@ def test_a_completer_paused_past_the_retention_appends_nothing_again(
 
     writer.completer.after_entry = paused
     try:
-        txn.commit()
+        with elsewhere:
+            txn.commit()
     finally:
         seen = visible(factory)
         assert len(seen) == len(written) and sorted(seen) == sorted(written)  # each event once

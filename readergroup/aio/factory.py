@@ -9,6 +9,7 @@ It creates writers (:meth:`AsyncEventStreamClientFactory.create_event_writer`) a
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, TypeVar
 
 from readergroup.aio.admin_connection import admin_connection_of, reader_connection_of
@@ -30,6 +31,7 @@ from readergroup.aio.writer import AsyncEventStreamWriter
 from readergroup.client.serializers import Serializer
 from readergroup.client.transactions import TransactionalWriterConfig
 from readergroup.client.write_rounds import EventWriterConfig
+from readergroup.core.close_failures import CloseFailures
 from readergroup.core.config import ClientConfig
 from readergroup.core.group_config import ReaderConfig, ReaderGroupConfig
 from readergroup.core.names import validate_name
@@ -39,6 +41,8 @@ from readergroup.storage.aio_connection_api import AsyncConnectionApi
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 class AsyncEventStreamClientFactory:
@@ -50,8 +54,8 @@ class AsyncEventStreamClientFactory:
             writer = await factory.create_event_writer("orders", UTF8StringSerializer())
             pointer = await writer.write_event("hello", routing_key="customer-7")
 
-    Closing the factory closes (flushes) every writer it created, then the connection (if it
-    owns it). Use it from one event loop.
+    Closing the factory closes every reader, writer (flushed first) and transactional writer it
+    created, then the connection (if it owns it). Use it from one event loop.
     """
 
     def __init__(
@@ -68,6 +72,7 @@ class AsyncEventStreamClientFactory:
         )
         self._writers: list[AsyncEventStreamWriter[Any]] = []
         self._readers: list[AsyncEventStreamReader[Any]] = []
+        self._transactional: list[AsyncTransactionalEventStreamWriter[Any]] = []
         self._reader_connection: AsyncReaderConnection | None = None
 
     @classmethod
@@ -124,9 +129,11 @@ class AsyncEventStreamClientFactory:
         a new instance of ``config.transactional_id`` fences every older one, threaded or
         asyncio). ``kwargs``: :meth:`AsyncTransactionalEventStreamWriter.create
         <readergroup.aio.transactions.AsyncTransactionalEventStreamWriter.create>`'s."""
-        return await open_transactional_writer(
+        writer: AsyncTransactionalEventStreamWriter[T] = await open_transactional_writer(
             self._connection, self._metadata, self._scope, stream, serializer, config, **kwargs
         )
+        self._transactional.append(writer)
+        return writer
 
     # -- managers (aio-admin) ---------------------------------------------------------------
     def stream_manager(self) -> AsyncStreamManager:
@@ -186,27 +193,32 @@ class AsyncEventStreamClientFactory:
 
     async def close(self) -> None:
         """Close every reader created here (each leaves its group), then every writer (each
-        flushes first), then the connection; raise the first failure, if any, once all are
-        closed (a writer whose flush raises does not leave the others' events unsent)."""
+        flushes first), then every transactional writer, then the connection; raise the first
+        failure, if any, once all are closed, logging any later one (a writer whose flush
+        raises does not leave the others' events unsent). A transactional writer's open
+        transactions stay open, as its own ``close()`` leaves them: resumable with
+        ``get_txn`` until their lease ends, then aborted."""
         readers, self._readers = self._readers, []
         writers, self._writers = self._writers, []
-        failure: Exception | None = None
+        transactional, self._transactional = self._transactional, []
+        failures = CloseFailures(logger)
         try:
-            closeables: list[AsyncEventStreamReader[Any] | AsyncEventStreamWriter[Any]]
-            closeables = [*readers, *writers]
+            closeables: list[
+                AsyncEventStreamReader[Any]
+                | AsyncEventStreamWriter[Any]
+                | AsyncTransactionalEventStreamWriter[Any]
+            ]
+            closeables = [*readers, *writers, *transactional]
             for closeable in closeables:
-                try:
+                with failures.closing(closeable):
                     await closeable.close()
-                except Exception as exc:
-                    failure = failure or exc
         finally:
             await self._admin.close()
             if self._reader_connection is not None:
                 await self._reader_connection.close()
             if self._owns_connection:
                 await self._connection.close()
-        if failure is not None:
-            raise failure
+        failures.raise_first()
 
     async def __aenter__(self) -> AsyncEventStreamClientFactory:
         return self

@@ -69,7 +69,12 @@ class AsyncEventStreamReader(Generic[T]):
         self.reader_id = member.reader_id
         outage = Outage(member.reader_id, group_config.session_timeout)
         self._fetcher: AsyncFetcher[T] = AsyncFetcher(
-            connection.reads, serializer, config or ReaderConfig(), outage, self._clock
+            connection.reads,
+            serializer,
+            config or ReaderConfig(),
+            outage,
+            self._clock,
+            switches=connection.primary_switches(),
         )
         self._session: AsyncGroupSession[T] = AsyncGroupSession(
             connection,

@@ -153,7 +153,8 @@ class AsyncGroupSession(SessionSteps[T]):
         async with self.hand_out:
             self._watching = not fetcher.reading_ahead and any(g in logs for g in self._group_logs)
             try:
-                return await fetcher.fetch(block, logs, hold=hold)
+                switches = self._reader_connection.primary_switches()
+                return await fetcher.fetch(block, logs, hold=hold, switches=switches)
             finally:
                 self._watching = False
 

@@ -17,6 +17,7 @@ from readergroup.client.transactions import (
     TransactionalWriterConfig,
 )
 from readergroup.client.writer import EventStreamWriter, EventWriterConfig
+from readergroup.core.close_failures import CloseFailures
 from readergroup.core.closing import Closing
 from readergroup.core.config import ClientConfig
 from readergroup.core.errors import InvalidConfigError
@@ -134,23 +135,19 @@ class EventStreamClientFactory(Closing):
         return BatchClient(self._connection, self._scope)
 
     def close(self) -> None:
-        """Close every writer and reader created here (writers flush first), then the
-        connection if the factory owns it; raise the first failure once all are closed (a
-        writer whose flush raises does not leave the others' events unsent)."""
+        """Close every writer, transactional writer and reader created here (writers flush
+        first), then the connection if the factory owns it; raise the first failure once all
+        are closed, logging any later one (a writer whose flush raises does not leave the
+        others' events unsent). A transactional writer's open transactions stay open, as its
+        own ``close()`` leaves them: resumable with ``get_txn`` until their lease ends."""
         with self._lock:
             closeables, self._closeables = self._closeables, []
-        failure: Exception | None = None
+        failures = CloseFailures(logger)
         try:
             for item in closeables:
-                try:
+                with failures.closing(item):
                     item.close()
-                except Exception as exc:
-                    if failure is None:
-                        failure = exc
-                    else:
-                        logger.warning("closing %r failed too", item, exc_info=exc)
         finally:
             if self._owns_connection:
                 self._connection.close()
-        if failure is not None:
-            raise failure
+        failures.raise_first()

@@ -170,8 +170,12 @@ class TransactionalEventStreamWriter(TxnWriterCore[T]):
         return drive(self.sweep_steps())
 
     def close(self) -> None:
-        """Close the writer. Open transactions are left to commit by ``get_txn`` elsewhere, or
-        to expire."""
+        """Close the writer (its factory's close does it too): it and its transactions refuse
+        every later call (``WriterClosedError``). Open transactions stay open in Redis, neither
+        committed nor aborted, as a Kafka producer's: another writer of the stream can take one
+        over with ``get_txn`` and commit it, or it is aborted when its lease ends. Events
+        written to one and not flushed yet are not staged (``flush()`` before handing one
+        over)."""
         self._closed = True
 
     def __enter__(self) -> TransactionalEventStreamWriter[T]:

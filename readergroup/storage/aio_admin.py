@@ -196,7 +196,10 @@ class AsyncAdminConnection(AsyncSynchronizerSource):
         self.keys = connection.keys
         client = connection.client
         self.log_backend = AsyncRedisLogBackend(
-            client, key_prefix=self.config.key_prefix, acks=self.config.durability
+            client,
+            key_prefix=self.config.key_prefix,
+            acks=self.config.durability,
+            blocking_client=connection.blocking_client(),  # a Sentinel's follows with client's
         )
         self.sync_config = sync_config_of(self.config)
         self.segments = AsyncSegmentAdmin(client, self.keys, self.config)

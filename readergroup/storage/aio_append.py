@@ -137,7 +137,7 @@ class AsyncSegmentAppends:
                     replies, acknowledged, learnt = driver.result
                     remember_server(connection, learnt)
         waits = [] if wait is None else [acknowledged]
-        return append_replies(self._acks, batches, replies, waits, None)
+        return append_replies(self._acks, batches, replies, waits, self._client)
 
 
 async def _natively(

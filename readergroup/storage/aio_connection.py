@@ -8,9 +8,12 @@ connection.url_options`): ACL user and password (in the URL or ``redis_options``
 which the scripts deduplicate); every new socket is checked like the threaded client's: a
 server older than Redis 7.0, or one whose ``maxmemory-policy`` may evict keys, is refused.
 
-``redis+sentinel://`` URLs name the primary the Sentinels say (asked on each new connection;
-see :func:`_sentinel_client`). Not yet on asyncio: ``ClientConfig(cluster=True)`` raises
-:class:`~readergroup.core.errors.InvalidConfigError` here (use the threaded client for it).
+``redis+sentinel://`` URLs name the primary the Sentinels say, followed through a failover as
+the threaded client follows it: asked by each new connection and at most every second, the
+command and blocking-read pools leaving the old primary together, in use connections too
+(:func:`_sentinel_client`, :meth:`AsyncConnection.primary_switches`). Not yet on asyncio:
+``ClientConfig(cluster=True)`` raises :class:`~readergroup.core.errors.InvalidConfigError`
+here (use the threaded client for it).
 
 No password comes out: the connection's ``repr`` names the redacted URL only, and errors are
 translated (:mod:`readergroup.storage.translate`) from redis-py's, which never carry it.
@@ -18,15 +21,17 @@ translated (:mod:`readergroup.storage.translate`) from redis-py's, which never c
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import logging
 import math
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 import redis.asyncio
-from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -48,7 +53,14 @@ from statesync.aio_redis_backend import checked_pool_options
 from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
 from statesync.redaction import redact_url
-from statesync.redis_backend import SENTINEL_CHECK_INTERVAL
+from statesync.redis_backend import (
+    SENTINEL_CHECK_INTERVAL,
+    SENTINEL_RECHECK_INTERVAL,
+    warn_of_switch,
+)
+from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT
+
+logger = logging.getLogger(__name__)
 
 
 class AsyncConnection:
@@ -63,8 +75,11 @@ class AsyncConnection:
         url: str,
         *,
         sentinels: Sequence[redis.asyncio.Redis] = (),
+        blocking_twin: Callable[[], redis.asyncio.Redis] | None = None,
     ) -> None:
-        """``sentinels``: the clients of the Sentinels ``client`` asks (closed with it)."""
+        """``sentinels``: the clients of the Sentinels ``client`` asks (closed with it);
+        ``blocking_twin``: what :meth:`blocking_client` calls (a Sentinel connection's)."""
+        self._blocking_twin = blocking_twin
         self.config = config
         self.client = client
         self._sentinels = tuple(sentinels)
@@ -95,9 +110,10 @@ class AsyncConnection:
 
         options["redis_connect_func"] = connect_checking_server
         sentinels: list[redis.asyncio.Redis] = []
+        blocking_twin: Callable[[], redis.asyncio.Redis] | None = None
         try:
             if sentinel:
-                client, sentinels = _sentinel_client(url, config, options)
+                client, blocking_twin, sentinels = _sentinel_client(url, config, options)
             else:
                 client = redis.asyncio.Redis.from_url(
                     url,
@@ -108,7 +124,21 @@ class AsyncConnection:
                 )
         except ValueError as exc:  # redis-py's URL parsing: a bad scheme, port or option
             raise unusable_url(url, config, exc) from exc
-        return cls(client, config, url, sentinels=sentinels)
+        return cls(client, config, url, sentinels=sentinels, blocking_twin=blocking_twin)
+
+    def blocking_client(self) -> redis.asyncio.Redis | None:
+        """A new client for blocking reads (``XREAD BLOCK``) whose pool follows a Sentinel
+        failover together with :attr:`client`'s (its owner closes it), or ``None`` when any
+        twin of ``client`` will do (not a Sentinel URL)."""
+        return None if self._blocking_twin is None else self._blocking_twin()
+
+    def primary_switches(self) -> int:
+        """A number that changes whenever this connection's pools learn that the Sentinels name
+        a new primary (as :meth:`RedisConnection.primary_switches
+        <readergroup.storage.connection.RedisConnection.primary_switches>`: a reader holding
+        positions on the old primary checks them); always 0 off Sentinel."""
+        siblings = getattr(self.client.connection_pool, "siblings", None)
+        return siblings.count if isinstance(siblings, _SiblingPools) else 0
 
     def __repr__(self) -> str:
         return f"AsyncConnection({self._where!r}, key_prefix={self.config.key_prefix!r})"
@@ -126,13 +156,14 @@ class AsyncConnection:
 
 def _sentinel_client(
     url: str, config: ClientConfig, options: dict[str, Any]
-) -> tuple[redis.asyncio.Redis, list[redis.asyncio.Redis]]:
-    """The client of the primary a ``redis+sentinel://`` URL names, and the Sentinels' (as
-    :func:`statesync.redis_backend.sentinel_clients` builds the threaded one: the URL's
-    credentials win over ``redis_options``; ``sentinel_options`` go to the Sentinels). Each
-    new connection asks the Sentinels where the primary is; one to a primary demoted since
-    is dropped at its first ``READONLY`` reply (redis-py's), so the writer's retry reaches
-    the new primary."""
+) -> tuple[redis.asyncio.Redis, Callable[[], redis.asyncio.Redis], list[redis.asyncio.Redis]]:
+    """The client of the primary a ``redis+sentinel://`` URL names, a maker of its
+    blocking-read twins, and the Sentinels' clients (as
+    :func:`statesync.redis_backend.sentinel_clients` builds the threaded pair: the URL's
+    credentials win over ``redis_options``; ``sentinel_options`` go to the Sentinels). Their
+    pools follow the Sentinels together (:func:`_following_pool_class`); a connection to a
+    primary demoted since is also dropped at its first ``READONLY`` reply (redis-py's), so the
+    writer's retry reaches the new primary."""
     try:
         target = parse_sentinel_url(url)
     except EndpointURLError as exc:
@@ -149,33 +180,135 @@ def _sentinel_client(
         },
         **options,
     )
-    primary: redis.asyncio.Redis = sentinel.master_for(
-        target.service,
-        socket_timeout=config.socket_timeout,
-        db=target.db,
-        retry=Retry(NoBackoff(), 0),
-        connection_pool_class=_FollowingPool,
-        **checked_pool_options(),
+    pool_class = _following_pool_class()
+
+    def client(socket_timeout: float) -> redis.asyncio.Redis:
+        made: redis.asyncio.Redis = sentinel.master_for(
+            target.service,
+            socket_timeout=socket_timeout,
+            db=target.db,
+            retry=Retry(NoBackoff(), 0),
+            connection_pool_class=pool_class,
+            **checked_pool_options(),
+        )
+        return made
+
+    return (
+        client(config.socket_timeout),
+        functools.partial(client, BLOCKING_SOCKET_TIMEOUT),
+        sentinel.sentinels,
     )
-    return primary, sentinel.sentinels
 
 
-class _FollowingPool(SentinelConnectionPool):
-    """A Sentinel pool that asks the Sentinels where the primary is when a connection is
-    taken, at most every :data:`~statesync.redis_backend.SENTINEL_CHECK_INTERVAL` seconds, as
-    the threaded client's pool does: after a failover the old primary stays writable until
-    the Sentinels demote it, and what a client writes there meanwhile is lost; on a switch
-    the idle connections are closed and the busy ones dropped when handed back."""
+class _SiblingPools:
+    """The Sentinel pools of one connection (its commands', its blocking-read twins'): a
+    switch one of them learns is followed by the others at once, not at their own next
+    question (a blocked read on the old primary would otherwise wait there up to its block),
+    as :class:`statesync.redis_backend._SiblingPools` does for the threaded pair. ``count``:
+    the switches learned (:meth:`AsyncConnection.primary_switches`)."""
 
-    _asked = -math.inf
+    def __init__(self) -> None:
+        self._pools: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.count = 0
 
-    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        now = time.monotonic()
-        if now - self._asked >= SENTINEL_CHECK_INTERVAL:
-            self._asked = now
-            with contextlib.suppress(MasterNotFoundError):  # (connecting raises it)
-                await self.get_master_address()  # type: ignore[no-untyped-call]
-        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+    def add(self, pool: Any) -> None:
+        self._pools.add(pool)
+
+    async def learned(self, learner: Any, address: Any) -> None:
+        for pool in list(self._pools):
+            if pool is not learner:
+                await pool.follow_sibling(address)
+        self.count += 1
+
+
+def _following_pool_class() -> type[SentinelConnectionPool]:
+    """A pool class for one connection's clients: its pools share one :class:`_SiblingPools`."""
+    siblings = _SiblingPools()
+
+    class FollowingPool(SentinelConnectionPool):
+        """A Sentinel pool that asks the Sentinels where the primary is when a connection is
+        taken, at most every :data:`~statesync.redis_backend.SENTINEL_CHECK_INTERVAL` seconds,
+        as the threaded client's pool does: after a failover the old primary stays writable
+        until the Sentinels demote it, and what a client writes there meanwhile is lost. On a
+        switch (learned by its own question, a new connection's, or a sibling pool's) every
+        connection to the old primary is left, in use ones too (:func:`_leave`)."""
+
+        siblings: _SiblingPools
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+            self.siblings = siblings
+            self._asked = -math.inf
+            self._interval = SENTINEL_CHECK_INTERVAL
+            self._unanswered = False
+            self._followed: Any = None  # the primary last switched to (told once)
+            siblings.add(self)
+
+        async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+            now = time.monotonic()
+            if self.master_address is not None and now - self._asked >= self._interval:
+                self._asked, self._interval = now, SENTINEL_CHECK_INTERVAL
+                await self._ask()
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+        def follow_now(self) -> None:
+            """Ask the Sentinels when the next connection is taken (unless asked within
+            :data:`~statesync.redis_backend.SENTINEL_RECHECK_INTERVAL`): what
+            :func:`~statesync.redis_backend.recheck_primary` calls on a sign that the primary
+            was demoted (a ``WAIT`` shortfall, a failover reply), so the retry asks first."""
+            self._interval = SENTINEL_RECHECK_INTERVAL
+
+        async def _ask(self) -> None:
+            try:
+                await self.get_master_address()
+            except redis.RedisError as exc:  # keep the primary we have, ask again later
+                if not self._unanswered:
+                    logger.warning(
+                        "Sentinels of %r did not answer where the primary is; staying on %s",
+                        self.service_name,
+                        self.master_address,
+                        exc_info=exc,
+                    )
+                self._unanswered = True
+                return
+            self._unanswered = False
+
+        async def get_master_address(self) -> Any:
+            """The Sentinels' answer (also asked by each new connection): a new primary is
+            followed here and by the sibling pools."""
+            before = self.master_address
+            after = await super().get_master_address()  # type: ignore[no-untyped-call]
+            if before is not None and after not in (before, self._followed):
+                self._followed = after  # (connections asking at once: one switch)
+                await self._switched(before, after, "")
+                await siblings.learned(self, after)
+            return after
+
+        async def follow_sibling(self, address: Any) -> None:
+            """Another pool of this connection learned that the Sentinels name ``address``."""
+            before = self.master_address
+            if before is None or before == address:
+                return
+            self.master_address = self._followed = address
+            await self._switched(before, address, ", another pool of this client learned")
+
+        async def _switched(self, before: Any, after: Any, learned: str) -> None:
+            warn_of_switch(self.service_name, before, after, learned)
+            await self.disconnect(inuse_connections=False)  # (the idle ones: redis-py's way)
+            _leave(self, before)
+
+    return FollowingPool
+
+
+def _leave(pool: Any, old: Any) -> None:
+    """Leave the old primary ``old``: abort the socket of every connection of ``pool`` in use
+    there (the idle ones are closed already). A command or a blocked read awaiting a reply
+    there gets a connection error at once (its own task then closes the connection; nothing
+    is closed under it), and the connection reconnects, to the new primary, when next used."""
+    for connection in list(pool._in_use_connections):
+        writer = getattr(connection, "_writer", None)
+        if writer is not None and (connection.host, connection.port) == tuple(old):
+            writer.transport.abort()
 
 
 async def _set_up(connection: Any) -> None:

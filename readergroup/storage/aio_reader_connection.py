@@ -140,6 +140,10 @@ class AsyncReaderConnection(Protocol):
 
     def heartbeat_store(self, sync_name: str) -> AsyncHeartbeats: ...
 
+    def primary_switches(self) -> int:
+        """See :meth:`~readergroup.storage.connection_api.Connection.primary_switches`."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -200,6 +204,11 @@ class AsyncRedisReaderConnection(AsyncSynchronizers):
     def heartbeat_store(self, sync_name: str) -> AsyncHeartbeatStore:
         """The heartbeats of the group whose synchronizer is ``sync_name``."""
         return AsyncHeartbeatStore(self.client, self.keys, sync_name)
+
+    def primary_switches(self) -> int:
+        """The connection's (see :meth:`AsyncConnection.primary_switches
+        <readergroup.storage.aio_connection.AsyncConnection.primary_switches>`)."""
+        return self.connection.primary_switches()
 
     async def close(self) -> None:
         """Close the commands' client made here (the factory's connection and the managers'

@@ -106,6 +106,10 @@ class AsyncMemoryReaderConnection(AsyncSynchronizers):
     ) -> tuple[str, str]:
         return self._memory.follower_wake_on(sync_name, after_revision, follower)
 
+    def primary_switches(self) -> int:
+        """Always 0: the memory has no primary to switch."""
+        return 0
+
     def heartbeat_store(self, sync_name: str) -> AsyncMemoryHeartbeats:
         """The heartbeats of the group whose synchronizer is ``sync_name`` (the ones threaded
         readers of the memory connection beat in)."""

@@ -73,8 +73,8 @@ class Blocking:
 
         @functools.wraps(value)
         def blocking(*args: Any, **kwargs: Any) -> Any:
-            plain = [_target(a) for a in args]
-            named = {k: _target(v) for k, v in kwargs.items()}
+            plain = [unwrapped(a) for a in args]
+            named = {k: unwrapped(v) for k, v in kwargs.items()}
 
             async def in_loop() -> Any:
                 result = value(*plain, **named)
@@ -109,7 +109,9 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _target(value: Any) -> Any:
+def unwrapped(value: Any) -> Any:
+    """The asyncio object behind a :class:`Blocking` adapter (its methods are coroutine
+    functions, to patch with coroutine functions), or ``value`` itself (a threaded one)."""
     return value.target if isinstance(value, Blocking) else value
 
 
@@ -172,5 +174,5 @@ def another_txn_factory(txn_factory: Any, scope: str, redis_url: str) -> Any:
 
 def claimer_of(writer: Any, reader: Any) -> Any:
     """The rebalance listener ``writer.bind_reader(reader)`` installed (adapted)."""
-    claimer = _target(writer)._claimers[id(_target(reader))]
+    claimer = unwrapped(writer)._claimers[id(unwrapped(reader))]
     return Blocking(claimer, writer._loop) if isinstance(writer, Blocking) else claimer
