@@ -9,8 +9,10 @@ which the scripts deduplicate); every new socket is checked like the threaded cl
 server older than Redis 7.0, or one whose ``maxmemory-policy`` may evict keys, is refused.
 
 ``redis+sentinel://`` URLs name the primary the Sentinels say (asked on each new connection;
-see :func:`_sentinel_client`). Not yet on asyncio: ``ClientConfig(cluster=True)`` raises
-:class:`~readergroup.core.errors.InvalidConfigError` here (use the threaded client for it).
+see :func:`_sentinel_client`). ``ClientConfig(cluster=True)``: the URL's hosts are a Redis
+Cluster's seeds (:func:`~readergroup.storage.aio_cluster.cluster_clients`: a command client, a
+blocking-read client, and plain clients of each node, :attr:`AsyncConnection.nodes`, for the
+commands sent per node; every new socket checked as above).
 
 No password comes out: the connection's ``repr`` names the redacted URL only, and errors are
 translated (:mod:`readergroup.storage.translate`) from redis-py's, which never carry it.
@@ -26,6 +28,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -34,6 +37,7 @@ from readergroup.core.config import ClientConfig
 from readergroup.core.errors import InvalidConfigError
 from readergroup.core.steps import StepDriver
 from readergroup.storage.aio_append import AsyncSegmentAppends
+from readergroup.storage.aio_cluster import cluster_clients
 from readergroup.storage.connection import (
     DISCONNECT,
     READ,
@@ -44,7 +48,7 @@ from readergroup.storage.connection import (
 )
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import translate_errors
-from statesync.aio_redis_backend import checked_pool_options
+from statesync.aio_redis_backend import AsyncClient, AsyncNodeClients, checked_pool_options
 from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
 from statesync.redaction import redact_url
@@ -58,32 +62,37 @@ class AsyncConnection:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: AsyncClient,
         config: ClientConfig,
         url: str,
         *,
         sentinels: Sequence[redis.asyncio.Redis] = (),
+        blocking_client: RedisCluster | None = None,
     ) -> None:
-        """``sentinels``: the clients of the Sentinels ``client`` asks (closed with it)."""
+        """``sentinels``: the clients of the Sentinels ``client`` asks (closed with it).
+        ``blocking_client``: a cluster's client of blocking reads (closed with it)."""
         self.config = config
         self.client = client
+        self.blocking_client = blocking_client
+        """A cluster's client of ``XREAD BLOCK`` (``None`` off a cluster: the managers make
+        one)."""
+        self.nodes = AsyncNodeClients(client)
+        """Plain clients of each node of a cluster (``client`` itself off a cluster)."""
+        self.blocking_nodes = AsyncNodeClients(blocking_client or client)
+        """The same for blocking reads (on a cluster: clients of each node whose sockets
+        outlast a block)."""
         self._sentinels = tuple(sentinels)
         self.keys = KeyLayout(config.key_prefix)
         self._where = redact_url(url)
-        self.segments = AsyncSegmentAppends(client, self.keys, config.durability)
+        self.segments = AsyncSegmentAppends(client, self.keys, config.durability, self.nodes)
         """The segment appends (``await segments.append(batches)``)."""
 
     @classmethod
     def from_url(cls, url: str, config: ClientConfig | None = None) -> AsyncConnection:
         """A connection to ``url`` (nothing is sent until the first command)."""
         config = config or ClientConfig()
-        options, sentinel, _, seeds = url_options(url, config)
-        if config.cluster:
-            raise InvalidConfigError(
-                "the asyncio API does not support ClientConfig(cluster=True) yet: use the "
-                "threaded client (EventStreamClientFactory) for a Redis Cluster"
-            )
-        if len(seeds) > 1:
+        options, sentinel, first, seeds = url_options(url, config)
+        if len(seeds) > 1 and not config.cluster:
             raise InvalidConfigError(
                 f"{len(seeds)} hosts in the URL: several seeds need ClientConfig(cluster=True)"
             )
@@ -95,7 +104,11 @@ class AsyncConnection:
 
         options["redis_connect_func"] = connect_checking_server
         sentinels: list[redis.asyncio.Redis] = []
+        client: AsyncClient
         try:
+            if config.cluster:
+                client, blocking = cluster_clients(first, seeds, config, options)
+                return cls(client, config, url, blocking_client=blocking)
             if sentinel:
                 client, sentinels = _sentinel_client(url, config, options)
             else:
@@ -119,6 +132,10 @@ class AsyncConnection:
         return int(seconds) * 1000 + int(micros) // 1000
 
     async def close(self) -> None:
+        for nodes in (self.nodes, self.blocking_nodes):
+            await nodes.close()
+        if self.blocking_client is not None:
+            await self.blocking_client.aclose()
         await self.client.aclose()
         for sentinel in self._sentinels:
             await sentinel.aclose()

@@ -28,7 +28,7 @@ from readergroup.storage.aio_synchronizers import AsyncSynchronizers
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import SegmentState
 from statesync import AsyncStateSynchronizer, Update
-from statesync.aio_redis_backend import AsyncRedisLogBackend
+from statesync.aio_redis_backend import AsyncClient, AsyncRedisLogBackend
 
 COMMAND_CONNECTIONS = 64
 """Sockets the readers of one factory use for commands at most (``XREAD BLOCK`` waits have
@@ -143,9 +143,12 @@ class AsyncReaderConnection(Protocol):
     async def close(self) -> None: ...
 
 
-def _queueing_twin(client: Redis, socket_timeout: float) -> Redis | None:
+def _queueing_twin(client: AsyncClient, socket_timeout: float) -> Redis | None:
     """A client like ``client`` whose pool waits for a free connection (``None`` for a pool
-    that is not a plain one, such as a Sentinel's: that client is used as it is)."""
+    that is not a plain one, such as a Sentinel's, or a cluster's client: that client is used
+    as it is)."""
+    if not isinstance(client, Redis):
+        return None
     pool = client.connection_pool
     if type(pool) is not ConnectionPool:
         return None
@@ -180,14 +183,20 @@ class AsyncRedisReaderConnection(AsyncSynchronizers):
         once share :data:`COMMAND_CONNECTIONS` sockets."""
         self.segments = connection.segments
         blocking = admin.log_backend.blocking_client
-        assert isinstance(blocking, Redis)  # (no cluster in the asyncio API yet)
         self.log_backend = AsyncRedisLogBackend(
             self.client,
             key_prefix=config.key_prefix,
             acks=config.durability,
             blocking_client=blocking,
+            nodes=connection.nodes if connection.nodes.cluster else None,
         )
-        self.reads = AsyncSegmentReads(self.client, self.keys, blocking)
+        self.reads = AsyncSegmentReads(
+            self.client,
+            self.keys,
+            blocking,
+            nodes=connection.nodes,
+            blocking_nodes=connection.blocking_nodes,
+        )
 
     def wake_on(self, sync_name: str, after_revision: int, *, wakes_only: bool) -> tuple[str, str]:
         return self.log_backend.wake_on(sync_name, after_revision, wakes_only=wakes_only)
@@ -199,7 +208,8 @@ class AsyncRedisReaderConnection(AsyncSynchronizers):
 
     def heartbeat_store(self, sync_name: str) -> AsyncHeartbeatStore:
         """The heartbeats of the group whose synchronizer is ``sync_name``."""
-        return AsyncHeartbeatStore(self.client, self.keys, sync_name)
+        client: Any = self.client  # (a cluster's client runs its script and hashes alike)
+        return AsyncHeartbeatStore(client, self.keys, sync_name)
 
     async def close(self) -> None:
         """Close the commands' client made here (the factory's connection and the managers'
