@@ -1,0 +1,435 @@
+"""The asyncio API on a real local 3-master Redis Cluster (issue 29): readers over segments on
+every master (one ``XREAD`` per slot, the slots of a node in one round trip), a group of
+threaded and asyncio readers, the asyncio writer (appends per node), scaling, deleting a
+stream, transactions; a slot moved under the client (``MOVED``) and one being migrated
+(``ASK``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import redis
+import redis.cluster
+
+from readergroup import (
+    ClientConfig,
+    EventStreamClientFactory,
+    ReaderGroupConfig,
+    ScalingPolicy,
+    StreamConfiguration,
+    TransactionalWriterConfig,
+    TxnStatus,
+    UTF8StringSerializer,
+)
+from readergroup.aio import AsyncEventStreamClientFactory, AsyncStreamManager
+from readergroup.core.errors import InvalidConfigError, RedisFailoverError
+from readergroup.storage.aio_connection import AsyncConnection
+from readergroup.storage.keys import KeyLayout
+from readergroup.storage.segment_records import AppendBatch
+from readergroup.testing.embedded_redis import LocalRedisCluster
+from tests.test_cluster import CLUSTER, cluster  # noqa: F401 (a fixture)
+
+GROUP = {"heartbeat_interval": 0.3, "session_timeout": 3.0, "group_refresh_time": 0.1}
+SERIALIZER = UTF8StringSerializer()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+def masters_of(url: str, keys: Sequence[str]) -> set[str]:
+    """The primaries serving ``keys`` now."""
+    with redis.cluster.RedisCluster.from_url(url) as root:
+        return {root.get_node_from_key(key).name for key in keys}
+
+
+async def set_up(url: str, scope: str, segments: int, *streams: str) -> None:
+    async with AsyncStreamManager.from_url(url, CLUSTER) as manager:
+        await manager.create_scope(scope)
+        fixed = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
+        for stream in streams:
+            await manager.create_stream(scope, stream, fixed)
+
+
+async def write(factory: AsyncEventStreamClientFactory, stream: str, numbers: range) -> None:
+    writer = await factory.create_event_writer(stream, SERIALIZER)
+    for n in numbers:
+        await writer.send(f"k{n % 30}:{n}", routing_key=f"k{n % 30}")
+    await writer.close()
+
+
+async def read_until(readers: list[Any], got: dict[str, list[Any]], total: int) -> None:
+    """Read with every asyncio reader at once until ``total`` events arrived (30 s at most)."""
+    deadline = time.monotonic() + 30
+
+    async def read(reader: Any) -> None:
+        while sum(map(len, got.values())) < total and time.monotonic() < deadline:
+            got[reader.reader_id] += await reader.read_batch(200, timeout=0.1)
+
+    await asyncio.gather(*map(read, readers))
+
+
+def assert_once_in_order(got: dict[str, list[Any]], total: int) -> None:
+    """Every event read exactly once; each reader saw each routing key's events in order."""
+    events = [e for reads in got.values() for e in reads]
+    assert sorted(int(e.event.split(":")[1]) for e in events) == list(range(total))
+    for name, reads in got.items():
+        mine: dict[str, list[int]] = defaultdict(list)
+        for e in reads:
+            mine[e.routing_key].append(int(e.event.split(":")[1]))
+        assert all(seq == sorted(seq) for seq in mine.values()), name
+
+
+def test_an_asyncio_group_reads_segments_on_every_master_once_and_in_order(
+    cluster: LocalRedisCluster,  # noqa: F811
+) -> None:
+    scope = unique("ag")
+    layout = KeyLayout("rg")
+    assert len(masters_of(cluster.url, [layout.segment(scope, "s", s).meta for s in range(9)])) == 3
+
+    async def scenario() -> dict[str, list[Any]]:
+        await set_up(cluster.url, scope, 9, "s")
+        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
+            await factory.create_reader_group(
+                "g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP)
+            )
+            readers = [await factory.create_reader(f"r{i}", "g", SERIALIZER) for i in range(3)]
+            got: dict[str, list[Any]] = {r.reader_id: [] for r in readers}
+            await asyncio.gather(write(factory, "s", range(1500)), read_until(readers, got, 1500))
+            for reader in readers:
+                await reader.close()
+            return got
+
+    got = asyncio.run(scenario())
+    assert_once_in_order(got, 1500)
+    assert sum(1 for reads in got.values() if reads) >= 2  # the segments were shared
+
+
+def test_async_for_on_a_cluster_parks_and_wakes(cluster: LocalRedisCluster) -> None:  # noqa: F811
+    """A reader idle on the cluster (its log and its segments on different slots) gets an
+    event written later through ``async for``."""
+    scope = unique("af")
+
+    async def scenario() -> list[str]:
+        await set_up(cluster.url, scope, 3, "s")
+        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
+            await factory.create_reader_group(
+                "g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP)
+            )
+            seen: list[str] = []
+            async with await factory.create_reader("r", "g", SERIALIZER) as reader:
+
+                async def consume() -> None:
+                    async for event in reader:
+                        if not event.is_checkpoint and event.event is not None:
+                            seen.append(event.event)
+                            if len(seen) == 3:
+                                return
+
+                consuming = asyncio.ensure_future(consume())
+                await asyncio.sleep(0.3)  # (the reader parks with nothing to read)
+                assert not consuming.done()
+                await write(factory, "s", range(3))
+                await asyncio.wait_for(consuming, 15)
+            return seen
+
+    assert sorted(asyncio.run(scenario())) == ["k0:0", "k1:1", "k2:2"]
+
+
+def test_a_group_of_threaded_and_asyncio_readers_on_a_cluster(
+    cluster: LocalRedisCluster,  # noqa: F811
+) -> None:
+    scope = unique("mx")
+    total = 1200
+    got: dict[str, list[Any]] = defaultdict(list)
+    stop = threading.Event()
+
+    def threaded() -> None:
+        with EventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
+            reader = factory.create_reader("threaded", "g", SERIALIZER)
+            while not stop.is_set():
+                got["threaded"] += reader.read_batch(200, timeout=0.1)
+            reader.close()
+
+    async def scenario() -> None:
+        await set_up(cluster.url, scope, 6, "s")
+        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
+            await factory.create_reader_group(
+                "g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP)
+            )
+            thread = threading.Thread(target=threaded)
+            thread.start()
+            try:
+                reader = await factory.create_reader("asyncio", "g", SERIALIZER)
+                got["asyncio"] = []
+                await asyncio.gather(
+                    write(factory, "s", range(total)), read_until([reader], got, total)
+                )
+                await reader.close()
+            finally:
+                stop.set()
+                await asyncio.to_thread(thread.join, 30)
+
+    asyncio.run(scenario())
+    assert_once_in_order(got, total)
+
+
+def test_the_asyncio_writer_appends_on_every_master(cluster: LocalRedisCluster) -> None:  # noqa: F811
+    scope = unique("aw")
+    layout = KeyLayout("rg")
+
+    async def scenario() -> list[Any]:
+        await set_up(cluster.url, scope, 6, "s")
+        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
+            writer = await factory.create_event_writer("s", SERIALIZER)
+            futures = [await writer.send(f"e{n}", routing_key=f"k{n}") for n in range(600)]
+            pointers = [await future for future in futures]
+            pointers.append(await writer.write_event("last", routing_key="k0"))
+            await writer.close()
+            return pointers
+
+    pointers = asyncio.run(scenario())
+    per_segment: dict[int, int] = defaultdict(int)
+    for pointer in pointers:
+        per_segment[pointer.segment] += 1
+    with redis.cluster.RedisCluster.from_url(cluster.url) as root:
+        for segment, count in per_segment.items():
+            assert root.xlen(layout.segment(scope, "s", segment).events) == count
+    metas = [layout.segment(scope, "s", segment).meta for segment in per_segment]
+    assert len(masters_of(cluster.url, metas)) == 3
+    with EventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as threaded:
+        assert threaded.connection.segments.segment_states(scope, "s", list(per_segment))
+
+
+def test_asyncio_readers_through_a_split_and_a_merge_on_a_cluster(
+    cluster: LocalRedisCluster,  # noqa: F811
+) -> None:
+    scope = unique("sc")
+
+    async def scenario() -> dict[str, list[Any]]:
+        await set_up(cluster.url, scope, 2, "s")
+        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
+            await factory.create_reader_group(
+                "g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP)
+            )
+            readers = [await factory.create_reader(f"r{i}", "g", SERIALIZER) for i in range(2)]
+            got: dict[str, list[Any]] = {r.reader_id: [] for r in readers}
+            streams = factory.stream_manager()
+
+            async def write_and_scale() -> None:
+                await write(factory, "s", range(400))
+                split = await streams.scale_stream(scope, "s", [0], [(0.0, 0.25), (0.25, 0.5)])
+                await write(factory, "s", range(400, 800))
+                await streams.scale_stream(scope, "s", split, [(0.0, 0.5)])
+                await write(factory, "s", range(800, 1200))
+
+            await asyncio.gather(write_and_scale(), read_until(readers, got, 1200))
+            for reader in readers:
+                await reader.close()
+            return got
+
+    assert_once_in_order(asyncio.run(scenario()), 1200)
+
+
+def test_deleting_a_stream_leaves_no_key_on_any_node(cluster: LocalRedisCluster) -> None:  # noqa: F811
+    scope = unique("dl")
+
+    async def scenario() -> None:
+        await set_up(cluster.url, scope, 6, "s", "kept")
+        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
+            await factory.create_reader_group(
+                "g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP)
+            )
+            await write(factory, "s", range(120))
+            await write(factory, "kept", range(10))
+            reader = await factory.create_reader("r", "g", SERIALIZER)
+            await read_until([reader], {"r": []}, 1)
+            await reader.close()
+            assert await factory.reader_group_manager().delete_reader_group("g")
+            streams = factory.stream_manager()
+            assert await streams.seal_stream(scope, "s")
+            assert await streams.delete_stream(scope, "s")
+
+    asyncio.run(scenario())
+    left = []
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as client:
+            left += [key.decode() for key in client.scan_iter(match=f"*{scope}*")]
+    assert left and not [key for key in left if f"{scope}/s" in key or f"{scope}/g" in key], left
+
+
+def test_asyncio_transactions_on_a_cluster(cluster: LocalRedisCluster) -> None:  # noqa: F811
+    scope = unique("tx")
+    layout = KeyLayout("rg")
+
+    async def scenario() -> tuple[Any, int]:
+        await set_up(cluster.url, scope, 6, "out")
+        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
+            writer = await factory.create_transactional_writer(
+                "out", SERIALIZER, TransactionalWriterConfig(transactional_id="c")
+            )
+            async with writer.begin() as txn:
+                for n in range(300):
+                    await txn.write_event(f"k{n % 40}:{n}", routing_key=f"k{n % 40}")
+            status = await txn.status()
+            aborted = await writer.begin()
+            await aborted.write_event("never", routing_key="k1")
+            await aborted.abort()
+            await writer.close()
+            return status, 300
+
+    status, total = asyncio.run(scenario())
+    assert status == TxnStatus.COMMITTED
+    with redis.cluster.RedisCluster.from_url(cluster.url) as root:
+        events = [
+            fields[b"p"].decode()
+            for segment in range(6)
+            for _, fields in root.xrange(layout.segment(scope, "out", segment).events)
+        ]
+    assert sorted(events, key=lambda e: int(e.split(":")[1])) == [
+        f"k{n % 40}:{n}" for n in range(total)
+    ]
+
+
+def one_event(scope: str, sequence: int, payload: bytes) -> AppendBatch:
+    """Writer ``w``'s batch ``sequence`` of one event to segment 0 of ``scope/s``."""
+    return AppendBatch(scope, "s", 0, "w", sequence, 1, ["", payload, 0, b""], 1 << 20)
+
+
+def test_a_slot_moved_under_the_client_is_followed(cluster: LocalRedisCluster) -> None:  # noqa: F811
+    """A segment's slot moves to another master after the asyncio client learnt the slot
+    table: its append, state and read meet ``MOVED`` on the old master, refresh the table and
+    go to the new one (nothing lost, nothing twice)."""
+    scope = unique("mv")
+    layout = KeyLayout("rg")
+    keys = layout.segment(scope, "s", 0)
+
+    async def scenario() -> None:
+        await set_up(cluster.url, scope, 1, "s")
+        connection = AsyncConnection.from_url(cluster.url, CLUSTER)
+        try:
+            [reply] = await connection.segments.append([one_event(scope, 1, b"first")])
+            assert reply.error is None
+            move_slot(cluster, keys.meta, [*keys])  # (the connection's table is stale now)
+            [reply] = await connection.segments.append([one_event(scope, 2, b"second")])
+            assert reply.error is None and reply.first_offset == 1
+            states = await connection.segments.segment_states(scope, "s", [0])
+            assert states[0].tail == 2
+        finally:
+            await connection.close()
+
+    asyncio.run(scenario())
+    with redis.cluster.RedisCluster.from_url(cluster.url) as root:
+        assert [f[b"p"] for _, f in root.xrange(keys.events)] == [b"first", b"second"]
+
+
+def test_a_slot_still_moving_raises_a_retriable_error_naming_the_key(
+    cluster: LocalRedisCluster,  # noqa: F811
+) -> None:
+    """``ASK`` on every attempt (the slot stays half-migrated): the append raises
+    :class:`RedisFailoverError` (retriable) naming the segment's key, having written
+    nothing."""
+    scope = unique("ask")
+    layout = KeyLayout("rg")
+    keys = layout.segment(scope, "s", 0)
+
+    async def scenario() -> None:
+        await set_up(cluster.url, scope, 1, "s")
+        connection = AsyncConnection.from_url(cluster.url, CLUSTER)
+        try:
+            await connection.segments.segment_states(scope, "s", [0])  # (the table learnt)
+            with migrating(cluster, keys.meta, [*keys]):
+                with pytest.raises(RedisFailoverError, match=keys.meta) as raised:
+                    await connection.segments.append([one_event(scope, 1, b"e")])
+                assert raised.value.retriable
+        finally:
+            await connection.close()
+
+    asyncio.run(scenario())
+
+
+def test_several_seeds_need_cluster_true_and_cluster_true_connects() -> None:
+    with pytest.raises(InvalidConfigError, match="several seeds need ClientConfig"):
+        AsyncConnection.from_url("redis://127.0.0.1:1,127.0.0.1:2/0")
+    AsyncConnection.from_url("redis://127.0.0.1:1,127.0.0.1:2/0", ClientConfig(cluster=True))
+
+
+# -- moving a slot by hand -----------------------------------------------------------------------
+def _ids(local: LocalRedisCluster, key: str) -> tuple[Any, Any, int, str, str]:
+    source = local.primary_for(key)
+    target = next(
+        node
+        for node in local.nodes
+        if node.port != source.port
+        and b"master" in redis.Redis(port=node.port).execute_command("ROLE")[0]
+    )
+    src, dst = redis.Redis(port=source.port), redis.Redis(port=target.port)
+    slot = int(src.execute_command("CLUSTER KEYSLOT", key))
+    return (
+        src,
+        dst,
+        slot,
+        src.execute_command("CLUSTER MYID").decode(),
+        dst.execute_command("CLUSTER MYID").decode(),
+    )
+
+
+class migrating:
+    """The slot of ``key`` half-migrated to another master (its ``keys`` moved there, the
+    slot still the source's: the source answers ``ASK``) for the block; then the migration
+    is finished."""
+
+    def __init__(self, local: LocalRedisCluster, key: str, keys: list[str]) -> None:
+        self.src, self.dst, self.slot, self.src_id, self.dst_id = _ids(local, key)
+        self.keys = [key for key in keys if self.src.exists(key)]
+
+    def __enter__(self) -> None:
+        self.dst.execute_command("CLUSTER SETSLOT", self.slot, "IMPORTING", self.src_id)
+        self.src.execute_command("CLUSTER SETSLOT", self.slot, "MIGRATING", self.dst_id)
+        _migrate(self.src, self.dst, self.keys)
+
+    def __exit__(self, *exc: object) -> None:
+        for client in (self.dst, self.src):  # the migration finished
+            client.execute_command("CLUSTER SETSLOT", self.slot, "NODE", self.dst_id)
+            client.close()
+
+
+def move_slot(local: LocalRedisCluster, key: str, keys: list[str]) -> None:
+    """Move the slot of ``key`` (holding ``keys``) to another master for good."""
+    src, dst, slot, src_id, dst_id = _ids(local, key)
+    keys = [key for key in keys if src.exists(key)]
+    dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+    _migrate(src, dst, keys)
+    for client in (dst, src):
+        client.execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # every node agrees
+        if all(_owner(node.port, slot) == dst_id for node in local.nodes):
+            break
+        time.sleep(0.05)
+    src.close()
+    dst.close()
+
+
+def _owner(port: int, slot: int) -> str | None:
+    """The id of the node ``port``'s node says serves ``slot``."""
+    with redis.Redis(port=port) as client:
+        for info in client.execute_command("CLUSTER NODES").values():
+            for span in info["slots"]:
+                if int(span[0]) <= slot <= int(span[-1]):
+                    return str(info["node_id"])
+    return None
+
+
+def _migrate(src: redis.Redis, dst: redis.Redis, keys: list[str]) -> None:
+    """MIGRATE ``keys`` (those that exist) from ``src`` to ``dst``."""
+    port = dst.connection_pool.connection_kwargs["port"]
+    src.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", *keys)
