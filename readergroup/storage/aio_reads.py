@@ -56,9 +56,9 @@ from statesync.aio_redis_backend import AsyncClient, AsyncNodeClients
 
 async def _raw(client: Any, *command: Any) -> Any:
     """``command``'s reply as the server sent it (no response callback: the client given, a
-    ``redis.asyncio.Redis``, is left as it is), on a connection of its pool. A connection a cancellation or an
-    error interrupts is closed before it goes back to the pool (``redis.asyncio`` disconnects
-    on any exception while it sends or reads)."""
+    ``redis.asyncio.Redis``, is left as it is), on a connection of its pool. A connection a
+    cancellation or an error interrupts is closed before it goes back to the pool
+    (``redis.asyncio`` disconnects on any exception while it sends or reads)."""
     pool = client.connection_pool
     connection = await pool.get_connection()
     try:
