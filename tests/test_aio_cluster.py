@@ -7,11 +7,12 @@ stream, transactions; a slot moved under the client (``MOVED``) and one being mi
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from readergroup import (
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncStreamManager
 from readergroup.core.errors import InvalidConfigError, RedisFailoverError
 from readergroup.storage.aio_connection import AsyncConnection
+from readergroup.storage.aio_reads import AsyncSegmentReads
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import AppendBatch
 from readergroup.testing.embedded_redis import LocalRedisCluster
@@ -76,6 +78,27 @@ async def read_until(readers: list[Any], got: dict[str, list[Any]], total: int) 
     await asyncio.gather(*map(read, readers))
 
 
+async def group_reads(
+    url: str,
+    scope: str,
+    segments: int,
+    readers: int,
+    produce: Callable[[AsyncEventStreamClientFactory], Awaitable[None]],
+    total: int,
+) -> dict[str, list[Any]]:
+    """Stream ``scope/s`` of ``segments``, group ``g`` of ``readers`` asyncio readers reading
+    while ``produce(factory)`` writes ``total`` events: what each reader read."""
+    await set_up(url, scope, segments, "s")
+    async with AsyncEventStreamClientFactory.from_url(scope, url, CLUSTER) as factory:
+        await factory.create_reader_group("g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP))
+        members = [await factory.create_reader(f"r{i}", "g", SERIALIZER) for i in range(readers)]
+        got: dict[str, list[Any]] = {r.reader_id: [] for r in members}
+        await asyncio.gather(produce(factory), read_until(members, got, total))
+        for reader in members:
+            await reader.close()
+        return got
+
+
 def assert_once_in_order(got: dict[str, list[Any]], total: int) -> None:
     """Every event read exactly once; each reader saw each routing key's events in order."""
     events = [e for reads in got.values() for e in reads]
@@ -94,20 +117,10 @@ def test_an_asyncio_group_reads_segments_on_every_master_once_and_in_order(
     layout = KeyLayout("rg")
     assert len(masters_of(cluster.url, [layout.segment(scope, "s", s).meta for s in range(9)])) == 3
 
-    async def scenario() -> dict[str, list[Any]]:
-        await set_up(cluster.url, scope, 9, "s")
-        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
-            await factory.create_reader_group(
-                "g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP)
-            )
-            readers = [await factory.create_reader(f"r{i}", "g", SERIALIZER) for i in range(3)]
-            got: dict[str, list[Any]] = {r.reader_id: [] for r in readers}
-            await asyncio.gather(write(factory, "s", range(1500)), read_until(readers, got, 1500))
-            for reader in readers:
-                await reader.close()
-            return got
+    async def produce(factory: AsyncEventStreamClientFactory) -> None:
+        await write(factory, "s", range(1500))
 
-    got = asyncio.run(scenario())
+    got = asyncio.run(group_reads(cluster.url, scope, 9, 3, produce, 1500))
     assert_once_in_order(got, 1500)
     assert sum(1 for reads in got.values() if reads) >= 2  # the segments were shared
 
@@ -213,29 +226,16 @@ def test_asyncio_readers_through_a_split_and_a_merge_on_a_cluster(
 ) -> None:
     scope = unique("sc")
 
-    async def scenario() -> dict[str, list[Any]]:
-        await set_up(cluster.url, scope, 2, "s")
-        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
-            await factory.create_reader_group(
-                "g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP)
-            )
-            readers = [await factory.create_reader(f"r{i}", "g", SERIALIZER) for i in range(2)]
-            got: dict[str, list[Any]] = {r.reader_id: [] for r in readers}
-            streams = factory.stream_manager()
+    async def write_and_scale(factory: AsyncEventStreamClientFactory) -> None:
+        streams = factory.stream_manager()
+        await write(factory, "s", range(400))
+        split = await streams.scale_stream(scope, "s", [0], [(0.0, 0.25), (0.25, 0.5)])
+        await write(factory, "s", range(400, 800))
+        await streams.scale_stream(scope, "s", split, [(0.0, 0.5)])
+        await write(factory, "s", range(800, 1200))
 
-            async def write_and_scale() -> None:
-                await write(factory, "s", range(400))
-                split = await streams.scale_stream(scope, "s", [0], [(0.0, 0.25), (0.25, 0.5)])
-                await write(factory, "s", range(400, 800))
-                await streams.scale_stream(scope, "s", split, [(0.0, 0.5)])
-                await write(factory, "s", range(800, 1200))
-
-            await asyncio.gather(write_and_scale(), read_until(readers, got, 1200))
-            for reader in readers:
-                await reader.close()
-            return got
-
-    assert_once_in_order(asyncio.run(scenario()), 1200)
+    got = asyncio.run(group_reads(cluster.url, scope, 2, 2, write_and_scale, 1200))
+    assert_once_in_order(got, 1200)
 
 
 def test_deleting_a_stream_leaves_no_key_on_any_node(cluster: LocalRedisCluster) -> None:  # noqa: F811
@@ -303,29 +303,50 @@ def one_event(scope: str, sequence: int, payload: bytes) -> AppendBatch:
     return AppendBatch(scope, "s", 0, "w", sequence, 1, ["", payload, 0, b""], 1 << 20)
 
 
-def test_a_slot_moved_under_the_client_is_followed(cluster: LocalRedisCluster) -> None:  # noqa: F811
-    """A segment's slot moves to another master after the asyncio client learnt the slot
-    table: its append, state and read meet ``MOVED`` on the old master, refresh the table and
-    go to the new one (nothing lost, nothing twice)."""
-    scope = unique("mv")
-    layout = KeyLayout("rg")
-    keys = layout.segment(scope, "s", 0)
+def on_one_segment(
+    url: str, scope: str, body: Callable[[AsyncConnection, AsyncSegmentReads], Awaitable[None]]
+) -> None:
+    """``body`` on a new asyncio connection to the cluster and its segment reads, stream
+    ``scope/s`` of one segment created first."""
 
     async def scenario() -> None:
-        await set_up(cluster.url, scope, 1, "s")
-        connection = AsyncConnection.from_url(cluster.url, CLUSTER)
+        await set_up(url, scope, 1, "s")
+        connection = AsyncConnection.from_url(url, CLUSTER)
+        reads = AsyncSegmentReads(
+            connection.client,
+            connection.keys,
+            connection.blocking_client,
+            nodes=connection.nodes,
+            blocking_nodes=connection.blocking_nodes,
+        )
         try:
-            [reply] = await connection.segments.append([one_event(scope, 1, b"first")])
-            assert reply.error is None
-            move_slot(cluster, keys.meta, [*keys])  # (the connection's table is stale now)
-            [reply] = await connection.segments.append([one_event(scope, 2, b"second")])
-            assert reply.error is None and reply.first_offset == 1
-            states = await connection.segments.segment_states(scope, "s", [0])
-            assert states[0].tail == 2
+            await body(connection, reads)
         finally:
             await connection.close()
 
     asyncio.run(scenario())
+
+
+def test_a_slot_moved_under_the_client_is_followed(cluster: LocalRedisCluster) -> None:  # noqa: F811
+    """A segment's slot moves to another master after the asyncio client learnt the slot
+    table: its read, append and state meet ``MOVED`` on the old master, refresh the table and
+    go to the new one (nothing lost, nothing twice)."""
+    scope = unique("mv")
+    keys = KeyLayout("rg").segment(scope, "s", 0)
+
+    async def body(connection: AsyncConnection, reads: AsyncSegmentReads) -> None:
+        [reply] = await connection.segments.append([one_event(scope, 1, b"first")])
+        assert reply.error is None
+        move_slot(cluster, keys.meta, [*keys])  # (the connection's table is stale now)
+        read = await reads.xread({keys.events: "0-0"}, 10, block=0.05)
+        assert [fields[1] for _, fields in read[keys.events]] == [b"first"]
+        move_slot(cluster, keys.meta, [*keys])  # (and again)
+        [reply] = await connection.segments.append([one_event(scope, 2, b"second")])
+        assert reply.error is None and reply.first_offset == 1
+        move_slot(cluster, keys.meta, [*keys])
+        assert (await connection.segments.segment_states(scope, "s", [0]))[0].tail == 2
+
+    on_one_segment(cluster.url, scope, body)
     with redis.cluster.RedisCluster.from_url(cluster.url) as root:
         assert [f[b"p"] for _, f in root.xrange(keys.events)] == [b"first", b"second"]
 
@@ -337,22 +358,17 @@ def test_a_slot_still_moving_raises_a_retriable_error_naming_the_key(
     :class:`RedisFailoverError` (retriable) naming the segment's key, having written
     nothing."""
     scope = unique("ask")
-    layout = KeyLayout("rg")
-    keys = layout.segment(scope, "s", 0)
+    keys = KeyLayout("rg").segment(scope, "s", 0)
 
-    async def scenario() -> None:
-        await set_up(cluster.url, scope, 1, "s")
-        connection = AsyncConnection.from_url(cluster.url, CLUSTER)
-        try:
-            await connection.segments.segment_states(scope, "s", [0])  # (the table learnt)
-            with migrating(cluster, keys.meta, [*keys]):
-                with pytest.raises(RedisFailoverError, match=keys.meta) as raised:
-                    await connection.segments.append([one_event(scope, 1, b"e")])
-                assert raised.value.retriable
-        finally:
-            await connection.close()
+    async def body(connection: AsyncConnection, reads: AsyncSegmentReads) -> None:
+        await connection.segments.segment_states(scope, "s", [0])  # (the table learnt)
+        with migrating(cluster, keys.meta, [*keys]):
+            with pytest.raises(RedisFailoverError, match=re.escape(keys.meta)) as raised:
+                await connection.segments.append([one_event(scope, 1, b"e")])
+            assert raised.value.retriable
+        assert (await connection.segments.segment_states(scope, "s", [0]))[0].tail == 0
 
-    asyncio.run(scenario())
+    on_one_segment(cluster.url, scope, body)
 
 
 def test_several_seeds_need_cluster_true_and_cluster_true_connects() -> None:
