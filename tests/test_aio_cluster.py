@@ -30,12 +30,12 @@ from readergroup import (
     UTF8StringSerializer,
 )
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncStreamManager
-from readergroup.core.errors import InvalidConfigError, RedisFailoverError
+from readergroup.core.errors import EmbeddedRedisError, InvalidConfigError, RedisFailoverError
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_reads import AsyncSegmentReads
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import AppendBatch
-from readergroup.testing.embedded_redis import LocalRedisCluster
+from readergroup.testing.embedded_redis import LocalRedisCluster, local_redis_cluster
 from tests.test_cluster import CLUSTER, cluster  # noqa: F401 (a fixture)
 
 GROUP = {"heartbeat_interval": 0.3, "session_timeout": 3.0, "group_refresh_time": 0.1}
@@ -449,3 +449,70 @@ def _migrate(src: redis.Redis, dst: redis.Redis, keys: list[str]) -> None:
     """MIGRATE ``keys`` (those that exist) from ``src`` to ``dst``."""
     port = dst.connection_pool.connection_kwargs["port"]
     src.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", *keys)
+
+
+@pytest.mark.long  # about 15 s: six nodes started, a failover waited for
+@pytest.mark.redis
+def test_asyncio_clients_ride_out_a_graceful_cluster_failover() -> None:
+    """A 3x2 cluster; an asyncio writer (``acks=replicas=1``) and an asyncio group of two
+    ``async for`` readers while the primary holding the group's log and some of its segments
+    fails over (``CLUSTER FAILOVER``): no write fails, every acknowledged event is read, each
+    once, in order per routing key for each reader."""
+    scope = unique("fo")
+    config = ClientConfig(cluster=True, acks="replicas=1", ack_timeout=1.0)
+    try:
+        started = local_redis_cluster(3, replicas=1, node_timeout_ms=1000)
+        local = started.__enter__()
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"a local 3x2 Redis Cluster is required: {exc}", pytrace=False)
+    acknowledged: list[int] = []
+    got: dict[str, list[Any]] = defaultdict(list)
+
+    async def scenario() -> None:
+        await set_up(local.url, scope, 6, "s")
+        async with AsyncEventStreamClientFactory.from_url(scope, local.url, config) as factory:
+            await factory.create_reader_group(
+                "g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP)
+            )
+            writer = await factory.create_event_writer("s", SERIALIZER)
+            readers = [await factory.create_reader(f"r{i}", "g", SERIALIZER) for i in range(2)]
+
+            async def consume(reader: Any) -> None:
+                async for event in reader:
+                    if not event.is_checkpoint and event.event is not None:
+                        got[reader.reader_id].append(event)
+
+            async def produce(numbers: range) -> None:
+                for first in range(numbers.start, numbers.stop, 50):
+                    block = range(first, min(first + 50, numbers.stop))
+                    futures = [
+                        await writer.send(f"k{n % 30}:{n}", routing_key=f"k{n % 30}") for n in block
+                    ]
+                    for n, future in zip(block, futures, strict=True):
+                        await future
+                        acknowledged.append(n)
+
+            consumers = [asyncio.ensure_future(consume(r)) for r in readers]
+            await produce(range(500))
+            victim = local.primary_for(f"{{group:{scope}/g}}")
+            failing_over = asyncio.ensure_future(asyncio.to_thread(local.failover, victim))
+            while not failing_over.done():
+                await produce(range(len(acknowledged), len(acknowledged) + 50))
+            await failing_over
+            await produce(range(len(acknowledged), len(acknowledged) + 500))
+            await writer.close()
+            deadline = time.monotonic() + 60
+            while sum(map(len, got.values())) < len(acknowledged) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            for reader in readers:
+                reader.stop_iteration()
+            await asyncio.wait_for(asyncio.gather(*consumers), 30)
+            for reader in readers:
+                await reader.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        started.__exit__(None, None, None)
+    assert_once_in_order(got, len(acknowledged))
+    assert acknowledged == list(range(len(acknowledged)))

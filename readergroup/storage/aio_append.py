@@ -28,7 +28,7 @@ from readergroup.core.errors import NativeAppendConflictError
 from readergroup.core.routing import segment_name
 from readergroup.core.steps import StepDriver
 from readergroup.storage import segment_status
-from readergroup.storage.aio_cluster import by_node, pipelined_by_node
+from readergroup.storage.aio_cluster import by_node, pipelined_by_node, redirected
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.native_append import (
     ASYNC_HIREDIS_PARSER,
@@ -162,8 +162,8 @@ class AsyncSegmentAppends:
                     replies: list[Any] = native_replies(mine, appended)
                 else:
                     replies, acknowledged = await _by_script(connection, self._keys, mine, wait)
-            if wait is not None:
-                waits.append(acknowledged)
+            if wait is not None and not all(map(redirected, replies)):
+                waits.append(acknowledged)  # (the wait of a node that ran none: not counted)
             return replies
 
         metas = [self._keys.segment(b.scope, b.stream, b.segment).meta for b in batches]

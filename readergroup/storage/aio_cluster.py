@@ -121,7 +121,7 @@ async def by_node(nodes: AsyncNodeClients, keys: Sequence[str], run: NodeRun) ->
         for (_, items), result in zip(groups.values(), results, strict=True):
             for index, reply in zip(items, result, strict=True):
                 replies[index] = reply
-                if isinstance(reply, (MovedError, AskError)):
+                if redirected(reply):
                     moved.append(index)
         if not moved:
             return replies
@@ -131,6 +131,11 @@ async def by_node(nodes: AsyncNodeClients, keys: Sequence[str], run: NodeRun) ->
     error = slot_moved(keys[refused], replies[refused])
     assert error is not None
     raise error from replies[refused]
+
+
+def redirected(reply: Any) -> bool:
+    """Whether ``reply`` is a ``MOVED``/``ASK`` (the command did not run there)."""
+    return isinstance(reply, (MovedError, AskError))
 
 
 async def _on_node(
