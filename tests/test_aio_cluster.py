@@ -249,6 +249,13 @@ def test_deleting_a_stream_leaves_no_key_on_any_node(cluster: LocalRedisCluster)
             )
             await write(factory, "s", range(120))
             await write(factory, "kept", range(10))
+            transactional = await factory.create_transactional_writer(
+                "s", SERIALIZER, TransactionalWriterConfig(transactional_id="t")
+            )
+            async with transactional.begin() as txn:
+                await txn.write_event("in a transaction", routing_key="k1")
+            left_open = await transactional.begin()
+            await left_open.write_event("never committed", routing_key="k2")
             reader = await factory.create_reader("r", "g", SERIALIZER)
             await read_until([reader], {"r": []}, 1)
             await reader.close()

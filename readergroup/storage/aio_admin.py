@@ -30,6 +30,7 @@ from readergroup.storage.aio_append import (
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_heartbeat_store import AsyncHeartbeatStore
 from readergroup.storage.aio_synchronizers import AsyncSynchronizers, sync_config_of
+from readergroup.storage.aio_txn_store import async_transactions
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.scripts import script_source
 from readergroup.storage.segment_store import (
@@ -189,12 +190,14 @@ class AsyncAdminConnection(AsyncSynchronizerSource):
         return await self.connection.server_time_ms()
 
     async def forget_stream(self, scope: str, stream: str) -> None:
-        """Delete what is kept beside a deleted stream: its retention subscribers and the
-        Spark sink's record of committed jobs (as the threaded connection does)."""
+        """Delete what is kept beside a deleted stream: its retention subscribers, the
+        Spark sink's record of committed jobs and its transactions (as the threaded connection
+        does)."""
         with translate_errors("forget stream"):
             await self.connection.client.delete(
                 self.keys.subscribers(scope, stream), self.keys.staged_jobs(scope, stream)
             )
+        await async_transactions(self.connection, scope, stream).delete_all()
 
     async def close(self) -> None:
         """Close the client of blocking waits (shared with the factory's readers: see
