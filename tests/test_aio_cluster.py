@@ -25,6 +25,7 @@ from readergroup import (
     ReaderGroupConfig,
     ScalingPolicy,
     StreamConfiguration,
+    StreamCut,
     TransactionalWriterConfig,
     TxnStatus,
     UTF8StringSerializer,
@@ -303,6 +304,41 @@ def test_asyncio_transactions_on_a_cluster(cluster: LocalRedisCluster) -> None: 
     assert sorted(events, key=lambda e: int(e.split(":")[1])) == [
         f"k{n % 40}:{n}" for n in range(total)
     ]
+
+
+def test_asyncio_administration_on_a_cluster(cluster: LocalRedisCluster) -> None:  # noqa: F811
+    """Cuts, time lookups (``EVALSHA_RO`` on the segment's node), truncation and a group's
+    lag (one probe round trip per node) on segments spread over every master."""
+    scope = unique("ad")
+
+    async def scenario() -> None:
+        await set_up(cluster.url, scope, 6, "s")
+        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
+            await factory.create_reader_group(
+                "g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP)
+            )
+            streams = factory.stream_manager()
+            await write(factory, "s", range(300))
+            tail = await streams.tail_cut(scope, "s")
+            assert sum(tail.positions.values()) == 300
+            metrics = await (
+                await factory.reader_group_manager().get_reader_group("g")
+            ).get_metrics()
+            assert metrics.total.events == 300
+            assert await streams.cut_at_time(scope, "s", 0) == await streams.head_cut(scope, "s")
+            later = await streams.cut_at_time(scope, "s", await factory_time(streams) + 60_000)
+            assert later == tail
+            half = StreamCut(scope, "s", {s: p // 2 for s, p in tail.positions.items()})
+            await streams.truncate_stream(scope, "s", half)
+            assert await streams.head_cut(scope, "s") == half
+
+    asyncio.run(scenario())
+
+
+async def factory_time(streams: Any) -> int:
+    """The server's clock (ms), through the stream manager's connection."""
+    server_ms: int = await streams.connection.server_time_ms()
+    return server_ms
 
 
 def one_event(scope: str, sequence: int, payload: bytes) -> AppendBatch:
