@@ -157,6 +157,41 @@ def test_async_for_on_a_cluster_parks_and_wakes(cluster: LocalRedisCluster) -> N
     assert sorted(asyncio.run(scenario())) == ["k0:0", "k1:1", "k2:2"]
 
 
+def test_an_idle_reader_after_full_batches_does_not_spin(
+    cluster: LocalRedisCluster,  # noqa: F811
+) -> None:
+    """A reader that read full batches (more was waiting) then finds nothing: as the threaded
+    reader on a cluster, it reads no further ahead (a read ahead cannot block across slots)
+    and waits in blocking reads, a few per second, not in a loop of non-blocking ones."""
+    scope = unique("sp")
+    counted: dict[str, int] = defaultdict(int)
+
+    async def scenario() -> None:
+        await set_up(cluster.url, scope, 6, "s")
+        async with AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER) as factory:
+            await factory.create_reader_group(
+                "g", ReaderGroupConfig(streams=[f"{scope}/s"], **GROUP)
+            )
+            await write(factory, "s", range(20_000))
+            reader = await factory.create_reader("r", "g", SERIALIZER)
+            await read_until([reader], {"r": []}, 20_000)
+            reads = reader._fetcher._reads  # (the reader's segment reads: counted)
+            xread = reads.xread
+
+            async def counting(positions: Any, limit: int, block: float | None = None) -> Any:
+                counted["blocking" if block else "not blocking"] += 1
+                return await xread(positions, limit, block)
+
+            reads.xread = counting
+            async with asyncio.timeout(10):
+                for _ in range(5):  # (about 1 s: group_refresh_time each)
+                    assert await reader.read_batch(100, timeout=0.2) == []
+            await reader.close()
+
+    asyncio.run(scenario())
+    assert counted["not blocking"] <= 10 and counted["blocking"] <= 40, dict(counted)
+
+
 def test_a_group_of_threaded_and_asyncio_readers_on_a_cluster(
     cluster: LocalRedisCluster,  # noqa: F811
 ) -> None:
@@ -412,6 +447,38 @@ def test_a_slot_still_moving_raises_a_retriable_error_naming_the_key(
         assert (await connection.segments.segment_states(scope, "s", [0]))[0].tail == 0
 
     on_one_segment(cluster.url, scope, body)
+
+
+def test_a_blocking_read_cancelled_mid_wait_closes_its_node_connection(
+    cluster: LocalRedisCluster,  # noqa: F811
+) -> None:
+    """A cluster's ``XREAD BLOCK`` (on a plain client of the node) cancelled while parked:
+    its connection is closed, so the reply the server sends when an event arrives is never
+    read as the answer to the next command on that node's pool."""
+    scope = unique("cx")
+    keys = KeyLayout("rg").segment(scope, "s", 0)
+    seen: dict[str, Any] = {}
+
+    async def body(connection: AsyncConnection, reads: AsyncSegmentReads) -> None:
+        await connection.segments.append([one_event(scope, 1, b"e0")])
+        node = connection.blocking_nodes.for_key(keys.events)
+        for round_ in range(3):
+            blocked = asyncio.ensure_future(reads.xread({keys.events: f"{round_ + 1}-0"}, 10, 1.0))
+            await asyncio.wait((blocked,), timeout=0.03)  # (parked on the server by now)
+            blocked.cancel()
+            await asyncio.wait((blocked,))
+            payload = f"e{round_ + 1}".encode()
+            await connection.segments.append([one_event(scope, round_ + 2, payload)])
+            seen[f"in use {round_}"] = len(node.connection_pool._in_use_connections)
+            seen[f"get {round_}"] = await node.get(f"{{{scope}/s/0}}:nothing")
+            read = await reads.xread({keys.events: f"{round_ + 1}-0"}, 10, 0.1)
+            seen[f"read {round_}"] = [fields[1] for _, fields in read[keys.events]]
+
+    on_one_segment(cluster.url, scope, body)
+    for round_ in range(3):
+        assert seen[f"in use {round_}"] == 0
+        assert seen[f"get {round_}"] is None  # not the cancelled XREAD's reply
+        assert seen[f"read {round_}"] == [f"e{round_ + 1}".encode()]
 
 
 def test_several_seeds_need_cluster_true_and_cluster_true_connects() -> None:

@@ -11,6 +11,12 @@ connection of the pool, from the same steps (so the same requests and reply pars
 
 The server's ``run_id`` is learnt once per socket; each batch's reply is read by
 :func:`~readergroup.storage.segment_store.append_replies`, as the threaded store reads it.
+
+On a Redis Cluster every command runs on the node holding its key
+(:func:`~readergroup.storage.aio_cluster.by_node`): a round's batches are grouped by node, each
+node's go through ``append_events.lua`` with that node's acknowledgement wait in one round trip
+(the native transaction is not used: its keys span slots), the nodes at once; the segment
+scripts, states and deletions likewise, one pipeline per node.
 """
 
 from __future__ import annotations

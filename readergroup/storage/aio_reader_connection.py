@@ -39,6 +39,10 @@ class AsyncReads(Protocol):
     """A reader's segment reads, awaited (see :class:`~readergroup.storage.aio_reads.
     AsyncSegmentReads` for what each means)."""
 
+    cluster: bool
+    """Whether the reads go to a Redis Cluster (one ``XREAD`` per slot: a reader then reads
+    no further ahead and parks no read, as the threaded one on a cluster)."""
+
     async def read_keys(
         self, positions: Mapping[str, str], timeout: float, limit: int
     ) -> dict[str, Any]: ...

@@ -91,6 +91,8 @@ class AsyncSegmentReads:
         self._blocking = blocking_client or client
         self._keys = keys
         self._nodes = nodes if nodes is not None and nodes.cluster else None
+        self.cluster = self._nodes is not None
+        """Whether these reads go to a Redis Cluster."""
         self._blocking_nodes = blocking_nodes or nodes
 
     # -- reads over many keys ---------------------------------------------------------------
