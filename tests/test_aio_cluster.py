@@ -7,6 +7,7 @@ stream, transactions; a slot moved under the client (``MOVED``) and one being mi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 import time
@@ -31,7 +32,12 @@ from readergroup import (
     UTF8StringSerializer,
 )
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncStreamManager
-from readergroup.core.errors import EmbeddedRedisError, InvalidConfigError, RedisFailoverError
+from readergroup.core.errors import (
+    EmbeddedRedisError,
+    InvalidConfigError,
+    RedisFailoverError,
+    UnsafeServerConfigError,
+)
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_reads import AsyncSegmentReads
 from readergroup.storage.keys import KeyLayout
@@ -479,6 +485,35 @@ def test_a_blocking_read_cancelled_mid_wait_closes_its_node_connection(
         assert seen[f"in use {round_}"] == 0
         assert seen[f"get {round_}"] is None  # not the cancelled XREAD's reply
         assert seen[f"read {round_}"] == [f"e{round_ + 1}".encode()]
+
+
+def test_every_node_an_asyncio_client_reaches_is_checked_for_an_evicting_policy(
+    cluster: LocalRedisCluster,  # noqa: F811
+) -> None:
+    """As the threaded client's: a node whose ``maxmemory-policy`` may evict keys is refused
+    on the first socket to it, whichever client opens it (the cluster's or a node's own)."""
+    scope = unique("ev")
+
+    async def scenario() -> None:
+        factory = AsyncEventStreamClientFactory.from_url(scope, cluster.url, CLUSTER)
+        try:
+            with pytest.raises(UnsafeServerConfigError, match="allkeys-lru"):
+                writer = await factory.create_event_writer("s", SERIALIZER)
+                for n in range(60):  # (every segment, so every master)
+                    await writer.write_event(f"e{n}", routing_key=f"k{n}")
+        finally:
+            with contextlib.suppress(UnsafeServerConfigError):  # (the writer's flush says it)
+                await factory.close()
+
+    asyncio.run(set_up(cluster.url, scope, 6, "s"))
+    raw = redis.cluster.RedisCluster.from_url(cluster.url)
+    last = raw.get_primaries()[-1]
+    raw.config_set("maxmemory-policy", "allkeys-lru", target_nodes=last)
+    try:
+        asyncio.run(scenario())
+    finally:
+        raw.config_set("maxmemory-policy", "noeviction", target_nodes=last)
+        raw.close()
 
 
 def test_several_seeds_need_cluster_true_and_cluster_true_connects() -> None:
