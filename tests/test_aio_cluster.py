@@ -41,7 +41,7 @@ from readergroup.core.errors import (
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_reads import AsyncSegmentReads
 from readergroup.storage.keys import KeyLayout
-from readergroup.storage.segment_records import AppendBatch
+from readergroup.storage.segment_records import LAST_EPOCH, AppendBatch
 from readergroup.testing.embedded_redis import LocalRedisCluster, local_redis_cluster
 from tests.test_cluster import CLUSTER, cluster  # noqa: F401 (a fixture)
 
@@ -467,9 +467,11 @@ def test_a_blocking_read_cancelled_mid_wait_closes_its_node_connection(
 
     async def body(connection: AsyncConnection, reads: AsyncSegmentReads) -> None:
         await connection.segments.append([one_event(scope, 1, b"e0")])
+        await connection.blocking_nodes.ready()
         node = connection.blocking_nodes.for_key(keys.events)
         for round_ in range(3):
-            blocked = asyncio.ensure_future(reads.xread({keys.events: f"{round_ + 1}-0"}, 10, 1.0))
+            after = {keys.events: f"{round_ + 1}-{LAST_EPOCH}"}  # (offset round_ read)
+            blocked = asyncio.ensure_future(reads.xread(after, 10, 1.0))
             await asyncio.wait((blocked,), timeout=0.03)  # (parked on the server by now)
             blocked.cancel()
             await asyncio.wait((blocked,))
@@ -477,7 +479,7 @@ def test_a_blocking_read_cancelled_mid_wait_closes_its_node_connection(
             await connection.segments.append([one_event(scope, round_ + 2, payload)])
             seen[f"in use {round_}"] = len(node.connection_pool._in_use_connections)
             seen[f"get {round_}"] = await node.get(f"{{{scope}/s/0}}:nothing")
-            read = await reads.xread({keys.events: f"{round_ + 1}-0"}, 10, 0.1)
+            read = await reads.xread(after, 10, 0.1)
             seen[f"read {round_}"] = [fields[1] for _, fields in read[keys.events]]
 
     on_one_segment(cluster.url, scope, body)
