@@ -132,7 +132,7 @@ def test_an_asyncio_group_reads_segments_on_every_master_once_and_in_order(
     assert sum(1 for reads in got.values() if reads) >= 2  # the segments were shared
 
 
-def test_async_for_on_a_cluster_parks_and_wakes(cluster: LocalRedisCluster) -> None:  # noqa: F811
+def test_async_for_on_a_cluster_waits_and_wakes(cluster: LocalRedisCluster) -> None:  # noqa: F811
     """A reader idle on the cluster (its log and its segments on different slots) gets an
     event written later through ``async for``."""
     scope = unique("af")
