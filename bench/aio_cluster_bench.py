@@ -7,7 +7,8 @@ of its own, one after the other (medians of ``--repeat``):
 * ``threaded_write`` / ``async_write``: a writer sends every event and flushes (the asyncio
   writer's ``send`` futures; the threaded writer's ``write_event`` then ``flush``);
 * ``threaded_read`` / ``async_read``: one reader of a new group reads every event
-  (``read_batch(1000)``; the asyncio reader awaited);
+  (``read_batch(1000)``; the asyncio reader awaited), timed from the first event read (its
+  join not counted);
 * ``threaded_idle`` / ``async_idle``: one reader with nothing to read for ``--idle`` s: the
   client CPU it burns per second (a cluster's reads poll: one ``XREAD`` per slot, then a
   block of at most 0.1 s on the group's log).
@@ -44,7 +45,11 @@ from readergroup.aio import AsyncEventStreamClientFactory
 from readergroup.testing.embedded_redis import local_redis_cluster
 
 CLUSTER = ClientConfig(cluster=True)
-GROUP = {"group_refresh_time": 0.1, "heartbeat_interval": 1.0, "session_timeout": 10.0}
+GROUP: dict[str, Any] = {
+    "group_refresh_time": 0.1,
+    "heartbeat_interval": 1.0,
+    "session_timeout": 10.0,
+}
 PAYLOAD = b"x" * 100
 
 
@@ -70,38 +75,50 @@ async def _async_write(url: str, scope: str, stream: str, count: int) -> None:
         await writer.close()
 
 
-def _threaded_read(url: str, scope: str, group: str, count: int, idle: float) -> float:
+def _threaded_read(url: str, scope: str, group: str, count: int, idle: float) -> list[float]:
     with EventStreamClientFactory.from_url(scope, url, CLUSTER) as factory:
         reader = factory.create_reader("r", group, BytesSerializer())
-        got = 0
-        began = time.monotonic()
-        while got < count and time.monotonic() - began < 120:
-            got += len(reader.read_batch(1000, timeout=0.2))
-        cpu = _idle_cpu(lambda: reader.read_batch(1000, timeout=0.2), idle)
+        clock = _ReadClock(count)
+        while clock.running():
+            clock.got(len(reader.read_batch(1000, timeout=0.2)))
+        cpu_before, until = time.process_time(), time.monotonic() + idle
+        while time.monotonic() < until:
+            assert not reader.read_batch(1000, timeout=0.2)
         reader.close()
-        return cpu
+        return [clock.seconds(), (time.process_time() - cpu_before) / idle]
 
 
-async def _async_read(url: str, scope: str, group: str, count: int, idle: float) -> float:
+async def _async_read(url: str, scope: str, group: str, count: int, idle: float) -> list[float]:
     async with AsyncEventStreamClientFactory.from_url(scope, url, CLUSTER) as factory:
         reader = await factory.create_reader("r", group, BytesSerializer())
-        got = 0
-        began = time.monotonic()
-        while got < count and time.monotonic() - began < 120:
-            got += len(await reader.read_batch(1000, timeout=0.2))
+        clock = _ReadClock(count)
+        while clock.running():
+            clock.got(len(await reader.read_batch(1000, timeout=0.2)))
         cpu_before, until = time.process_time(), time.monotonic() + idle
         while time.monotonic() < until:
             assert not await reader.read_batch(1000, timeout=0.2)
-        cpu = (time.process_time() - cpu_before) / idle
         await reader.close()
-        return cpu
+        return [clock.seconds(), (time.process_time() - cpu_before) / idle]
 
 
-def _idle_cpu(read: Any, idle: float) -> float:
-    cpu_before, until = time.process_time(), time.monotonic() + idle
-    while time.monotonic() < until:
-        assert not read()
-    return (time.process_time() - cpu_before) / idle
+class _ReadClock:
+    """Times reading ``count`` events from the first one read (the join is not counted)."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.read, self.first, self.last = count, 0, 0.0, 0.0
+        self.deadline = time.monotonic() + 120
+
+    def running(self) -> bool:
+        return self.read < self.count and time.monotonic() < self.deadline
+
+    def got(self, events: int) -> None:
+        if events and not self.read:
+            self.first = time.perf_counter()
+        self.read += events
+        self.last = time.perf_counter()
+
+    def seconds(self) -> float:
+        return self.last - self.first
 
 
 def _run(
@@ -115,10 +132,11 @@ def _run(
     elif path == "async_write":
         asyncio.run(_async_write(url, scope, name, count))
     elif path == "threaded_read":
-        cpu = _threaded_read(url, scope, name, count, idle)
+        seconds, cpu = _threaded_read(url, scope, name, count, idle)
     else:
-        cpu = asyncio.run(_async_read(url, scope, name, count, idle))
-    seconds = time.perf_counter() - began - (0 if path.endswith("write") else idle)
+        seconds, cpu = asyncio.run(_async_read(url, scope, name, count, idle))
+    if path.endswith("write"):
+        seconds = time.perf_counter() - began
     out.put({"path": path, "seconds": seconds, "idle_cpu": cpu})
 
 

@@ -36,6 +36,7 @@ from readergroup.core.errors import (
     EmbeddedRedisError,
     InvalidConfigError,
     RedisFailoverError,
+    RedisUnavailableError,
     UnsafeServerConfigError,
 )
 from readergroup.storage.aio_connection import AsyncConnection
@@ -516,6 +517,48 @@ def test_every_node_an_asyncio_client_reaches_is_checked_for_an_evicting_policy(
     finally:
         raw.config_set("maxmemory-policy", "noeviction", target_nodes=last)
         raw.close()
+
+
+def test_a_dead_master_is_a_retriable_error_naming_its_node_and_key() -> None:
+    """A master that is gone (no replica to promote): an append to a segment it held raises
+    :class:`RedisUnavailableError` (retriable) naming the node and the segment's key; the
+    segments of the other masters are still written."""
+    scope = unique("dd")
+    keys = KeyLayout("rg")
+    try:
+        started = local_redis_cluster(3)
+        local = started.__enter__()
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"a local Redis Cluster is required: {exc}", pytrace=False)
+
+    def event(segment: int) -> AppendBatch:
+        return AppendBatch(scope, "s", segment, "w", 1, 1, ["", b"e", 0, b""], 1 << 20)
+
+    async def scenario() -> None:
+        await set_up(local.url, scope, 6, "s")
+        victim = local.primary_for(keys.segment(scope, "s", 0).meta)
+        mine = [
+            s for s in range(6) if local.primary_for(keys.segment(scope, "s", s).meta) is victim
+        ]
+        others = [s for s in range(6) if s not in mine]
+        survivor = next(node for node in local.nodes if node is not victim)
+        connection = AsyncConnection.from_url(survivor.url, CLUSTER)
+        try:
+            await connection.segments.segment_states(scope, "s", list(range(6)))
+            victim.kill()
+            meta = keys.segment(scope, "s", mine[0]).meta
+            with pytest.raises(RedisUnavailableError, match=re.escape(meta)) as raised:
+                await connection.segments.append([event(s) for s in mine])
+            assert f":{victim.port}" in str(raised.value) and raised.value.retriable
+            replies = await connection.segments.append([event(s) for s in others])
+            assert [reply.first_offset for reply in replies] == [0] * len(others)
+        finally:
+            await connection.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        started.__exit__(None, None, None)
 
 
 def test_several_seeds_need_cluster_true_and_cluster_true_connects() -> None:

@@ -111,7 +111,7 @@ async def by_node(nodes: AsyncNodeClients, keys: Sequence[str], run: NodeRun) ->
         for index in pending:
             client = nodes.for_key(keys[index])
             groups.setdefault(id(client), (client, []))[1].append(index)
-        sends = [_on_node(nodes, run, client, items) for client, items in groups.values()]
+        sends = [_on_node(nodes, run, client, items, keys) for client, items in groups.values()]
         try:  # (one node: awaited in this task, no task of its own)
             results = [await sends[0]] if len(sends) == 1 else await asyncio.gather(*sends)
         except (redis.ConnectionError, redis.TimeoutError):
@@ -139,34 +139,37 @@ def redirected(reply: Any) -> bool:
 
 
 async def _on_node(
-    nodes: AsyncNodeClients, run: NodeRun, client: redis.asyncio.Redis, items: list[int]
+    nodes: AsyncNodeClients,
+    run: NodeRun,
+    client: redis.asyncio.Redis,
+    items: list[int],
+    keys: Sequence[str],
 ) -> list[Any]:
-    """``run`` on one node; on a cluster, a node that does not answer is named."""
+    """``run`` on one node; on a cluster, a node that does not answer is named, with the
+    first key it was asked about."""
     try:
         return await run(client, items)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         if not nodes.cluster:
             raise
         where = client.connection_pool.connection_kwargs
-        named = type(exc)(f"cluster node {where.get('host')}:{where.get('port')}: {exc}")
-        raise named from exc
+        node = f"{where.get('host')}:{where.get('port')}"
+        raise type(exc)(f"cluster node {node} (holding {keys[items[0]]!r}): {exc}") from exc
 
 
 async def pipelined_by_node(
     nodes: AsyncNodeClients,
     keys: Sequence[str],
-    queue: Callable[[Any, int], Awaitable[Any] | None],
+    queue: Callable[[Any, int], Awaitable[None]],
 ) -> list[Any]:
-    """:func:`by_node` of items each queued by ``queue(pipeline, index)`` (exactly one
+    """:func:`by_node` of items each queued by ``await queue(pipeline, index)`` (exactly one
     command, or one script run: a plain pipeline loads a script a node lacks) in one
     pipeline per node; error replies as values."""
 
     async def run(client: redis.asyncio.Redis, items: list[int]) -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for index in items:
-            queued = queue(pipe, index)
-            if queued is not None:
-                await queued
+            await queue(pipe, index)
         replies: list[Any] = await pipe.execute(raise_on_error=False)
         return replies
 
