@@ -39,11 +39,13 @@ from readergroup.core.errors import (
     RedisUnavailableError,
     UnsafeServerConfigError,
 )
+from readergroup.storage.aio_admin import AsyncAdminConnection
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_reads import AsyncSegmentReads
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import LAST_EPOCH, AppendBatch
 from readergroup.testing.embedded_redis import LocalRedisCluster, local_redis_cluster
+from tests.support.model import ALL_TYPES, Add
 from tests.test_cluster import CLUSTER, cluster  # noqa: F401 (a fixture)
 
 GROUP = {"heartbeat_interval": 0.3, "session_timeout": 3.0, "group_refresh_time": 0.1}
@@ -716,3 +718,88 @@ def test_asyncio_clients_ride_out_a_cluster_failover(kill: bool) -> None:
         started.__exit__(None, None, None)
     assert_once_in_order(got, len(acknowledged))
     assert acknowledged == list(range(len(acknowledged)))
+
+
+@pytest.mark.long  # about 10 s: six nodes started, one SIGKILLed and its replica promoted
+@pytest.mark.slow
+@pytest.mark.redis
+def test_an_asyncio_client_seeded_with_one_node_outlives_that_node() -> None:
+    """Issue 35 item 8 for asyncio: the seed (the primary of slot 0, redis-py's default node)
+    dies; a synchronizer (``EVALSHA_RO`` reads), appends and ``XREAD`` on the other slots carry
+    on once its replica is promoted (the keys of ``XREAD``/``EVALSHA_RO`` are read from their
+    arguments, not asked of the dead default node)."""
+    scope = unique("sd")
+    keys = KeyLayout("rg").segment(scope, "s", 0)
+    try:
+        started = local_redis_cluster(3, replicas=1, node_timeout_ms=1000)
+        local = started.__enter__()
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"a local 3x2 Redis Cluster is required: {exc}", pytrace=False)
+
+    async def scenario() -> None:
+        await set_up(local.url, scope, 1, "s")
+        seed = local.nodes[0]
+        connection = AsyncConnection.from_url(seed.url, CLUSTER)
+        admin = AsyncAdminConnection(connection)
+        reads = AsyncSegmentReads(
+            connection.client,
+            connection.keys,
+            connection.blocking_client,
+            nodes=connection.nodes,
+            blocking_nodes=connection.blocking_nodes,
+        )
+        try:
+            sync = admin.synchronizer("counter-seed", ALL_TYPES)
+            await sync.initialize({"total": 0})
+            await sync.update_state(lambda state: [Add(1)])
+            await connection.segments.append([one_event(scope, 1, b"before")])
+            await asyncio.to_thread(local.failover, seed, kill=True)
+            follower = admin.synchronizer("counter-seed", ALL_TYPES)
+            await follower.fetch_updates()  # a read-only script: EVALSHA_RO
+            assert follower.state == {"total": 1}
+            assert await connection.server_time_ms() > 0  # keyless: any node
+            [reply] = await connection.segments.append([one_event(scope, 2, b"after")])
+            assert reply.error is None
+            read = await reads.xread({keys.events: "0-0"}, 10, 0.1)
+            assert [fields[1] for _, fields in read[keys.events]] == [b"before", b"after"]
+        finally:
+            await admin.close()
+            await connection.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        started.__exit__(None, None, None)
+
+
+@pytest.mark.redis  # about 2 s: a cluster of its own started, then every node killed
+def test_an_asyncio_cluster_with_no_node_left_is_an_outage() -> None:
+    """Every node down: appends, reads and heartbeats raise the retriable
+    :class:`RedisUnavailableError` (the slot-table refresh finding no node is an outage, not
+    a ``RedisClusterException`` escaping), again on the next call."""
+    scope = unique("nd")
+    keys = KeyLayout("rg").segment(scope, "s", 0)
+    try:
+        started = local_redis_cluster(3)
+        local = started.__enter__()
+    except EmbeddedRedisError as exc:
+        pytest.fail(f"a local Redis Cluster is required: {exc}", pytrace=False)
+
+    async def body(connection: AsyncConnection, reads: AsyncSegmentReads) -> None:
+        heartbeats = AsyncAdminConnection(connection).heartbeat_store("group:x/g")
+        await heartbeats.beat("r", 1)
+        await connection.segments.append([one_event(scope, 1, b"e")])
+        for node in local.nodes:
+            node.kill()
+        for _ in range(2):
+            with pytest.raises(RedisUnavailableError):
+                await connection.segments.append([one_event(scope, 2, b"f")])
+            with pytest.raises(RedisUnavailableError):
+                await reads.xread({keys.events: "0-0"}, 10, 0.1)
+            with pytest.raises(RedisUnavailableError):
+                await heartbeats.beat("r", 1)
+
+    try:
+        on_one_segment(local.url, scope, body)
+    finally:
+        started.__exit__(None, None, None)
