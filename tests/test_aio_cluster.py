@@ -402,7 +402,7 @@ def on_one_segment(
         reads = AsyncSegmentReads(
             connection.client,
             connection.keys,
-            connection.blocking_client,
+            connection.cluster_blocking,
             nodes=connection.nodes,
             blocking_nodes=connection.blocking_nodes,
         )
@@ -744,7 +744,7 @@ def test_an_asyncio_client_seeded_with_one_node_outlives_that_node() -> None:
         reads = AsyncSegmentReads(
             connection.client,
             connection.keys,
-            connection.blocking_client,
+            connection.cluster_blocking,
             nodes=connection.nodes,
             blocking_nodes=connection.blocking_nodes,
         )

@@ -172,7 +172,7 @@ class AsyncAdminConnection(AsyncSynchronizerSource):
             client,
             key_prefix=self.config.key_prefix,
             acks=self.config.durability,
-            blocking_client=connection.blocking_client,
+            blocking_client=connection.cluster_blocking,
             nodes=connection.nodes,
         )
         self.sync_config = sync_config_of(self.config)

@@ -67,18 +67,18 @@ class AsyncConnection:
         url: str,
         *,
         sentinels: Sequence[redis.asyncio.Redis] = (),
-        blocking_client: RedisCluster | None = None,
+        cluster_blocking: RedisCluster | None = None,
     ) -> None:
         """``sentinels``: the clients of the Sentinels ``client`` asks (closed with it).
-        ``blocking_client``: a cluster's client of blocking reads (closed with it)."""
+        ``cluster_blocking``: a cluster's client of blocking reads (closed with it)."""
         self.config = config
         self.client = client
-        self.blocking_client = blocking_client
-        """A cluster's client of ``XREAD BLOCK`` (``None`` off a cluster: the managers make
-        one)."""
+        self.cluster_blocking = cluster_blocking
+        """A cluster's client of ``XREAD BLOCK``, shared by the managers and readers (``None``
+        off a cluster: the managers make one)."""
         self.nodes = AsyncNodeClients(client)
         """Plain clients of each node of a cluster (``client`` itself off a cluster)."""
-        self.blocking_nodes = AsyncNodeClients(blocking_client or client)
+        self.blocking_nodes = AsyncNodeClients(cluster_blocking or client)
         """The same for blocking reads (on a cluster: clients of each node whose sockets
         outlast a block)."""
         self._sentinels = tuple(sentinels)
@@ -108,7 +108,7 @@ class AsyncConnection:
         try:
             if config.cluster:
                 client, blocking = cluster_clients(first, seeds, config, options)
-                return cls(client, config, url, blocking_client=blocking)
+                return cls(client, config, url, cluster_blocking=blocking)
             if sentinel:
                 client, sentinels = _sentinel_client(url, config, options)
             else:
@@ -134,8 +134,8 @@ class AsyncConnection:
     async def close(self) -> None:
         for nodes in (self.nodes, self.blocking_nodes):
             await nodes.close()
-        if self.blocking_client is not None:
-            await self.blocking_client.aclose()
+        if self.cluster_blocking is not None:
+            await self.cluster_blocking.aclose()
         await self.client.aclose()
         for sentinel in self._sentinels:
             await sentinel.aclose()
