@@ -26,7 +26,7 @@ from collections.abc import Collection
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
@@ -102,19 +102,28 @@ class AsyncNodeClients:
         node = client.get_node_from_key(key)
         if node is None:  # (translated: an outage, retried)
             raise SlotNotCoveredError(f"no node serves the slot of {key!r}")
-        made = self._made.get(node.name)
+        return self._at(node, node.host, int(node.port))
+
+    def for_address(self, host: str, port: int) -> aioredis.Redis:
+        """The client of the cluster node at ``host:port`` (one an ``ASK`` reply named; one
+        not in the slot table yet is reached with another node's options)."""
+        client = self.client
+        if isinstance(client, aioredis.Redis):
+            return client
+        node = client.get_node(host=host, port=port) or client.get_default_node()
+        return self._at(node, host, port)
+
+    def _at(self, node: ClusterNode, host: str, port: int) -> aioredis.Redis:
+        """The client made for ``host:port`` with ``node``'s connection options."""
+        name = f"{host}:{port}"
+        made = self._made.get(name)
         if made is None:
             pool = aioredis.ConnectionPool(
                 connection_class=node.connection_class,
                 max_connections=MAX_CONNECTIONS,
-                **{
-                    **node.connection_kwargs,
-                    "host": node.host,
-                    "port": node.port,
-                    **checked_pool_options(),
-                },
+                **{**node.connection_kwargs, "host": host, "port": port, **checked_pool_options()},
             )
-            made = self._made[node.name] = aioredis.Redis(connection_pool=pool)
+            made = self._made[name] = aioredis.Redis(connection_pool=pool)
         return made
 
     async def ready(self) -> None:

@@ -385,9 +385,9 @@ async def factory_time(streams: Any) -> int:
     return server_ms
 
 
-def one_event(scope: str, sequence: int, payload: bytes) -> AppendBatch:
-    """Writer ``w``'s batch ``sequence`` of one event to segment 0 of ``scope/s``."""
-    return AppendBatch(scope, "s", 0, "w", sequence, 1, ["", payload, 0, b""], 1 << 20)
+def one_event(scope: str, sequence: int, payload: bytes, segment: int = 0) -> AppendBatch:
+    """Writer ``w``'s batch ``sequence`` of one event to ``segment`` of ``scope/s``."""
+    return AppendBatch(scope, "s", segment, "w", sequence, 1, ["", payload, 0, b""], 1 << 20)
 
 
 def on_one_segment(
@@ -438,22 +438,56 @@ def test_a_slot_moved_under_the_client_is_followed(cluster: LocalRedisCluster) -
         assert [f[b"p"] for _, f in root.xrange(keys.events)] == [b"first", b"second"]
 
 
-def test_a_slot_still_moving_raises_a_retriable_error_naming_the_key(
+def test_a_slot_being_migrated_is_followed_with_asking(
     cluster: LocalRedisCluster,  # noqa: F811
 ) -> None:
-    """``ASK`` on every attempt (the slot stays half-migrated): the append raises
-    :class:`RedisFailoverError` (retriable) naming the segment's key, having written
-    nothing."""
+    """A segment's slot half-migrated (its keys already on the target, the slot still the
+    source's, which answers ``ASK``): appends, state reads and reads go to the target after
+    ``ASKING``, as redis-py's cluster client follows ``ASK`` for the threaded reads."""
     scope = unique("ask")
     keys = KeyLayout("rg").segment(scope, "s", 0)
 
     async def body(connection: AsyncConnection, reads: AsyncSegmentReads) -> None:
-        await connection.segments.segment_states(scope, "s", [0])  # (the table learnt)
+        await connection.segments.append([one_event(scope, 1, b"e0")])
         with migrating(cluster, keys.meta, [*keys]):
-            with pytest.raises(RedisFailoverError, match=re.escape(keys.meta)) as raised:
-                await connection.segments.append([one_event(scope, 1, b"e")])
+            [reply] = await connection.segments.append([one_event(scope, 2, b"e1")])
+            assert reply.error is None and reply.first_offset == 1
+            assert (await connection.segments.segment_states(scope, "s", [0]))[0].tail == 2
+            read = await reads.xread({keys.events: "0-0"}, 10, 0.05)
+            assert [fields[1] for _, fields in read[keys.events]] == [b"e0", b"e1"]
+            raw = await reads.read_raw(scope, "s", 0, 0, -1, 10)
+            assert [fields[1] for _, fields in raw] == [b"e0", b"e1"]
+
+    on_one_segment(cluster.url, scope, body)
+
+
+def test_a_slot_that_keeps_moving_raises_a_retriable_error_naming_the_key(
+    cluster: LocalRedisCluster,  # noqa: F811
+) -> None:
+    """Two masters sending a slot to each other (``MOVED`` on every attempt, whatever the
+    slot table says; a slot holding no key, as Redis moves only those by hand): the append
+    raises :class:`RedisFailoverError` (retriable) naming the segment's key."""
+    scope = unique("pp")
+    layout = KeyLayout("rg")
+
+    async def body(connection: AsyncConnection, reads: AsyncSegmentReads) -> None:
+        await connection.segments.segment_states(scope, "s", [0])  # (the table learnt)
+        for segment in range(1, 200):  # (a segment never created, alone in its slot)
+            meta = layout.segment(scope, "s", segment).meta
+            src, dst, slot, src_id, dst_id = _ids(cluster, meta)
+            if src.execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0:
+                break
+            src.close()
+            dst.close()
+        src.execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)  # (dst says: src's)
+        try:
+            with pytest.raises(RedisFailoverError, match=re.escape(meta)) as raised:
+                await connection.segments.append([one_event(scope, 1, b"e", segment)])
             assert raised.value.retriable
-        assert (await connection.segments.segment_states(scope, "s", [0]))[0].tail == 0
+        finally:
+            src.execute_command("CLUSTER SETSLOT", slot, "NODE", src_id)
+            src.close()
+            dst.close()
 
     on_one_segment(cluster.url, scope, body)
 

@@ -34,7 +34,7 @@ from readergroup.core.errors import NativeAppendConflictError
 from readergroup.core.routing import segment_name
 from readergroup.core.steps import StepDriver
 from readergroup.storage import segment_status
-from readergroup.storage.aio_cluster import by_node, pipelined_by_node, redirected
+from readergroup.storage.aio_cluster import asking_each, by_node, pipelined_by_node, redirected
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.native_append import (
     ASYNC_HIREDIS_PARSER,
@@ -155,7 +155,7 @@ class AsyncSegmentAppends:
         wait = self._acks.wait_command()
         waits: list[Any] = []
 
-        async def on_node(client: redis.asyncio.Redis, items: list[int]) -> list[Any]:
+        async def on_node(client: redis.asyncio.Redis, items: list[int], asking: bool) -> list[Any]:
             mine = [batches[index] for index in items]
             async with pooled(client) as connection:
                 native = (
@@ -167,7 +167,9 @@ class AsyncSegmentAppends:
                     appended, acknowledged = native
                     replies: list[Any] = native_replies(mine, appended)
                 else:
-                    replies, acknowledged = await _by_script(connection, self._keys, mine, wait)
+                    replies, acknowledged = await _by_script(
+                        connection, self._keys, mine, wait, asking
+                    )
             if wait is not None and not all(map(redirected, replies)):
                 waits.append(acknowledged)  # (the wait of a node that ran none: not counted)
             return replies
@@ -179,14 +181,19 @@ class AsyncSegmentAppends:
 
 
 async def _by_script(
-    connection: Any, layout: KeyLayout, batches: Sequence[AppendBatch], wait: Sequence[Any] | None
+    connection: Any,
+    layout: KeyLayout,
+    batches: Sequence[AppendBatch],
+    wait: Sequence[Any] | None,
+    asking: bool = False,
 ) -> tuple[list[Any], Any]:
     """:func:`~readergroup.storage.script_append.append_by_script`'s round trips, awaited on
-    ``connection``: each batch's reply and the acknowledgement wait's."""
+    ``connection``: each batch's reply and the acknowledgement wait's (``asking``: each
+    command after ``ASKING``, to the node an ``ASK`` named)."""
     server = known_server(connection) or ""
     driver = StepDriver(append_steps(layout, _APPEND_SHA, _APPEND, batches, wait, server))
     while (step := driver.next()) is not None:
-        driver.reply = await round_trip(connection, step)
+        driver.reply = await round_trip(connection, step, asking)
     replies, acknowledged, learnt = driver.result
     remember_server(connection, learnt)
     return replies, acknowledged
@@ -219,9 +226,9 @@ async def raw_by_node(
     """As :func:`commands_by_node`, the replies as the server sent them (nothing parsed),
     on one pooled connection per node (:func:`pooled`)."""
 
-    async def run(client: redis.asyncio.Redis, items: list[int]) -> list[Any]:
+    async def run(client: redis.asyncio.Redis, items: list[int], asking: bool) -> list[Any]:
         async with pooled(client) as connection:
-            return await round_trip(connection, [commands[index] for index in items])
+            return await round_trip(connection, [commands[index] for index in items], asking)
 
     return await by_node(nodes, keys, run)
 
@@ -266,10 +273,15 @@ async def pooled(client: redis.asyncio.Redis) -> AsyncIterator[Any]:
         await pool.release(connection)
 
 
-async def round_trip(connection: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
-    """Send ``commands`` at once and read their replies, error replies as values."""
-    await connection.send_packed_command([pack(c) for c in commands], check_health=False)
-    return [await _read(connection) for _ in commands]
+async def round_trip(
+    connection: Any, commands: list[tuple[Any, ...]], asking: bool = False
+) -> list[Any]:
+    """Send ``commands`` at once and read their replies, error replies as values (``asking``:
+    each after ``ASKING``, see :func:`~readergroup.storage.aio_cluster.asking_each`)."""
+    sent = asking_each(commands) if asking else commands
+    await connection.send_packed_command([pack(c) for c in sent], check_health=False)
+    replies = [await _read(connection) for _ in sent]
+    return replies[1::2] if asking else replies
 
 
 async def _read(connection: Any) -> Any:

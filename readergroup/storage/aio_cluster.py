@@ -4,13 +4,15 @@ from their arguments, as the threaded :class:`~readergroup.storage.cluster_clien
 ClusterClient` does) and :func:`by_node`, which runs commands on many keys grouped by the node
 holding each key, one round trip per node, the nodes at once.
 
-Redirections and failovers, as the threaded cluster client meets them: a ``MOVED``/``ASK``
-reply (the slot's primary changed: a failover, a resharding) refreshes the slot table and
-re-sends only the commands it refused (they did not run), at most :data:`REDIRECTS` times; a
-slot that still moves raises :class:`~readergroup.core.errors.RedisFailoverError` naming the
-key (retriable). A node that does not answer refreshes the slot table too (the next attempt
-goes to the promoted replica) and raises :class:`~readergroup.core.errors.
-RedisUnavailableError` (retriable) naming the node. Cancelled, each node's connection that
+Redirections and failovers, as the threaded cluster client meets them: a ``MOVED`` reply (the
+slot's primary changed: a failover, a resharding done) refreshes the slot table and re-sends
+only the commands it refused (they did not run); an ``ASK`` (a slot being migrated, the key
+already moved) re-sends them to the node it names, each after ``ASKING``; at most
+:data:`REDIRECTS` times: a slot that still moves raises
+:class:`~readergroup.core.errors.RedisFailoverError` naming the key (retriable). A node that
+does not answer refreshes the slot table too (the next attempt goes to the promoted replica)
+and raises :class:`~readergroup.core.errors.RedisUnavailableError` (retriable) naming the node
+and a key. Cancelled, each node's connection that
 was interrupted mid-reply is closed (``redis.asyncio`` disconnects on any exception while it
 sends or reads, and :func:`~readergroup.storage.aio_append.pooled` on any escaping one).
 """
@@ -33,7 +35,8 @@ from statesync.aio_redis_backend import MAX_CONNECTIONS, AsyncNodeClients, check
 from statesync.redis_backend import slot_moved
 
 REDIRECTS = 3
-"""Times the commands a ``MOVED``/``ASK`` refused are re-sent after a slot-table refresh."""
+"""Times the commands a ``MOVED``/``ASK`` refused are re-sent (after a slot-table refresh, or
+to the node the ``ASK`` named)."""
 
 
 class _KeysParsedHere:
@@ -93,9 +96,10 @@ def cluster_clients(
     return made[0], made[1]  # type: ignore[return-value]
 
 
-NodeRun = Callable[[redis.asyncio.Redis, list[int]], Awaitable[list[Any]]]
+NodeRun = Callable[[redis.asyncio.Redis, list[int], bool], Awaitable[list[Any]]]
 """Sends the commands of some items (their indices) to one node's client and returns one
-reply per item, in order, error replies as values."""
+reply per item, in order, error replies as values; with ``asking`` (the node an ``ASK``
+named), each command preceded by ``ASKING`` (see :func:`asking_each`)."""
 
 
 async def by_node(nodes: AsyncNodeClients, keys: Sequence[str], run: NodeRun) -> list[Any]:
@@ -104,33 +108,49 @@ async def by_node(nodes: AsyncNodeClients, keys: Sequence[str], run: NodeRun) ->
     module doc for redirections and nodes that do not answer). Off a cluster, one ``run`` of
     every item on the one client."""
     replies: list[Any] = [None] * len(keys)
-    pending = list(range(len(keys)))
+    pending: dict[int, tuple[str, int] | None] = dict.fromkeys(range(len(keys)))
+    """Items still to send: ``None``, to the slot's primary; else to the node an ``ASK`` named."""
     for _ in range(REDIRECTS + 1):
         await nodes.ready()
-        groups: dict[int, tuple[redis.asyncio.Redis, list[int]]] = {}
-        for index in pending:
-            client = nodes.for_key(keys[index])
-            groups.setdefault(id(client), (client, []))[1].append(index)
-        sends = [_on_node(nodes, run, client, items, keys) for client, items in groups.values()]
+        groups: dict[tuple[int, bool], tuple[redis.asyncio.Redis, list[int]]] = {}
+        for index, asked in pending.items():
+            client = nodes.for_key(keys[index]) if asked is None else nodes.for_address(*asked)
+            groups.setdefault((id(client), asked is not None), (client, []))[1].append(index)
+        sends = [
+            _on_node(nodes, run, client, items, asking, keys)
+            for (_, asking), (client, items) in groups.items()
+        ]
         try:  # (one node: awaited in this task, no task of its own)
             results = [await sends[0]] if len(sends) == 1 else await asyncio.gather(*sends)
         except (redis.ConnectionError, redis.TimeoutError):
             await nodes.refresh()
             raise
-        moved = []
+        pending = {}
         for (_, items), result in zip(groups.values(), results, strict=True):
             for index, reply in zip(items, result, strict=True):
                 replies[index] = reply
-                if redirected(reply):
-                    moved.append(index)
-        if not moved:
+                if isinstance(reply, MovedError):  # (a subclass of AskError)
+                    pending[index] = None
+                elif isinstance(reply, AskError):
+                    pending[index] = (reply.host, reply.port)
+        if not pending:
             return replies
-        await nodes.refresh()
-        pending = moved
-    refused = pending[0]
+        if None in pending.values():
+            await nodes.refresh()
+    refused = next(iter(pending))
     error = slot_moved(keys[refused], replies[refused])
     assert error is not None
     raise error from replies[refused]
+
+
+def asking_each(commands: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``commands``, each preceded by ``ASKING`` (the node an ``ASK`` named then runs it,
+    though the slot is still migrating to it); their replies are every second one.
+
+    >>> asking_each([("GET", "a"), ("GET", "b")])
+    [('ASKING',), ('GET', 'a'), ('ASKING',), ('GET', 'b')]
+    """
+    return [part for command in commands for part in (("ASKING",), command)]
 
 
 def redirected(reply: Any) -> bool:
@@ -143,12 +163,13 @@ async def _on_node(
     run: NodeRun,
     client: redis.asyncio.Redis,
     items: list[int],
+    asking: bool,
     keys: Sequence[str],
 ) -> list[Any]:
     """``run`` on one node; on a cluster, a node that does not answer is named, with the
     first key it was asked about."""
     try:
-        return await run(client, items)
+        return await run(client, items, asking)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         if not nodes.cluster:
             raise
@@ -166,11 +187,13 @@ async def pipelined_by_node(
     command, or one script run: a plain pipeline loads a script a node lacks) in one
     pipeline per node; error replies as values."""
 
-    async def run(client: redis.asyncio.Redis, items: list[int]) -> list[Any]:
+    async def run(client: redis.asyncio.Redis, items: list[int], asking: bool) -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for index in items:
+            if asking:
+                pipe.execute_command("ASKING")
             await queue(pipe, index)
         replies: list[Any] = await pipe.execute(raise_on_error=False)
-        return replies
+        return replies[1::2] if asking else replies
 
     return await by_node(nodes, keys, run)
