@@ -750,6 +750,9 @@ def test_asyncio_clients_ride_out_a_cluster_failover(kill: bool) -> None:
         asyncio.run(scenario())
     finally:
         started.__exit__(None, None, None)
+    read = {int(e.event.split(":")[1]) for reads in got.values() for e in reads}
+    missing = sorted(set(acknowledged) - read)
+    assert not missing, (len(missing), missing[:20], {r: len(v) for r, v in got.items()})
     assert_once_in_order(got, len(acknowledged))
     assert acknowledged == list(range(len(acknowledged)))
 
