@@ -390,6 +390,17 @@ def one_event(scope: str, sequence: int, payload: bytes, segment: int = 0) -> Ap
     return AppendBatch(scope, "s", segment, "w", sequence, 1, ["", payload, 0, b""], 1 << 20)
 
 
+def segment_reads(connection: AsyncConnection) -> AsyncSegmentReads:
+    """Segment reads on ``connection`` (a cluster's: per slot, per node), as a reader's."""
+    return AsyncSegmentReads(
+        connection.client,
+        connection.keys,
+        connection.cluster_blocking,
+        nodes=connection.nodes,
+        blocking_nodes=connection.blocking_nodes,
+    )
+
+
 def on_one_segment(
     url: str, scope: str, body: Callable[[AsyncConnection, AsyncSegmentReads], Awaitable[None]]
 ) -> None:
@@ -399,13 +410,7 @@ def on_one_segment(
     async def scenario() -> None:
         await set_up(url, scope, 1, "s")
         connection = AsyncConnection.from_url(url, CLUSTER)
-        reads = AsyncSegmentReads(
-            connection.client,
-            connection.keys,
-            connection.cluster_blocking,
-            nodes=connection.nodes,
-            blocking_nodes=connection.blocking_nodes,
-        )
+        reads = segment_reads(connection)
         try:
             await body(connection, reads)
         finally:
@@ -778,13 +783,7 @@ def test_an_asyncio_client_seeded_with_one_node_outlives_that_node() -> None:
         seed = local.nodes[0]
         connection = AsyncConnection.from_url(seed.url, CLUSTER)
         admin = AsyncAdminConnection(connection)
-        reads = AsyncSegmentReads(
-            connection.client,
-            connection.keys,
-            connection.cluster_blocking,
-            nodes=connection.nodes,
-            blocking_nodes=connection.blocking_nodes,
-        )
+        reads = segment_reads(connection)
         try:
             sync = admin.synchronizer("counter-seed", ALL_TYPES)
             await sync.initialize({"total": 0})
