@@ -21,15 +21,22 @@ command itself either ran whole on the server or not at all (one script each).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, ResponseError, SlotNotCoveredError
+from redis.exceptions import (
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    SlotNotCoveredError,
+)
 
 from statesync import redis_wire as wire
 from statesync import status
@@ -40,6 +47,8 @@ from statesync.errors import BackendUnsupportedError
 from statesync.redis_backend import check_acknowledged, slot_moved, translate_redis_errors
 from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, RedisBackendBase, ScriptCall
 from statesync.scripts import SCRIPT_NAMES, script_source
+
+logger = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 2**31 - 1
 """Connections a pool this backend makes may open: as many as tasks have commands (or waits)
@@ -71,6 +80,80 @@ AsyncClient = aioredis.Redis | RedisCluster
 """A ``redis.asyncio`` client: one server's (or the primary a Sentinel names), or a cluster's."""
 
 
+class AsyncNodeClients:
+    """Plain ``redis.asyncio`` clients of the servers behind ``client``: for a
+    ``RedisCluster``, one per node (made when first needed, from the cluster's connection
+    options, so each new socket is set up and checked as the cluster's are), for a plain
+    client that client itself. A pipeline on :meth:`for_key`'s client runs on the server
+    holding the key, on one connection (a script and its ``WAIT``; several slots of one node
+    in one round trip), past the cluster's redirections: a ``MOVED``/``ASK`` reply comes
+    back as a value, and the caller :meth:`refresh` es the slot table before retrying."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.cluster = isinstance(client, RedisCluster)
+        self._made: dict[str, aioredis.Redis] = {}
+
+    def for_key(self, key: str) -> aioredis.Redis:
+        """The client of the server holding ``key`` (the primary of its slot)."""
+        client = self.client
+        if isinstance(client, aioredis.Redis):
+            return client
+        node = client.get_node_from_key(key)
+        if node is None:  # (translated: an outage, retried)
+            raise SlotNotCoveredError(f"no node serves the slot of {key!r}")
+        return self._at(node, node.host, int(node.port))
+
+    def for_address(self, host: str, port: int) -> aioredis.Redis:
+        """The client of the cluster node at ``host:port`` (one an ``ASK`` reply named; one
+        not in the slot table yet is reached with another node's options)."""
+        client = self.client
+        if isinstance(client, aioredis.Redis):
+            return client
+        node = client.get_node(host=host, port=port) or client.get_default_node()
+        return self._at(node, host, port)
+
+    def _at(self, node: ClusterNode, host: str, port: int) -> aioredis.Redis:
+        """The client made for ``host:port`` with ``node``'s connection options."""
+        name = f"{host}:{port}"
+        made = self._made.get(name)
+        if made is None:
+            pool = aioredis.ConnectionPool(
+                connection_class=node.connection_class,
+                max_connections=MAX_CONNECTIONS,
+                **{**node.connection_kwargs, "host": host, "port": port, **checked_pool_options()},
+            )
+            made = self._made[name] = aioredis.Redis(connection_pool=pool)
+        return made
+
+    async def ready(self) -> None:
+        """Learn a cluster's slot table if its client has not yet (it connects lazily, or
+        dropped its table after a ``CLUSTERDOWN``); at once when it has."""
+        client = self.client
+        if isinstance(client, RedisCluster):
+            await client.initialize()
+
+    async def refresh(self) -> None:
+        """Refresh a cluster's slot table (after a redirection or a node that did not
+        answer), so the next :meth:`for_key` names the slot's current primary; a refresh that
+        fails is logged and left to the cluster client's next command. Nothing off a
+        cluster."""
+        client = self.client
+        if not isinstance(client, RedisCluster):
+            return
+        try:
+            await client.nodes_manager.initialize()
+        except (RedisError, RedisClusterException) as exc:
+            logger.warning("cluster slot table refresh failed: %s", exc)
+
+    async def close(self) -> None:
+        """Close the clients made here (not ``client``: its owner closes it)."""
+        made, self._made = list(self._made.values()), {}
+        for client in made:
+            await client.aclose()
+            await client.connection_pool.disconnect()
+
+
 class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
     """Synchronizer logs in one Redis (or Valkey) server, for the tasks of one event loop.
 
@@ -85,17 +168,20 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
         key_prefix: str = "statesync",
         blocking_client: AsyncClient | None = None,
         acks: Acks | None = None,
+        nodes: AsyncNodeClients | None = None,
     ) -> None:
         """``client``: a ``redis.asyncio.Redis``, or a ``RedisCluster`` with a second one as
         ``blocking_client`` (socket timeout above 5 s; required: a cluster client's options
         cannot be copied). ``acks``: when an append counts as acknowledged
-        (:mod:`statesync.durability`)."""
+        (:mod:`statesync.durability`). ``nodes``: the :class:`AsyncNodeClients` of ``client``
+        to share (its owner closes it; by default the backend makes and closes its own)."""
         if isinstance(client, RedisCluster) and blocking_client is None:
             raise BackendUnsupportedError(
                 "AsyncRedisLogBackend on a Redis Cluster needs blocking_client: a second "
                 "RedisCluster whose socket timeout is above 5 s, for blocking reads"
             )
-        self._node_clients: dict[str, aioredis.Redis] = {}
+        self._own_nodes = nodes is None
+        self.nodes = AsyncNodeClients(client) if nodes is None else nodes
         super().__init__(client, key_prefix=key_prefix, blocking_client=blocking_client, acks=acks)
         self._scripts: dict[str, AsyncScript] = {
             script: client.register_script(script_source(script)) for script in SCRIPT_NAMES
@@ -142,31 +228,6 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
         )
         return client, blocking
 
-    def _node_client(self, key: str) -> aioredis.Redis:
-        """A plain client whose pipelines run on the server holding ``key`` (for a cluster, a
-        client of that node's own, kept per node), so an append and its ``WAIT`` share one
-        connection; pipelines there bypass the cluster's redirections (see
-        :func:`~statesync.redis_backend.slot_moved`)."""
-        client = self._client
-        if isinstance(client, aioredis.Redis):
-            return client
-        node = client.get_node_from_key(key)
-        if node is None:  # (translated: an outage, retried)
-            raise SlotNotCoveredError(f"no node serves the slot of {key!r}")
-        made = self._node_clients.get(node.name)
-        if made is None:
-            pool = aioredis.ConnectionPool(
-                connection_class=node.connection_class,
-                **{
-                    **node.connection_kwargs,
-                    "host": node.host,
-                    "port": node.port,
-                    **checked_pool_options(),
-                },
-            )
-            made = self._node_clients[node.name] = aioredis.Redis(connection_pool=pool)
-        return made
-
     async def _run(self, name: str, call: ScriptCall) -> Any:
         with translate_redis_errors(call.script, name):
             return await self._scripts[call.script](keys=call.keys, args=call.args)
@@ -204,13 +265,14 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
         if wait is None:
             return wire.append_outcome(name, await self._run(name, call))
         with translate_redis_errors("append", name):
-            pipe = self._node_client(call.keys[0]).pipeline(transaction=False)
+            await self.nodes.ready()
+            pipe = self.nodes.for_key(call.keys[0]).pipeline(transaction=False)
             await self._scripts["append"](keys=call.keys, args=call.args, client=pipe)
             pipe.execute_command(*wait)
             reply, acknowledged = await pipe.execute(raise_on_error=False)
             moved = slot_moved(call.keys[0], reply)
-            if moved is not None and isinstance(self._client, RedisCluster):
-                await self._client.nodes_manager.initialize()
+            if moved is not None:
+                await self.nodes.refresh()
                 raise moved from reply
             if isinstance(reply, Exception):
                 raise reply
@@ -259,6 +321,7 @@ class AsyncRedisLogBackend(RedisBackendBase[AsyncClient]):
             return wire.time_ms(await self._client.time())
 
     async def close(self) -> None:
-        for client in [*self._node_clients.values(), self._blocking, self._client]:
+        if self._own_nodes:
+            await self.nodes.close()
+        for client in [self._blocking, self._client]:
             await client.aclose()
-        self._node_clients.clear()

@@ -63,7 +63,9 @@ class AsyncFetcher(FetchCore[T]):
         *,
         switches: int = 0,
     ) -> None:
-        super().__init__(serializer, config, outage, clock, switches=switches)
+        super().__init__(
+            serializer, config, outage, clock, cluster=reads.cluster, switches=switches
+        )
         self._reads = reads
         self._now = clock.monotonic
         self._turn_ends = 0.0

@@ -21,10 +21,16 @@ from readergroup.core.log_format import UNANNOUNCED_FORMAT
 from readergroup.core.names import is_group_sync_name
 from readergroup.core.routing import segment_name
 from readergroup.storage import segment_status
-from readergroup.storage.aio_append import AsyncSegmentAppends, _pooled, _round_trip
+from readergroup.storage.aio_append import (
+    AsyncSegmentAppends,
+    commands_by_node,
+    raised,
+    raw_by_node,
+)
 from readergroup.storage.aio_connection import AsyncConnection
 from readergroup.storage.aio_heartbeat_store import AsyncHeartbeatStore
 from readergroup.storage.aio_synchronizers import AsyncSynchronizers, sync_config_of
+from readergroup.storage.aio_txn_store import async_transactions
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.scripts import script_source
 from readergroup.storage.segment_store import (
@@ -33,10 +39,7 @@ from readergroup.storage.segment_store import (
     lag_probe_of,
 )
 from readergroup.storage.translate import as_text, translate_errors
-from statesync.aio_redis_backend import AsyncRedisLogBackend
-
-SCRIPTS_PER_ROUND = 512
-"""Scripts sent in one pipelined round (as the threaded store's rounds)."""
+from statesync.aio_redis_backend import AsyncClient, AsyncNodeClients, AsyncRedisLogBackend
 
 
 async def close_client(client: redis.asyncio.Redis) -> None:
@@ -61,8 +64,14 @@ class AsyncSegmentAdmin(AsyncSegmentAppends):
     deletion, besides the appends, states, seals and openings of
     :class:`~readergroup.storage.aio_append.AsyncSegmentAppends`."""
 
-    def __init__(self, client: redis.asyncio.Redis, keys: KeyLayout, config: ClientConfig):
-        super().__init__(client, keys, config.durability)
+    def __init__(
+        self,
+        client: AsyncClient,
+        keys: KeyLayout,
+        config: ClientConfig,
+        nodes: AsyncNodeClients | None = None,
+    ):
+        super().__init__(client, keys, config.durability, nodes)
         for name in ("create_closed_segment", "truncate_segment", "offset_at_time"):
             self._scripts[name] = client.register_script(script_source(name))
 
@@ -70,46 +79,15 @@ class AsyncSegmentAdmin(AsyncSegmentAppends):
         self, scope: str, stream: str, segments: Sequence[int], now_ms: int
     ) -> None:
         """Create segments' meta hashes (idempotent: an existing segment is left alone)."""
+        commands = creation_commands(self._keys, scope, stream, segments, now_ms)
         with translate_errors("create segments"):
-            pipe = self._client.pipeline(transaction=False)
-            for command in creation_commands(self._keys, scope, stream, segments, now_ms):
-                pipe.execute_command(*command)
-            await pipe.execute()
+            raised(await commands_by_node(self._nodes, [c[1] for c in commands], commands))
 
     async def create_closed_segments(
         self, scope: str, stream: str, segments: Sequence[int], now_ms: int
     ) -> None:
         """Create a scale's successors closed (see ``create_closed_segment.lua``)."""
         await self._run_each("create_closed_segment", scope, stream, segments, args=[now_ms])
-
-    async def _run_each(
-        self,
-        script: str,
-        scope: str,
-        stream: str,
-        segments: Sequence[int],
-        *,
-        keys: int = 1,
-        args: Sequence[Any] = (),
-    ) -> list[Any]:
-        """``script`` (on each segment's first ``keys`` keys, with ``args``) for each of
-        ``segments``, pipelined in rounds; the first refusal raises, naming its segment."""
-        runner = self._scripts[script]
-        replies: list[Any] = []
-        for first in range(0, len(segments), SCRIPTS_PER_ROUND):
-            with translate_errors(script):
-                pipe = self._client.pipeline(transaction=False)
-                for segment in segments[first : first + SCRIPTS_PER_ROUND]:
-                    segment_keys = list(self._keys.segment(scope, stream, segment))[:keys]
-                    await runner(keys=segment_keys, args=list(args), client=pipe)
-                chunk: list[Any] = await pipe.execute(raise_on_error=False)
-                for reply in chunk:
-                    if isinstance(reply, Exception):
-                        raise reply
-            replies.extend(chunk)
-        for segment, reply in zip(segments, replies, strict=True):
-            segment_status.check(script, segment_name(scope, stream, segment), reply)
-        return replies
 
     async def truncate(self, scope: str, stream: str, segment: int, offset: int) -> int:
         """Delete events below ``offset``; return how many were removed."""
@@ -141,27 +119,22 @@ class AsyncSegmentAdmin(AsyncSegmentAppends):
         round trip (see :meth:`~readergroup.storage.segment_store.SegmentStore.lag_probe`)."""
         commands = lag_probe_commands(self._keys, scope, stream, positions)
         with translate_errors("lag"):
-            async with _pooled(self._client) as connection:
-                replies = await _round_trip(connection, commands)
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
+            replies = raised(await raw_by_node(self._nodes, [c[1] for c in commands], commands))
         return lag_probe_of(positions, replies)
 
     async def delete_segments(self, scope: str, stream: str, segments: Sequence[int]) -> None:
-        """Delete segments' keys: one DEL per segment (its keys share a hash slot)."""
+        """Delete segments' keys: one DEL per segment (its keys share a hash slot), on the
+        node holding it."""
+        commands = [("DEL", *self._keys.segment(scope, stream, s)) for s in segments]
         with translate_errors("delete segments"):
-            pipe = self._client.pipeline(transaction=False)
-            for segment in segments:
-                pipe.delete(*self._keys.segment(scope, stream, segment))
-            await pipe.execute()
+            raised(await commands_by_node(self._nodes, [c[1] for c in commands], commands))
 
 
 class AsyncSubscriberStore:
     """External retention subscribers' published cuts, awaited (the keys and replies of
     :class:`~readergroup.storage.subscriber_store.SubscriberStore`)."""
 
-    def __init__(self, client: redis.asyncio.Redis, keys: KeyLayout) -> None:
+    def __init__(self, client: AsyncClient, keys: KeyLayout) -> None:
         self._client = client
         self._keys = keys
 
@@ -199,32 +172,37 @@ class AsyncAdminConnection(AsyncSynchronizerSource):
             client,
             key_prefix=self.config.key_prefix,
             acks=self.config.durability,
-            blocking_client=connection.blocking_client(),  # a Sentinel's follows with client's
+            blocking_client=connection.cluster_blocking or connection.blocking_client(),
+            nodes=connection.nodes,
         )
         self.sync_config = sync_config_of(self.config)
-        self.segments = AsyncSegmentAdmin(client, self.keys, self.config)
+        self.segments = AsyncSegmentAdmin(client, self.keys, self.config, connection.nodes)
         self.records = client
         self.subscribers = AsyncSubscriberStore(client, self.keys)
         """The created-records of :mod:`readergroup.storage.vanished` (hashes)."""
 
     def heartbeat_store(self, sync_name: str) -> AsyncHeartbeatStore:
         """The heartbeats of the reader group whose synchronizer is ``sync_name``."""
-        return AsyncHeartbeatStore(self.connection.client, self.keys, sync_name)
+        client: Any = self.connection.client  # (a cluster's runs its script and hashes alike)
+        return AsyncHeartbeatStore(client, self.keys, sync_name)
 
     async def server_time_ms(self) -> int:
         return await self.connection.server_time_ms()
 
     async def forget_stream(self, scope: str, stream: str) -> None:
-        """Delete what is kept beside a deleted stream: its retention subscribers and the
-        Spark sink's record of committed jobs (as the threaded connection does)."""
+        """Delete what is kept beside a deleted stream: its retention subscribers, the
+        Spark sink's record of committed jobs and its transactions (as the threaded connection
+        does)."""
         with translate_errors("forget stream"):
             await self.connection.client.delete(
                 self.keys.subscribers(scope, stream), self.keys.staged_jobs(scope, stream)
             )
+        await async_transactions(self.connection, scope, stream).delete_all()
 
     async def close(self) -> None:
         """Close the client of blocking waits (shared with the factory's readers: see
-        :class:`~readergroup.storage.aio_reader_connection.AsyncRedisReaderConnection`)."""
+        :class:`~readergroup.storage.aio_reader_connection.AsyncRedisReaderConnection`; a
+        cluster's is the connection's, which closes it)."""
         blocking = self.log_backend.blocking_client
-        assert isinstance(blocking, redis.asyncio.Redis)  # (no cluster in the asyncio API yet)
-        await close_client(blocking)
+        if isinstance(blocking, redis.asyncio.Redis):
+            await close_client(blocking)

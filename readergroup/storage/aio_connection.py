@@ -11,9 +11,12 @@ server older than Redis 7.0, or one whose ``maxmemory-policy`` may evict keys, i
 ``redis+sentinel://`` URLs name the primary the Sentinels say, followed through a failover as
 the threaded client follows it: asked by each new connection and at most every second, the
 command and blocking-read pools leaving the old primary together, in use connections too
-(:func:`_sentinel_client`, :meth:`AsyncConnection.primary_switches`). Not yet on asyncio:
-``ClientConfig(cluster=True)`` raises :class:`~readergroup.core.errors.InvalidConfigError`
-here (use the threaded client for it).
+(:func:`_sentinel_client`, :meth:`AsyncConnection.primary_switches`).
+
+``ClientConfig(cluster=True)``: the URL's hosts are a Redis Cluster's seeds
+(:func:`~readergroup.storage.aio_cluster.cluster_clients`: a command client, a blocking-read
+client, and plain clients of each node, :attr:`AsyncConnection.nodes`, for the commands sent
+per node; every new socket checked as above).
 
 No password comes out: the connection's ``repr`` names the redacted URL only, and errors are
 translated (:mod:`readergroup.storage.translate`) from redis-py's, which never carry it.
@@ -31,6 +34,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -39,6 +43,7 @@ from readergroup.core.config import ClientConfig
 from readergroup.core.errors import InvalidConfigError
 from readergroup.core.steps import StepDriver
 from readergroup.storage.aio_append import AsyncSegmentAppends
+from readergroup.storage.aio_cluster import cluster_clients
 from readergroup.storage.connection import (
     DISCONNECT,
     READ,
@@ -49,7 +54,7 @@ from readergroup.storage.connection import (
 )
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.translate import translate_errors
-from statesync.aio_redis_backend import checked_pool_options
+from statesync.aio_redis_backend import AsyncClient, AsyncNodeClients, checked_pool_options
 from statesync.endpoints import parse_sentinel_url
 from statesync.errors import EndpointURLError
 from statesync.redaction import redact_url
@@ -70,35 +75,40 @@ class AsyncConnection:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: AsyncClient,
         config: ClientConfig,
         url: str,
         *,
         sentinels: Sequence[redis.asyncio.Redis] = (),
         blocking_twin: Callable[[], redis.asyncio.Redis] | None = None,
+        cluster_blocking: RedisCluster | None = None,
     ) -> None:
         """``sentinels``: the clients of the Sentinels ``client`` asks (closed with it);
-        ``blocking_twin``: what :meth:`blocking_client` calls (a Sentinel connection's)."""
+        ``blocking_twin``: what :meth:`blocking_client` calls (a Sentinel connection's);
+        ``cluster_blocking``: a cluster's client of blocking reads (closed with it)."""
         self._blocking_twin = blocking_twin
         self.config = config
         self.client = client
+        self.cluster_blocking = cluster_blocking
+        """A cluster's client of ``XREAD BLOCK``, shared by the managers and readers (``None``
+        off a cluster: the managers make one)."""
+        self.nodes = AsyncNodeClients(client)
+        """Plain clients of each node of a cluster (``client`` itself off a cluster)."""
+        self.blocking_nodes = AsyncNodeClients(cluster_blocking or client)
+        """The same for blocking reads (on a cluster: clients of each node whose sockets
+        outlast a block)."""
         self._sentinels = tuple(sentinels)
         self.keys = KeyLayout(config.key_prefix)
         self._where = redact_url(url)
-        self.segments = AsyncSegmentAppends(client, self.keys, config.durability)
+        self.segments = AsyncSegmentAppends(client, self.keys, config.durability, self.nodes)
         """The segment appends (``await segments.append(batches)``)."""
 
     @classmethod
     def from_url(cls, url: str, config: ClientConfig | None = None) -> AsyncConnection:
         """A connection to ``url`` (nothing is sent until the first command)."""
         config = config or ClientConfig()
-        options, sentinel, _, seeds = url_options(url, config)
-        if config.cluster:
-            raise InvalidConfigError(
-                "the asyncio API does not support ClientConfig(cluster=True) yet: use the "
-                "threaded client (EventStreamClientFactory) for a Redis Cluster"
-            )
-        if len(seeds) > 1:
+        options, sentinel, first, seeds = url_options(url, config)
+        if len(seeds) > 1 and not config.cluster:
             raise InvalidConfigError(
                 f"{len(seeds)} hosts in the URL: several seeds need ClientConfig(cluster=True)"
             )
@@ -111,7 +121,11 @@ class AsyncConnection:
         options["redis_connect_func"] = connect_checking_server
         sentinels: list[redis.asyncio.Redis] = []
         blocking_twin: Callable[[], redis.asyncio.Redis] | None = None
+        client: AsyncClient
         try:
+            if config.cluster:
+                client, blocking = cluster_clients(first, seeds, config, options)
+                return cls(client, config, url, cluster_blocking=blocking)
             if sentinel:
                 client, blocking_twin, sentinels = _sentinel_client(url, config, options)
             else:
@@ -137,7 +151,7 @@ class AsyncConnection:
         a new primary (as :meth:`RedisConnection.primary_switches
         <readergroup.storage.connection.RedisConnection.primary_switches>`: a reader holding
         positions on the old primary checks them); always 0 off Sentinel."""
-        siblings = getattr(self.client.connection_pool, "siblings", None)
+        siblings = getattr(getattr(self.client, "connection_pool", None), "siblings", None)
         return siblings.count if isinstance(siblings, _SiblingPools) else 0
 
     def __repr__(self) -> str:
@@ -149,6 +163,10 @@ class AsyncConnection:
         return int(seconds) * 1000 + int(micros) // 1000
 
     async def close(self) -> None:
+        for nodes in (self.nodes, self.blocking_nodes):
+            await nodes.close()
+        if self.cluster_blocking is not None:
+            await self.cluster_blocking.aclose()
         await self.client.aclose()
         for sentinel in self._sentinels:
             await sentinel.aclose()

@@ -28,7 +28,7 @@ from readergroup.storage.aio_synchronizers import AsyncSynchronizers
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.segment_records import SegmentState
 from statesync import AsyncStateSynchronizer, Update
-from statesync.aio_redis_backend import AsyncRedisLogBackend
+from statesync.aio_redis_backend import AsyncClient, AsyncRedisLogBackend
 
 COMMAND_CONNECTIONS = 64
 """Sockets the readers of one factory use for commands at most (``XREAD BLOCK`` waits have
@@ -38,6 +38,10 @@ their own, unbounded: each parked reader holds one)."""
 class AsyncReads(Protocol):
     """A reader's segment reads, awaited (see :class:`~readergroup.storage.aio_reads.
     AsyncSegmentReads` for what each means)."""
+
+    cluster: bool
+    """Whether the reads go to a Redis Cluster (one ``XREAD`` per slot: a reader then reads
+    no further ahead and parks no read, as the threaded one on a cluster)."""
 
     async def read_keys(
         self, positions: Mapping[str, str], timeout: float, limit: int
@@ -147,9 +151,12 @@ class AsyncReaderConnection(Protocol):
     async def close(self) -> None: ...
 
 
-def _queueing_twin(client: Redis, socket_timeout: float) -> Redis | None:
+def _queueing_twin(client: AsyncClient, socket_timeout: float) -> Redis | None:
     """A client like ``client`` whose pool waits for a free connection (``None`` for a pool
-    that is not a plain one, such as a Sentinel's: that client is used as it is)."""
+    that is not a plain one, such as a Sentinel's, or a cluster's client: that client is used
+    as it is)."""
+    if not isinstance(client, Redis):
+        return None
     pool = client.connection_pool
     if type(pool) is not ConnectionPool:
         return None
@@ -184,14 +191,20 @@ class AsyncRedisReaderConnection(AsyncSynchronizers):
         once share :data:`COMMAND_CONNECTIONS` sockets."""
         self.segments = connection.segments
         blocking = admin.log_backend.blocking_client
-        assert isinstance(blocking, Redis)  # (no cluster in the asyncio API yet)
         self.log_backend = AsyncRedisLogBackend(
             self.client,
             key_prefix=config.key_prefix,
             acks=config.durability,
             blocking_client=blocking,
+            nodes=connection.nodes if connection.nodes.cluster else None,
         )
-        self.reads = AsyncSegmentReads(self.client, self.keys, blocking)
+        self.reads = AsyncSegmentReads(
+            self.client,
+            self.keys,
+            blocking,
+            nodes=connection.nodes,
+            blocking_nodes=connection.blocking_nodes,
+        )
 
     def wake_on(self, sync_name: str, after_revision: int, *, wakes_only: bool) -> tuple[str, str]:
         return self.log_backend.wake_on(sync_name, after_revision, wakes_only=wakes_only)
@@ -203,7 +216,8 @@ class AsyncRedisReaderConnection(AsyncSynchronizers):
 
     def heartbeat_store(self, sync_name: str) -> AsyncHeartbeatStore:
         """The heartbeats of the group whose synchronizer is ``sync_name``."""
-        return AsyncHeartbeatStore(self.client, self.keys, sync_name)
+        client: Any = self.client  # (a cluster's client runs its script and hashes alike)
+        return AsyncHeartbeatStore(client, self.keys, sync_name)
 
     def primary_switches(self) -> int:
         """The connection's (see :meth:`AsyncConnection.primary_switches

@@ -6,9 +6,18 @@ checks of a segment's log: epochs, tail, head, offsets lost in failovers). The s
 and the same pure parsing (:mod:`readergroup.storage.segment_records`,
 :mod:`readergroup.storage.multi_read`); errors translated the same way.
 
-Not for a cluster (one connection pool). Cancelling a task awaiting one of these reads closes
-the connection it was using (redis-py's asyncio client disconnects on any ``BaseException``
-while it reads a reply), so no half-read reply is left on a pooled connection.
+On a Redis Cluster (``nodes`` given, of a ``RedisCluster``) as the threaded
+:class:`~readergroup.storage.multi_read.MultiKeyReader` reads one: an ``XREAD`` per hash slot
+(:func:`~readergroup.storage.multi_read.by_slot`), the slots of one node in one round trip, the
+nodes at once (:func:`~readergroup.storage.aio_cluster.by_node`: redirections and nodes that
+do not answer are handled there), the replies merged; with nothing anywhere, a block of at most
+:data:`~readergroup.storage.multi_read.CLUSTER_BLOCK_SECONDS` on the first key alone (the
+group's log, for readers). ``XRANGE`` goes to the node holding its segment.
+
+Cancelling a task awaiting one of these reads closes the connection it was using (redis-py's
+asyncio client disconnects on any ``BaseException`` while it reads a reply, and
+:func:`~readergroup.storage.aio_append.pooled` on any escaping one), so no half-read reply is
+left on a pooled connection.
 """
 
 from __future__ import annotations
@@ -17,11 +26,19 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from readergroup.core.errors import ReaderGroupError, WrongKeyTypeError
+from readergroup.storage.aio_append import raised, raw_by_node
 from readergroup.storage.keys import KeyLayout
-from readergroup.storage.multi_read import by_key, not_streams, xread_command
+from readergroup.storage.multi_read import (
+    CLUSTER_BLOCK_SECONDS,
+    by_key,
+    by_slot,
+    first_alone,
+    not_streams,
+    xread_command,
+)
 from readergroup.storage.segment_records import (
     HISTORY_FIELDS,
     META_FIELDS,
@@ -34,15 +51,16 @@ from readergroup.storage.segment_records import (
     segment_state_of,
 )
 from readergroup.storage.translate import translate_errors
+from statesync.aio_redis_backend import AsyncClient, AsyncNodeClients
 
 
-async def _raw(client: Redis, *command: Any) -> Any:
-    """``command``'s reply as the server sent it (no response callback: the client given is
-    left as it is), on a connection of ``client``'s pool. A connection a cancellation or an
-    error interrupts is closed before it goes back to the pool (``redis.asyncio`` disconnects
-    on any exception while it sends or reads)."""
+async def _raw(client: Any, *command: Any) -> Any:
+    """``command``'s reply as the server sent it (no response callback: the client given, a
+    ``redis.asyncio.Redis``, is left as it is), on a connection of its pool. A connection a
+    cancellation or an error interrupts is closed before it goes back to the pool
+    (``redis.asyncio`` disconnects on any exception while it sends or reads)."""
     pool = client.connection_pool
-    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    connection = await pool.get_connection()
     try:
         await connection.send_command(*command)
         return await connection.read_response()
@@ -57,10 +75,25 @@ class AsyncSegmentReads:
     ``XREAD`` and ``XRANGE`` replies are read raw (parsed here, as the threaded connection
     does), without changing the clients' response callbacks."""
 
-    def __init__(self, client: Redis, keys: KeyLayout, blocking_client: Redis | None = None):
+    def __init__(
+        self,
+        client: AsyncClient,
+        keys: KeyLayout,
+        blocking_client: AsyncClient | None = None,
+        *,
+        nodes: AsyncNodeClients | None = None,
+        blocking_nodes: AsyncNodeClients | None = None,
+    ):
+        """On a cluster: ``client`` and ``blocking_client`` its ``RedisCluster`` clients,
+        ``nodes`` and ``blocking_nodes`` their :class:`~statesync.aio_redis_backend.
+        AsyncNodeClients` (shared: their owner closes them)."""
         self._client = client
         self._blocking = blocking_client or client
         self._keys = keys
+        self._nodes = nodes if nodes is not None and nodes.cluster else None
+        self.cluster = self._nodes is not None
+        """Whether these reads go to a Redis Cluster."""
+        self._blocking_nodes = blocking_nodes or nodes
 
     # -- reads over many keys ---------------------------------------------------------------
     async def read_keys(
@@ -90,9 +123,34 @@ class AsyncSegmentReads:
         self, positions: Mapping[str, str], limit: int, block: float | None = None
     ) -> dict[str, Any]:
         """One ``XREAD COUNT limit`` (``block``: ``BLOCK``) of ``positions``: key -> raw
-        entries (a key of the wrong type: a :class:`ReaderGroupError` naming ``WRONGTYPE``)."""
+        entries (a key of the wrong type: a :class:`ReaderGroupError` naming ``WRONGTYPE``).
+        On a cluster, one per slot (see the module doc)."""
+        if self._nodes is not None:
+            return await self._xread_by_slot(self._nodes, positions, limit, block)
         with translate_errors("read"):
             reply = await _raw(self._blocking, *xread_command(positions, limit, block))
+        return by_key(reply)
+
+    async def _xread_by_slot(
+        self,
+        nodes: AsyncNodeClients,
+        positions: Mapping[str, str],
+        limit: int,
+        block: float | None,
+    ) -> dict[str, Any]:
+        cluster = nodes.client
+        assert isinstance(cluster, RedisCluster)
+        slots = by_slot(positions, cluster.keyslot)
+        commands = [xread_command(streams, limit) for streams in slots]
+        result: dict[str, Any] = {}
+        with translate_errors("read"):
+            for reply in raised(await raw_by_node(nodes, [next(iter(s)) for s in slots], commands)):
+                result.update(by_key(reply))
+            if result or block is None:
+                return result
+            single = first_alone(positions)
+            wait = xread_command(single, limit, min(block, CLUSTER_BLOCK_SECONDS))
+            [reply] = raised(await raw_by_node(self._blocking_nodes or nodes, list(single), [wait]))
         return by_key(reply)
 
     def start(
@@ -143,13 +201,17 @@ class AsyncSegmentReads:
     ) -> Any:
         """The raw ``XRANGE`` reply for events ``[start, stop)`` (``stop=-1``: to the tail)."""
         events = self._keys.segment(scope, stream, segment).events
+        command = ("XRANGE", events, *range_bounds(start, stop), "COUNT", limit)
         with translate_errors("read"):
-            return await _raw(
-                self._client, "XRANGE", events, *range_bounds(start, stop), "COUNT", limit
-            )
+            if self._nodes is not None:
+                [reply] = raised(await raw_by_node(self._nodes, [events], [command]))
+                return reply
+            return await _raw(self._client, *command)
 
     @staticmethod
-    async def _hmget_each(client: Redis, keys: Sequence[str], fields: Sequence[str]) -> list[Any]:
+    async def _hmget_each(
+        client: AsyncClient, keys: Sequence[str], fields: Sequence[str]
+    ) -> list[Any]:
         with translate_errors("read"):
             async with client.pipeline(transaction=False) as pipe:
                 for key in keys:

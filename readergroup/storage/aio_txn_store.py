@@ -27,6 +27,7 @@ class AsyncTxnStore(TxnStoreSteps):
     unfinished = awaited(TxnStoreSteps.unfinished_steps)
     applied = awaited(TxnStoreSteps.applied_steps)
     forget_finished = awaited(TxnStoreSteps.forget_finished_steps)
+    delete_all = awaited(TxnStoreSteps.delete_all_steps)
 
 
 def async_transactions(connection: AsyncConnection, scope: str, stream: str) -> AsyncTxnStore:

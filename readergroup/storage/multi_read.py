@@ -3,7 +3,7 @@ slot by slot on a cluster: :class:`MultiKeyReader`. Raw replies; parsing is the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -13,6 +13,10 @@ from readergroup.storage.translate import translate_errors
 
 MAX_BLOCK_SECONDS = 5.0
 """Longest single blocking read; callers loop for longer waits (a dead server is noticed)."""
+
+CLUSTER_BLOCK_SECONDS = 0.1
+"""On a cluster, longest blocking read of the first key alone after a sweep of every slot
+found nothing (one ``XREAD`` cannot name keys of several slots)."""
 
 
 def by_key(reply: Any) -> dict[str, Any]:
@@ -34,6 +38,26 @@ def xread_command(
     entry id to read after), as arguments for ``send_command``/``execute_command``."""
     waits: tuple[Any, ...] = () if block is None else ("BLOCK", block_ms(block))
     return ("XREAD", "COUNT", limit, *waits, "STREAMS", *positions, *positions.values())
+
+
+def by_slot(positions: Mapping[str, str], keyslot: Callable[[str], int]) -> list[dict[str, str]]:
+    """``positions`` split by hash slot (``keyslot``: a cluster client's), one ``XREAD`` each,
+    the slot of the first key first.
+
+    >>> by_slot({"a": "0", "b": "1", "c": "2"}, lambda key: key in "ac")
+    [{'a': '0', 'c': '2'}, {'b': '1'}]
+    """
+    slots: dict[int, dict[str, str]] = {}
+    for key, last in positions.items():
+        slots.setdefault(keyslot(key), {})[key] = last
+    return list(slots.values())
+
+
+def first_alone(positions: Mapping[str, str]) -> dict[str, str]:
+    """The first key of ``positions`` (the group's log, for readers) and its position: what a
+    cluster's read blocks on after a sweep found nothing."""
+    first = next(iter(positions))
+    return {first: positions[first]}
 
 
 def not_streams(keys: Sequence[str], types: Sequence[Any]) -> list[str]:
@@ -101,22 +125,18 @@ class MultiKeyReader:
     ) -> dict[str, Any]:
         """Cluster mode: one XREAD per hash slot, pipelined; with nothing new anywhere, block
         on the first key (the group's log, for readers) for at most a tenth of a second."""
-        by_slot: dict[int, dict[Any, Any]] = {}
-        for key, last in positions.items():
-            slot: int = self._client.keyslot(key)  # type: ignore[attr-defined]
-            by_slot.setdefault(slot, {})[key] = last
+        keyslot = self._client.keyslot  # type: ignore[attr-defined]
         with translate_errors("read"):
             pipe = self._client.pipeline(transaction=False)
-            for streams in by_slot.values():
-                pipe.xread(streams, count=limit)
+            for streams in by_slot(positions, keyslot):
+                pipe.xread(dict(streams), count=limit)  # type: ignore[arg-type]
             replies = pipe.execute()
             result: dict[str, Any] = {}
             for reply in replies:
                 result.update(by_key(reply))
             if result:
                 return result
-            first = next(iter(positions))
-            block = max(1, int(min(timeout, 0.1) * 1000))
-            single: dict[Any, Any] = {first: positions[first]}
+            single: dict[Any, Any] = first_alone(positions)
+            block = block_ms(min(timeout, CLUSTER_BLOCK_SECONDS))
             reply = self._blocking.xread(single, count=limit, block=block)
         return by_key(reply)

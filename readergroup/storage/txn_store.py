@@ -278,6 +278,22 @@ class TxnStoreSteps:
             yield from self._redis("zrem", self.landed_key, *old)
         return len(old)
 
+    def delete_all_steps(self) -> Steps[int]:
+        """Delete every transaction key of the stream (it is being deleted), found through
+        its indexes (no keyspace scan); returns how many keys went."""
+        deleted = 0
+        with translate_errors(f"delete transactions of {self.scope}/{self.stream}"):
+            members = yield from self._redis("zrange", self.all_key, 0, -1)
+            unfinished = yield from self.unfinished_steps()
+            ids = {as_text(m) for m in members} | {txn_id for txn_id, _ in unfinished}
+            keys = [self.open_key, self.all_key, self.epochs_key, self.consumed_key]
+            keys.append(self.landed_key)
+            for txn_id in sorted(ids):
+                keys += (self.record_key(txn_id), self.staged_key(txn_id))
+            for start in range(0, len(keys), 500):
+                deleted += int((yield from self._redis("delete", *keys[start : start + 500])))
+        return deleted
+
 
 class TxnStore(TxnStoreSteps):
     """The transactions of one stream ``scope/stream`` on a ``redis.Redis`` (blocking; each
@@ -301,6 +317,7 @@ class TxnStore(TxnStoreSteps):
     unfinished = blocking(TxnStoreSteps.unfinished_steps)
     applied = blocking(TxnStoreSteps.applied_steps)
     forget_finished = blocking(TxnStoreSteps.forget_finished_steps)
+    delete_all = blocking(TxnStoreSteps.delete_all_steps)
 
     def merge(
         self,
@@ -354,21 +371,6 @@ class TxnStore(TxnStoreSteps):
         if int(reply[0]) != segment_status.OK:
             return MergeStep(as_text(reply[1]), 0, 0, before=True)
         return MergeStep(as_text(reply[1]), int(reply[2]), int(reply[3]), before=False)
-
-    def delete_all(self) -> int:
-        """Delete every transaction key of the stream (it is being deleted), found through
-        its indexes (no keyspace scan); returns how many keys went."""
-        deleted = 0
-        with translate_errors(f"delete transactions of {self.scope}/{self.stream}"):
-            members: Any = self._client.zrange(self.all_key, 0, -1)
-            ids = {as_text(m) for m in members} | {t for t, _ in self.unfinished()}
-            keys = [self.open_key, self.all_key, self.epochs_key, self.consumed_key]
-            keys.append(self.landed_key)
-            for txn_id in sorted(ids):
-                keys += (self.record_key(txn_id), self.staged_key(txn_id))
-            for start in range(0, len(keys), 500):
-                deleted += int(self._client.delete(*keys[start : start + 500]))
-        return deleted
 
 
 def consumed_field(group_sync: str, segment_field: str) -> str:

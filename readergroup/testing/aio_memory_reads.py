@@ -34,6 +34,9 @@ from statesync.watched_condition import wait_for_news
 class AsyncMemoryReads:
     """Reads of ``memory``'s segments and state logs, awaited."""
 
+    cluster = False
+    """(One store: never a cluster's.)"""
+
     def __init__(self, memory: MemoryConnection) -> None:
         self._memory = memory
         self._segments = memory.segments
