@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -41,6 +42,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
+
+BEAT_GRID = 0.25
+"""Seconds: a heartbeat task's pause of at least ten of these ends on the event loop's grid of
+them (its clock's next multiple: at most one grid step later than asked, never earlier, so no
+more heartbeats than before), so the idle readers of one loop renew at a few shared moments and
+their renewals go out together (one pipeline per turn of the loop, see
+:class:`~readergroup.storage.aio_script_batches.ScriptBatcher`)."""
 
 
 class LoopGate:
@@ -302,7 +310,13 @@ class AsyncGroupSession(SessionSteps[T]):
         return False
 
     async def stopped_within(self, timeout: float) -> bool:
-        return await _wait(self.stop, timeout)
+        """Whether ``stop`` was set within ``timeout`` s (the heartbeat task's pauses end on
+        the :data:`BEAT_GRID`)."""
+        at = None
+        if timeout >= 10 * BEAT_GRID and asyncio.current_task() is self._heartbeats:
+            now = asyncio.get_running_loop().time()
+            at = math.ceil((now + timeout) / BEAT_GRID) * BEAT_GRID
+        return await _wait(self.stop, timeout, at=at)
 
     async def stop_background(self, timeout: float) -> bool:
         """Stop the heartbeat and maintenance tasks (``stop`` is set): cancelled, then awaited
@@ -346,12 +360,13 @@ class AsyncGroupSession(SessionSteps[T]):
         return task is not None and not task.done()
 
 
-async def _wait(event: asyncio.Event, timeout: float) -> bool:
-    """Whether ``event`` was set within ``timeout`` seconds."""
+async def _wait(event: asyncio.Event, timeout: float, *, at: float | None = None) -> bool:
+    """Whether ``event`` was set within ``timeout`` seconds (or by the loop's time ``at``)."""
     if event.is_set():
         return True
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(max(0.0, timeout)):
+        when = asyncio.get_running_loop().time() + max(0.0, timeout) if at is None else at
+        async with asyncio.timeout_at(when):
             await event.wait()
     return event.is_set()
 
