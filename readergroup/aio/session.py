@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from readergroup.admin.aio_group_member import AsyncGroupMember
+from readergroup.aio.looks import looks_of
 from readergroup.client.aio_fetcher import AsyncFetcher
 from readergroup.client.event_read import EventRead
 from readergroup.client.fetch_core import WATCHED, FetchOutcome, Outage
@@ -247,29 +248,46 @@ class AsyncGroupSession(SessionSteps[T]):
 
     async def wait_wake(self, timeout: float) -> bool:
         """Wait until work is posted (``wake``) or, after ``timeout`` s, a round due by the
-        clock alone would act. The clock's rounds are looked at by a timer callback, not by
+        clock alone would act. The clock's rounds are looked at by timer callbacks, not by
         waking this task: an idle reader's periodic round (``group_refresh_time``) that would
-        find nothing to do (see :meth:`round_would_act`) costs a callback of the loop, not a
-        round; the callback looks again every ``group_refresh_time`` until one would act."""
+        find nothing to do (see :meth:`round_would_act`) costs a look, not a round. The first
+        look is a timer of this wait's own (after ``timeout``); the next are the loop's shared
+        ones (:class:`~readergroup.aio.looks.PeriodicLooks`: one timer per
+        ``group_refresh_time`` for every idle reader of the loop), until one would act."""
         wake = self.wake
         if wake.is_set():
             return True
         loop = asyncio.get_running_loop()
-        timer: list[asyncio.TimerHandle] = []
+        looks, period = looks_of(loop), self._group.group_refresh_time
 
-        def look() -> None:
-            if not wake.is_set():
-                if self.round_would_act():
-                    wake.set()
-                else:
-                    timer[0] = loop.call_later(self._group.group_refresh_time, look)
+        def look() -> bool:
+            if not wake.is_set() and self.round_would_act():
+                wake.set()
+            return wake.is_set()
 
-        timer.append(loop.call_later(max(0.0, timeout), look))
+        def first() -> None:
+            if not look():
+                looks.add(period, look)
+
+        timer = loop.call_later(max(0.0, timeout), first)
         try:
             await wake.wait()
         finally:
-            timer[0].cancel()
+            timer.cancel()
+            looks.discard(period, look)
         return True
+
+    def consumed_recorded(self) -> None:
+        """As the threaded session's, but an auto commit due posts a round only when there
+        are positions to commit (as :meth:`round_would_act` judges: a round with none would
+        only move its clock on; an idle reader's read calls then post no round every
+        ``auto_commit_interval``)."""
+        if (
+            self._group.commit_mode == AUTO
+            and self._clock.monotonic() - self._last_commit >= self._group.auto_commit_interval
+            and self._auto_positions()
+        ):
+            self.wake.set()
 
     def round_would_act(self) -> bool:
         """Whether a maintenance round now would do anything: work posted, a rewind to send, an
