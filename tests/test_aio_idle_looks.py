@@ -1,7 +1,8 @@
 """Idle asyncio readers of one event loop (issue 29), on a real Redis: their periodic looks are
 one timer of the loop per ``group_refresh_time`` (shared), not one per reader; and an idle
 reader's read calls post no maintenance round when an auto commit is due with nothing to
-commit. Counts, never times."""
+commit; and its parked ``XREAD`` blocks up to ``MAX_BLOCK_SECONDS`` on the server (the read
+call's own wait as before). Counts and arguments, never times."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from readergroup import UTF8StringSerializer
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncEventStreamReader
 from readergroup.aio.looks import looks_of
 from readergroup.storage.connection import RedisConnection
+from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from tests.support import fetchers
 from tests.test_aio_idle import _count_rounds, _own
 from tests.test_aio_reader import make_group
@@ -79,3 +81,37 @@ def test_an_idle_reader_posts_no_round_for_an_auto_commit_with_nothing_to_commit
             return rounds[0]
 
     assert asyncio.run(main()) <= 3
+
+
+def test_an_idle_readers_parked_xread_blocks_up_to_max_block_seconds(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """heartbeat_interval 0.2 s: the parked ``XREAD`` of an idle reader's read calls blocks 5 s
+    on the server (before: 0.2 s, one ``XREAD`` per heartbeat interval), while each call still
+    returns at its own timeout."""
+    make_group(connection, scope)
+
+    async def main() -> tuple[list[float], int]:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            reader: AsyncEventStreamReader[Any] = await factory.create_reader(
+                "a", "g", UTF8StringSerializer()
+            )
+            await _own(reader, 4)
+            reads: Any = reader._fetcher._reads
+            blocks: list[float] = []
+            start = reads.start
+
+            def spied(positions: Any, limit: int, block: float | None = None) -> Any:
+                blocks.append(-1.0 if block is None else block)
+                return start(positions, limit, block)
+
+            reads.start = spied
+            nothing = 0
+            for _ in range(10):
+                nothing += not (await reader.read_next_event(timeout=0.3)).is_event
+            await reader.close()
+            return blocks, nothing
+
+    blocks, nothing = asyncio.run(main())
+    assert nothing == 10
+    assert blocks and max(blocks) == MAX_BLOCK_SECONDS

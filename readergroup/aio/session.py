@@ -37,6 +37,7 @@ from readergroup.core.group_config import AUTO, ReaderGroupConfig
 from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from readergroup.storage.aio_reads import AsyncPendingRead
+from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from statesync.aio_synchronizer import clock_sleep
 
 T = TypeVar("T")
@@ -215,6 +216,19 @@ class AsyncGroupSession(SessionSteps[T]):
     def _time_left(self, timeout: float, now: float) -> float:
         """Seconds left of a read call that began at ``now`` with ``timeout``."""
         return now + max(0.0, timeout) - self._clock.monotonic()
+
+    def parked_hold(self, hold: float) -> float:
+        """An idle fetch's parked ``XREAD`` blocks on the server up to
+        :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`, past the longest wait of a
+        call (:meth:`longest_block`, ``heartbeat_interval``): the call's wait, and so every
+        check made between waits (the heartbeat task's news, posted work, the lease), is as
+        before; only the ``XREAD`` outlives it, parked for the next call (one ``XREAD`` per
+        5 s, not per ``heartbeat_interval``). Shorter holds (a round under way, an owned
+        segment's end known) stay as they are."""
+        config = self._group
+        if hold >= max(config.group_refresh_time, config.heartbeat_interval):
+            return max(hold, MAX_BLOCK_SECONDS)
+        return hold
 
     def _quiet(self) -> bool:
         """Whether a read call's steps would find nothing to do before a fetch: no listener
