@@ -296,12 +296,18 @@ class AsyncGroupSession(SessionSteps[T]):
         are positions to commit (as :meth:`round_would_act` judges: a round with none would
         only move its clock on; an idle reader's read calls then post no round every
         ``auto_commit_interval``)."""
-        if (
-            self._group.commit_mode == AUTO
-            and self._clock.monotonic() - self._last_commit >= self._group.auto_commit_interval
-            and self._auto_positions()
-        ):
+        if self._auto_commit_due(self._clock.monotonic()):
             self.wake.set()
+
+    def _auto_commit_due(self, now: float) -> bool:
+        """Whether an auto commit is due with a position to commit (a segment consumed past
+        its committed position)."""
+        config = self._group
+        return (
+            config.commit_mode == AUTO
+            and now - self._last_commit >= config.auto_commit_interval
+            and any(o.consumed > o.committed for o in self._aio_fetcher.owned.values())
+        )
 
     def round_would_act(self) -> bool:
         """Whether a maintenance round now would do anything: work posted, a rewind to send, an
@@ -317,11 +323,7 @@ class AsyncGroupSession(SessionSteps[T]):
         if self._aio_fetcher.rewound:
             return True
         config, now = self._group, self._clock.monotonic()
-        if (
-            config.commit_mode == AUTO
-            and now - self._last_commit >= config.auto_commit_interval
-            and self._auto_positions()
-        ):
+        if self._auto_commit_due(now):
             return True
         if now - self._last_refresh < config.group_refresh_time:
             return False
