@@ -15,7 +15,7 @@ from readergroup.aio.looks import looks_of
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from tests.support import fetchers
-from tests.test_aio_idle import _count_rounds, _own
+from tests.test_aio_idle import _own, idle_rounds
 from tests.test_aio_reader import make_group
 
 connection = fetchers.redis_connection  # (the fixture, under this name here)
@@ -65,22 +65,7 @@ def test_an_idle_reader_posts_no_round_for_an_auto_commit_with_nothing_to_commit
     """Auto commit every 0.05 s, nothing ever read: 20 read calls of 0.1 s post no round (the
     threaded rule posted one per call once the interval had passed: about 20)."""
     make_group(connection, scope, auto_commit_interval=0.05, group_refresh_time=1.0)
-
-    async def main() -> int:
-        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
-            reader: AsyncEventStreamReader[Any] = await factory.create_reader(
-                "a", "g", UTF8StringSerializer()
-            )
-            await _own(reader, 4)
-            for _ in range(5):  # settled: the moves' rounds are over
-                await reader.read_next_event(timeout=0.1)
-            rounds = _count_rounds(reader)
-            for _ in range(20):
-                assert not (await reader.read_next_event(timeout=0.1)).is_event
-            await reader.close()
-            return rounds[0]
-
-    assert asyncio.run(main()) <= 3
+    assert asyncio.run(idle_rounds(redis_url, scope)) <= 3
 
 
 def test_an_idle_readers_parked_xread_blocks_up_to_max_block_seconds(
