@@ -100,3 +100,36 @@ def test_an_idle_readers_parked_xread_blocks_up_to_max_block_seconds(
     blocks, nothing = asyncio.run(main())
     assert nothing == 10
     assert blocks and max(blocks) == MAX_BLOCK_SECONDS
+
+
+def test_async_for_waits_a_whole_parked_wait_per_read_call(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """``async for`` skips timeouts, so its idle read calls each last as long as one wait on
+    the parked ``XREAD`` may (``longest_block()``: heartbeat_interval 0.2 s here), not
+    ``group_refresh_time`` (0.1 s): half the calls, same reaction (the wait is the same)."""
+    make_group(connection, scope, commit_mode="manual")
+
+    async def main() -> tuple[list[float | None], float]:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            reader: Any = await factory.create_reader("a", "g", UTF8StringSerializer())
+            await _own(reader, 4)
+            timeouts: list[float | None] = []
+            slowly = reader._next_slowly
+
+            async def spied(timeout: float | None, now: float) -> Any:
+                timeouts.append(timeout)
+                if len(timeouts) >= 5:
+                    reader.stop_iteration()
+                return await slowly(timeout, now)
+
+            reader._next_slowly = spied
+            async for _event in reader:
+                pass
+            longest = reader._session.longest_block()
+            await reader.close()
+            return timeouts, longest
+
+    timeouts, longest = asyncio.run(main())
+    assert len(timeouts) == 5 and set(timeouts) == {longest}
+    assert longest == 0.2
