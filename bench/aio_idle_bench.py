@@ -1,8 +1,10 @@
 """asyncio idle-readers benchmark (issue 29): many idle asyncio readers in one event loop.
 
 ``--readers`` asyncio readers of one group over ``--segments`` segments in ONE process and one
-event loop, each reading with ``read_next_event(timeout=--timeout)`` in a task of its own, and
-nothing written. Once every reader owns its fair share (and ``--settle`` s more), over
+event loop, each reading in a task of its own (``--mode read``: a loop of
+``read_next_event(timeout=--timeout)``; ``--mode iterate``: ``async for event in reader``, no
+read timeout of its own), and nothing written. Once every reader owns its fair share (and
+``--settle`` s more), over
 ``--idle`` seconds: the process's CPU as a share of one core (the goal: <= 5%) and the server's
 commands per reader per second (``INFO stats``: only this group's readers talk to it; and per
 command, ``INFO commandstats``, commands inside scripts counted); then over another ``--idle``
@@ -90,6 +92,10 @@ def _idle_async(
             stop = asyncio.Event()
 
             async def read(reader: Any) -> None:
+                if options["mode"] == "iterate":
+                    async for _event in reader:
+                        pass
+                    return
                 while not stop.is_set():
                     await reader.read_next_event(timeout=options["timeout"])
 
@@ -139,6 +145,8 @@ def _idle_async(
             timers = (counts.timers - turns) / readers / elapsed
             result["loop_timers_per_reader_per_s"] = round(timers, 1)
             stop.set()
+            for reader in made:
+                reader.stop_iteration()
             await asyncio.gather(*tasks)
             if profiler is not None:
                 text = io.StringIO()
@@ -192,6 +200,7 @@ def main() -> None:
     parser.add_argument("--readers", type=int, default=200)
     parser.add_argument("--sync-readers", type=int, default=20)
     parser.add_argument("--segments", type=int, default=1024)
+    parser.add_argument("--mode", choices=("read", "iterate"), default="read")
     parser.add_argument("--timeout", type=float, default=0.5)
     parser.add_argument("--settle", type=float, default=15.0)
     parser.add_argument("--idle", type=float, default=10.0)
@@ -200,7 +209,12 @@ def main() -> None:
     args = parser.parse_args()
     options = vars(args)
     parts = args.parts.split(",")
-    results: dict[str, Any] = {"readers": args.readers, "segments": args.segments}
+    results: dict[str, Any] = {
+        "readers": args.readers,
+        "segments": args.segments,
+        "mode": args.mode,
+        "timeout": args.timeout if args.mode == "read" else None,
+    }
     with local_redis_server() as server:
         url, scope = server.url, f"b{uuid.uuid4().hex[:8]}"
         with StreamManager.from_url(url) as manager:

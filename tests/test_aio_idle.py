@@ -39,26 +39,28 @@ async def _own(reader: AsyncEventStreamReader[str], count: int) -> None:
             await reader.read_next_event(timeout=0.05)
 
 
+async def idle_rounds(redis_url: str, scope: str) -> int:
+    """The maintenance rounds of reader ``a`` of group ``g`` (4 segments, nothing written) over
+    20 read calls of 0.1 s, once it owns every segment and its moves' rounds are over."""
+    async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+        reader = await factory.create_reader("a", "g", UTF8StringSerializer())
+        await _own(reader, 4)
+        for _ in range(5):  # settled: the moves' rounds are over
+            await reader.read_next_event(timeout=0.1)
+        rounds = _count_rounds(reader)
+        for _ in range(20):
+            assert not (await reader.read_next_event(timeout=0.1)).is_event
+        await reader.close()
+        return rounds[0]
+
+
 def test_an_idle_reader_makes_no_maintenance_round_that_would_do_nothing(
     redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
     """20 read calls of an idle reader, each waiting twice ``group_refresh_time`` (0.05 s): the
     old maintenance made a round per ``group_refresh_time`` (about 40), now it makes none."""
     make_group(connection, scope, **REFRESH, commit_mode="manual")
-
-    async def main() -> int:
-        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
-            reader = await factory.create_reader("a", "g", UTF8StringSerializer())
-            await _own(reader, 4)
-            for _ in range(5):  # settled: the moves' rounds are over
-                await reader.read_next_event(timeout=0.1)
-            rounds = _count_rounds(reader)
-            for _ in range(20):
-                assert not (await reader.read_next_event(timeout=0.1)).is_event
-            await reader.close()
-            return rounds[0]
-
-    assert asyncio.run(main()) <= 5
+    assert asyncio.run(idle_rounds(redis_url, scope)) <= 5
 
 
 def test_a_reader_not_reading_still_releases_to_a_newcomer(

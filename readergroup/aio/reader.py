@@ -254,6 +254,12 @@ class _Events(Generic[T]):
     :meth:`~AsyncEventStreamReader.stop_iteration` is called (timeouts are skipped). A fenced
     reader rejoins by itself (:meth:`~AsyncEventStreamReader.rejoin`).
 
+    Timeouts being skipped, each read call lasts as long as one wait on the parked ``XREAD``
+    may (:meth:`~readergroup.client.group_session.SessionSteps.longest_block`, up to
+    ``heartbeat_interval``; not ``group_refresh_time``): an idle iteration makes a few read calls
+    a second fewer, and :meth:`~AsyncEventStreamReader.stop_iteration` called by another task
+    ends it once the current wait ends.
+
     ``__anext__`` runs ``read_next_event``'s fast path itself (one coroutine per event, not an
     async generator's step around a second coroutine: the per-event cost of ``async for``)."""
 
@@ -282,8 +288,8 @@ class _Events(Generic[T]):
                         session.last_poll = now
                 if event is not None:
                     return event
-            try:
-                event = await reader._next_slowly(None, now)
+            try:  # (a call as long as one wait: timeouts are skipped here)
+                event = await reader._next_slowly(session.longest_block(), now)
             except ReaderClosedError:
                 break
             except ReaderReplacedError:

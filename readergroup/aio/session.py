@@ -21,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from readergroup.admin.aio_group_member import AsyncGroupMember
+from readergroup.aio.looks import looks_of
 from readergroup.client.aio_fetcher import AsyncFetcher
 from readergroup.client.event_read import EventRead
 from readergroup.client.fetch_core import WATCHED, FetchOutcome, Outage
@@ -35,12 +37,20 @@ from readergroup.core.group_config import AUTO, ReaderGroupConfig
 from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from readergroup.storage.aio_reads import AsyncPendingRead
+from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from statesync.aio_synchronizer import clock_sleep
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
+
+BEAT_GRID = 0.25
+"""Seconds: a heartbeat task's pause of at least ten of these ends on the event loop's grid of
+them (its clock's next multiple: at most one grid step later than asked, never earlier, so no
+more heartbeats than before), so the idle readers of one loop renew at a few shared moments and
+their renewals go out together (one pipeline per turn of the loop, see
+:class:`~readergroup.storage.aio_script_batches.ScriptBatcher`)."""
 
 
 class LoopGate:
@@ -208,6 +218,19 @@ class AsyncGroupSession(SessionSteps[T]):
         """Seconds left of a read call that began at ``now`` with ``timeout``."""
         return now + max(0.0, timeout) - self._clock.monotonic()
 
+    def parked_hold(self, hold: float) -> float:
+        """An idle fetch's parked ``XREAD`` blocks on the server up to
+        :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`, past the longest wait of a
+        call (:meth:`longest_block`, ``heartbeat_interval``): the call's wait, and so every
+        check made between waits (the heartbeat task's news, posted work, the lease), is as
+        before; only the ``XREAD`` outlives it, parked for the next call (one ``XREAD`` per
+        5 s, not per ``heartbeat_interval``). Shorter holds (a round under way, an owned
+        segment's end known) stay as they are."""
+        config = self._group
+        if hold >= max(config.group_refresh_time, config.heartbeat_interval):
+            return max(hold, MAX_BLOCK_SECONDS)
+        return hold
+
     def _quiet(self) -> bool:
         """Whether a read call's steps would find nothing to do before a fetch: no listener
         to tell, nothing for the reader's machine (no removal, checkpoint, segment changes),
@@ -240,29 +263,52 @@ class AsyncGroupSession(SessionSteps[T]):
 
     async def wait_wake(self, timeout: float) -> bool:
         """Wait until work is posted (``wake``) or, after ``timeout`` s, a round due by the
-        clock alone would act. The clock's rounds are looked at by a timer callback, not by
+        clock alone would act. The clock's rounds are looked at by timer callbacks, not by
         waking this task: an idle reader's periodic round (``group_refresh_time``) that would
-        find nothing to do (see :meth:`round_would_act`) costs a callback of the loop, not a
-        round; the callback looks again every ``group_refresh_time`` until one would act."""
+        find nothing to do (see :meth:`round_would_act`) costs a look, not a round. The first
+        look is a timer of this wait's own (after ``timeout``); the next are the loop's shared
+        ones (:class:`~readergroup.aio.looks.PeriodicLooks`: one timer per
+        ``group_refresh_time`` for every idle reader of the loop), until one would act."""
         wake = self.wake
         if wake.is_set():
             return True
         loop = asyncio.get_running_loop()
-        timer: list[asyncio.TimerHandle] = []
+        looks, period = looks_of(loop), self._group.group_refresh_time
 
-        def look() -> None:
-            if not wake.is_set():
-                if self.round_would_act():
-                    wake.set()
-                else:
-                    timer[0] = loop.call_later(self._group.group_refresh_time, look)
+        def look() -> bool:
+            if not wake.is_set() and self.round_would_act():
+                wake.set()
+            return wake.is_set()
 
-        timer.append(loop.call_later(max(0.0, timeout), look))
+        def first() -> None:
+            if not look():
+                looks.add(period, look)
+
+        timer = loop.call_later(max(0.0, timeout), first)
         try:
             await wake.wait()
         finally:
-            timer[0].cancel()
+            timer.cancel()
+            looks.discard(period, look)
         return True
+
+    def consumed_recorded(self) -> None:
+        """As the threaded session's, but an auto commit due posts a round only when there
+        are positions to commit (as :meth:`round_would_act` judges: a round with none would
+        only move its clock on; an idle reader's read calls then post no round every
+        ``auto_commit_interval``)."""
+        if self._auto_commit_due(self._clock.monotonic()):
+            self.wake.set()
+
+    def _auto_commit_due(self, now: float) -> bool:
+        """Whether an auto commit is due with a position to commit (a segment consumed past
+        its committed position)."""
+        config = self._group
+        return (
+            config.commit_mode == AUTO
+            and now - self._last_commit >= config.auto_commit_interval
+            and any(o.consumed > o.committed for o in self._aio_fetcher.owned.values())
+        )
 
     def round_would_act(self) -> bool:
         """Whether a maintenance round now would do anything: work posted, a rewind to send, an
@@ -278,11 +324,7 @@ class AsyncGroupSession(SessionSteps[T]):
         if self._aio_fetcher.rewound:
             return True
         config, now = self._group, self._clock.monotonic()
-        if (
-            config.commit_mode == AUTO
-            and now - self._last_commit >= config.auto_commit_interval
-            and self._auto_positions()
-        ):
+        if self._auto_commit_due(now):
             return True
         if now - self._last_refresh < config.group_refresh_time:
             return False
@@ -303,7 +345,13 @@ class AsyncGroupSession(SessionSteps[T]):
         return False
 
     async def stopped_within(self, timeout: float) -> bool:
-        return await _wait(self.stop, timeout)
+        """Whether ``stop`` was set within ``timeout`` s (the heartbeat task's pauses end on
+        the :data:`BEAT_GRID`)."""
+        at = None
+        if timeout >= 10 * BEAT_GRID and asyncio.current_task() is self._heartbeats:
+            now = asyncio.get_running_loop().time()
+            at = math.ceil((now + timeout) / BEAT_GRID) * BEAT_GRID
+        return await _wait(self.stop, timeout, at=at)
 
     async def stop_background(self, timeout: float) -> bool:
         """Stop the heartbeat and maintenance tasks (``stop`` is set): cancelled, then awaited
@@ -347,12 +395,13 @@ class AsyncGroupSession(SessionSteps[T]):
         return task is not None and not task.done()
 
 
-async def _wait(event: asyncio.Event, timeout: float) -> bool:
-    """Whether ``event`` was set within ``timeout`` seconds."""
+async def _wait(event: asyncio.Event, timeout: float, *, at: float | None = None) -> bool:
+    """Whether ``event`` was set within ``timeout`` seconds (or by the loop's time ``at``)."""
     if event.is_set():
         return True
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(max(0.0, timeout)):
+        when = asyncio.get_running_loop().time() + max(0.0, timeout) if at is None else at
+        async with asyncio.timeout_at(when):
             await event.wait()
     return event.is_set()
 

@@ -1073,6 +1073,12 @@ class SessionSteps(Generic[T]):
             return config.group_refresh_time
         return max(config.group_refresh_time, config.heartbeat_interval)
 
+    def parked_hold(self, hold: float) -> float:
+        """How long a fetch's ``XREAD`` may block on the server when the call waits ``hold``
+        at most (see :meth:`~readergroup.client.fetch_core.FetchCore.plan_fetch`): ``hold``
+        (the asyncio session's may outlive it)."""
+        return hold
+
     def wake_logs(self) -> dict[str, str]:
         """Key -> entry id after which news should wake a blocked fetch: the group log's wake
         streams (the shared one and this reader's own), and the metadata log of every stream
@@ -1424,7 +1430,7 @@ class SessionSteps(Generic[T]):
             if self.maintenance_under_way():  # poll: its outcome may be segments to read
                 hold = min(hold, MAINTENANCE_POLL)
             block = max(0.0, min(remaining, hold))
-            self.absorb((yield from call("fetch", block, self.wake_logs(), hold)))
+            self.absorb((yield from call("fetch", block, self.wake_logs(), self.parked_hold(hold))))
             fetched = True
             self.check_lease()
 

@@ -1,7 +1,12 @@
 """Reader heartbeats on ``redis.asyncio``: :class:`AsyncHeartbeatStore`, the awaitable twin of
 :class:`~readergroup.storage.heartbeat_store.RedisHeartbeatStore` (same keys, same
 ``heartbeat.lua``, the same pure argument building and reply parsing), so an asyncio reader's
-heartbeat task beats without blocking its event loop and shares a group with threaded readers."""
+heartbeat task beats without blocking its event loop and shares a group with threaded readers.
+
+The script's calls of every store on one client (a factory's readers) that fall in the same
+turn of the event loop go to the server as one pipeline
+(:class:`~readergroup.storage.aio_script_batches.ScriptBatcher`): each call, its reply and its
+errors are the reader's own, as if sent alone."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from readergroup.core.group_state import ReaderRecord
 from readergroup.core.log_format import Announcement, announcement_text
 from readergroup.core.membership import Renewal
 from readergroup.storage import segment_status
+from readergroup.storage.aio_script_batches import batcher_of
 from readergroup.storage.heartbeat_store import (
     announcements_of,
     beat_args,
@@ -36,6 +42,7 @@ class AsyncHeartbeatStore:
     def __init__(self, client: Redis, keys: KeyLayout, sync_name: str) -> None:
         self._client = client
         self._script = client.register_script(script_source("heartbeat"))
+        self._batcher = batcher_of(client)
         self.key, self.clients_key, self.formats_key = heartbeat_keys(keys, sync_name)
 
     async def beat(
@@ -63,7 +70,7 @@ class AsyncHeartbeatStore:
 
     async def _call(self, args: list[Any]) -> Any:
         with translate_errors("heartbeat"):
-            reply = await self._script(keys=[self.key, self.clients_key], args=args)
+            reply = await self._batcher.call(self._script, [self.key, self.clients_key], args)
         segment_status.check("heartbeat", self.key, reply)
         return reply
 

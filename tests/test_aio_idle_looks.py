@@ -1,0 +1,135 @@
+"""Idle asyncio readers of one event loop (issue 29), on a real Redis: their periodic looks are
+one timer of the loop per ``group_refresh_time`` (shared), not one per reader; and an idle
+reader's read calls post no maintenance round when an auto commit is due with nothing to
+commit; and its parked ``XREAD`` blocks up to ``MAX_BLOCK_SECONDS`` on the server (the read
+call's own wait as before). Counts and arguments, never times."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from readergroup import UTF8StringSerializer
+from readergroup.aio import AsyncEventStreamClientFactory, AsyncEventStreamReader
+from readergroup.aio.looks import looks_of
+from readergroup.storage.connection import RedisConnection
+from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
+from tests.support import fetchers
+from tests.test_aio_idle import _own, idle_rounds
+from tests.test_aio_reader import make_group
+
+connection = fetchers.redis_connection  # (the fixture, under this name here)
+
+READERS = 4
+
+
+def _look_timers(loop: asyncio.AbstractEventLoop) -> int:
+    """The loop's pending timers that are periodic looks (a reader's own, or the shared one)."""
+    scheduled: list[asyncio.TimerHandle] = getattr(loop, "_scheduled", [])
+    names = [getattr(h._callback, "__qualname__", "") for h in scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+    return sum(1 for n in names if n.endswith(("<locals>.look", "PeriodicLooks._tick")))
+
+
+def test_idle_readers_of_one_loop_share_one_periodic_look(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """Four readers own their segments and their maintenance tasks wait idle: the loop holds
+    one look timer for them all (before: one per reader), and every reader is registered
+    with it."""
+    make_group(connection, scope, segments=8, group_refresh_time=0.05, commit_mode="manual")
+
+    async def main() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            readers: list[AsyncEventStreamReader[str]] = []
+            for n in range(READERS):
+                readers.append(await factory.create_reader(f"r{n}", "g", UTF8StringSerializer()))
+            async with asyncio.timeout(20):
+                while sorted(len(r.assignment()) for r in readers) != [2] * READERS:
+                    await asyncio.gather(*(r.read_next_event(timeout=0.05) for r in readers))
+                # settled: every maintenance task waits, looked at by the shared timer
+                while len(looks_of(loop)) != READERS or _look_timers(loop) > 1:
+                    await asyncio.gather(*(r.read_next_event(timeout=0.05) for r in readers))
+            timers, looks = _look_timers(loop), len(looks_of(loop))
+            for reader in readers:
+                await reader.close()
+            return timers, looks
+
+    timers, looks = asyncio.run(main())
+    assert (timers, looks) == (1, READERS)
+
+
+def test_an_idle_reader_posts_no_round_for_an_auto_commit_with_nothing_to_commit(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """Auto commit every 0.05 s, nothing ever read: 20 read calls of 0.1 s post no round (the
+    threaded rule posted one per call once the interval had passed: about 20)."""
+    make_group(connection, scope, auto_commit_interval=0.05, group_refresh_time=1.0)
+    assert asyncio.run(idle_rounds(redis_url, scope)) <= 3
+
+
+def test_an_idle_readers_parked_xread_blocks_up_to_max_block_seconds(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """heartbeat_interval 0.2 s: the parked ``XREAD`` of an idle reader's read calls blocks 5 s
+    on the server (before: 0.2 s, one ``XREAD`` per heartbeat interval), while each call still
+    returns at its own timeout."""
+    make_group(connection, scope)
+
+    async def main() -> tuple[list[float], int]:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            reader: AsyncEventStreamReader[Any] = await factory.create_reader(
+                "a", "g", UTF8StringSerializer()
+            )
+            await _own(reader, 4)
+            reads: Any = reader._fetcher._reads
+            blocks: list[float] = []
+            start = reads.start
+
+            def spied(positions: Any, limit: int, block: float | None = None) -> Any:
+                blocks.append(-1.0 if block is None else block)
+                return start(positions, limit, block)
+
+            reads.start = spied
+            nothing = 0
+            for _ in range(10):
+                nothing += not (await reader.read_next_event(timeout=0.3)).is_event
+            await reader.close()
+            return blocks, nothing
+
+    blocks, nothing = asyncio.run(main())
+    assert nothing == 10
+    assert blocks and max(blocks) == MAX_BLOCK_SECONDS
+
+
+def test_async_for_waits_a_whole_parked_wait_per_read_call(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """``async for`` skips timeouts, so its idle read calls each last as long as one wait on
+    the parked ``XREAD`` may (``longest_block()``: heartbeat_interval 0.2 s here), not
+    ``group_refresh_time`` (0.1 s): half the calls, same reaction (the wait is the same)."""
+    make_group(connection, scope, commit_mode="manual")
+
+    async def main() -> tuple[list[float | None], float]:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            reader: Any = await factory.create_reader("a", "g", UTF8StringSerializer())
+            await _own(reader, 4)
+            timeouts: list[float | None] = []
+            slowly = reader._next_slowly
+
+            async def spied(timeout: float | None, now: float) -> Any:
+                timeouts.append(timeout)
+                if len(timeouts) >= 5:
+                    reader.stop_iteration()
+                return await slowly(timeout, now)
+
+            reader._next_slowly = spied
+            async for _event in reader:
+                pass
+            longest = reader._session.longest_block()
+            await reader.close()
+            return timeouts, longest
+
+    timeouts, longest = asyncio.run(main())
+    assert len(timeouts) == 5 and set(timeouts) == {longest}
+    assert longest == 0.2
