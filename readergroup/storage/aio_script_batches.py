@@ -84,7 +84,7 @@ class ScriptBatcher:
         except Exception as exc:  # the whole batch failed: each caller gets it
             for _, future in calls:
                 if not future.done():
-                    future.set_exception(copy.copy(exc))
+                    future.set_exception(_copy_of(exc))
             return
         for (_, future), reply in zip(calls, replies, strict=True):
             if future.done():
@@ -107,6 +107,15 @@ class ScriptBatcher:
                 pipe.evalsha(script.sha, *args)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
             return replies
+
+
+def _copy_of(exc: Exception) -> Exception:
+    """A copy of ``exc`` to raise in one caller's task, with its cause and context (what the
+    error translation reads: a cluster client's unreachable-node error is told by its cause)."""
+    copied = copy.copy(exc)
+    copied.__cause__, copied.__context__ = exc.__cause__, exc.__context__
+    copied.__suppress_context__ = exc.__suppress_context__
+    return copied
 
 
 _BATCHERS: weakref.WeakKeyDictionary[Redis, ScriptBatcher] = weakref.WeakKeyDictionary()
