@@ -62,17 +62,18 @@ redis-server:
 
 # End-to-end runs of a minute or less each (examples, the demo, a short chaos run, a Spark
 # query killed and restarted): their own target so `make test` stays well under 10 minutes.
-# The cluster failovers of tests/test_ha_cluster.py run last, one at a time, alone: their
-# clusters elect a new primary within a 1-4 s node timeout and their readers' sessions last 3 s,
-# which two CI runs missed while the other long runs shared the two cores (the same tests
-# passed alone and in a local run). Each part writes its own junit file (.ci/run checks both).
+# The cluster failovers of tests/test_ha_cluster.py and tests/test_aio_cluster.py run last, one
+# at a time, alone: their clusters elect a new primary within a 1-4 s node timeout and their
+# readers' sessions last 3 s, which two CI runs missed while the other long runs shared the two
+# cores (the same tests passed alone and in a local run). Each part writes its own junit file
+# (.ci/run checks both).
 test-long: $(STAMP) browser
 	mkdir -p .artifacts
 	status=0; \
 	READERGROUP_TEST_SERVER=valkey $(PY) -m pytest -m long $(call xdist,$(TEST_LONG_WORKERS)) \
-		--ignore=tests/test_ha_cluster.py \
+		--ignore=tests/test_ha_cluster.py --ignore=tests/test_aio_cluster.py \
 		--junitxml=.artifacts/junit-long.xml $(PYTEST_ARGS) || status=$$?; \
-	READERGROUP_TEST_SERVER=valkey $(PY) -m pytest -m long tests/test_ha_cluster.py \
+	READERGROUP_TEST_SERVER=valkey $(PY) -m pytest -m long tests/test_ha_cluster.py tests/test_aio_cluster.py \
 		--junitxml=.artifacts/junit-long-cluster.xml $(PYTEST_ARGS) || status=$$?; \
 	exit $$status
 
