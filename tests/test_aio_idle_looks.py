@@ -16,7 +16,7 @@ from readergroup.storage.connection import RedisConnection
 from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from tests.support import fetchers
 from tests.test_aio_idle import _own, idle_rounds
-from tests.test_aio_reader import make_group
+from tests.test_aio_reader import make_group, write
 
 connection = fetchers.redis_connection  # (the fixture, under this name here)
 
@@ -133,3 +133,51 @@ def test_async_for_waits_a_whole_parked_wait_per_read_call(
     timeouts, longest = asyncio.run(main())
     assert len(timeouts) == 5 and set(timeouts) == {longest}
     assert longest == 0.2
+
+
+def test_stop_iteration_ends_an_idle_async_for_without_waiting_out_its_parked_wait(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """``async for`` makes one read call per parked wait (up to ``heartbeat_interval``, 20 s
+    here); ``stop_iteration()`` from another task (a shutdown handler) ends an idle iteration
+    waiting on its parked read (an idle reader's usual call) within the deadline instead of at
+    the end of that wait. The reader stays usable."""
+    make_group(
+        connection,
+        scope,
+        commit_mode="manual",
+        session_timeout=60.0,
+        heartbeat_interval=20.0,
+        group_refresh_time=0.1,
+    )
+
+    async def main() -> list[str]:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            reader: Any = await factory.create_reader("a", "g", UTF8StringSerializer())
+            await _own(reader, 4)
+            assert reader._session.longest_block() == 20.0
+            for _ in range(3):  # (idle calls: a read is parked for the next)
+                await reader.read_next_event(timeout=0.3)
+            seen: list[str] = []
+
+            async def consume() -> None:
+                async for event in reader:
+                    seen.append(event.event)
+
+            task = asyncio.create_task(consume())
+            async with asyncio.timeout(20):
+                while reader._session._idle_interrupt is None:  # (not yet in its idle wait)
+                    await asyncio.sleep(0.01)
+            reader.stop_iteration()
+            await asyncio.wait_for(task, timeout=5.0)  # (the deadline: before, 20 s)
+            write(connection, scope, [("k", "after")])
+            async with asyncio.timeout(20):
+                while True:  # the reader still reads
+                    event = await reader.read_next_event(timeout=0.5)
+                    if event.event is not None:
+                        seen.append(event.event)
+                        break
+            await reader.close()
+            return seen
+
+    assert asyncio.run(main()) == ["after"]

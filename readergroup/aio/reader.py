@@ -217,8 +217,10 @@ class AsyncEventStreamReader(Generic[T]):
         return _Events(self)
 
     def stop_iteration(self) -> None:
-        """End ``async for event in reader`` after the event being handled."""
+        """End ``async for event in reader`` after the event being handled (an idle iteration
+        at once: its waiting read call ends with nothing)."""
         self._stopping = True
+        self._session.interrupt_idle_wait()
 
     # -- the group ---------------------------------------------------------------------------
     async def commit(self, positions: Mapping[SegKey, int] | None = None) -> None:

@@ -131,6 +131,8 @@ class AsyncGroupSession(SessionSteps[T]):
         self._heartbeats: asyncio.Task[Any] | None = None
         self._watching = False
         """The reading task's fetch waits on the group's wake streams now."""
+        self._idle_interrupt: asyncio.Future[None] | None = None
+        """Set while an idle read call waits (see :meth:`interrupt_idle_wait`)."""
         fetcher.unlocked = self._unlocked
         self.start_background()
 
@@ -178,18 +180,29 @@ class AsyncGroupSession(SessionSteps[T]):
         if parked is None:
             return await drive_async(self.serve_steps(max_events, timeout, now), self)
         self._watching = any(log in parked.positions for log in self._group_logs)
+        interrupt = self._idle_interrupt = asyncio.get_running_loop().create_future()
         try:
             block = min(self._time_left(timeout, now), self.longest_block())
-            arrived = await parked.ready(block)
+            arrived = await parked.ready(block, interrupt)
         finally:
             self._watching = False
+            self._idle_interrupt = None
         if arrived:  # a fetch applies the reply (at once: the same parked read)
             return await drive_async(self.serve_steps(max_events, timeout, now), self)
         self.absorb(WATCHED)
         self.check_lease()
-        if self._time_left(timeout, now) <= 0 and self._quiet():
+        if interrupt.done() or (self._time_left(timeout, now) <= 0 and self._quiet()):
             return []
         return await drive_async(self.serve_steps(max_events, timeout, now, fetched=True), self)
+
+    def interrupt_idle_wait(self) -> None:
+        """End the idle read call waiting now (see :meth:`serve`), if any, with nothing, as if
+        its time were up: what ``stop_iteration()`` calls so that an idle ``async for`` (whose
+        calls each last one parked wait, up to ``heartbeat_interval``) ends at once. The
+        parked ``XREAD`` stays parked for the next call."""
+        interrupt = self._idle_interrupt
+        if interrupt is not None and not interrupt.done():
+            interrupt.set_result(None)
 
     def _idle_parked(self, timeout: float, now: float) -> AsyncPendingRead | None:
         """The parked ``XREAD`` this read call's fetch would only wait on, after doing what

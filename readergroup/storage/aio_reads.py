@@ -229,12 +229,15 @@ class AsyncPendingRead:
         self.positions = dict(positions)
         self.task = task
 
-    async def ready(self, timeout: float) -> bool:
+    async def ready(self, timeout: float, interrupt: asyncio.Future[None] | None = None) -> bool:
         """Whether the reply (or an error) is there within ``timeout`` s (not cancelling the
-        read when the wait is cancelled)."""
+        read when the wait is cancelled); ``interrupt`` done ends the wait early."""
         task = self.task
         if not task.done() and timeout > 0:
-            await asyncio.wait((task,), timeout=timeout)
+            waits: tuple[asyncio.Future[Any], ...] = (
+                (task,) if interrupt is None else (task, interrupt)
+            )
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         return task.done()
 
     async def result(self, timeout: float) -> dict[str, Any] | None:
