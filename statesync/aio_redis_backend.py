@@ -22,7 +22,7 @@ command itself either ran whole on the server or not at all (one script each).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -44,7 +44,12 @@ from statesync.backend import AppendOutcome, CompactOutcome, ReadResult
 from statesync.durability import Acks
 from statesync.endpoints import is_sentinel_url, parse_sentinel_url, sentinel_setup
 from statesync.errors import BackendUnsupportedError
-from statesync.redis_backend import check_acknowledged, slot_moved, translate_redis_errors
+from statesync.redis_backend import (
+    check_acknowledged,
+    primaries_of,
+    slot_moved,
+    translate_redis_errors,
+)
 from statesync.redis_wire import BLOCKING_SOCKET_TIMEOUT, RedisBackendBase, ScriptCall
 from statesync.scripts import SCRIPT_NAMES, script_source
 
@@ -93,6 +98,10 @@ class AsyncNodeClients:
         self.client = client
         self.cluster = isinstance(client, RedisCluster)
         self._made: dict[str, aioredis.Redis] = {}
+        self.switches = 0
+        """Primary switches learnt here (as the threaded cluster client counts them, see
+        :func:`statesync.redis_backend.primary_switches`): a refresh that changed the set of
+        primaries, or a ``MOVED`` that changed a slot's primary (:meth:`moved`)."""
 
     def for_key(self, key: str) -> aioredis.Redis:
         """The client of the server holding ``key`` (the primary of its slot)."""
@@ -141,10 +150,22 @@ class AsyncNodeClients:
         client = self.client
         if not isinstance(client, RedisCluster):
             return
+        before = primaries_of(client.nodes_manager)
         try:
             await client.nodes_manager.initialize()
         except (RedisError, RedisClusterException) as exc:
             logger.warning("cluster slot table refresh failed: %s", exc)
+        if primaries_of(client.nodes_manager) != before:
+            self.switches += 1
+
+    async def moved(self, keys: Sequence[str]) -> None:
+        """:meth:`refresh` after ``MOVED`` replies for ``keys``: a switch when one of their
+        slots has another primary now (a failover, or a slot resharded away)."""
+        before = [self.for_key(key) for key in keys]
+        switches = self.switches
+        await self.refresh()
+        if self.switches == switches and [self.for_key(key) for key in keys] != before:
+            self.switches += 1
 
     async def close(self) -> None:
         """Close the clients made here (not ``client``: its owner closes it)."""

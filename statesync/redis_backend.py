@@ -322,9 +322,9 @@ class _ClusterSwitches:
             return moved
 
         def counting_initialize(*args: Any, **kwargs: Any) -> Any:
-            before = _primaries(nodes)
+            before = primaries_of(nodes)
             done = initialize(*args, **kwargs)
-            if _primaries(nodes) != before:
+            if primaries_of(nodes) != before:
                 self._counted()
             return done
 
@@ -335,7 +335,7 @@ class _ClusterSwitches:
             self.count += 1
 
 
-def _primaries(nodes: Any) -> frozenset[str]:
+def primaries_of(nodes: Any) -> frozenset[str]:
     """The names of the primaries in a cluster nodes manager's table."""
     return frozenset(
         name

@@ -422,19 +422,25 @@ def on_one_segment(
 def test_a_slot_moved_under_the_client_is_followed(cluster: LocalRedisCluster) -> None:  # noqa: F811
     """A segment's slot moves to another master after the asyncio client learnt the slot
     table: its read, append and state meet ``MOVED`` on the old master, refresh the table and
-    go to the new one (nothing lost, nothing twice)."""
+    go to the new one (nothing lost, nothing twice). Each move counts as a primary switch of
+    the connection (as the threaded cluster client counts it), which a reader holding
+    positions there takes as the sign to check its logs."""
     scope = unique("mv")
     keys = KeyLayout("rg").segment(scope, "s", 0)
 
     async def body(connection: AsyncConnection, reads: AsyncSegmentReads) -> None:
         [reply] = await connection.segments.append([one_event(scope, 1, b"first")])
         assert reply.error is None
+        switches = connection.primary_switches()
         move_slot(cluster, keys.meta, [*keys])  # (the connection's table is stale now)
         read = await reads.xread({keys.events: "0-0"}, 10, block=0.05)
         assert [fields[1] for _, fields in read[keys.events]] == [b"first"]
+        assert connection.primary_switches() > switches
+        switches = connection.primary_switches()
         move_slot(cluster, keys.meta, [*keys])  # (and again)
         [reply] = await connection.segments.append([one_event(scope, 2, b"second")])
         assert reply.error is None and reply.first_offset == 1
+        assert connection.primary_switches() > switches
         move_slot(cluster, keys.meta, [*keys])
         assert (await connection.segments.segment_states(scope, "s", [0]))[0].tail == 2
 

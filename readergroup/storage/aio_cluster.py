@@ -136,7 +136,7 @@ async def by_node(nodes: AsyncNodeClients, keys: Sequence[str], run: NodeRun) ->
         if not pending:
             return replies
         if None in pending.values():
-            await nodes.refresh()
+            await nodes.moved([keys[index] for index, asked in pending.items() if asked is None])
     refused = next(iter(pending))
     error = slot_moved(keys[refused], replies[refused])
     assert error is not None

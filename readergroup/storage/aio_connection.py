@@ -150,7 +150,10 @@ class AsyncConnection:
         """A number that changes whenever this connection's pools learn that the Sentinels name
         a new primary (as :meth:`RedisConnection.primary_switches
         <readergroup.storage.connection.RedisConnection.primary_switches>`: a reader holding
-        positions on the old primary checks them); always 0 off Sentinel."""
+        positions on the old primary checks them); on a cluster, the switches its node clients
+        learnt (:attr:`~statesync.aio_redis_backend.AsyncNodeClients.switches`); else 0."""
+        if self.nodes.cluster:
+            return self.nodes.switches + self.blocking_nodes.switches
         siblings = getattr(getattr(self.client, "connection_pool", None), "siblings", None)
         return siblings.count if isinstance(siblings, _SiblingPools) else 0
 
