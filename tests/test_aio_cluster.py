@@ -449,6 +449,22 @@ def test_a_slot_moved_under_the_client_is_followed(cluster: LocalRedisCluster) -
         assert [f[b"p"] for _, f in root.xrange(keys.events)] == [b"first", b"second"]
 
 
+def test_heartbeats_renewed_together_on_a_cluster(cluster: LocalRedisCluster) -> None:  # noqa: F811
+    """Several readers' heartbeats made in one turn of the loop (coalesced into one batch, as
+    idle readers' beats are) each land on a cluster: redis-py's cluster pipeline refuses
+    ``EVALSHA``, so the batch must not be one of its pipelines."""
+    scope = unique("hb")
+
+    async def body(connection: AsyncConnection, reads: AsyncSegmentReads) -> None:
+        heartbeats = AsyncAdminConnection(connection).heartbeat_store(f"group:{scope}/g")
+        beats = await asyncio.gather(*(heartbeats.beat(f"r{n}", 1) for n in range(5)))
+        assert len(beats) == 5
+        _, alive = await heartbeats.beat("r0", 1)  # (after every one of them landed)
+        assert set(alive) == {f"r{n}" for n in range(5)}
+
+    on_one_segment(cluster.url, scope, body)
+
+
 def test_a_slot_being_migrated_is_followed_with_asking(
     cluster: LocalRedisCluster,  # noqa: F811
 ) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
@@ -96,12 +97,21 @@ class ScriptBatcher:
 
     async def _execute(self, script: AsyncScript, calls: list[tuple[Any, ...]]) -> list[Any]:
         """The replies of ``calls`` (``EVALSHA`` arguments after the sha), an error reply as
-        its exception in its place; one call alone is sent as one (no pipeline)."""
+        its exception in its place; one call alone is sent as one (no pipeline). On a
+        cluster, whose pipelines refuse ``EVALSHA``, the calls are sent at once, each on its
+        own (each call's error its own)."""
         if len(calls) == 1:
             try:
                 return [await self._client.evalsha(script.sha, *calls[0])]
             except NoScriptError as exc:
                 return [exc]
+        if isinstance(self._client, RedisCluster):  # (its pipelines refuse EVALSHA)
+            return list(
+                await asyncio.gather(
+                    *(self._client.evalsha(script.sha, *args) for args in calls),
+                    return_exceptions=True,
+                )
+            )
         async with self._client.pipeline(transaction=False) as pipe:
             for args in calls:
                 pipe.evalsha(script.sha, *args)
