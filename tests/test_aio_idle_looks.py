@@ -166,7 +166,7 @@ def test_stop_iteration_ends_an_idle_async_for_without_waiting_out_its_parked_wa
 
             task = asyncio.create_task(consume())
             async with asyncio.timeout(20):
-                while reader._session._idle_interrupt is None:  # (not yet in its idle wait)
+                while not reader._session.idle_waiting:  # (not yet in its idle wait)
                     await asyncio.sleep(0.01)
             reader.stop_iteration()
             await asyncio.wait_for(task, timeout=5.0)  # (the deadline: before, 20 s)

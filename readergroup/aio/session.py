@@ -132,7 +132,10 @@ class AsyncGroupSession(SessionSteps[T]):
         self._watching = False
         """The reading task's fetch waits on the group's wake streams now."""
         self._idle_interrupt: asyncio.Future[None] | None = None
-        """Set while an idle read call waits (see :meth:`interrupt_idle_wait`)."""
+        """What ends an idle read call's wait early (see :meth:`interrupt_idle_wait`): one
+        future for every such wait until it is used."""
+        self.idle_waiting = False
+        """An idle read call waits on the parked read now."""
         fetcher.unlocked = self._unlocked
         self.start_background()
 
@@ -180,13 +183,16 @@ class AsyncGroupSession(SessionSteps[T]):
         if parked is None:
             return await drive_async(self.serve_steps(max_events, timeout, now), self)
         self._watching = any(log in parked.positions for log in self._group_logs)
-        interrupt = self._idle_interrupt = asyncio.get_running_loop().create_future()
+        interrupt = self._idle_interrupt
+        if interrupt is None or interrupt.done():  # (one per session until it is used)
+            interrupt = self._idle_interrupt = asyncio.get_running_loop().create_future()
+        self.idle_waiting = True
         try:
             block = min(self._time_left(timeout, now), self.longest_block())
             arrived = await parked.ready(block, interrupt)
         finally:
             self._watching = False
-            self._idle_interrupt = None
+            self.idle_waiting = False
         if arrived:  # a fetch applies the reply (at once: the same parked read)
             return await drive_async(self.serve_steps(max_events, timeout, now), self)
         self.absorb(WATCHED)
@@ -201,7 +207,7 @@ class AsyncGroupSession(SessionSteps[T]):
         calls each last one parked wait, up to ``heartbeat_interval``) ends at once. The
         parked ``XREAD`` stays parked for the next call."""
         interrupt = self._idle_interrupt
-        if interrupt is not None and not interrupt.done():
+        if self.idle_waiting and interrupt is not None and not interrupt.done():
             interrupt.set_result(None)
 
     def _idle_parked(self, timeout: float, now: float) -> AsyncPendingRead | None:
