@@ -2,7 +2,8 @@
 the figures that judge it. Used by the HA tests (``tests/test_ha_failover*.py``) and by
 ``make chaos-ha`` (``tools/chaos_ha.py``).
 
-The writer writes ``k<key>:<seq>`` (``keys`` events a round, waiting for their futures) and
+The writer writes ``k<key>:<seq>`` (``keys`` events a round, waiting for their futures; the keys
+chosen so that each segment has its share of them, see :func:`covering_keys`) and
 logs each acknowledged event; each reader records every delivery as a
 :class:`~tools.chaos_check.Delivery`. After the run the segments are read back as stored, and:
 
@@ -44,6 +45,7 @@ from readergroup import (
     UTF8StringSerializer,
     WriteFuture,
 )
+from readergroup.core.routing import key_position, uniform_ranges
 from tools.chaos_check import Delivery, check
 
 logger = logging.getLogger(__name__)
@@ -101,6 +103,7 @@ class HaRun:
         audit_url: str | None = None,
     ) -> None:
         self.url, self.scope, self.keys, self.pause = url, scope, keys, pause
+        self._keys = covering_keys(keys, segments)
         self.audit_url = audit_url or url
         """Where the segments are read back after the run (a cluster URL naming live nodes
         when the node ``url`` names was killed)."""
@@ -134,11 +137,17 @@ class HaRun:
         self.reader_errors: list[str] = []
         self.failovers: list[_Failover] = []
         self._seq = 0
-        self._threads = [threading.Thread(target=self._write, name="ha-writer", daemon=True)]
+        self.thread_deaths: list[str] = []
+        self._readers: dict[str, Any] = {}
+        self._threads = [
+            threading.Thread(target=self._recorded, args=(self._write,), name="ha-writer")
+        ]
         self._threads += [
-            threading.Thread(target=self._read, args=(f"r{i}",), name=f"ha-r{i}", daemon=True)
+            threading.Thread(target=self._recorded, args=(self._read, f"r{i}"), name=f"ha-r{i}")
             for i in range(readers)
         ]
+        for thread in self._threads:
+            thread.daemon = True
         self.reader_ids = [f"r{i}" for i in range(readers)]
 
     # -- the run ---------------------------------------------------------------------------
@@ -147,6 +156,44 @@ class HaRun:
         for thread in self._threads:
             thread.start()
         self._wait(lambda: self._readers_delivered_since(0), warmup_timeout, "readers to start")
+
+    def progress(self) -> str:
+        """Where the run stands, for a timeout's message: what was acknowledged and delivered
+        by whom, and the first failures of each kind (a thread that died names its error)."""
+        with self._lock:
+            per_reader = dict.fromkeys(self.reader_ids, 0)
+            for d in self.deliveries:
+                per_reader[d.reader] = per_reader.get(d.reader, 0) + 1
+            return (
+                f"acknowledged {len(self.acked)}, rounds begun {self._seq}, delivered "
+                f"{per_reader}, threads alive "
+                f"{[t.name for t in self._threads if t.is_alive()]}, write failures "
+                f"{len(self.write_failures)} {self.write_failures[:3]}, reader errors "
+                f"{len(self.reader_errors)} {self.reader_errors[:3]}, removals "
+                f"{self.removals[:3]}, thread deaths {self.thread_deaths[:3]}; "
+                f"{self._group_view()}"
+            )
+
+    def _group_view(self) -> str:
+        """The group as its log says (members, who owns what, what is unassigned) and what
+        each reader believes it owns."""
+        local = {
+            name: sorted(key[1] for key in r.assignment()) for name, r in self._readers.items()
+        }
+        try:
+            with ReaderGroupManager.from_url(self.scope, self.audit_url, self.client) as rgm:
+                state = rgm.get_reader_group("g").refresh()
+        except ReaderGroupError as exc:
+            return f"readers' own view {local}; the group's state unreadable: {exc!r}"
+        owners: dict[str, list[int]] = defaultdict(list)
+        for key, assignment in state.assigned.items():
+            owners[assignment.reader].append(key[1])
+        return (
+            f"readers' own view {local}; group members "
+            f"{ {r: rec.generation for r, rec in state.readers.items()} }, owners "
+            f"{ {r: sorted(v) for r, v in owners.items()} }, unassigned "
+            f"{sorted(k[1] for k in state.unassigned)}, reset pending {state.reset_pending}"
+        )
 
     @contextmanager
     def failover(self) -> Iterator[None]:
@@ -254,15 +301,24 @@ class HaRun:
                         out[(segment, event.offset)] = event.payload.decode()
         return out
 
-    @staticmethod
-    def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    def _wait(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"waited {timeout}s for {what}")
+                raise TimeoutError(f"waited {timeout}s for {what}; {self.progress()}")
             time.sleep(0.05)
 
     # -- threads ---------------------------------------------------------------------------
+    def _recorded(self, target: Callable[..., None], *args: Any) -> None:
+        """Run a thread's ``target``; an exception that ends it is recorded for ``progress()``
+        (and re-raised, so the thread's death is printed as well)."""
+        try:
+            target(*args)
+        except BaseException as exc:
+            with self._lock:
+                self.thread_deaths.append(f"{threading.current_thread().name}: {exc!r}")
+            raise
+
     def _write(self) -> None:
         while not self._stop_writer.is_set():
             self._renew_writer.clear()
@@ -279,7 +335,7 @@ class HaRun:
                     seq = self._seq
                 futures = [
                     (event, writer.write_event(event, routing_key=f"k{key}"))
-                    for key in range(self.keys)
+                    for key in self._keys
                     for event in [f"k{key}:{seq}"]
                 ]
                 for event, future in futures:
@@ -303,6 +359,7 @@ class HaRun:
     def _read(self, name: str) -> None:
         with EventStreamClientFactory.from_url(self.scope, self.url, self.reader_client) as f:
             reader = f.create_reader(name, "g", UTF8StringSerializer())
+            self._readers[name] = reader
             while not self._stop_readers.is_set():
                 try:
                     batch = reader.read_batch(100, timeout=0.1)
@@ -329,6 +386,26 @@ class HaRun:
 _LOST = re.compile(r"DataLostError\(.segment [^ ]*/(\d+)\.#epoch\.0: offsets (\d+)\.\.(\d+)")
 """A reader's ``DataLostError`` as recorded: the segment number (segments of epoch 0 only,
 as this run's fixed streams have) and the lost offsets."""
+
+
+def covering_keys(keys: int, segments: int) -> list[int]:
+    """``keys`` numbers ``n`` whose routing keys ``k<n>`` go to each of ``segments`` fixed
+    segments in turn (the lowest such numbers), so that every segment gets events and every
+    reader that owns one delivers. (``k0`` .. ``k15`` leave two of 8 segments without any:
+    a reader owning just those two delivered nothing, and a run waiting for every reader to
+    deliver timed out.)"""
+    ranges = uniform_ranges(segments)
+    wanted = [keys // segments + (1 if i < keys % segments else 0) for i in range(segments)]
+    chosen: list[int] = []
+    n = 0
+    while len(chosen) < keys:
+        position = key_position(f"k{n}")
+        segment = next(i for i, (low, high) in enumerate(ranges) if low <= position < high)
+        if wanted[segment] > 0:
+            wanted[segment] -= 1
+            chosen.append(n)
+        n += 1
+    return chosen
 
 
 def _seq(event: str) -> int:
