@@ -23,10 +23,14 @@ from statesync.names import KeyLayout, validate_name
 C = TypeVar("C")
 
 MAX_BLOCK_MS = 5_000
-"""Longest single ``XREAD BLOCK`` (ms); waits loop over chunks so a dead server is noticed."""
+"""Longest single ``XREAD BLOCK`` (ms) of a synchronizer's wait; longer waits loop over chunks
+so a dead server is noticed."""
+MAX_PARKED_BLOCK_MS = 10_000
+"""Longest ``XREAD BLOCK`` (ms) any client of a blocking pool sends: an idle asyncio reader's
+parked read (:data:`readergroup.storage.multi_read.MAX_BLOCK_SECONDS`)."""
 BLOCKING_SOCKET_MARGIN = 5.0
-"""Seconds a blocking client's socket timeout exceeds :data:`MAX_BLOCK_MS`."""
-BLOCKING_SOCKET_TIMEOUT = MAX_BLOCK_MS / 1000 + BLOCKING_SOCKET_MARGIN
+"""Seconds a blocking client's socket timeout exceeds the longest block it sends."""
+BLOCKING_SOCKET_TIMEOUT = max(MAX_BLOCK_MS, MAX_PARKED_BLOCK_MS) / 1000 + BLOCKING_SOCKET_MARGIN
 FOLLOWER_WAKE_TTL_MS = 600_000
 """A follower's wake stream expires this long after the newest wake-up naming it (a follower
 reading it later misses nothing it needs: it refreshes on its own too)."""

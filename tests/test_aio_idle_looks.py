@@ -1,8 +1,9 @@
 """Idle asyncio readers of one event loop (issue 29), on a real Redis: their periodic looks are
 one timer of the loop per ``group_refresh_time`` (shared), not one per reader; and an idle
 reader's read calls post no maintenance round when an auto commit is due with nothing to
-commit; and its parked ``XREAD`` blocks up to ``MAX_BLOCK_SECONDS`` on the server (the read
-call's own wait as before). Counts and arguments, never times."""
+commit; and its parked ``XREAD`` blocks up to ``MAX_BLOCK_SECONDS`` on the server (a read
+call's own wait as before; an ``async for`` call's until that read's reply, unless a maintenance
+round or ``stop_iteration`` needs it sooner). Counts and arguments, never times."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from readergroup import UTF8StringSerializer
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncEventStreamReader
 from readergroup.aio.looks import looks_of
+from readergroup.client.fetch_core import PARK_GRACE
 from readergroup.storage.connection import RedisConnection
 from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
 from tests.support import fetchers
@@ -71,9 +73,9 @@ def test_an_idle_reader_posts_no_round_for_an_auto_commit_with_nothing_to_commit
 def test_an_idle_readers_parked_xread_blocks_up_to_max_block_seconds(
     redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
-    """heartbeat_interval 0.2 s: the parked ``XREAD`` of an idle reader's read calls blocks 5 s
-    on the server (before: 0.2 s, one ``XREAD`` per heartbeat interval), while each call still
-    returns at its own timeout."""
+    """heartbeat_interval 0.2 s: the parked ``XREAD`` of an idle reader's read calls blocks
+    ``MAX_BLOCK_SECONDS`` (10 s) on the server (before: 0.2 s, one ``XREAD`` per heartbeat
+    interval), while each call still returns at its own timeout."""
     make_group(connection, scope)
 
     async def main() -> tuple[list[float], int]:
@@ -102,37 +104,114 @@ def test_an_idle_readers_parked_xread_blocks_up_to_max_block_seconds(
     assert blocks and max(blocks) == MAX_BLOCK_SECONDS
 
 
-def test_async_for_waits_a_whole_parked_wait_per_read_call(
+def _spy_idle_waits(session: Any) -> list[float]:
+    """The blocks of ``session``'s idle read calls' waits on the parked read, as asked."""
+    blocks: list[float] = []
+    parked_wait = session._aio_fetcher.parked_wait
+
+    def spied(logs: Any, switches: int = 0) -> Any:
+        parked = parked_wait(logs, switches)
+        if parked is not None and not hasattr(parked, "spied"):
+            ready = parked.ready
+
+            async def ready_spied(timeout: float, interrupt: Any = None) -> bool:
+                blocks.append(timeout)
+                return bool(await ready(timeout, interrupt))
+
+            parked.ready, parked.spied = ready_spied, True
+        return parked
+
+    session._aio_fetcher.parked_wait = spied
+    return blocks
+
+
+def test_async_for_waits_on_its_parked_read_until_the_reply(
     redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
-    """``async for`` skips timeouts, so its idle read calls each last as long as one wait on
-    the parked ``XREAD`` may (``longest_block()``: heartbeat_interval 0.2 s here), not
-    ``group_refresh_time`` (0.1 s): half the calls, same reaction (the wait is the same)."""
-    make_group(connection, scope, commit_mode="manual")
+    """``async for`` skips timeouts, so an idle read call waits on the parked ``XREAD`` until
+    its reply is due (up to ``MAX_BLOCK_SECONDS`` on the server), not ``longest_block()``
+    (heartbeat_interval 0.2 s here: before, a call and a wake-up every 0.2 s); what needs the
+    call sooner interrupts the wait (a maintenance round: see the next test; ``stop_iteration``:
+    the one after)."""
+    make_group(connection, scope, commit_mode="manual", session_timeout=30.0)  # (idle looks: 22 s)
 
-    async def main() -> tuple[list[float | None], float]:
+    async def main() -> tuple[list[float], float]:
         async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
             reader: Any = await factory.create_reader("a", "g", UTF8StringSerializer())
             await _own(reader, 4)
-            timeouts: list[float | None] = []
-            slowly = reader._next_slowly
+            for _ in range(3):  # (idle calls: a read is parked for the next)
+                await reader.read_next_event(timeout=0.3)
+            blocks = _spy_idle_waits(reader._session)
 
-            async def spied(timeout: float | None, now: float) -> Any:
-                timeouts.append(timeout)
-                if len(timeouts) >= 5:
-                    reader.stop_iteration()
-                return await slowly(timeout, now)
+            async def consume() -> None:
+                async for _event in reader:
+                    pass
 
-            reader._next_slowly = spied
-            async for _event in reader:
-                pass
+            task = asyncio.create_task(consume())
+            async with asyncio.timeout(20):
+                while not blocks:
+                    await asyncio.sleep(0.01)
+            reader.stop_iteration()
+            await asyncio.wait_for(task, timeout=10)
             longest = reader._session.longest_block()
             await reader.close()
-            return timeouts, longest
+            return blocks, longest
 
-    timeouts, longest = asyncio.run(main())
-    assert len(timeouts) == 5 and set(timeouts) == {longest}
+    blocks, longest = asyncio.run(main())
     assert longest == 0.2
+    assert blocks and min(blocks) > 10 * longest  # (the parked read's time left: seconds)
+    assert max(blocks) <= MAX_BLOCK_SECONDS + PARK_GRACE
+
+
+def test_a_maintenance_round_interrupts_an_idle_async_for_call_which_goes_on(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """Work posted to an idle ``async for`` reader (as a heartbeat's news, a look or a
+    fencing posts it) starts a maintenance round, and the round's start ends the read call's
+    wait on its parked read: the call goes on through its steps (it may have segments to
+    read, listeners to call, a removal to raise), and the iteration goes on."""
+    make_group(connection, scope, commit_mode="manual")
+
+    async def main() -> tuple[int, bool, list[str]]:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            reader: Any = await factory.create_reader("a", "g", UTF8StringSerializer())
+            await _own(reader, 4)
+            session = reader._session
+            steps_calls: list[bool] = []
+            serve_steps = session.serve_steps
+
+            def spied_steps(*args: Any, **kwargs: Any) -> Any:
+                steps_calls.append(bool(kwargs.get("fetched")))
+                return serve_steps(*args, **kwargs)
+
+            session.serve_steps = spied_steps
+            seen: list[str] = []
+
+            async def consume() -> None:
+                async for event in reader:
+                    seen.append(event.event)
+
+            task = asyncio.create_task(consume())
+            async with asyncio.timeout(20):
+                while not session.idle_waiting:
+                    await asyncio.sleep(0.01)
+            steps_calls.clear()
+            session.wake.set()  # work posted: the maintenance task's round begins
+            async with asyncio.timeout(5):  # (before: until the parked read's reply, 10 s)
+                while True not in steps_calls:
+                    await asyncio.sleep(0.01)
+            write(connection, scope, [("k", "after")])
+            async with asyncio.timeout(20):
+                while "after" not in seen:
+                    await asyncio.sleep(0.01)
+            alive = not task.done()
+            reader.stop_iteration()
+            await asyncio.wait_for(task, timeout=10)
+            await reader.close()
+            return len(steps_calls), alive, seen
+
+    steps, alive, seen = asyncio.run(main())
+    assert steps >= 1 and alive and seen == ["after"]
 
 
 def test_stop_iteration_ends_an_idle_async_for_without_waiting_out_its_parked_wait(

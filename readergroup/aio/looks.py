@@ -1,8 +1,14 @@
-"""The periodic looks of idle asyncio readers, shared: :class:`PeriodicLooks`, one per event
-loop (:func:`looks_of`), runs ONE timer per period (a group's ``group_refresh_time``) that
-calls every registered look in turn, instead of a timer of each reader's own per period. Two
-hundred idle readers of one loop then cost it one wake-up and one timer per period, not two
-hundred; each reader is looked at as often as before (at least once per period)."""
+"""The timers of idle asyncio readers, shared by the readers of one event loop.
+
+* :class:`PeriodicLooks` (:func:`looks_of`) runs ONE timer per period (a group's
+  ``group_refresh_time``) that calls every registered look in turn, instead of a timer of each
+  reader's own per period. Two hundred idle readers of one loop then cost it one wake-up and
+  one timer per period, not two hundred; each reader is looked at as often as before (at least
+  once per period).
+* :class:`SharedAlarms` (:func:`alarms_of`) resolves futures at given instants of the loop's
+  clock with ONE timer per instant: the heartbeat tasks' pauses end on a grid of instants
+  (:data:`~readergroup.aio.session.BEAT_GRID`), so the readers beating at one instant share
+  its timer (and no pause ends by cancelling its task, as ``asyncio.timeout`` does)."""
 
 from __future__ import annotations
 
@@ -60,3 +66,42 @@ def looks_of(loop: asyncio.AbstractEventLoop) -> PeriodicLooks:
     if looks is None:
         looks = _LOOKS[loop] = PeriodicLooks()
     return looks
+
+
+class SharedAlarms:
+    """Futures resolved at instants of one event loop's clock, one timer per instant (see
+    the module doc)."""
+
+    def __init__(self) -> None:
+        self._due: dict[float, list[asyncio.Future[None]]] = {}
+
+    def add(self, when: float, alarm: asyncio.Future[None]) -> None:
+        """Resolve ``alarm`` (with ``None``, unless it is done by then) at the loop's time
+        ``when``; the first alarm of an instant sets its timer (called in the loop)."""
+        waiting = self._due.get(when)
+        if waiting is None:
+            waiting = self._due[when] = []
+            asyncio.get_running_loop().call_at(when, self._ring, when)
+        waiting.append(alarm)
+
+    def _ring(self, when: float) -> None:
+        for alarm in self._due.pop(when, ()):
+            if not alarm.done():
+                alarm.set_result(None)
+
+    def __len__(self) -> int:
+        """Instants with a timer set (an instrument for tests)."""
+        return len(self._due)
+
+
+_ALARMS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedAlarms] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def alarms_of(loop: asyncio.AbstractEventLoop) -> SharedAlarms:
+    """The one :class:`SharedAlarms` of ``loop`` (made at the first call, gone with it)."""
+    alarms = _ALARMS.get(loop)
+    if alarms is None:
+        alarms = _ALARMS[loop] = SharedAlarms()
+    return alarms

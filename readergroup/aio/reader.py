@@ -173,10 +173,13 @@ class AsyncEventStreamReader(Generic[T]):
                 return event
         return None
 
-    async def _next_slowly(self, timeout: float | None, now: float) -> EventRead[T]:
-        """``read_next_event``'s slow path."""
+    async def _next_slowly(
+        self, timeout: float | None, now: float, *, iterating: bool = False
+    ) -> EventRead[T]:
+        """``read_next_event``'s slow path (``iterating``: ``async for``'s, see
+        :class:`_Events`)."""
         batch = await self._read_slowly(
-            1, self._group.group_refresh_time if timeout is None else timeout, now
+            1, self._group.group_refresh_time if timeout is None else timeout, now, iterating
         )
         return batch[0] if batch else NOTHING
 
@@ -198,7 +201,9 @@ class AsyncEventStreamReader(Generic[T]):
         timeout = self._group.group_refresh_time if timeout is None else timeout
         return await self._read_slowly(max_events, timeout, now)
 
-    async def _read_slowly(self, max_events: int, timeout: float, now: float) -> list[EventRead[T]]:
+    async def _read_slowly(
+        self, max_events: int, timeout: float, now: float, iterating: bool = False
+    ) -> list[EventRead[T]]:
         """The slow path of a read call (the threaded reader's: the session's read-call
         steps), one call at a time."""
         session = self._session
@@ -209,7 +214,7 @@ class AsyncEventStreamReader(Generic[T]):
                 # other task's calls span an await under it, and nothing may be awaited
                 # between the events leaving their buffers and this call returning them (a
                 # cancellation there would lose them)
-                return await session.serve(max_events, timeout, now)
+                return await session.serve(max_events, timeout, now, iterating=iterating)
             finally:
                 session.settle()
 
@@ -256,11 +261,13 @@ class _Events(Generic[T]):
     :meth:`~AsyncEventStreamReader.stop_iteration` is called (timeouts are skipped). A fenced
     reader rejoins by itself (:meth:`~AsyncEventStreamReader.rejoin`).
 
-    Timeouts being skipped, each read call lasts as long as one wait on the parked ``XREAD``
-    may (:meth:`~readergroup.client.group_session.SessionSteps.longest_block`, up to
-    ``heartbeat_interval``; not ``group_refresh_time``): an idle iteration makes a few read calls
-    a second fewer, and :meth:`~AsyncEventStreamReader.stop_iteration` called by another task
-    ends it once the current wait ends.
+    Timeouts being skipped, an idle read call waits on the parked ``XREAD`` until that read's
+    reply (it blocks up to :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS` on the
+    server) or the next idle look at the segments' logs, whichever is first, not
+    :meth:`~readergroup.client.group_session.SessionSteps.longest_block`: what needs the call
+    sooner ends that wait (a maintenance round beginning: the call goes on through its steps;
+    :meth:`~AsyncEventStreamReader.stop_iteration` from another task: the iteration ends). A
+    call that is not idle lasts up to ``longest_block()``.
 
     ``__anext__`` runs ``read_next_event``'s fast path itself (one coroutine per event, not an
     async generator's step around a second coroutine: the per-event cost of ``async for``)."""
@@ -291,7 +298,7 @@ class _Events(Generic[T]):
                 if event is not None:
                     return event
             try:  # (a call as long as one wait: timeouts are skipped here)
-                event = await reader._next_slowly(session.longest_block(), now)
+                event = await reader._next_slowly(session.longest_block(), now, iterating=True)
             except ReaderClosedError:
                 break
             except ReaderReplacedError:

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from readergroup.admin.aio_group_member import AsyncGroupMember
-from readergroup.aio.looks import looks_of
+from readergroup.aio.looks import alarms_of, looks_of
 from readergroup.client.aio_fetcher import AsyncFetcher
 from readergroup.client.event_read import EventRead
 from readergroup.client.fetch_core import WATCHED, FetchOutcome, Outage
@@ -104,7 +104,7 @@ class AsyncGroupSession(SessionSteps[T]):
 
     gate: LoopGate
     wake: asyncio.Event
-    stop: asyncio.Event
+    stop: StopSignal
 
     def __init__(
         self,
@@ -116,7 +116,7 @@ class AsyncGroupSession(SessionSteps[T]):
         **injected: Any,
     ) -> None:
         """``injected``: ``clock`` and ``rng`` (see :class:`SessionSteps`)."""
-        wake, stop = asyncio.Event(), asyncio.Event()
+        wake, stop = asyncio.Event(), StopSignal()
         gate = LoopGate(self._shut)
         args = (connection, member, group_config, fetcher, outage)
         super().__init__(*args, gate=gate, wake=wake, stop=stop, **injected)
@@ -131,7 +131,7 @@ class AsyncGroupSession(SessionSteps[T]):
         self._heartbeats: asyncio.Task[Any] | None = None
         self._watching = False
         """The reading task's fetch waits on the group's wake streams now."""
-        self._idle_interrupt: asyncio.Future[None] | None = None
+        self._idle_interrupt: asyncio.Future[object] | None = None
         """What ends an idle read call's wait early (see :meth:`interrupt_idle_wait`): one
         future for every such wait until it is used."""
         self.idle_waiting = False
@@ -173,12 +173,23 @@ class AsyncGroupSession(SessionSteps[T]):
             finally:
                 self._watching = False
 
-    async def serve(self, max_events: int, timeout: float, now: float) -> list[EventRead[T]]:
+    async def serve(
+        self, max_events: int, timeout: float, now: float, *, iterating: bool = False
+    ) -> list[EventRead[T]]:
         """A read call's slow path: :meth:`serve_steps`, but an *idle* call (one a fetch would
         spend waiting on the parked ``XREAD``, see :meth:`_idle_parked`) waits on that read
         directly, then ends as :meth:`serve_steps` would after its fetch: at once with nothing
         when nothing else happened meanwhile (no step machinery, no take, no fetch plan: an
-        idle reader's read call costs a few checks and one wait), else through its steps."""
+        idle reader's read call costs a few checks and one wait), else through its steps.
+
+        The wait lasts until the parked read's reply is due or the next idle look at the
+        segments' logs (:meth:`~readergroup.client.fetch_core.FetchCore.parked_left`), for a
+        call with a timeout no longer than that; ``iterating`` (``async for``, whose timeouts
+        are skipped): that long whatever the timeout, so an idle iteration makes one call per
+        parked read, not one per ``longest_block()``. It ends early when a maintenance round
+        begins (:meth:`wait_wake` returning: the round may bring segments to read, listeners
+        to call, a removal; the call goes on through its steps, which poll while the round is
+        under way) or ``stop_iteration()`` is called (the call ends with nothing)."""
         parked = self._idle_parked(timeout, now)
         if parked is None:
             return await drive_async(self.serve_steps(max_events, timeout, now), self)
@@ -188,7 +199,9 @@ class AsyncGroupSession(SessionSteps[T]):
             interrupt = self._idle_interrupt = asyncio.get_running_loop().create_future()
         self.idle_waiting = True
         try:
-            block = min(self._time_left(timeout, now), self.longest_block())
+            block = self._aio_fetcher.parked_left()
+            if not iterating:
+                block = min(self._time_left(timeout, now), block)
             arrived = await parked.ready(block, interrupt)
         finally:
             self._watching = False
@@ -197,18 +210,29 @@ class AsyncGroupSession(SessionSteps[T]):
             return await drive_async(self.serve_steps(max_events, timeout, now), self)
         self.absorb(WATCHED)
         self.check_lease()
-        if interrupt.done() or (self._time_left(timeout, now) <= 0 and self._quiet()):
+        stopped = interrupt.done() and interrupt.result() is _STOP
+        if stopped or (self._time_left(timeout, now) <= 0 and self._quiet()):
             return []
         return await drive_async(self.serve_steps(max_events, timeout, now, fetched=True), self)
 
     def interrupt_idle_wait(self) -> None:
         """End the idle read call waiting now (see :meth:`serve`), if any, with nothing, as if
         its time were up: what ``stop_iteration()`` calls so that an idle ``async for`` (whose
-        calls each last one parked wait, up to ``heartbeat_interval``) ends at once. The
-        parked ``XREAD`` stays parked for the next call."""
+        calls each last until the parked read's reply, up to
+        :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`) ends at once. The parked
+        ``XREAD`` stays parked for the next call."""
+        self._interrupt_idle_wait(_STOP)
+
+    def _attend(self) -> None:
+        """Have the idle read call waiting now (if any) look at the session again, through
+        its steps (the rest of its time as any call's): a maintenance round begins (its
+        outcome may be segments to read, listeners to call, a removal, a fencing)."""
+        self._interrupt_idle_wait(_ATTEND)
+
+    def _interrupt_idle_wait(self, why: object) -> None:
         interrupt = self._idle_interrupt
         if self.idle_waiting and interrupt is not None and not interrupt.done():
-            interrupt.set_result(None)
+            interrupt.set_result(why)
 
     def _idle_parked(self, timeout: float, now: float) -> AsyncPendingRead | None:
         """The parked ``XREAD`` this read call's fetch would only wait on, after doing what
@@ -240,11 +264,11 @@ class AsyncGroupSession(SessionSteps[T]):
     def parked_hold(self, hold: float) -> float:
         """An idle fetch's parked ``XREAD`` blocks on the server up to
         :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`, past the longest wait of a
-        call (:meth:`longest_block`, ``heartbeat_interval``): the call's wait, and so every
-        check made between waits (the heartbeat task's news, posted work, the lease), is as
-        before; only the ``XREAD`` outlives it, parked for the next call (one ``XREAD`` per
-        5 s, not per ``heartbeat_interval``). Shorter holds (a round under way, an owned
-        segment's end known) stay as they are."""
+        call (:meth:`longest_block`, ``heartbeat_interval``): a read call's wait is as before
+        (an ``async for`` call's lasts until this read's reply, see :meth:`serve`); the
+        ``XREAD`` outlives it, parked for the next call (one ``XREAD`` per 10 s, not per
+        ``heartbeat_interval``). Shorter holds (a round under way, an owned segment's end known)
+        stay as they are."""
         config = self._group
         if hold >= max(config.group_refresh_time, config.heartbeat_interval):
             return max(hold, MAX_BLOCK_SECONDS)
@@ -290,6 +314,7 @@ class AsyncGroupSession(SessionSteps[T]):
         ``group_refresh_time`` for every idle reader of the loop), until one would act."""
         wake = self.wake
         if wake.is_set():
+            self._attend()
             return True
         loop = asyncio.get_running_loop()
         looks, period = looks_of(loop), self._group.group_refresh_time
@@ -309,6 +334,7 @@ class AsyncGroupSession(SessionSteps[T]):
         finally:
             timer.cancel()
             looks.discard(period, look)
+        self._attend()
         return True
 
     def consumed_recorded(self) -> None:
@@ -366,11 +392,20 @@ class AsyncGroupSession(SessionSteps[T]):
     async def stopped_within(self, timeout: float) -> bool:
         """Whether ``stop`` was set within ``timeout`` s (the heartbeat task's pauses end on
         the :data:`BEAT_GRID`)."""
-        at = None
-        if timeout >= 10 * BEAT_GRID and asyncio.current_task() is self._heartbeats:
-            now = asyncio.get_running_loop().time()
-            at = math.ceil((now + timeout) / BEAT_GRID) * BEAT_GRID
-        return await _wait(self.stop, timeout, at=at)
+        stop = self.stop
+        if timeout < 10 * BEAT_GRID or asyncio.current_task() is not self._heartbeats:
+            return await _wait(stop, timeout)
+        if stop.is_set():
+            return True
+        loop = asyncio.get_running_loop()
+        alarm: asyncio.Future[None] = loop.create_future()
+        alarms_of(loop).add(math.ceil((loop.time() + timeout) / BEAT_GRID) * BEAT_GRID, alarm)
+        stop.also_ends(alarm)
+        try:
+            await alarm
+        finally:
+            stop.forget(alarm)
+        return stop.is_set()
 
     async def stop_background(self, timeout: float) -> bool:
         """Stop the heartbeat and maintenance tasks (``stop`` is set): cancelled, then awaited
@@ -414,13 +449,41 @@ class AsyncGroupSession(SessionSteps[T]):
         return task is not None and not task.done()
 
 
-async def _wait(event: asyncio.Event, timeout: float, *, at: float | None = None) -> bool:
-    """Whether ``event`` was set within ``timeout`` seconds (or by the loop's time ``at``)."""
+_STOP = object()
+"""Why an idle read call's wait ended early: ``stop_iteration()`` (the call ends with nothing)."""
+_ATTEND = object()
+"""Why an idle read call's wait ended early: a maintenance round began (the call goes on
+through its steps)."""
+
+
+class StopSignal(asyncio.Event):
+    """A session's ``stop``: an ``asyncio.Event`` whose :meth:`set` also resolves the futures
+    registered with :meth:`also_ends` (a heartbeat pause waiting on a shared alarm, see
+    :meth:`AsyncGroupSession.stopped_within`, ends at once, as a wait on the event would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._also: set[asyncio.Future[None]] = set()
+
+    def also_ends(self, future: asyncio.Future[None]) -> None:
+        self._also.add(future)
+
+    def forget(self, future: asyncio.Future[None]) -> None:
+        self._also.discard(future)
+
+    def set(self) -> None:
+        super().set()
+        for future in list(self._also):
+            if not future.done():
+                future.set_result(None)
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> bool:
+    """Whether ``event`` was set within ``timeout`` seconds."""
     if event.is_set():
         return True
     with contextlib.suppress(TimeoutError):
-        when = asyncio.get_running_loop().time() + max(0.0, timeout) if at is None else at
-        async with asyncio.timeout_at(when):
+        async with asyncio.timeout(max(0.0, timeout)):
             await event.wait()
     return event.is_set()
 

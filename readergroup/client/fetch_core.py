@@ -757,6 +757,13 @@ class FetchCore(Generic[T]):
         positions, _ = self._fetch_positions(logs)
         return parked if parked.positions == positions else None
 
+    def parked_left(self) -> float:
+        """Seconds a wait on the parked read (see :meth:`parked_wait`) may last: until its
+        reply is overdue (its server-side block and :data:`PARK_GRACE`; the reply, empty or
+        not, normally ends the wait at the block's end), or the next idle look is due,
+        whichever is first."""
+        return max(0.0, min(self._idle_due, self._parked_until) - self._clock.monotonic())
+
     def _answered(self) -> None:
         """Redis answered a read: if that ends an outage, a failover may be why, so every
         segment's log is looked at on the next fetch."""

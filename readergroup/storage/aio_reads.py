@@ -100,7 +100,7 @@ class AsyncSegmentReads:
         self, positions: Mapping[str, str], timeout: float, limit: int
     ) -> dict[str, Any]:
         """``XREAD BLOCK`` over stream keys (segments and state logs) in one call: key -> raw
-        entries of the keys that had something (at most 5 s per call). Raises
+        entries of the keys that had something (at most ``MAX_BLOCK_SECONDS`` per call). Raises
         :class:`WrongKeyTypeError` naming the keys that are not streams."""
         if not positions:
             return {}
@@ -229,7 +229,7 @@ class AsyncPendingRead:
         self.positions = dict(positions)
         self.task = task
 
-    async def ready(self, timeout: float, interrupt: asyncio.Future[None] | None = None) -> bool:
+    async def ready(self, timeout: float, interrupt: asyncio.Future[Any] | None = None) -> bool:
         """Whether the reply (or an error) is there within ``timeout`` s (not cancelling the
         read when the wait is cancelled); ``interrupt`` done ends the wait early."""
         task = self.task

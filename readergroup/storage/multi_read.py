@@ -10,9 +10,12 @@ import redis
 
 from readergroup.core.errors import ReaderGroupError, WrongKeyTypeError
 from readergroup.storage.translate import translate_errors
+from statesync.redis_wire import MAX_PARKED_BLOCK_MS
 
-MAX_BLOCK_SECONDS = 5.0
-"""Longest single blocking read; callers loop for longer waits (a dead server is noticed)."""
+MAX_BLOCK_SECONDS = MAX_PARKED_BLOCK_MS / 1000
+"""Longest single blocking read (10 s: an idle asyncio reader's parked ``XREAD``; the blocking
+clients' socket timeouts exceed it by :data:`~statesync.redis_wire.BLOCKING_SOCKET_MARGIN`);
+callers loop for longer waits (a dead server is noticed)."""
 
 CLUSTER_BLOCK_SECONDS = 0.1
 """On a cluster, longest blocking read of the first key alone after a sweep of every slot
