@@ -27,7 +27,7 @@ MAX_BLOCK_MS = 5_000
 so a dead server is noticed."""
 MAX_PARKED_BLOCK_MS = 10_000
 """Longest ``XREAD BLOCK`` (ms) any client of a blocking pool sends: an idle asyncio reader's
-parked read (:data:`readergroup.storage.multi_read.MAX_BLOCK_SECONDS`)."""
+parked read (:data:`readergroup.storage.multi_read.MAX_PARKED_BLOCK_SECONDS`)."""
 BLOCKING_SOCKET_MARGIN = 5.0
 """Seconds a blocking client's socket timeout exceeds the longest block it sends."""
 BLOCKING_SOCKET_TIMEOUT = max(MAX_BLOCK_MS, MAX_PARKED_BLOCK_MS) / 1000 + BLOCKING_SOCKET_MARGIN

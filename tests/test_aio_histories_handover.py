@@ -1,7 +1,7 @@
 """The asyncio reader's ``commit()`` reads its segments' histories (``epoch_histories``: an
 ``HMGET`` pipeline) on the connections of its blocking reads. A read parked there
 (``XREAD BLOCK``) and given up must not leave its reply due on a connection the pipeline then
-gets (the pipeline would wait out the 10 s socket timeout, or take the read's reply for its
+gets (the pipeline would wait out the 15 s socket timeout, or take the read's reply for its
 own): the pool here has one connection, so the pipeline gets the very one the parked read used.
 On a real Redis (both servers: ``READERGROUP_TEST_SERVER=valkey|redis``). A guard for a
 ``Timeout reading`` seen once in CI (issue 29), not reproduced."""

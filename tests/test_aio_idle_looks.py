@@ -1,7 +1,7 @@
 """Idle asyncio readers of one event loop (issue 29), on a real Redis: their periodic looks are
 one timer of the loop per ``group_refresh_time`` (shared), not one per reader; and an idle
 reader's read calls post no maintenance round when an auto commit is due with nothing to
-commit; and its parked ``XREAD`` blocks up to ``MAX_BLOCK_SECONDS`` on the server (a read
+commit; and its parked ``XREAD`` blocks up to ``MAX_PARKED_BLOCK_SECONDS`` on the server (a read
 call's own wait as before; an ``async for`` call's until that read's reply, unless a maintenance
 round or ``stop_iteration`` needs it sooner). Counts and arguments, never times."""
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from readergroup import UTF8StringSerializer
+from readergroup import ReaderNotInGroupError, UTF8StringSerializer
 from readergroup.aio import AsyncEventStreamClientFactory, AsyncEventStreamReader
 from readergroup.aio.looks import looks_of
 from readergroup.client.fetch_core import PARK_GRACE
 from readergroup.storage.connection import RedisConnection
-from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
+from readergroup.storage.multi_read import MAX_PARKED_BLOCK_SECONDS
 from tests.support import fetchers
 from tests.test_aio_idle import _own, idle_rounds
 from tests.test_aio_reader import make_group, write
@@ -74,7 +74,7 @@ def test_an_idle_readers_parked_xread_blocks_up_to_max_block_seconds(
     redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
     """heartbeat_interval 0.2 s: the parked ``XREAD`` of an idle reader's read calls blocks
-    ``MAX_BLOCK_SECONDS`` (10 s) on the server (before: 0.2 s, one ``XREAD`` per heartbeat
+    ``MAX_PARKED_BLOCK_SECONDS`` (10 s) on the server (before: 0.2 s, one ``XREAD`` per heartbeat
     interval), while each call still returns at its own timeout."""
     make_group(connection, scope)
 
@@ -101,7 +101,7 @@ def test_an_idle_readers_parked_xread_blocks_up_to_max_block_seconds(
 
     blocks, nothing = asyncio.run(main())
     assert nothing == 10
-    assert blocks and max(blocks) == MAX_BLOCK_SECONDS
+    assert blocks and max(blocks) == MAX_PARKED_BLOCK_SECONDS
 
 
 def _spy_idle_waits(session: Any) -> list[float]:
@@ -129,7 +129,7 @@ def test_async_for_waits_on_its_parked_read_until_the_reply(
     redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
     """``async for`` skips timeouts, so an idle read call waits on the parked ``XREAD`` until
-    its reply is due (up to ``MAX_BLOCK_SECONDS`` on the server), not ``longest_block()``
+    its reply is due (up to ``MAX_PARKED_BLOCK_SECONDS`` on the server), not ``longest_block()``
     (heartbeat_interval 0.2 s here: before, a call and a wake-up every 0.2 s); what needs the
     call sooner interrupts the wait (a maintenance round: see the next test; ``stop_iteration``:
     the one after)."""
@@ -160,7 +160,7 @@ def test_async_for_waits_on_its_parked_read_until_the_reply(
     blocks, longest = asyncio.run(main())
     assert longest == 0.2
     assert blocks and min(blocks) > 10 * longest  # (the parked read's time left: seconds)
-    assert max(blocks) <= MAX_BLOCK_SECONDS + PARK_GRACE
+    assert max(blocks) <= MAX_PARKED_BLOCK_SECONDS + PARK_GRACE
 
 
 def test_a_maintenance_round_interrupts_an_idle_async_for_call_which_goes_on(
@@ -260,3 +260,51 @@ def test_stop_iteration_ends_an_idle_async_for_without_waiting_out_its_parked_wa
             return seen
 
     assert asyncio.run(main()) == ["after"]
+
+
+def test_an_idle_async_for_reader_polls_within_max_poll_interval(
+    redis_url: str, scope: str, connection: RedisConnection
+) -> None:
+    """An idle ``async for`` call is the reader's poll: with ``max_poll_interval`` 2 s (and a
+    30 s session, so its parked read alone would keep the call waiting about 10 s) the calls
+    end within half of it, and the heartbeat never removes the reader for not polling (found
+    in review: it was removed, and rejoined, every 2 s)."""
+    make_group(
+        connection,
+        scope,
+        commit_mode="manual",
+        session_timeout=30.0,
+        max_poll_interval=2.0,
+    )
+
+    async def main() -> tuple[int, int, list[float]]:
+        async with AsyncEventStreamClientFactory.from_url(scope, redis_url) as factory:
+            reader: Any = await factory.create_reader("a", "g", UTF8StringSerializer())
+            await _own(reader, 4)
+            for _ in range(3):  # (idle calls: a read is parked for the next)
+                await reader.read_next_event(timeout=0.3)
+            generation = reader._session.member.generation
+            blocks = _spy_idle_waits(reader._session)
+            removals = 0
+
+            async def consume() -> None:
+                nonlocal removals
+                try:
+                    async for _event in reader:
+                        pass
+                except ReaderNotInGroupError:
+                    removals += 1
+
+            task = asyncio.create_task(consume())
+            async with asyncio.timeout(30):
+                while len(blocks) < 5 and not task.done():  # 5 idle calls: over 4 s
+                    await asyncio.sleep(0.05)
+            reader.stop_iteration()
+            await asyncio.wait_for(task, timeout=10)
+            now = reader._session.member.generation
+            await reader.close()
+            return removals, now - generation, blocks
+
+    removals, generations, blocks = asyncio.run(main())
+    assert (removals, generations) == (0, 0)
+    assert len(blocks) >= 5 and max(blocks) <= 1.0

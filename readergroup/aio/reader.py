@@ -262,7 +262,7 @@ class _Events(Generic[T]):
     reader rejoins by itself (:meth:`~AsyncEventStreamReader.rejoin`).
 
     Timeouts being skipped, an idle read call waits on the parked ``XREAD`` until that read's
-    reply (it blocks up to :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS` on the
+    reply (it blocks up to :data:`~readergroup.storage.multi_read.MAX_PARKED_BLOCK_SECONDS` on the
     server) or the next idle look at the segments' logs, whichever is first, not
     :meth:`~readergroup.client.group_session.SessionSteps.longest_block`: what needs the call
     sooner ends that wait (a maintenance round beginning: the call goes on through its steps;

@@ -37,7 +37,7 @@ from readergroup.core.group_config import AUTO, ReaderGroupConfig
 from readergroup.storage.aio_calls import drive_async
 from readergroup.storage.aio_reader_connection import AsyncReaderConnection
 from readergroup.storage.aio_reads import AsyncPendingRead
-from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
+from readergroup.storage.multi_read import MAX_PARKED_BLOCK_SECONDS
 from statesync.aio_synchronizer import clock_sleep
 
 T = TypeVar("T")
@@ -136,6 +136,8 @@ class AsyncGroupSession(SessionSteps[T]):
         future for every such wait until it is used."""
         self.idle_waiting = False
         """An idle read call waits on the parked read now."""
+        self._round_begun = False
+        """A maintenance round began and is not over (see :meth:`_begin_round`)."""
         fetcher.unlocked = self._unlocked
         self.start_background()
 
@@ -200,8 +202,8 @@ class AsyncGroupSession(SessionSteps[T]):
         self.idle_waiting = True
         try:
             block = self._aio_fetcher.parked_left()
-            if not iterating:
-                block = min(self._time_left(timeout, now), block)
+            block = min(self._time_left(timeout, now), block) if not iterating else block
+            block = min(block, self._idle_wait_bound(now))
             arrived = await parked.ready(block, interrupt)
         finally:
             self._watching = False
@@ -219,7 +221,7 @@ class AsyncGroupSession(SessionSteps[T]):
         """End the idle read call waiting now (see :meth:`serve`), if any, with nothing, as if
         its time were up: what ``stop_iteration()`` calls so that an idle ``async for`` (whose
         calls each last until the parked read's reply, up to
-        :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`) ends at once. The parked
+        :data:`~readergroup.storage.multi_read.MAX_PARKED_BLOCK_SECONDS`) ends at once. The parked
         ``XREAD`` stays parked for the next call."""
         self._interrupt_idle_wait(_STOP)
 
@@ -234,6 +236,15 @@ class AsyncGroupSession(SessionSteps[T]):
         if self.idle_waiting and interrupt is not None and not interrupt.done():
             interrupt.set_result(why)
 
+    def _idle_wait_bound(self, now: float) -> float:
+        """The longest an idle call may wait whatever its timeout: until the lease would end
+        with no heartbeat renewed meanwhile (the next call's checks then fence the reader:
+        a failing heartbeat posts no round, and a server that stopped answering leaves the
+        parked read unanswered), and half ``max_poll_interval`` (the call is the reader's
+        poll)."""
+        lease_left = self._last_beat_ok + self._session - self._clock.monotonic()
+        return max(0.0, min(lease_left, self._group.max_poll_interval / 2))
+
     def _idle_parked(self, timeout: float, now: float) -> AsyncPendingRead | None:
         """The parked ``XREAD`` this read call's fetch would only wait on, after doing what
         :meth:`serve_steps` does first (the call's poll, the events consumed), if the call is
@@ -243,7 +254,7 @@ class AsyncGroupSession(SessionSteps[T]):
         hand-out lock is free), time left to wait, and the fetcher's own conditions
         (:meth:`~readergroup.client.fetch_core.FetchCore.parked_wait`). ``None``: the call
         takes its steps."""
-        if self.closed or self.hand_out.locked() or not self._quiet():
+        if self.closed or self.hand_out.locked() or self._round_begun or not self._quiet():
             return None
         if self.fenced is not None or self._clock.monotonic() - self._last_beat_ok > self._session:
             return None  # (the steps fence and raise)
@@ -254,7 +265,8 @@ class AsyncGroupSession(SessionSteps[T]):
             return None
         if self._time_left(timeout, now) <= 0:
             return None  # (at least one fetch, even past the timeout)
-        parked = self._aio_fetcher.parked_wait(self.wake_logs())
+        switches = self._reader_connection.primary_switches()
+        parked = self._aio_fetcher.parked_wait(self.wake_logs(), switches)
         return parked if isinstance(parked, AsyncPendingRead) else None
 
     def _time_left(self, timeout: float, now: float) -> float:
@@ -263,7 +275,7 @@ class AsyncGroupSession(SessionSteps[T]):
 
     def parked_hold(self, hold: float) -> float:
         """An idle fetch's parked ``XREAD`` blocks on the server up to
-        :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`, past the longest wait of a
+        :data:`~readergroup.storage.multi_read.MAX_PARKED_BLOCK_SECONDS`, past the longest wait of a
         call (:meth:`longest_block`, ``heartbeat_interval``): a read call's wait is as before
         (an ``async for`` call's lasts until this read's reply, see :meth:`serve`); the
         ``XREAD`` outlives it, parked for the next call (one ``XREAD`` per 10 s, not per
@@ -271,7 +283,7 @@ class AsyncGroupSession(SessionSteps[T]):
         stay as they are."""
         config = self._group
         if hold >= max(config.group_refresh_time, config.heartbeat_interval):
-            return max(hold, MAX_BLOCK_SECONDS)
+            return max(hold, MAX_PARKED_BLOCK_SECONDS)
         return hold
 
     def _quiet(self) -> bool:
@@ -312,9 +324,10 @@ class AsyncGroupSession(SessionSteps[T]):
         look is a timer of this wait's own (after ``timeout``); the next are the loop's shared
         ones (:class:`~readergroup.aio.looks.PeriodicLooks`: one timer per
         ``group_refresh_time`` for every idle reader of the loop), until one would act."""
+        self._round_begun = False  # (the last round, if any, is over)
         wake = self.wake
         if wake.is_set():
-            self._attend()
+            self._begin_round()
             return True
         loop = asyncio.get_running_loop()
         looks, period = looks_of(loop), self._group.group_refresh_time
@@ -334,8 +347,17 @@ class AsyncGroupSession(SessionSteps[T]):
         finally:
             timer.cancel()
             looks.discard(period, look)
-        self._attend()
+        self._begin_round()
         return True
+
+    def _begin_round(self) -> None:
+        """A maintenance round begins: no read call waits idle until it is over (the next
+        :meth:`wait_wake`; a retried round counts as the same), and the one waiting now, if
+        any, goes on through its steps (:meth:`_attend`). The round may wait for a lock
+        before it shows as under way: a call that began idle then would wait past its
+        outcome."""
+        self._round_begun = True
+        self._attend()
 
     def consumed_recorded(self) -> None:
         """As the threaded session's, but an auto commit due posts a round only when there

@@ -33,6 +33,8 @@ from readergroup.storage.aio_append import raised, raw_by_node
 from readergroup.storage.keys import KeyLayout
 from readergroup.storage.multi_read import (
     CLUSTER_BLOCK_SECONDS,
+    MAX_BLOCK_SECONDS,
+    MAX_PARKED_BLOCK_SECONDS,
     by_key,
     by_slot,
     first_alone,
@@ -71,7 +73,8 @@ async def _raw(client: Any, *command: Any) -> Any:
 class AsyncSegmentReads:
     """Reads of segments under ``keys`` on ``client`` (a ``redis.asyncio.Redis`` returning
     bytes). ``blocking_client`` (default ``client``) carries ``XREAD BLOCK``: its socket timeout
-    must be ``None`` or longer than :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`.
+    must be ``None`` or longer than
+    :data:`~readergroup.storage.multi_read.MAX_PARKED_BLOCK_SECONDS`.
     ``XREAD`` and ``XRANGE`` replies are read raw (parsed here, as the threaded connection
     does), without changing the clients' response callbacks."""
 
@@ -100,7 +103,7 @@ class AsyncSegmentReads:
         self, positions: Mapping[str, str], timeout: float, limit: int
     ) -> dict[str, Any]:
         """``XREAD BLOCK`` over stream keys (segments and state logs) in one call: key -> raw
-        entries of the keys that had something (at most ``MAX_BLOCK_SECONDS`` per call). Raises
+        entries of the keys that had something (at most 5 s per call). Raises
         :class:`WrongKeyTypeError` naming the keys that are not streams."""
         if not positions:
             return {}
@@ -120,15 +123,21 @@ class AsyncSegmentReads:
             raise WrongKeyTypeError(wrong) from exc
 
     async def xread(
-        self, positions: Mapping[str, str], limit: int, block: float | None = None
+        self,
+        positions: Mapping[str, str],
+        limit: int,
+        block: float | None = None,
+        longest: float = MAX_BLOCK_SECONDS,
     ) -> dict[str, Any]:
-        """One ``XREAD COUNT limit`` (``block``: ``BLOCK``) of ``positions``: key -> raw
-        entries (a key of the wrong type: a :class:`ReaderGroupError` naming ``WRONGTYPE``).
-        On a cluster, one per slot (see the module doc)."""
+        """One ``XREAD COUNT limit`` (``block``: ``BLOCK``, at most ``longest`` s) of
+        ``positions``: key -> raw entries (a key of the wrong type: a
+        :class:`ReaderGroupError` naming ``WRONGTYPE``). On a cluster, one per slot (see the
+        module doc)."""
         if self._nodes is not None:
             return await self._xread_by_slot(self._nodes, positions, limit, block)
         with translate_errors("read"):
-            reply = await _raw(self._blocking, *xread_command(positions, limit, block))
+            command = xread_command(positions, limit, block, longest)
+            reply = await _raw(self._blocking, *command)
         return by_key(reply)
 
     async def _xread_by_slot(
@@ -156,8 +165,11 @@ class AsyncSegmentReads:
     def start(
         self, positions: Mapping[str, str], limit: int, block: float | None = None
     ) -> AsyncPendingRead:
-        """Send :meth:`xread` in a task of its own now; its reply is awaited later."""
-        task = asyncio.ensure_future(self.xread(positions, limit, block))
+        """Send :meth:`xread` in a task of its own now; its reply is awaited later (a parked
+        read: ``block`` up to :data:`~readergroup.storage.multi_read.MAX_PARKED_BLOCK_SECONDS`)."""
+        task = asyncio.ensure_future(
+            self.xread(positions, limit, block, longest=MAX_PARKED_BLOCK_SECONDS)
+        )
         return AsyncPendingRead(positions, task)
 
     # -- one segment's log -----------------------------------------------------------------

@@ -12,10 +12,14 @@ from readergroup.core.errors import ReaderGroupError, WrongKeyTypeError
 from readergroup.storage.translate import translate_errors
 from statesync.redis_wire import MAX_PARKED_BLOCK_MS
 
-MAX_BLOCK_SECONDS = MAX_PARKED_BLOCK_MS / 1000
-"""Longest single blocking read (10 s: an idle asyncio reader's parked ``XREAD``; the blocking
-clients' socket timeouts exceed it by :data:`~statesync.redis_wire.BLOCKING_SOCKET_MARGIN`);
-callers loop for longer waits (a dead server is noticed)."""
+MAX_BLOCK_SECONDS = 5.0
+"""Longest single blocking read; callers loop for longer waits (a dead server is noticed)."""
+
+MAX_PARKED_BLOCK_SECONDS = MAX_PARKED_BLOCK_MS / 1000
+"""Longest block of an idle asyncio reader's parked ``XREAD`` (10 s; see
+:meth:`~readergroup.aio.session.AsyncGroupSession.parked_hold`): no call waits that long on it
+unless nothing needs it sooner. The blocking clients' socket timeouts exceed it by
+:data:`~statesync.redis_wire.BLOCKING_SOCKET_MARGIN`."""
 
 CLUSTER_BLOCK_SECONDS = 0.1
 """On a cluster, longest blocking read of the first key alone after a sweep of every slot
@@ -28,18 +32,22 @@ def by_key(reply: Any) -> dict[str, Any]:
     return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in items}
 
 
-def block_ms(timeout: float) -> int:
+def block_ms(timeout: float, longest: float = MAX_BLOCK_SECONDS) -> int:
     """``XREAD BLOCK``'s milliseconds for a wait of ``timeout`` s (at least 1, at most
-    :data:`MAX_BLOCK_SECONDS`: longer waits are several reads)."""
-    return max(1, int(min(timeout, MAX_BLOCK_SECONDS) * 1000))
+    ``longest``: longer waits are several reads)."""
+    return max(1, int(min(timeout, longest) * 1000))
 
 
 def xread_command(
-    positions: Mapping[str, str], limit: int, block: float | None = None
+    positions: Mapping[str, str],
+    limit: int,
+    block: float | None = None,
+    longest: float = MAX_BLOCK_SECONDS,
 ) -> tuple[Any, ...]:
     """The ``XREAD COUNT limit [BLOCK ms] STREAMS ...`` command of ``positions`` (key -> the
-    entry id to read after), as arguments for ``send_command``/``execute_command``."""
-    waits: tuple[Any, ...] = () if block is None else ("BLOCK", block_ms(block))
+    entry id to read after), as arguments for ``send_command``/``execute_command`` (``block``
+    at most ``longest`` s)."""
+    waits: tuple[Any, ...] = () if block is None else ("BLOCK", block_ms(block, longest))
     return ("XREAD", "COUNT", limit, *waits, "STREAMS", *positions, *positions.values())
 
 
