@@ -163,6 +163,22 @@ def test_async_for_waits_on_its_parked_read_until_the_reply(
     assert max(blocks) <= MAX_PARKED_BLOCK_SECONDS + PARK_GRACE
 
 
+async def _iterating_until_idle(reader: Any) -> tuple[asyncio.Task[None], list[str]]:
+    """A task consuming ``reader`` with ``async for`` (into the list returned), once its read
+    call waits idle on the parked read."""
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async for event in reader:
+            seen.append(event.event)
+
+    task = asyncio.create_task(consume())
+    async with asyncio.timeout(20):
+        while not reader._session.idle_waiting:
+            await asyncio.sleep(0.01)
+    return task, seen
+
+
 def test_a_maintenance_round_interrupts_an_idle_async_for_call_which_goes_on(
     redis_url: str, scope: str, connection: RedisConnection
 ) -> None:
@@ -185,16 +201,7 @@ def test_a_maintenance_round_interrupts_an_idle_async_for_call_which_goes_on(
                 return serve_steps(*args, **kwargs)
 
             session.serve_steps = spied_steps
-            seen: list[str] = []
-
-            async def consume() -> None:
-                async for event in reader:
-                    seen.append(event.event)
-
-            task = asyncio.create_task(consume())
-            async with asyncio.timeout(20):
-                while not session.idle_waiting:
-                    await asyncio.sleep(0.01)
+            task, seen = await _iterating_until_idle(reader)
             steps_calls.clear()
             session.wake.set()  # work posted: the maintenance task's round begins
             async with asyncio.timeout(5):  # (before: until the parked read's reply, 10 s)
@@ -237,16 +244,7 @@ def test_stop_iteration_ends_an_idle_async_for_without_waiting_out_its_parked_wa
             assert reader._session.longest_block() == 20.0
             for _ in range(3):  # (idle calls: a read is parked for the next)
                 await reader.read_next_event(timeout=0.3)
-            seen: list[str] = []
-
-            async def consume() -> None:
-                async for event in reader:
-                    seen.append(event.event)
-
-            task = asyncio.create_task(consume())
-            async with asyncio.timeout(20):
-                while not reader._session.idle_waiting:  # (not yet in its idle wait)
-                    await asyncio.sleep(0.01)
+            task, seen = await _iterating_until_idle(reader)
             reader.stop_iteration()
             await asyncio.wait_for(task, timeout=5.0)  # (the deadline: before, 20 s)
             write(connection, scope, [("k", "after")])

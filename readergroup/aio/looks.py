@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable
+from typing import TypeVar
 
 Look = Callable[[], bool]
 """A reader's look: ``True`` when it needs no more (its wait is over)."""
@@ -55,6 +56,21 @@ class PeriodicLooks:
         return sum(len(looks) for looks in self._looks.values())
 
 
+_Shared = TypeVar("_Shared")
+
+
+def _one_per_loop(
+    registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Shared],
+    loop: asyncio.AbstractEventLoop,
+    make: Callable[[], _Shared],
+) -> _Shared:
+    """``loop``'s entry of ``registry``, made by ``make`` at the first call (gone with it)."""
+    found = registry.get(loop)
+    if found is None:
+        found = registry[loop] = make()
+    return found
+
+
 _LOOKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PeriodicLooks] = (
     weakref.WeakKeyDictionary()
 )
@@ -62,10 +78,7 @@ _LOOKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PeriodicLooks] = (
 
 def looks_of(loop: asyncio.AbstractEventLoop) -> PeriodicLooks:
     """The one :class:`PeriodicLooks` of ``loop`` (made at the first call, gone with it)."""
-    looks = _LOOKS.get(loop)
-    if looks is None:
-        looks = _LOOKS[loop] = PeriodicLooks()
-    return looks
+    return _one_per_loop(_LOOKS, loop, PeriodicLooks)
 
 
 class SharedAlarms:
@@ -101,7 +114,4 @@ _ALARMS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedAlarms] = (
 
 def alarms_of(loop: asyncio.AbstractEventLoop) -> SharedAlarms:
     """The one :class:`SharedAlarms` of ``loop`` (made at the first call, gone with it)."""
-    alarms = _ALARMS.get(loop)
-    if alarms is None:
-        alarms = _ALARMS[loop] = SharedAlarms()
-    return alarms
+    return _one_per_loop(_ALARMS, loop, SharedAlarms)
