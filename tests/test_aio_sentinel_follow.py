@@ -9,9 +9,10 @@ not handed out again to the old primary). Real servers and Sentinels started by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import redis
@@ -39,6 +40,23 @@ from tests.test_aio_sentinel import _create, sentinels
 from tests.test_ha_offsets import named_by_all
 
 __all__ = ["sentinels"]  # the fixture shared with test_aio_sentinel
+
+
+@contextlib.asynccontextmanager
+async def _with_blocking_client(
+    url: str,
+) -> AsyncIterator[tuple[AsyncConnection, redis.asyncio.Redis]]:
+    """An asyncio connection to ``url`` and the blocking-read client its managers share,
+    both closed on exit."""
+    connection = AsyncConnection.from_url(url)
+    admin = AsyncAdminConnection(connection)
+    blocking = admin.log_backend.blocking_client
+    assert isinstance(blocking, redis.asyncio.Redis)
+    try:
+        yield connection, blocking
+    finally:
+        await admin.close()
+        await connection.close()
 
 
 async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
@@ -76,11 +94,7 @@ def test_a_blocked_read_leaves_the_old_primary_once_the_command_pool_learns_of_t
     old_server = redis.Redis(port=old)
 
     async def main() -> None:
-        connection = AsyncConnection.from_url(sentinels.url)
-        admin = AsyncAdminConnection(connection)
-        blocking = admin.log_backend.blocking_client
-        assert isinstance(blocking, redis.asyncio.Redis)
-        try:
+        async with _with_blocking_client(sentinels.url) as (connection, blocking):
             assert await port_of(connection.client) == old
             parked = asyncio.ensure_future(
                 blocking.execute_command(  # type: ignore[no-untyped-call]
@@ -96,9 +110,6 @@ def test_a_blocked_read_leaves_the_old_primary_once_the_command_pool_learns_of_t
                 await asyncio.wait_for(parked, 5)  # not its 30 s block
             assert await blocked_on(old_server) == 0
             assert await port_of(blocking) == promoted
-        finally:
-            await admin.close()
-            await connection.close()
 
     asyncio.run(main())
     old_server.close()
@@ -238,18 +249,11 @@ def test_pooled_connections_to_a_killed_primary_reach_the_new_one_at_their_next_
         return
 
     async def main() -> None:
-        connection = AsyncConnection.from_url(sentinels.url)
-        admin = AsyncAdminConnection(connection)
-        blocking = admin.log_backend.blocking_client
-        assert isinstance(blocking, redis.asyncio.Redis)
-        try:
+        async with _with_blocking_client(sentinels.url) as (connection, blocking):
             assert [await port_of(connection.client), await port_of(blocking)] == [old, old]
             sentinels.primary.kill()
             promoted = await asyncio.to_thread(promoted_once_all_agree)
             after = [await port_of(connection.client), await port_of(blocking)]
             assert after == [promoted, promoted]
-        finally:
-            await admin.close()
-            await connection.close()
 
     asyncio.run(main())

@@ -203,7 +203,7 @@ class AsyncGroupSession(SessionSteps[T]):
         try:
             block = self._aio_fetcher.parked_left()
             block = min(self._time_left(timeout, now), block) if not iterating else block
-            block = min(block, self._idle_wait_bound(now))
+            block = min(block, self._idle_wait_bound())
             arrived = await parked.ready(block, interrupt)
         finally:
             self._watching = False
@@ -236,13 +236,13 @@ class AsyncGroupSession(SessionSteps[T]):
         if self.idle_waiting and interrupt is not None and not interrupt.done():
             interrupt.set_result(why)
 
-    def _idle_wait_bound(self, now: float) -> float:
+    def _idle_wait_bound(self) -> float:
         """The longest an idle call may wait whatever its timeout: until the lease would end
         with no heartbeat renewed meanwhile (the next call's checks then fence the reader:
         a failing heartbeat posts no round, and a server that stopped answering leaves the
         parked read unanswered), and half ``max_poll_interval`` (the call is the reader's
         poll)."""
-        lease_left = self._last_beat_ok + self._session - self._clock.monotonic()
+        lease_left = self.lease_ends() - self._clock.monotonic()
         return max(0.0, min(lease_left, self._group.max_poll_interval / 2))
 
     def _idle_parked(self, timeout: float, now: float) -> AsyncPendingRead | None:
@@ -256,7 +256,7 @@ class AsyncGroupSession(SessionSteps[T]):
         takes its steps."""
         if self.closed or self.hand_out.locked() or self._round_begun or not self._quiet():
             return None
-        if self.fenced is not None or self._clock.monotonic() - self._last_beat_ok > self._session:
+        if self.fenced is not None or self._clock.monotonic() > self.lease_ends():
             return None  # (the steps fence and raise)
         self.last_poll = now
         self._aio_fetcher.consume_returned()

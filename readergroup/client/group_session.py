@@ -297,10 +297,15 @@ class SessionSteps(Generic[T]):
             )
         return ReaderNotInGroupError(reason)
 
+    def lease_ends(self) -> float:
+        """When (the clock's monotonic seconds) the reader's lease ends unless a heartbeat is
+        renewed meanwhile: the session timeout after the last renewal."""
+        return self._last_beat_ok + self._session
+
     def check_lease(self) -> None:
         """Fence the reader if no heartbeat was renewed within the session timeout (its read
         call raises then)."""
-        if self.fenced is None and self._clock.monotonic() - self._last_beat_ok > self._session:
+        if self.fenced is None and self._clock.monotonic() > self.lease_ends():
             self.fence(
                 f"reader {self.reader_id!r} could not renew its heartbeat within the session "
                 f"timeout ({self._session}s); its segments may be owned by others now"
@@ -426,7 +431,7 @@ class SessionSteps(Generic[T]):
         if self.machine.needs_reader or self.closed or self.gone:
             self.quiet_until = 0.0
         else:
-            until = self._last_beat_ok + self._session
+            until = self.lease_ends()
             if self._group.commit_mode == AUTO:
                 until = min(until, self._last_commit + self._group.auto_commit_interval)
             self.quiet_until = until

@@ -30,7 +30,7 @@ from redis.exceptions import AskError, MovedError
 
 from readergroup.core.config import ClientConfig
 from readergroup.storage.cluster_client import command_keys
-from readergroup.storage.multi_read import MAX_BLOCK_SECONDS
+from readergroup.storage.multi_read import BLOCKING_READ_SOCKET_TIMEOUT
 from statesync.aio_redis_backend import MAX_CONNECTIONS, AsyncNodeClients, checked_pool_options
 from statesync.redis_backend import slot_moved
 
@@ -76,8 +76,8 @@ class AsyncClusterClient(RedisCluster):
 def cluster_clients(
     first: str, seeds: Sequence[tuple[str, int]], config: ClientConfig, options: dict[str, Any]
 ) -> tuple[AsyncClusterClient, AsyncClusterClient]:
-    """The command client and the blocking-read client (socket timeout above
-    :data:`~readergroup.storage.multi_read.MAX_BLOCK_SECONDS`) of the cluster the URL's
+    """The command client and the blocking-read client (socket timeout
+    :data:`~readergroup.storage.multi_read.BLOCKING_READ_SOCKET_TIMEOUT`) of the cluster the URL's
     seeds name (``first``: the URL of its first host), as the threaded connection makes
     them: every seed is a startup node, redis-py's retries are those of its cluster client
     (redirections and refreshes), each node's pool unbounded."""
@@ -91,7 +91,7 @@ def cluster_clients(
             **options,
             **checked_pool_options(),
         )
-        for timeout in (config.socket_timeout, MAX_BLOCK_SECONDS + 5)
+        for timeout in (config.socket_timeout, BLOCKING_READ_SOCKET_TIMEOUT)
     )
     return made[0], made[1]  # type: ignore[return-value]
 

@@ -38,7 +38,7 @@ from readergroup.core.steps import StepDriver
 from readergroup.storage.connection_api import SynchronizerSource
 from readergroup.storage.heartbeat_store import RedisHeartbeatStore
 from readergroup.storage.keys import KeyLayout
-from readergroup.storage.multi_read import MAX_BLOCK_SECONDS, MultiKeyReader
+from readergroup.storage.multi_read import BLOCKING_READ_SOCKET_TIMEOUT, MultiKeyReader
 from readergroup.storage.scripts import SCRIPT_NAMES, script_source
 from readergroup.storage.segment_store import SegmentStore
 from readergroup.storage.staging_store import StagingStore
@@ -362,7 +362,7 @@ def _clients(
             return sentinel_clients(
                 url,
                 socket_timeout=config.socket_timeout,
-                blocking_socket_timeout=MAX_BLOCK_SECONDS + 5,
+                blocking_socket_timeout=BLOCKING_READ_SOCKET_TIMEOUT,
                 sentinel_options=dict(config.sentinel_options),
                 retry=Retry(NoBackoff(), 0),
                 **options,
@@ -382,7 +382,7 @@ def _clients(
             first, startup_nodes=nodes, socket_timeout=config.socket_timeout, **options
         )
         cluster_blocking = ClusterClient.from_url(
-            first, startup_nodes=nodes, socket_timeout=MAX_BLOCK_SECONDS + 5, **options
+            first, startup_nodes=nodes, socket_timeout=BLOCKING_READ_SOCKET_TIMEOUT, **options
         )
         return cluster, cluster_blocking  # type: ignore[return-value]
     if len(seeds) > 1:

@@ -10,10 +10,14 @@ import redis
 
 from readergroup.core.errors import ReaderGroupError, WrongKeyTypeError
 from readergroup.storage.translate import translate_errors
-from statesync.redis_wire import MAX_PARKED_BLOCK_MS
+from statesync.redis_wire import BLOCKING_SOCKET_MARGIN, MAX_PARKED_BLOCK_MS
 
 MAX_BLOCK_SECONDS = 5.0
 """Longest single blocking read; callers loop for longer waits (a dead server is noticed)."""
+
+BLOCKING_READ_SOCKET_TIMEOUT = MAX_BLOCK_SECONDS + BLOCKING_SOCKET_MARGIN
+"""Socket timeout of a client whose blocking reads never park (threaded ones, a cluster's):
+above :data:`MAX_BLOCK_SECONDS` by :data:`~statesync.redis_wire.BLOCKING_SOCKET_MARGIN`."""
 
 MAX_PARKED_BLOCK_SECONDS = MAX_PARKED_BLOCK_MS / 1000
 """Longest block of an idle asyncio reader's parked ``XREAD`` (10 s; see
